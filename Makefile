@@ -1,0 +1,44 @@
+# cxlfs — the two set-up commands are `make demo` (the main job) and `make test`.
+CARGO ?= cargo
+CXLFS := target/release/cxlfs
+export CARGO_TERM_COLOR ?= never
+
+.PHONY: demo test bench lint unit toolchain build clean
+
+## The main job. Until the daemon lands (issue 3) it is a trace-replay study:
+## every eviction policy on a zipf(0.99) working set twice the cache, then the
+## prefetch degree on a strided scan (Cylon's two tables), on the cylon preset.
+demo: build
+	@echo "== eviction policies: zipf(0.99), working set 2x cache (Cylon preset, 64 MiB cache) =="
+	$(CXLFS) replay --preset cylon --set cache.size_bytes=64MiB \
+	  --workload zipf:0.99 --wss 128MiB --accesses 2000000 --access-size 64 --warmup 500000 \
+	  --sweep cache.policy=fifo,lifo,lru,clock,s3fifo,2q,lfru \
+	  --sweep cache.hits_visible=true,false
+	@echo
+	@echo "== prefetch degree: stride-4KiB scan, working set 2x cache (Cylon preset, s3fifo) =="
+	$(CXLFS) replay --preset cylon --set cache.size_bytes=64MiB --set cache.policy=s3fifo \
+	  --workload stride:4KiB --wss 128MiB --passes 2 --access-size 64 \
+	  --sweep prefetch.degree=0,1,2,4,8
+
+## Every test: formatting, clippy with -D warnings, unit, property, golden and CLI tests.
+test: toolchain lint unit
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+unit:
+	$(CARGO) test --workspace --locked
+
+## Replay throughput for every policy, uniform and zipf(0.99), NAND model off and on.
+bench: toolchain
+	$(CARGO) bench --locked -p cxlfs-device-model --bench replay_throughput
+
+build: toolchain
+	$(CARGO) build --release --locked --bin cxlfs
+
+toolchain:
+	@.ci/ensure-toolchain.sh
+
+clean:
+	$(CARGO) clean

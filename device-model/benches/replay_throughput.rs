@@ -1,0 +1,2 @@
+//! Replay throughput benchmark (filled in later).
+fn main() {}

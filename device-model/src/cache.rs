@@ -1,0 +1,863 @@
+//! The device's DRAM cache: residency, sets, pins, dirty bits. No timing here
+//! (that is the device's job); eviction decisions come from [`crate::policy`].
+//!
+//! Layout: slot `s` of set `k` is global slot `k * ways + s`; page `p` maps to
+//! set `p % sets` (a fully associative cache is one set of `capacity` ways, so
+//! a one-set set-associative cache is exactly a fully associative one). The
+//! page → slot map is a lazily allocated two-level table (chunks of 65 536
+//! entries, allocated on the first insert into the chunk); slot metadata is a
+//! flat array; free slots form per-set intrusive stacks. Pinned slots are
+//! hidden from the policy, so it never picks one as a victim.
+//!
+//! Ghosts: the page table also holds the policies' ghost FIFOs (see
+//! [`crate::policy`]). An entry is 0 (unknown page), `slot + 1` (resident),
+//! or `capacity + n` for a page that was the `n`-th remembered victim of its
+//! set; it is a ghost while `n` is among the set's last `ghost_capacity`
+//! numbers. Pushed-out ghosts are never cleaned up, they just age out of the
+//! window, so a ghost costs no memory access beyond the table entry that the
+//! eviction and the look-up touch anyway. Numbers wrap after about 2^32 −
+//! capacity remembered victims per set; an entry left untouched exactly that
+//! long aliases back into the window (harmless and deterministic).
+
+use crate::config::{CacheConfig, PolicyKind, PolicyParams};
+use crate::policy::{EvictionPolicy, Policy};
+use rustc_hash::FxHashMap;
+use std::fmt;
+
+/// Index of a cache slot (one 4 KiB frame). Set `s` owns slots `s*ways .. (s+1)*ways`.
+pub type SlotId = u32;
+
+/// What is known about a resident page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotState {
+    /// Device page number held by the slot.
+    pub page: u64,
+    /// When the fill of this page completes (MSHR: accesses before this wait for it).
+    pub ready_at_ns: u64,
+    /// Written since it was filled; needs a NAND program on eviction.
+    pub dirty: bool,
+    /// Pinned: never chosen as a victim.
+    pub pinned: bool,
+    /// Brought in by the prefetcher and not yet touched by a demand access.
+    pub prefetched_unused: bool,
+}
+
+/// A page that left the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Evicted {
+    /// Device page number.
+    pub page: u64,
+    /// It must be written back.
+    pub dirty: bool,
+    /// It was prefetched and never used (a wasted prefetch).
+    pub prefetched_unused: bool,
+}
+
+/// Result of [`Cache::insert`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Insert {
+    /// The page now lives in `slot`; `evicted` is the victim that made room, if any.
+    Placed {
+        /// Slot of the new page.
+        slot: SlotId,
+        /// Page evicted to make room.
+        evicted: Option<Evicted>,
+    },
+    /// Every way of the page's set is pinned: the access must bypass the cache.
+    SetFullyPinned,
+}
+
+/// log2 of the entries per chunk of a [`PageMap`].
+const CHUNK_SHIFT: u32 = 16;
+const CHUNK_LEN: usize = 1 << CHUNK_SHIFT;
+const CHUNK_MASK: u64 = (1 << CHUNK_SHIFT) - 1;
+/// Pages at or above this live in an overflow hash map instead of the chunks
+/// (keeps the first level of a [`PageMap`] at most 2^18 entries).
+const TABLE_LIMIT_PAGES: u64 = 1 << 34;
+/// "None" in free lists.
+const NONE: u32 = u32::MAX;
+
+/// A map from page numbers to non-zero `u32` values (0 = absent) with O(1),
+/// hash-free look-ups: a two-level table whose chunks of 65 536 entries are
+/// allocated (zeroed, so the OS commits memory as it is written) on the first
+/// write into them. Pages from 2^34 up go to a hash map. It counts the
+/// entries whose value is within `1..=counted_max`.
+#[derive(Debug, Clone, Default)]
+struct PageMap {
+    chunks: Vec<Box<[u32]>>,
+    overflow: FxHashMap<u64, u32>,
+    counted_max: u32,
+    counted: usize,
+}
+
+impl PageMap {
+    /// An empty map, its first level sized for pages `0 .. pages_hint`.
+    fn new(pages_hint: u64, counted_max: u32) -> Self {
+        let n = pages_hint.min(TABLE_LIMIT_PAGES).div_ceil(CHUNK_LEN as u64) as usize;
+        let mut chunks = Vec::with_capacity(n);
+        chunks.resize_with(n, || Box::<[u32]>::from([]));
+        PageMap {
+            chunks,
+            overflow: FxHashMap::default(),
+            counted_max,
+            counted: 0,
+        }
+    }
+
+    /// The value of `page` (0: absent).
+    #[inline]
+    fn get(&self, page: u64) -> u32 {
+        match self.chunks.get((page >> CHUNK_SHIFT) as usize) {
+            Some(chunk) => chunk
+                .get((page & CHUNK_MASK) as usize)
+                .copied()
+                .unwrap_or(0),
+            None if page >= TABLE_LIMIT_PAGES && !self.overflow.is_empty() => {
+                self.overflow.get(&page).copied().unwrap_or(0)
+            }
+            None => 0,
+        }
+    }
+
+    #[inline]
+    fn is_counted(&self, value: u32) -> bool {
+        value.wrapping_sub(1) < self.counted_max
+    }
+
+    /// Sets the value of `page` (0 removes it).
+    #[inline]
+    fn set(&mut self, page: u64, value: u32) {
+        let old = if page >= TABLE_LIMIT_PAGES {
+            if value == 0 {
+                self.overflow.remove(&page)
+            } else {
+                self.overflow.insert(page, value)
+            }
+            .unwrap_or(0)
+        } else {
+            let hi = (page >> CHUNK_SHIFT) as usize;
+            let lo = (page & CHUNK_MASK) as usize;
+            match self.chunks.get_mut(hi).and_then(|c| c.get_mut(lo)) {
+                Some(e) => std::mem::replace(e, value),
+                None if value != 0 => {
+                    self.set_slow(hi, lo, value);
+                    0
+                }
+                None => 0,
+            }
+        };
+        self.counted =
+            self.counted + usize::from(self.is_counted(value)) - usize::from(self.is_counted(old));
+    }
+
+    #[cold]
+    fn set_slow(&mut self, hi: usize, lo: usize, value: u32) {
+        if hi >= self.chunks.len() {
+            self.chunks.resize_with(hi + 1, || Box::<[u32]>::from([]));
+        }
+        let mut chunk = vec![0u32; CHUNK_LEN].into_boxed_slice();
+        chunk[lo] = value;
+        self.chunks[hi] = chunk;
+    }
+
+    /// Number of pages whose value is within `1..=counted_max`.
+    fn counted(&self) -> usize {
+        self.counted
+    }
+}
+
+const F_RESIDENT: u8 = 1;
+const F_DIRTY: u8 = 2;
+const F_PINNED: u8 = 4;
+const F_PREFETCHED: u8 = 8;
+
+/// The parts of a slot read on a hit and on an eviction, one 16-byte record.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    page: u64,
+    ready_at_ns: u64,
+}
+
+const EMPTY_SLOT: Slot = Slot {
+    page: 0,
+    ready_at_ns: 0,
+};
+
+/// DRAM cache of 4 KiB pages.
+pub struct Cache {
+    sets: u32,
+    ways: u32,
+    /// `page & mask` is the set when the number of sets is a power of two.
+    set_mask: Option<u64>,
+    /// `slot >> shift` is the set when `ways` is a power of two.
+    ways_shift: Option<u32>,
+    /// Page → 0, slot + 1 or `capacity` + ghost number (see the module docs).
+    table: PageMap,
+    slots: Vec<Slot>,
+    /// `F_*` bits per slot (0: free).
+    flags: Vec<u8>,
+    /// Next free slot of the same set ([`NONE`]: last).
+    free_next: Vec<u32>,
+    /// First free slot of each set.
+    free_head: Vec<u32>,
+    policy: Policy,
+    /// Ghost FIFO length per set in use (the policy's wish, capped so that
+    /// the numbering window fits [`Cache::ghost_span`]).
+    ghost_capacity: u32,
+    /// Ghost numbers run `1..=ghost_span` (`u32::MAX - capacity`).
+    ghost_span: u32,
+    /// Per set: the last ghost number handed out (0: none yet).
+    ghost_last: Vec<u32>,
+    resident: u64,
+    pinned: u64,
+    dirty: u64,
+}
+
+impl fmt::Debug for Cache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cache")
+            .field("sets", &self.sets)
+            .field("ways", &self.ways)
+            .field("policy", &self.policy.kind())
+            .field("resident", &self.resident)
+            .field("pinned", &self.pinned)
+            .field("dirty", &self.dirty)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cache {
+    /// An empty cache for a device of `device_pages` pages.
+    ///
+    /// The geometry comes from [`CacheConfig::geometry`]; a capacity beyond
+    /// 2^32 − 2 pages (which config validation rejects) is cut down to it. A
+    /// cache of zero pages is allowed: every insert then bypasses it
+    /// ([`Insert::SetFullyPinned`]).
+    pub fn new(cfg: &CacheConfig, device_pages: u64) -> Self {
+        let (sets, ways) = cfg.geometry();
+        let max_slots = u64::from(u32::MAX - 1);
+        let sets = sets.clamp(1, max_slots);
+        let ways = ways.min(max_slots / sets);
+        // All fit: sets <= 2^32 - 2 and ways <= (2^32 - 2) / sets.
+        let (sets, ways) = (sets as u32, ways as u32);
+        let capacity = sets * ways;
+
+        // Each set's free list starts as its slots in ascending order.
+        let free_next: Vec<u32> = (1..=capacity)
+            .map(|next| if next % ways == 0 { NONE } else { next })
+            .collect();
+        let free_head: Vec<u32> = (0..sets)
+            .map(|set| if ways == 0 { NONE } else { set * ways })
+            .collect();
+
+        let policy = Policy::new(cfg.policy, &cfg.params, sets, ways);
+        let ghost_span = u32::MAX - capacity;
+        Cache {
+            sets,
+            ways,
+            set_mask: sets.is_power_of_two().then(|| u64::from(sets) - 1),
+            ways_shift: ways.is_power_of_two().then(|| ways.trailing_zeros()),
+            table: PageMap::new(device_pages, capacity),
+            slots: vec![EMPTY_SLOT; capacity as usize],
+            flags: vec![0; capacity as usize],
+            free_next,
+            free_head,
+            ghost_capacity: policy.ghost_capacity().min(ghost_span / 2),
+            ghost_span,
+            ghost_last: vec![0; sets as usize],
+            policy,
+            resident: 0,
+            pinned: 0,
+            dirty: 0,
+        }
+    }
+
+    /// Slot holding `page`, if resident.
+    #[inline]
+    pub fn lookup(&self, page: u64) -> Option<SlotId> {
+        Self::resident_slot(self.table.get(page), self.slots.len())
+    }
+
+    /// The slot a page-table entry names, if it names one (0 wraps around
+    /// and ghost numbers are beyond the slots).
+    #[inline]
+    fn resident_slot(entry: u32, capacity: usize) -> Option<SlotId> {
+        let slot = entry.wrapping_sub(1);
+        ((slot as usize) < capacity).then_some(slot)
+    }
+
+    /// State of a resident slot (of a free slot: an all-false state of page 0).
+    ///
+    /// # Panics
+    /// If `slot` is not below [`Cache::capacity_pages`].
+    #[inline]
+    pub fn state(&self, slot: SlotId) -> SlotState {
+        let s = self.slots[slot as usize];
+        let flags = self.flags[slot as usize];
+        SlotState {
+            page: s.page,
+            ready_at_ns: s.ready_at_ns,
+            dirty: flags & F_DIRTY != 0,
+            pinned: flags & F_PINNED != 0,
+            prefetched_unused: flags & F_PREFETCHED != 0,
+        }
+    }
+
+    /// Tells the policy about a (visible) hit on `slot`.
+    ///
+    /// A pinned or free slot is outside the policy's view: nothing happens.
+    #[inline]
+    pub fn record_hit(&mut self, slot: SlotId) {
+        let flags = self.flags.get(slot as usize).copied().unwrap_or(0);
+        if flags & (F_RESIDENT | F_PINNED) == F_RESIDENT {
+            let set = self.set_of_slot(slot);
+            self.policy.on_hit(set, slot);
+        }
+    }
+
+    /// Places a non-resident page, evicting a victim chosen by the policy if the set is full.
+    ///
+    /// The new page enters the policy's view (unpinned). If `page` is
+    /// already resident, nothing is evicted or reordered: its slot is
+    /// returned and `dirty` is OR-ed into its state.
+    pub fn insert(&mut self, page: u64, ready_at_ns: u64, dirty: bool, prefetched: bool) -> Insert {
+        let entry = self.table.get(page);
+        if let Some(slot) = Self::resident_slot(entry, self.slots.len()) {
+            if dirty {
+                self.set_dirty(slot, true);
+            }
+            return Insert::Placed {
+                slot,
+                evicted: None,
+            };
+        }
+        let set = self.set_of(page);
+        // Before evicting, as libCacheSim does.
+        let from_ghost = self.is_ghost(set, entry);
+        let head = self.free_head[set as usize];
+        let (slot, evicted) = if head != NONE {
+            self.free_head[set as usize] = self.free_next[head as usize];
+            (head, None)
+        } else {
+            let Some(victim) = self.policy.evict(set) else {
+                return Insert::SetFullyPinned;
+            };
+            let ghost = if victim.remember {
+                self.next_ghost(set)
+            } else {
+                0
+            };
+            (victim.slot, Some(self.release(victim.slot, ghost)))
+        };
+        let mut flags = F_RESIDENT;
+        if dirty {
+            flags |= F_DIRTY;
+            self.dirty += 1;
+        }
+        if prefetched {
+            flags |= F_PREFETCHED;
+        }
+        self.slots[slot as usize] = Slot { page, ready_at_ns };
+        self.flags[slot as usize] = flags;
+        self.resident += 1;
+        self.table.set(page, slot + 1);
+        self.policy.on_insert(set, slot, page, from_ghost);
+        Insert::Placed { slot, evicted }
+    }
+
+    /// Is a page of `set` whose table entry is `entry` in the set's ghost FIFO?
+    #[inline]
+    fn is_ghost(&self, set: u32, entry: u32) -> bool {
+        let capacity = self.slots.len() as u32;
+        if self.ghost_capacity == 0 || entry <= capacity {
+            return false;
+        }
+        let n = entry - capacity;
+        let last = self.ghost_last[set as usize];
+        let behind = if last >= n {
+            last - n
+        } else {
+            last + (self.ghost_span - n)
+        };
+        behind < self.ghost_capacity
+    }
+
+    /// Hands out the next ghost number of `set`; returns the table entry for it.
+    #[inline]
+    fn next_ghost(&mut self, set: u32) -> u32 {
+        if self.ghost_capacity == 0 {
+            return 0;
+        }
+        let last = &mut self.ghost_last[set as usize];
+        *last = if *last >= self.ghost_span {
+            1
+        } else {
+            *last + 1
+        };
+        self.slots.len() as u32 + *last
+    }
+
+    /// Marks a slot dirty.
+    ///
+    /// No effect on a free slot.
+    #[inline]
+    pub fn set_dirty(&mut self, slot: SlotId, dirty: bool) {
+        let Some(f) = self.flags.get_mut(slot as usize) else {
+            return;
+        };
+        if *f & F_RESIDENT == 0 || (*f & F_DIRTY != 0) == dirty {
+            return;
+        }
+        if dirty {
+            *f |= F_DIRTY;
+            self.dirty += 1;
+        } else {
+            *f &= !F_DIRTY;
+            self.dirty -= 1;
+        }
+    }
+
+    /// Clears the prefetched-unused flag (first demand use).
+    #[inline]
+    pub fn mark_used(&mut self, slot: SlotId) {
+        if let Some(f) = self.flags.get_mut(slot as usize) {
+            *f &= !F_PREFETCHED;
+        }
+    }
+
+    /// Pins a resident slot (removes it from the policy's view).
+    ///
+    /// No effect on a free or already pinned slot.
+    pub fn pin(&mut self, slot: SlotId) {
+        let Some(f) = self.flags.get_mut(slot as usize) else {
+            return;
+        };
+        if *f & (F_RESIDENT | F_PINNED) != F_RESIDENT {
+            return;
+        }
+        *f |= F_PINNED;
+        self.pinned += 1;
+        let set = self.set_of_slot(slot);
+        self.policy.on_remove(set, slot);
+    }
+
+    /// Unpins a slot (hands it back to the policy as a fresh insertion).
+    ///
+    /// No effect on a free or unpinned slot.
+    pub fn unpin(&mut self, slot: SlotId) {
+        let Some(f) = self.flags.get_mut(slot as usize) else {
+            return;
+        };
+        if *f & (F_RESIDENT | F_PINNED) != F_RESIDENT | F_PINNED {
+            return;
+        }
+        *f &= !F_PINNED;
+        self.pinned -= 1;
+        let set = self.set_of_slot(slot);
+        let page = self.slots[slot as usize].page;
+        self.policy.on_insert(set, slot, page, false);
+    }
+
+    /// Removes `page` (explicit eviction), pinned or not.
+    ///
+    /// The policy records no ghost for it. `None` if it was not resident.
+    pub fn remove(&mut self, page: u64) -> Option<Evicted> {
+        let slot = self.lookup(page)?;
+        let set = self.set_of_slot(slot);
+        if self.flags[slot as usize] & F_PINNED == 0 {
+            self.policy.on_remove(set, slot);
+        }
+        let evicted = self.release(slot, 0);
+        self.free_next[slot as usize] = self.free_head[set as usize];
+        self.free_head[set as usize] = slot;
+        Some(evicted)
+    }
+
+    /// Switches policy, keeping every resident page.
+    ///
+    /// The new policy (built with `params`) receives each set's unpinned
+    /// resident slots as fresh insertions, in the order the old policy would
+    /// have evicted them (first victim first), so the new one starts with
+    /// the old one's recency order as far as it can represent it. The ghost
+    /// FIFOs are kept: a policy with ghosts sees the last pages the previous
+    /// one remembered (as many as its own ghost capacity). O(capacity).
+    pub fn set_policy(&mut self, kind: PolicyKind, params: &PolicyParams) {
+        let new = Policy::new(kind, params, self.sets, self.ways);
+        self.ghost_capacity = new.ghost_capacity().min(self.ghost_span / 2);
+        let mut old = std::mem::replace(&mut self.policy, new);
+        let mut order = Vec::with_capacity(self.ways as usize);
+        for set in 0..self.sets {
+            order.clear();
+            old.drain_set(set, &mut order);
+            for &slot in &order {
+                let page = self.slots[slot as usize].page;
+                self.policy.on_insert(set, slot, page, false);
+            }
+        }
+    }
+
+    /// Current policy.
+    pub fn policy(&self) -> PolicyKind {
+        self.policy.kind()
+    }
+
+    /// Capacity in pages.
+    pub fn capacity_pages(&self) -> u64 {
+        u64::from(self.sets) * u64::from(self.ways)
+    }
+
+    /// Resident pages.
+    pub fn resident_pages(&self) -> u64 {
+        self.resident
+    }
+
+    /// Pinned pages.
+    pub fn pinned_pages(&self) -> u64 {
+        self.pinned
+    }
+
+    /// Dirty pages.
+    pub fn dirty_pages(&self) -> u64 {
+        self.dirty
+    }
+
+    /// Slots holding dirty pages, in slot order.
+    pub fn dirty_slots(&self) -> Vec<SlotId> {
+        self.slots_with(F_RESIDENT | F_DIRTY).collect()
+    }
+
+    /// Number of sets (1 when fully associative).
+    pub fn sets(&self) -> u32 {
+        self.sets
+    }
+
+    /// Slots per set (the capacity when fully associative).
+    pub fn ways(&self) -> u32 {
+        self.ways
+    }
+
+    /// The set `page` maps to: `page % sets`.
+    #[inline]
+    pub fn set_of(&self, page: u64) -> u32 {
+        match self.set_mask {
+            Some(mask) => (page & mask) as u32,
+            // The remainder is below `sets`, a u32.
+            None => (page % u64::from(self.sets)) as u32,
+        }
+    }
+
+    /// The set that owns `slot`: `slot / ways`.
+    #[inline]
+    pub fn set_of_slot(&self, slot: SlotId) -> u32 {
+        if self.sets == 1 {
+            0
+        } else {
+            match self.ways_shift {
+                Some(shift) => slot >> shift,
+                None => slot / self.ways,
+            }
+        }
+    }
+
+    /// Every resident page, in slot order.
+    pub fn resident_page_list(&self) -> Vec<u64> {
+        self.slots_with(F_RESIDENT)
+            .map(|s| self.slots[s as usize].page)
+            .collect()
+    }
+
+    /// Slots whose flags include all of `mask`, in slot order.
+    fn slots_with(&self, mask: u8) -> impl Iterator<Item = SlotId> + '_ {
+        self.flags
+            .iter()
+            .enumerate()
+            .filter(move |(_, &f)| f & mask == mask)
+            .map(|(i, _)| i as SlotId)
+    }
+
+    /// Checks the internal invariants (for tests; O(capacity)):
+    /// the page table and the slots agree, the counters match the slots,
+    /// every resident page sits in its set, the free lists hold exactly the
+    /// free slots, and the policy tracks exactly the resident unpinned slots
+    /// of each set. Returns what is wrong.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let (mut resident, mut pinned, mut dirty) = (0u64, 0u64, 0u64);
+        for (i, (s, &f)) in self.slots.iter().zip(&self.flags).enumerate() {
+            if f & F_RESIDENT == 0 {
+                if f != 0 {
+                    return Err(format!("free slot {i} has flags {f:#x}"));
+                }
+                continue;
+            }
+            resident += 1;
+            pinned += u64::from(f & F_PINNED != 0);
+            dirty += u64::from(f & F_DIRTY != 0);
+            if self.lookup(s.page) != Some(i as SlotId) {
+                return Err(format!(
+                    "page {} of slot {i} maps to {:?}",
+                    s.page,
+                    self.lookup(s.page)
+                ));
+            }
+            if self.set_of(s.page) != self.set_of_slot(i as SlotId) {
+                return Err(format!("page {} sits in slot {i} of the wrong set", s.page));
+            }
+        }
+        if (resident, pinned, dirty) != (self.resident, self.pinned, self.dirty) {
+            return Err(format!(
+                "counters (resident, pinned, dirty) = {:?}, slots say {:?}",
+                (self.resident, self.pinned, self.dirty),
+                (resident, pinned, dirty)
+            ));
+        }
+        let mapped = self.table.counted() as u64;
+        if mapped != resident {
+            return Err(format!("{mapped} pages mapped, {resident} resident"));
+        }
+        for set in 0..self.sets {
+            let first = set as usize * self.ways as usize;
+            let flags = &self.flags[first..first + self.ways as usize];
+            let free = flags.iter().filter(|&&f| f & F_RESIDENT == 0).count();
+            let unpinned = flags
+                .iter()
+                .filter(|&&f| f & (F_RESIDENT | F_PINNED) == F_RESIDENT)
+                .count();
+            let mut listed = 0;
+            let mut cur = self.free_head[set as usize];
+            while cur != NONE {
+                if listed > free || self.set_of_slot(cur) != set {
+                    return Err(format!("free list of set {set} is corrupt"));
+                }
+                if self.flags[cur as usize] & F_RESIDENT != 0 {
+                    return Err(format!("resident slot {cur} is on the free list"));
+                }
+                listed += 1;
+                cur = self.free_next[cur as usize];
+            }
+            if listed != free {
+                return Err(format!("set {set}: {free} free slots, {listed} listed"));
+            }
+            let tracked = self.policy.tracked(set) as usize;
+            if tracked != unpinned {
+                return Err(format!(
+                    "set {set}: policy tracks {tracked} slots, {unpinned} are resident and unpinned"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Unmaps a resident slot and clears it, leaving `entry` (0 or a ghost)
+    /// in the page table; the caller has already taken the slot out of the
+    /// policy's view and decides where it goes.
+    #[inline]
+    fn release(&mut self, slot: SlotId, entry: u32) -> Evicted {
+        let page = self.slots[slot as usize].page;
+        let flags = std::mem::replace(&mut self.flags[slot as usize], 0);
+        debug_assert!(flags & F_RESIDENT != 0, "releasing a free slot");
+        self.resident -= 1;
+        if flags & F_DIRTY != 0 {
+            self.dirty -= 1;
+        }
+        if flags & F_PINNED != 0 {
+            self.pinned -= 1;
+        }
+        // Ghosts of pages beyond the table would only grow the overflow map.
+        let entry = if page >= TABLE_LIMIT_PAGES { 0 } else { entry };
+        self.table.set(page, entry);
+        Evicted {
+            page,
+            dirty: flags & F_DIRTY != 0,
+            prefetched_unused: flags & F_PREFETCHED != 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::DeviceConfig;
+
+    fn cfg(size_pages: u64, ways: u32, policy: PolicyKind) -> CacheConfig {
+        let mut c = DeviceConfig::default().cache;
+        c.size_bytes = size_pages * crate::PAGE_SIZE;
+        c.ways = ways;
+        c.policy = policy;
+        c
+    }
+
+    fn placed(r: Insert) -> (SlotId, Option<Evicted>) {
+        match r {
+            Insert::Placed { slot, evicted } => (slot, evicted),
+            Insert::SetFullyPinned => panic!("set fully pinned"),
+        }
+    }
+
+    #[test]
+    fn insert_lookup_remove_and_counters() {
+        let mut c = Cache::new(&cfg(4, 0, PolicyKind::Lru), 1 << 20);
+        assert_eq!((c.sets(), c.ways(), c.capacity_pages()), (1, 4, 4));
+        let (s, ev) = placed(c.insert(7, 100, true, false));
+        assert_eq!(ev, None);
+        assert_eq!(c.lookup(7), Some(s));
+        assert_eq!(
+            c.state(s),
+            SlotState {
+                page: 7,
+                ready_at_ns: 100,
+                dirty: true,
+                pinned: false,
+                prefetched_unused: false
+            }
+        );
+        let (s2, _) = placed(c.insert(9, 0, false, true));
+        assert!(c.state(s2).prefetched_unused);
+        c.mark_used(s2);
+        assert!(!c.state(s2).prefetched_unused);
+        assert_eq!((c.resident_pages(), c.dirty_pages()), (2, 1));
+        c.set_dirty(s2, true);
+        c.set_dirty(s2, true);
+        assert_eq!(c.dirty_pages(), 2);
+        let mut dirty = vec![s, s2];
+        dirty.sort_unstable();
+        assert_eq!(c.dirty_slots(), dirty);
+        c.pin(s);
+        c.pin(s);
+        assert_eq!(c.pinned_pages(), 1);
+        c.check_invariants().unwrap();
+        let ev = c.remove(7).unwrap();
+        assert_eq!(
+            ev,
+            Evicted {
+                page: 7,
+                dirty: true,
+                prefetched_unused: false
+            }
+        );
+        assert_eq!(
+            (c.resident_pages(), c.pinned_pages(), c.dirty_pages()),
+            (1, 0, 1)
+        );
+        assert_eq!(c.lookup(7), None);
+        assert_eq!(c.remove(7), None);
+        c.check_invariants().unwrap();
+        // Re-inserting a resident page changes nothing but the dirty bit.
+        c.set_dirty(s2, false);
+        let (again, ev) = placed(c.insert(9, 5, true, false));
+        assert_eq!((again, ev), (s2, None));
+        assert!(c.state(s2).dirty);
+        c.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn huge_and_out_of_table_pages() {
+        let mut c = Cache::new(&cfg(4, 0, PolicyKind::Fifo), 16);
+        for p in [0, 1 << 20, (1 << 34) + 3, u64::MAX] {
+            placed(c.insert(p, 0, false, false));
+            assert!(c.lookup(p).is_some(), "{p}");
+        }
+        let (_, ev) = placed(c.insert(5, 0, false, false));
+        assert_eq!(ev.unwrap().page, 0);
+        let (_, ev) = placed(c.insert(6, 0, false, false));
+        assert_eq!(ev.unwrap().page, 1 << 20);
+        let (_, ev) = placed(c.insert(7, 0, false, false));
+        assert_eq!(ev.unwrap().page, (1 << 34) + 3);
+        assert_eq!(c.lookup((1 << 34) + 3), None);
+        assert!(c.lookup(u64::MAX).is_some());
+        c.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn fully_pinned_set_bypasses() {
+        let mut c = Cache::new(&cfg(4, 2, PolicyKind::S3Fifo), 64);
+        assert_eq!((c.sets(), c.ways()), (2, 2));
+        let (a, _) = placed(c.insert(0, 0, false, false));
+        let (b, _) = placed(c.insert(2, 0, false, false));
+        c.pin(a);
+        c.pin(b);
+        assert_eq!(c.insert(4, 0, false, false), Insert::SetFullyPinned);
+        // The other set is unaffected.
+        placed(c.insert(1, 0, false, false));
+        c.unpin(b);
+        let (slot, ev) = placed(c.insert(4, 0, false, false));
+        assert_eq!((slot, ev.map(|e| e.page)), (b, Some(2)));
+        c.check_invariants().unwrap();
+        let mut empty = Cache::new(&cfg(0, 0, PolicyKind::Lru), 64);
+        assert_eq!(empty.capacity_pages(), 0);
+        assert_eq!(empty.insert(1, 0, false, false), Insert::SetFullyPinned);
+        empty.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn non_power_of_two_geometry() {
+        let mut c = Cache::new(&cfg(15, 3, PolicyKind::Clock), 1000);
+        assert_eq!((c.sets(), c.ways()), (5, 3));
+        for p in 0..200 {
+            if let Some(s) = c.lookup(p % 37) {
+                c.record_hit(s);
+            } else {
+                placed(c.insert(p % 37, 0, p % 3 == 0, false));
+            }
+        }
+        for p in 0..37 {
+            if let Some(s) = c.lookup(p) {
+                assert_eq!(c.set_of_slot(s), (p % 5) as u32);
+            }
+        }
+        c.check_invariants().unwrap();
+    }
+
+    /// Accesses `pages` the device's way (lookup → hit, else insert) and
+    /// returns the evicted page of each miss (`None`: hit or free slot).
+    fn trace(c: &mut Cache, pages: &[u64]) -> Vec<Option<u64>> {
+        pages
+            .iter()
+            .map(|&p| match c.lookup(p) {
+                Some(s) => {
+                    c.record_hit(s);
+                    None
+                }
+                None => placed(c.insert(p, 0, false, false)).1.map(|e| e.page),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn ghosts_live_in_the_page_table() {
+        // S3-FIFO, 4 ways: ghost FIFO of 3 per set.
+        let mut c = Cache::new(&cfg(4, 0, PolicyKind::S3Fifo), 64);
+        assert_eq!(c.ghost_capacity, 3);
+        trace(&mut c, &[1, 2, 3, 4, 5, 6, 7]);
+        // 1, 2 and 3 left S as one-hit wonders: ghosts, not resident.
+        assert_eq!(c.lookup(1), None);
+        assert_eq!(c.remove(1), None);
+        let e = c.table.get(1);
+        assert!(e > 4 && c.is_ghost(0, e));
+        c.check_invariants().unwrap();
+        // A policy without ghosts ignores them; switching back finds the
+        // last ones, as many as the new policy keeps (2Q: 2 of 4 ways).
+        c.set_policy(PolicyKind::Fifo, &PolicyParams::default());
+        assert_eq!(c.ghost_capacity, 0);
+        assert!(!c.is_ghost(0, c.table.get(3)));
+        c.set_policy(PolicyKind::TwoQ, &PolicyParams::default());
+        assert_eq!(c.ghost_capacity, 2);
+        let ghost = |c: &Cache, p: u64| c.is_ghost(0, c.table.get(p));
+        assert!(!ghost(&c, 1) && ghost(&c, 2) && ghost(&c, 3));
+        c.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn ghost_numbers_wrap() {
+        // The same sequence gives the same victims whether or not the ghost
+        // numbering wraps around in the middle of it.
+        let seq = [1, 2, 3, 4, 5, 6, 7, 8, 1, 9, 4, 10, 11, 4, 2, 12, 13, 2, 3];
+        let mut plain = Cache::new(&cfg(4, 0, PolicyKind::S3Fifo), 64);
+        let expect = trace(&mut plain, &seq);
+        for start in 1..8 {
+            let mut c = Cache::new(&cfg(4, 0, PolicyKind::S3Fifo), 64);
+            c.ghost_last[0] = c.ghost_span - start;
+            assert_eq!(trace(&mut c, &seq), expect, "start {start}");
+            c.check_invariants().unwrap();
+        }
+    }
+}

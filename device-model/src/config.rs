@@ -1,0 +1,595 @@
+//! Device configuration: TOML in, validated structs out.
+//!
+//! A config is always complete: a file names an optional `preset` to start
+//! from (default `cylon`), and every key it sets must exist in that preset, so
+//! a misspelt key is an error that names the key instead of a silently ignored
+//! setting. `--set key=value` overrides go through the same path.
+
+use crate::units::{deserialize_duration_ns, deserialize_size, format_size};
+use crate::PAGE_SIZE;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Why a device configuration could not be built.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LoadConfigError {
+    /// The TOML text itself is malformed.
+    #[error("malformed TOML: {0}")]
+    Syntax(String),
+    /// A key that the device model does not have.
+    #[error("unknown config key `{key}`")]
+    UnknownKey {
+        /// Dotted path of the key, e.g. `cache.sise_bytes`.
+        key: String,
+    },
+    /// A key whose value has the wrong type or is out of range.
+    #[error("bad value for `{key}`: {reason}")]
+    BadValue {
+        /// Dotted path of the key.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An override that is not of the form `key=value`.
+    #[error("override `{0}` is not of the form key=value")]
+    MalformedOverride(String),
+    /// A preset name that does not exist.
+    #[error("unknown preset `{name}` (known: {known})")]
+    UnknownPreset {
+        /// The name that was asked for.
+        name: String,
+        /// Comma-separated list of presets.
+        known: String,
+    },
+}
+
+fn bad(key: &str, reason: impl Into<String>) -> LoadConfigError {
+    LoadConfigError::BadValue {
+        key: key.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// The eviction policies of the DRAM cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PolicyKind {
+    /// First in, first out.
+    #[serde(rename = "fifo")]
+    Fifo,
+    /// Last in, first out (Cylon's surprise winner on strided scans).
+    #[serde(rename = "lifo")]
+    Lifo,
+    /// Least recently used.
+    #[serde(rename = "lru")]
+    Lru,
+    /// CLOCK (second chance).
+    #[serde(rename = "clock")]
+    Clock,
+    /// S3-FIFO: small FIFO (10 %), main FIFO, ghost FIFO, 2-bit frequency.
+    #[serde(rename = "s3fifo")]
+    S3Fifo,
+    /// Simplified 2Q: A1in FIFO, A1out ghost, Am LRU.
+    #[serde(rename = "2q")]
+    TwoQ,
+    /// Least frequently recently used: LRU privileged + LFU unprivileged partition.
+    #[serde(rename = "lfru")]
+    Lfru,
+}
+
+impl PolicyKind {
+    /// Every policy, in the order tables list them.
+    pub const ALL: [PolicyKind; 7] = [
+        PolicyKind::Fifo,
+        PolicyKind::Lifo,
+        PolicyKind::Lru,
+        PolicyKind::Clock,
+        PolicyKind::S3Fifo,
+        PolicyKind::TwoQ,
+        PolicyKind::Lfru,
+    ];
+
+    /// The name used in configs and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Fifo => "fifo",
+            PolicyKind::Lifo => "lifo",
+            PolicyKind::Lru => "lru",
+            PolicyKind::Clock => "clock",
+            PolicyKind::S3Fifo => "s3fifo",
+            PolicyKind::TwoQ => "2q",
+            PolicyKind::Lfru => "lfru",
+        }
+    }
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for PolicyKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let norm = s.trim().to_ascii_lowercase().replace(['-', '_'], "");
+        let kind = match norm.as_str() {
+            "fifo" => PolicyKind::Fifo,
+            "lifo" => PolicyKind::Lifo,
+            "lru" => PolicyKind::Lru,
+            "clock" => PolicyKind::Clock,
+            "s3fifo" => PolicyKind::S3Fifo,
+            "2q" | "twoq" => PolicyKind::TwoQ,
+            "lfru" => PolicyKind::Lfru,
+            _ => {
+                let names: Vec<_> = PolicyKind::ALL.iter().map(|p| p.name()).collect();
+                return Err(format!(
+                    "unknown policy `{s}` (known: {})",
+                    names.join(", ")
+                ));
+            }
+        };
+        Ok(kind)
+    }
+}
+
+/// Tuning knobs of the policies that have any.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyParams {
+    /// S3-FIFO: share of each set's capacity given to the small FIFO.
+    pub s3fifo_small_ratio: f64,
+    /// S3-FIFO: accesses (while in the small queue) needed to move to main.
+    pub s3fifo_move_to_main_threshold: u8,
+    /// 2Q: share of capacity for the A1in FIFO (Kin).
+    pub twoq_kin_ratio: f64,
+    /// 2Q: ghost A1out size as a share of capacity (Kout).
+    pub twoq_kout_ratio: f64,
+    /// LFRU: share of capacity for the privileged (LRU) partition.
+    pub lfru_privileged_ratio: f64,
+    /// LFRU: hits in the unprivileged partition needed for promotion.
+    pub lfru_promote_threshold: u8,
+}
+
+impl Default for PolicyParams {
+    fn default() -> Self {
+        PolicyParams {
+            s3fifo_small_ratio: 0.10,
+            s3fifo_move_to_main_threshold: 1,
+            twoq_kin_ratio: 0.25,
+            twoq_kout_ratio: 0.50,
+            lfru_privileged_ratio: 0.50,
+            lfru_promote_threshold: 2,
+        }
+    }
+}
+
+/// The device's DRAM cache of 4 KiB pages.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheConfig {
+    /// Cache capacity in bytes (a multiple of 4 KiB).
+    #[serde(deserialize_with = "deserialize_size")]
+    pub size_bytes: u64,
+    /// Associativity: 0 = fully associative, 1 = direct-mapped, N = N-way.
+    pub ways: u32,
+    /// Eviction policy.
+    pub policy: PolicyKind,
+    /// Time to serve a page from the DRAM cache.
+    #[serde(deserialize_with = "deserialize_duration_ns")]
+    pub hit_latency_ns: u64,
+    /// Whether the policy sees hits (false: only misses, as when hits never trap).
+    pub hits_visible: bool,
+    /// Policy tuning.
+    pub params: PolicyParams,
+}
+
+impl CacheConfig {
+    /// Capacity in pages.
+    pub fn pages(&self) -> u64 {
+        self.size_bytes / PAGE_SIZE
+    }
+
+    /// (number of sets, ways per set) after resolving `ways = 0`.
+    pub fn geometry(&self) -> (u64, u64) {
+        let pages = self.pages();
+        if self.ways == 0 || u64::from(self.ways) >= pages {
+            (1, pages)
+        } else {
+            (pages / u64::from(self.ways), u64::from(self.ways))
+        }
+    }
+}
+
+/// The next-N prefetcher.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrefetchConfig {
+    /// Pages fetched ahead of each demand miss (0 = off).
+    pub degree: u32,
+    /// Distance between prefetched pages, in pages.
+    pub stride_pages: u32,
+}
+
+/// NAND geometry, timing, FTL and GC.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NandConfig {
+    /// false: a miss costs a flat `read_ns` (a write-back `program_ns`), no queues, no FTL.
+    pub enabled: bool,
+    /// Independent channels.
+    pub channels: u32,
+    /// LUNs (dies) per channel.
+    pub luns_per_channel: u32,
+    /// Planes per LUN.
+    pub planes_per_lun: u32,
+    /// Erase blocks per plane.
+    pub blocks_per_plane: u32,
+    /// 4 KiB pages per erase block.
+    pub pages_per_block: u32,
+    /// Page read (tR).
+    #[serde(deserialize_with = "deserialize_duration_ns")]
+    pub read_ns: u64,
+    /// Page program (tProg).
+    #[serde(deserialize_with = "deserialize_duration_ns")]
+    pub program_ns: u64,
+    /// Block erase (tBERS).
+    #[serde(deserialize_with = "deserialize_duration_ns")]
+    pub erase_ns: u64,
+    /// Moving one page over the channel.
+    #[serde(deserialize_with = "deserialize_duration_ns")]
+    pub channel_xfer_ns: u64,
+    /// Share of physical pages hidden from the logical capacity.
+    pub overprovision_ratio: f64,
+    /// Background GC runs on an idle LUN whose free-block share is below this.
+    pub gc_background_threshold: f64,
+    /// Foreground GC blocks writes on a LUN whose free-block share is below this.
+    pub gc_foreground_threshold: f64,
+}
+
+impl NandConfig {
+    /// Total LUNs.
+    pub fn luns(&self) -> u64 {
+        u64::from(self.channels) * u64::from(self.luns_per_channel)
+    }
+
+    /// Erase blocks per LUN.
+    pub fn blocks_per_lun(&self) -> u64 {
+        u64::from(self.planes_per_lun) * u64::from(self.blocks_per_plane)
+    }
+
+    /// Physical 4 KiB pages.
+    pub fn physical_pages(&self) -> u64 {
+        self.luns() * self.blocks_per_lun() * u64::from(self.pages_per_block)
+    }
+
+    /// Pages the host can address: physical minus over-provisioning.
+    pub fn logical_pages(&self) -> u64 {
+        let physical = self.physical_pages();
+        let hidden = (physical as f64 * self.overprovision_ratio).ceil() as u64;
+        physical.saturating_sub(hidden)
+    }
+}
+
+/// The CXL link between host and device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkConfig {
+    /// Added to every access (CXL.mem protocol and flight time).
+    #[serde(deserialize_with = "deserialize_duration_ns")]
+    pub latency_ns: u64,
+}
+
+/// A complete device configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceConfig {
+    /// DRAM cache.
+    pub cache: CacheConfig,
+    /// Prefetcher.
+    pub prefetch: PrefetchConfig,
+    /// NAND back end.
+    pub nand: NandConfig,
+    /// CXL link.
+    pub link: LinkConfig,
+}
+
+impl Default for DeviceConfig {
+    fn default() -> Self {
+        crate::presets::cylon()
+    }
+}
+
+impl DeviceConfig {
+    /// Parses a TOML config. A top-level `preset = "NAME"` picks the base
+    /// (default: `cylon`); every other key must exist in it.
+    pub fn from_toml_str(text: &str) -> Result<Self, LoadConfigError> {
+        let mut file: toml::Table =
+            toml::from_str(text).map_err(|e| LoadConfigError::Syntax(e.message().to_string()))?;
+        let base = match file.remove("preset") {
+            None => DeviceConfig::default(),
+            Some(toml::Value::String(name)) => crate::presets::preset(&name)?,
+            Some(other) => return Err(bad("preset", format!("expected a name, got {other}"))),
+        };
+        let mut merged = base.to_table();
+        merge_into(&mut merged, file, "")?;
+        Self::from_table(merged)
+    }
+
+    /// Applies `key=value` overrides in order (`cache.policy=s3fifo`,
+    /// `cache.size_bytes=1GiB`). The value is read as TOML, else as a string.
+    pub fn with_overrides<S: AsRef<str>>(&self, overrides: &[S]) -> Result<Self, LoadConfigError> {
+        let mut table = self.to_table();
+        for item in overrides {
+            let item = item.as_ref();
+            let (key, value) = item
+                .split_once('=')
+                .ok_or_else(|| LoadConfigError::MalformedOverride(item.to_string()))?;
+            set_path(&mut table, key.trim(), parse_override_value(value.trim()))?;
+        }
+        Self::from_table(table)
+    }
+
+    /// The effective config as TOML text, loadable by [`DeviceConfig::from_toml_str`].
+    pub fn to_toml_string(&self) -> String {
+        // Serialising plain structs of numbers, bools and strings cannot fail.
+        toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot print config: {e}\n"))
+    }
+
+    fn to_table(&self) -> toml::Table {
+        match toml::Table::try_from(self) {
+            Ok(t) => t,
+            // Unreachable for this type; an empty table makes the caller fail loudly.
+            Err(_) => toml::Table::new(),
+        }
+    }
+
+    fn from_table(table: toml::Table) -> Result<Self, LoadConfigError> {
+        let cfg: DeviceConfig = serde_path_to_error::deserialize(toml::Value::Table(table))
+            .map_err(|e| {
+                let key = e.path().to_string();
+                LoadConfigError::BadValue {
+                    key: if key == "." {
+                        "config".to_string()
+                    } else {
+                        key
+                    },
+                    reason: e.inner().message().to_string(),
+                }
+            })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Logical capacity of the device in bytes (what addresses may reach).
+    pub fn capacity_bytes(&self) -> u64 {
+        self.nand.logical_pages() * PAGE_SIZE
+    }
+
+    /// Checks ranges and cross-field rules.
+    pub fn validate(&self) -> Result<(), LoadConfigError> {
+        let c = &self.cache;
+        if c.size_bytes == 0 || c.size_bytes % PAGE_SIZE != 0 {
+            return Err(bad(
+                "cache.size_bytes",
+                format!("{} is not a positive multiple of 4 KiB", c.size_bytes),
+            ));
+        }
+        if c.ways > 0 && c.pages() % u64::from(c.ways) != 0 {
+            return Err(bad(
+                "cache.ways",
+                format!("{} pages do not divide into {}-way sets", c.pages(), c.ways),
+            ));
+        }
+        if c.pages() > u64::from(u32::MAX - 1) {
+            return Err(bad("cache.size_bytes", "more than 2^32-2 pages"));
+        }
+        let p = &c.params;
+        for (key, v) in [
+            ("cache.params.s3fifo_small_ratio", p.s3fifo_small_ratio),
+            ("cache.params.twoq_kin_ratio", p.twoq_kin_ratio),
+            ("cache.params.twoq_kout_ratio", p.twoq_kout_ratio),
+            (
+                "cache.params.lfru_privileged_ratio",
+                p.lfru_privileged_ratio,
+            ),
+        ] {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(bad(key, format!("{v} is not within 0..=1")));
+            }
+        }
+        if self.prefetch.stride_pages == 0 {
+            return Err(bad("prefetch.stride_pages", "must be at least 1"));
+        }
+        let n = &self.nand;
+        for (key, v) in [
+            ("nand.channels", n.channels),
+            ("nand.luns_per_channel", n.luns_per_channel),
+            ("nand.planes_per_lun", n.planes_per_lun),
+            ("nand.blocks_per_plane", n.blocks_per_plane),
+            ("nand.pages_per_block", n.pages_per_block),
+        ] {
+            if v == 0 {
+                return Err(bad(key, "must be at least 1"));
+            }
+        }
+        if n.blocks_per_lun() < 4 {
+            return Err(bad(
+                "nand.blocks_per_plane",
+                "each LUN needs at least 4 erase blocks (one open, two reserved for GC)",
+            ));
+        }
+        if n.physical_pages() >= u64::from(u32::MAX) {
+            return Err(bad("nand", "more than 2^32-1 physical pages (16 TiB)"));
+        }
+        if !(0.0..0.9).contains(&n.overprovision_ratio) {
+            return Err(bad("nand.overprovision_ratio", "must be within 0..0.9"));
+        }
+        if n.enabled && n.overprovision_ratio * (n.blocks_per_lun() as f64) < 2.0 {
+            return Err(bad(
+                "nand.overprovision_ratio",
+                "too small: each LUN needs at least 2 spare blocks for GC",
+            ));
+        }
+        for (key, v) in [
+            ("nand.gc_background_threshold", n.gc_background_threshold),
+            ("nand.gc_foreground_threshold", n.gc_foreground_threshold),
+        ] {
+            if !(0.0..1.0).contains(&v) {
+                return Err(bad(key, format!("{v} is not within 0..1")));
+            }
+        }
+        if n.gc_foreground_threshold > n.gc_background_threshold {
+            return Err(bad(
+                "nand.gc_foreground_threshold",
+                "must not exceed nand.gc_background_threshold",
+            ));
+        }
+        if c.size_bytes > self.capacity_bytes() {
+            return Err(bad(
+                "cache.size_bytes",
+                format!(
+                    "cache ({}) is larger than the device ({})",
+                    format_size(c.size_bytes),
+                    format_size(self.capacity_bytes())
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn parse_override_value(text: &str) -> toml::Value {
+    // `key = VALUE` parses integers, floats, bools and quoted strings the TOML way;
+    // anything else (`s3fifo`, `4GiB`) is taken as a bare string.
+    match toml::from_str::<toml::Table>(&format!("v = {text}")) {
+        Ok(mut t) => t
+            .remove("v")
+            .unwrap_or_else(|| toml::Value::String(text.to_string())),
+        Err(_) => toml::Value::String(text.to_string()),
+    }
+}
+
+fn set_path(table: &mut toml::Table, key: &str, value: toml::Value) -> Result<(), LoadConfigError> {
+    let unknown = || LoadConfigError::UnknownKey {
+        key: key.to_string(),
+    };
+    let mut parts = key.split('.').peekable();
+    let mut current = table;
+    while let Some(part) = parts.next() {
+        let slot = current.get_mut(part).ok_or_else(unknown)?;
+        if parts.peek().is_none() {
+            if slot.is_table() {
+                return Err(bad(key, "is a section, not a value"));
+            }
+            *slot = value;
+            return Ok(());
+        }
+        current = slot.as_table_mut().ok_or_else(unknown)?;
+    }
+    Err(unknown())
+}
+
+fn merge_into(
+    base: &mut toml::Table,
+    over: toml::Table,
+    prefix: &str,
+) -> Result<(), LoadConfigError> {
+    for (name, value) in over {
+        let key = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}.{name}")
+        };
+        let slot = base
+            .get_mut(&name)
+            .ok_or_else(|| LoadConfigError::UnknownKey { key: key.clone() })?;
+        match (slot, value) {
+            (toml::Value::Table(b), toml::Value::Table(o)) => merge_into(b, o, &key)?,
+            (toml::Value::Table(_), _) => return Err(bad(&key, "is a section, not a value")),
+            (slot, value) => *slot = value,
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = DeviceConfig::from_toml_str("[cache]\nsise_bytes = 4096\n").unwrap_err();
+        assert_eq!(
+            err,
+            LoadConfigError::UnknownKey {
+                key: "cache.sise_bytes".into()
+            }
+        );
+        let err = DeviceConfig::default()
+            .with_overrides(&["nand.read_nss=3"])
+            .unwrap_err();
+        assert_eq!(
+            err,
+            LoadConfigError::UnknownKey {
+                key: "nand.read_nss".into()
+            }
+        );
+    }
+
+    #[test]
+    fn overrides_parse_units_and_names() {
+        let cfg = DeviceConfig::default()
+            .with_overrides(&[
+                "cache.policy=s3fifo",
+                "cache.size_bytes=1GiB",
+                "nand.read_ns=3us",
+                "cache.hits_visible=false",
+            ])
+            .unwrap();
+        assert_eq!(cfg.cache.policy, PolicyKind::S3Fifo);
+        assert_eq!(cfg.cache.size_bytes, 1 << 30);
+        assert_eq!(cfg.nand.read_ns, 3000);
+        assert!(!cfg.cache.hits_visible);
+    }
+
+    #[test]
+    fn bad_values_are_reported() {
+        let err = DeviceConfig::default()
+            .with_overrides(&["cache.policy=mru"])
+            .unwrap_err();
+        assert!(err.to_string().contains("mru"), "{err}");
+        let err = DeviceConfig::default()
+            .with_overrides(&["cache.size_bytes=1000"])
+            .unwrap_err();
+        assert!(err.to_string().contains("cache.size_bytes"), "{err}");
+        let err = DeviceConfig::default()
+            .with_overrides(&["nand.channels=0"])
+            .unwrap_err();
+        assert!(err.to_string().contains("nand.channels"), "{err}");
+        let err = DeviceConfig::default()
+            .with_overrides(&["cache"])
+            .unwrap_err();
+        assert!(matches!(err, LoadConfigError::MalformedOverride(_)));
+    }
+
+    #[test]
+    fn printed_config_loads_back() {
+        for name in crate::presets::PRESETS {
+            let cfg = crate::presets::preset(name).unwrap();
+            let text = cfg.to_toml_string();
+            assert_eq!(DeviceConfig::from_toml_str(&text).unwrap(), cfg, "{name}");
+        }
+    }
+
+    #[test]
+    fn file_starts_from_named_preset() {
+        let cfg = DeviceConfig::from_toml_str(
+            "preset = \"skybyte\"\n[cache]\npolicy = \"lru\"\nsize_bytes = \"64MiB\"\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.nand.read_ns, 3_000);
+        assert_eq!(cfg.cache.size_bytes, 64 << 20);
+    }
+}

@@ -1,0 +1,605 @@
+//! The device: the DRAM cache, the prefetcher and the NAND back end put
+//! together behind `access(now, op, addr, len) -> Outcome`.
+//!
+//! Timing of one page (all times in ns, `now` = arrival at the device):
+//! * hit: `max(now, ready_at) + hit_latency` (a page whose fill is still in
+//!   flight makes the access wait for that fill: MSHR coalescing);
+//! * miss: `nand.read(now) + hit_latency` (fill the frame, then serve it);
+//! * write miss covering the whole page: allocated without a fill;
+//! * a dirty victim is written back with `nand.program(now)`: the access does
+//!   not wait for it, but it occupies the LUN and channel it lands on.
+//!
+//! The access completes when its last page does, plus the CXL link latency.
+
+use crate::cache::{Cache, Evicted, Insert, SlotId};
+use crate::config::{DeviceConfig, LoadConfigError, PolicyKind};
+use crate::nand::{Nand, NandOpError, NandStats};
+use crate::{PAGE_SHIFT, PAGE_SIZE};
+use serde::Serialize;
+use std::fmt;
+use std::str::FromStr;
+
+/// Load or store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// Load.
+    Read,
+    /// Store.
+    Write,
+}
+
+impl Op {
+    /// `R` or `W`, as in trace files.
+    pub fn letter(self) -> char {
+        match self {
+            Op::Read => 'R',
+            Op::Write => 'W',
+        }
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.letter())
+    }
+}
+
+impl FromStr for Op {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "R" | "r" | "read" | "READ" => Ok(Op::Read),
+            "W" | "w" | "write" | "WRITE" => Ok(Op::Write),
+            other => Err(format!("op must be R or W, got `{other}`")),
+        }
+    }
+}
+
+/// Why an access or a cache-control command was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AccessError {
+    /// The range reaches past the device's logical capacity.
+    #[error("address range {addr:#x}+{len} is beyond the device capacity of {capacity} bytes")]
+    OutOfRange {
+        /// First byte.
+        addr: u64,
+        /// Length in bytes.
+        len: u64,
+        /// Device capacity in bytes.
+        capacity: u64,
+    },
+    /// A zero-length access.
+    #[error("zero-length access at {addr:#x}")]
+    Empty {
+        /// The address given.
+        addr: u64,
+    },
+    /// Pinning needs a way that is not pinned yet.
+    #[error("cannot pin page {page}: every way of its cache set is already pinned")]
+    SetFullyPinned {
+        /// Device page number.
+        page: u64,
+    },
+    /// The NAND back end failed.
+    #[error(transparent)]
+    Nand(#[from] NandOpError),
+}
+
+/// What one access did and when it completes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// When the data is back at the host.
+    pub completes_at_ns: u64,
+    /// `completes_at_ns - now`.
+    pub latency_ns: u64,
+    /// Every page touched was resident and ready: served at DRAM-cache speed.
+    pub hit: bool,
+    /// Pages touched.
+    pub pages: u32,
+    /// Of which hits.
+    pub page_hits: u32,
+    /// Of which misses (including coalesced and bypassed ones).
+    pub page_misses: u32,
+    /// Misses that joined a fill already in flight (MSHR).
+    pub coalesced: u32,
+    /// Misses served around the cache because their set is fully pinned.
+    pub bypassed: u32,
+    /// NAND page reads this access caused (fills and prefetches).
+    pub nand_reads: u32,
+    /// NAND page programs this access caused (write-backs of victims, bypassed writes).
+    pub nand_programs: u32,
+}
+
+/// Result of a range command (`prefetch`, `pin`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RangeOutcome {
+    /// When the last page of the range is resident.
+    pub completes_at_ns: u64,
+    /// Pages in the range.
+    pub pages: u64,
+    /// Pages that had to be read from NAND.
+    pub filled: u64,
+}
+
+/// Result of [`Device::evict`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct EvictOutcome {
+    /// When the last write-back is durable (`now` if there was none).
+    pub completes_at_ns: u64,
+    /// Pages dropped from the cache.
+    pub evicted: u64,
+    /// Of which dirty ones written back.
+    pub written_back: u64,
+    /// Pinned pages left in place.
+    pub skipped_pinned: u64,
+}
+
+/// Counters since creation or the last [`Device::reset_stats`], plus gauges.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct DeviceStats {
+    /// `access` calls.
+    pub accesses: u64,
+    /// Of which reads.
+    pub reads: u64,
+    /// Of which writes.
+    pub writes: u64,
+    /// Bytes read by the host.
+    pub bytes_read: u64,
+    /// Bytes written by the host.
+    pub bytes_written: u64,
+    /// Page lookups (an access spanning three pages counts three).
+    pub page_accesses: u64,
+    /// Page lookups served from a ready cache frame.
+    pub hits: u64,
+    /// Page lookups that were not (includes coalesced and bypassed).
+    pub misses: u64,
+    /// Misses that joined an in-flight fill.
+    pub coalesced: u64,
+    /// Misses that bypassed a fully pinned set.
+    pub bypasses: u64,
+    /// Pages evicted by the policy or explicitly.
+    pub evictions: u64,
+    /// Of which dirty (written back).
+    pub writebacks: u64,
+    /// Pages brought in by the prefetcher or a `prefetch` command.
+    pub prefetch_issued: u64,
+    /// Prefetched pages later touched by a demand access.
+    pub prefetch_used: u64,
+    /// Prefetched pages evicted untouched.
+    pub prefetch_wasted: u64,
+    /// Gauge: resident pages.
+    pub resident_pages: u64,
+    /// Gauge: pinned pages.
+    pub pinned_pages: u64,
+    /// Gauge: dirty pages.
+    pub dirty_pages: u64,
+    /// Gauge: the eviction policy in force.
+    pub policy: String,
+    /// NAND counters.
+    #[serde(serialize_with = "serialize_nand_stats")]
+    pub nand: NandStats,
+}
+
+impl DeviceStats {
+    /// hits / page lookups (0 when there were none).
+    pub fn hit_rate(&self) -> f64 {
+        if self.page_accesses == 0 {
+            0.0
+        } else {
+            self.hits as f64 / self.page_accesses as f64
+        }
+    }
+}
+
+fn serialize_nand_stats<S: serde::Serializer>(n: &NandStats, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeStruct;
+    let mut st = s.serialize_struct("NandStats", 9)?;
+    st.serialize_field("reads", &n.reads())?;
+    st.serialize_field("programs", &n.programs())?;
+    st.serialize_field("erases", &n.erases)?;
+    st.serialize_field("gc_runs", &n.gc_runs)?;
+    st.serialize_field("gc_foreground_runs", &n.gc_foreground_runs)?;
+    st.serialize_field("gc_page_copies", &n.gc_page_copies)?;
+    st.serialize_field("host_reads", &n.host_reads)?;
+    st.serialize_field("host_programs", &n.host_programs)?;
+    st.serialize_field("write_amplification", &n.write_amplification())?;
+    st.end()
+}
+
+/// The emulated CXL-SSD.
+#[derive(Debug)]
+pub struct Device {
+    cfg: DeviceConfig,
+    cache: Cache,
+    nand: Nand,
+    capacity_pages: u64,
+    stats: DeviceStats,
+}
+
+/// How one page lookup went (internal).
+enum PageResult {
+    Hit { done: u64 },
+    Coalesced { done: u64 },
+    Miss { done: u64 },
+    Bypassed { done: u64 },
+}
+
+impl Device {
+    /// A device with an empty cache and erased NAND.
+    pub fn new(cfg: DeviceConfig) -> Result<Self, LoadConfigError> {
+        cfg.validate()?;
+        let capacity_pages = cfg.nand.logical_pages();
+        Ok(Device {
+            cache: Cache::new(&cfg.cache, capacity_pages),
+            nand: Nand::new(&cfg.nand),
+            capacity_pages,
+            stats: DeviceStats::default(),
+            cfg,
+        })
+    }
+
+    /// The configuration in force (reflects `set_policy` / `set_prefetch`).
+    pub fn config(&self) -> &DeviceConfig {
+        &self.cfg
+    }
+
+    /// Addressable bytes.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.capacity_pages * PAGE_SIZE
+    }
+
+    fn page_range(&self, addr: u64, len: u64) -> Result<(u64, u64), AccessError> {
+        if len == 0 {
+            return Err(AccessError::Empty { addr });
+        }
+        let capacity = self.capacity_bytes();
+        match addr.checked_add(len) {
+            Some(end) if end <= capacity => Ok((addr >> PAGE_SHIFT, (end - 1) >> PAGE_SHIFT)),
+            _ => Err(AccessError::OutOfRange {
+                addr,
+                len,
+                capacity,
+            }),
+        }
+    }
+
+    /// One host access arriving at `now_ns`.
+    pub fn access(
+        &mut self,
+        now_ns: u64,
+        op: Op,
+        addr: u64,
+        len: u32,
+    ) -> Result<Outcome, AccessError> {
+        let (first, last) = self.page_range(addr, u64::from(len))?;
+        let mut out = Outcome {
+            hit: true,
+            ..Outcome::default()
+        };
+        let mut done_max = now_ns;
+        for page in first..=last {
+            // A write covering the whole page needs no fill.
+            let whole_page = op == Op::Write
+                && addr <= page << PAGE_SHIFT
+                && addr + u64::from(len) >= (page + 1) << PAGE_SHIFT;
+            let result = self.access_page(now_ns, op, page, whole_page, &mut out)?;
+            let done = match result {
+                PageResult::Hit { done } => {
+                    out.page_hits += 1;
+                    done
+                }
+                PageResult::Coalesced { done } => {
+                    out.page_misses += 1;
+                    out.coalesced += 1;
+                    done
+                }
+                PageResult::Miss { done } => {
+                    out.page_misses += 1;
+                    done
+                }
+                PageResult::Bypassed { done } => {
+                    out.page_misses += 1;
+                    out.bypassed += 1;
+                    done
+                }
+            };
+            done_max = done_max.max(done);
+            out.pages += 1;
+        }
+        out.hit = out.page_misses == 0;
+        out.completes_at_ns = done_max + self.cfg.link.latency_ns;
+        out.latency_ns = out.completes_at_ns - now_ns;
+
+        let s = &mut self.stats;
+        s.accesses += 1;
+        match op {
+            Op::Read => {
+                s.reads += 1;
+                s.bytes_read += u64::from(len);
+            }
+            Op::Write => {
+                s.writes += 1;
+                s.bytes_written += u64::from(len);
+            }
+        }
+        s.page_accesses += u64::from(out.pages);
+        s.hits += u64::from(out.page_hits);
+        s.misses += u64::from(out.page_misses);
+        s.coalesced += u64::from(out.coalesced);
+        s.bypasses += u64::from(out.bypassed);
+        Ok(out)
+    }
+
+    fn access_page(
+        &mut self,
+        now: u64,
+        op: Op,
+        page: u64,
+        whole_page: bool,
+        out: &mut Outcome,
+    ) -> Result<PageResult, AccessError> {
+        let hit_latency = self.cfg.cache.hit_latency_ns;
+        if let Some(slot) = self.cache.lookup(page) {
+            let state = self.cache.state(slot);
+            if self.cfg.cache.hits_visible {
+                self.cache.record_hit(slot);
+            }
+            if state.prefetched_unused {
+                self.cache.mark_used(slot);
+                self.stats.prefetch_used += 1;
+            }
+            if op == Op::Write && !state.dirty {
+                self.cache.set_dirty(slot, true);
+            }
+            let done = now.max(state.ready_at_ns) + hit_latency;
+            return Ok(if state.ready_at_ns > now {
+                PageResult::Coalesced { done }
+            } else {
+                PageResult::Hit { done }
+            });
+        }
+
+        // Miss: fill (unless a whole-page write), allocate, prefetch ahead.
+        let ready = if whole_page {
+            now
+        } else {
+            out.nand_reads += 1;
+            self.nand.read(now, page)
+        };
+        match self.cache.insert(page, ready, op == Op::Write, false) {
+            Insert::Placed { evicted, .. } => {
+                if let Some(victim) = evicted {
+                    self.retire(now, victim, out)?;
+                }
+            }
+            Insert::SetFullyPinned => {
+                let done = match op {
+                    Op::Read => ready,
+                    Op::Write => {
+                        out.nand_programs += 1;
+                        self.nand.program(now, page)?
+                    }
+                };
+                return Ok(PageResult::Bypassed {
+                    done: done + hit_latency,
+                });
+            }
+        }
+        self.prefetch_after_miss(now, page, out)?;
+        Ok(PageResult::Miss {
+            done: ready + hit_latency,
+        })
+    }
+
+    /// Next-N prefetch with a stride, issued on a demand miss (as in Cylon);
+    /// every prefetched page costs a NAND read.
+    fn prefetch_after_miss(
+        &mut self,
+        now: u64,
+        page: u64,
+        out: &mut Outcome,
+    ) -> Result<(), AccessError> {
+        let degree = u64::from(self.cfg.prefetch.degree);
+        let stride = u64::from(self.cfg.prefetch.stride_pages);
+        for k in 1..=degree {
+            let target = page + k * stride;
+            if target >= self.capacity_pages {
+                break;
+            }
+            if self.cache.lookup(target).is_some() {
+                continue;
+            }
+            if self.fill_prefetch(now, target, out)?.is_none() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads `page` from NAND into the cache as a prefetch; `None` if its set is fully pinned.
+    fn fill_prefetch(
+        &mut self,
+        now: u64,
+        page: u64,
+        out: &mut Outcome,
+    ) -> Result<Option<(SlotId, u64)>, AccessError> {
+        let ready = self.nand.read(now, page);
+        out.nand_reads += 1;
+        match self.cache.insert(page, ready, false, true) {
+            Insert::Placed { slot, evicted } => {
+                self.stats.prefetch_issued += 1;
+                if let Some(victim) = evicted {
+                    self.retire(now, victim, out)?;
+                }
+                Ok(Some((slot, ready)))
+            }
+            Insert::SetFullyPinned => Ok(None),
+        }
+    }
+
+    /// Accounts for a page leaving the cache; writes it back if dirty.
+    fn retire(&mut self, now: u64, victim: Evicted, out: &mut Outcome) -> Result<u64, AccessError> {
+        self.stats.evictions += 1;
+        if victim.prefetched_unused {
+            self.stats.prefetch_wasted += 1;
+        }
+        if victim.dirty {
+            self.stats.writebacks += 1;
+            out.nand_programs += 1;
+            return Ok(self.nand.program(now, victim.page)?);
+        }
+        Ok(now)
+    }
+
+    /// Brings a range into the cache ahead of use (the `prefetch` command).
+    pub fn prefetch(
+        &mut self,
+        now_ns: u64,
+        addr: u64,
+        len: u64,
+    ) -> Result<RangeOutcome, AccessError> {
+        let (first, last) = self.page_range(addr, len)?;
+        let mut result = RangeOutcome {
+            completes_at_ns: now_ns,
+            pages: last - first + 1,
+            filled: 0,
+        };
+        let mut scratch = Outcome::default();
+        for page in first..=last {
+            match self.cache.lookup(page) {
+                Some(slot) => {
+                    let ready = self.cache.state(slot).ready_at_ns;
+                    result.completes_at_ns = result.completes_at_ns.max(ready);
+                }
+                None => {
+                    if let Some((_, ready)) = self.fill_prefetch(now_ns, page, &mut scratch)? {
+                        result.filled += 1;
+                        result.completes_at_ns = result.completes_at_ns.max(ready);
+                    }
+                }
+            }
+        }
+        Ok(result)
+    }
+
+    /// Makes a range resident and keeps it so until [`Device::unpin`].
+    pub fn pin(&mut self, now_ns: u64, addr: u64, len: u64) -> Result<RangeOutcome, AccessError> {
+        let (first, last) = self.page_range(addr, len)?;
+        let mut result = RangeOutcome {
+            completes_at_ns: now_ns,
+            pages: last - first + 1,
+            filled: 0,
+        };
+        let mut scratch = Outcome::default();
+        for page in first..=last {
+            let slot = match self.cache.lookup(page) {
+                Some(slot) => slot,
+                None => {
+                    let ready = self.nand.read(now_ns, page);
+                    result.filled += 1;
+                    match self.cache.insert(page, ready, false, false) {
+                        Insert::Placed { slot, evicted } => {
+                            if let Some(victim) = evicted {
+                                self.retire(now_ns, victim, &mut scratch)?;
+                            }
+                            slot
+                        }
+                        Insert::SetFullyPinned => return Err(AccessError::SetFullyPinned { page }),
+                    }
+                }
+            };
+            let state = self.cache.state(slot);
+            result.completes_at_ns = result.completes_at_ns.max(state.ready_at_ns);
+            if !state.pinned {
+                self.cache.pin(slot);
+            }
+        }
+        Ok(result)
+    }
+
+    /// Releases pins on a range; returns how many pages were pinned.
+    pub fn unpin(&mut self, addr: u64, len: u64) -> Result<u64, AccessError> {
+        let (first, last) = self.page_range(addr, len)?;
+        let mut released = 0;
+        for page in first..=last {
+            if let Some(slot) = self.cache.lookup(page) {
+                if self.cache.state(slot).pinned {
+                    self.cache.unpin(slot);
+                    released += 1;
+                }
+            }
+        }
+        Ok(released)
+    }
+
+    /// Drops a range from the cache, writing dirty pages back; pinned pages stay.
+    pub fn evict(&mut self, now_ns: u64, addr: u64, len: u64) -> Result<EvictOutcome, AccessError> {
+        let (first, last) = self.page_range(addr, len)?;
+        let mut result = EvictOutcome {
+            completes_at_ns: now_ns,
+            ..EvictOutcome::default()
+        };
+        let mut scratch = Outcome::default();
+        for page in first..=last {
+            let Some(slot) = self.cache.lookup(page) else {
+                continue;
+            };
+            if self.cache.state(slot).pinned {
+                result.skipped_pinned += 1;
+                continue;
+            }
+            if let Some(victim) = self.cache.remove(page) {
+                result.evicted += 1;
+                if victim.dirty {
+                    result.written_back += 1;
+                }
+                let done = self.retire(now_ns, victim, &mut scratch)?;
+                result.completes_at_ns = result.completes_at_ns.max(done);
+            }
+        }
+        Ok(result)
+    }
+
+    /// Writes every dirty page back (pages stay resident, now clean); returns
+    /// when the last program is durable.
+    pub fn flush(&mut self, now_ns: u64) -> Result<u64, AccessError> {
+        let mut done = now_ns;
+        for slot in self.cache.dirty_slots() {
+            let page = self.cache.state(slot).page;
+            done = done.max(self.nand.program(now_ns, page)?);
+            self.cache.set_dirty(slot, false);
+            self.stats.writebacks += 1;
+        }
+        Ok(done)
+    }
+
+    /// Switches the eviction policy at run time; resident pages stay.
+    pub fn set_policy(&mut self, kind: PolicyKind) {
+        self.cache.set_policy(kind, &self.cfg.cache.params);
+        self.cfg.cache.policy = kind;
+    }
+
+    /// Changes the prefetcher (degree 0 = off).
+    pub fn set_prefetch(&mut self, degree: u32, stride_pages: u32) {
+        self.cfg.prefetch.degree = degree;
+        self.cfg.prefetch.stride_pages = stride_pages.max(1);
+    }
+
+    /// Counters and gauges.
+    pub fn stats(&self) -> DeviceStats {
+        let mut s = self.stats.clone();
+        s.resident_pages = self.cache.resident_pages();
+        s.pinned_pages = self.cache.pinned_pages();
+        s.dirty_pages = self.cache.dirty_pages();
+        s.policy = self.cache.policy().name().to_string();
+        s.nand = self.nand.stats();
+        s
+    }
+
+    /// Zeroes the counters; cache contents, pins and NAND state stay.
+    pub fn reset_stats(&mut self) {
+        self.stats = DeviceStats::default();
+        self.nand.reset_stats();
+    }
+}

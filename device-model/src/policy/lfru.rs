@@ -1,0 +1,113 @@
+//! LFRU: least frequently recently used.
+
+use super::list::SlotLists;
+use super::{share, EvictionPolicy, Victim};
+use crate::cache::SlotId;
+use crate::config::{PolicyKind, PolicyParams};
+
+/// Highest frequency bucket of the unprivileged partition.
+const FREQ_MAX: u8 = 7;
+/// Lists per set: index 0 is the privileged LRU, 1..=7 the frequency buckets.
+const LISTS: usize = 1 + FREQ_MAX as usize;
+/// `state` value of a privileged slot.
+const PRIVILEGED: u8 = 0;
+
+/// LFRU (Bilal & Kang; as in CXL-SSD-Sim and Wikipedia's "least frequently
+/// recently used"), per set: a privileged partition kept in LRU order
+/// (target `privileged_ratio` of the ways) and an unprivileged partition
+/// approximating LFU with frequency buckets 1..=7 (FIFO within a bucket).
+///
+/// New pages enter the unprivileged partition with frequency 1. A hit there
+/// raises the frequency (capped at 7); once it reaches `promote_threshold`
+/// the page moves to the privileged MRU end, and if the privileged partition
+/// then exceeds its target its LRU page is demoted to the unprivileged
+/// partition with frequency 1. A hit in the privileged partition → MRU.
+/// Victim: the oldest page of the lowest non-empty unprivileged bucket; only
+/// if that partition is empty, the privileged LRU page.
+///
+/// With `promote_threshold` above 7 nothing is ever promoted (pure
+/// approximate LFU); with a privileged target of 0 a promoted page is demoted
+/// straight back with frequency 1.
+#[derive(Debug, Clone)]
+pub struct Lfru {
+    /// Lists `LISTS * set + k`, see [`LISTS`].
+    lists: SlotLists,
+    /// Per slot: [`PRIVILEGED`] or the unprivileged frequency (1..=7).
+    state: Vec<u8>,
+    privileged_target: u32,
+    promote_threshold: u8,
+}
+
+impl Lfru {
+    /// Empty LFRU for `sets` sets of `ways` slots.
+    pub fn new(sets: u32, ways: u32, params: &PolicyParams) -> Self {
+        let slots = sets as usize * ways as usize;
+        Lfru {
+            lists: SlotLists::new(slots, LISTS * sets as usize),
+            state: vec![1; slots],
+            privileged_target: share(ways, params.lfru_privileged_ratio, 0),
+            promote_threshold: params.lfru_promote_threshold,
+        }
+    }
+
+    #[inline]
+    fn list(set: u32, k: u8) -> usize {
+        LISTS * set as usize + k as usize
+    }
+}
+
+impl EvictionPolicy for Lfru {
+    fn kind(&self) -> PolicyKind {
+        PolicyKind::Lfru
+    }
+
+    #[inline]
+    fn on_insert(&mut self, set: u32, slot: SlotId, _page: u64, _from_ghost: bool) {
+        self.state[slot as usize] = 1;
+        self.lists.push_front(Self::list(set, 1), slot);
+    }
+
+    fn on_hit(&mut self, set: u32, slot: SlotId) {
+        let f = self.state[slot as usize];
+        if f == PRIVILEGED {
+            self.lists.move_to_front(Self::list(set, PRIVILEGED), slot);
+            return;
+        }
+        let nf = (f + 1).min(FREQ_MAX);
+        if nf >= self.promote_threshold {
+            self.lists.unlink(Self::list(set, f), slot);
+            let privileged = Self::list(set, PRIVILEGED);
+            self.state[slot as usize] = PRIVILEGED;
+            self.lists.push_front(privileged, slot);
+            if self.lists.len(privileged) > self.privileged_target {
+                if let Some(demoted) = self.lists.pop_back(privileged) {
+                    self.state[demoted as usize] = 1;
+                    self.lists.push_front(Self::list(set, 1), demoted);
+                }
+            }
+        } else if nf != f {
+            self.lists.unlink(Self::list(set, f), slot);
+            self.state[slot as usize] = nf;
+            self.lists.push_front(Self::list(set, nf), slot);
+        }
+    }
+
+    #[inline]
+    fn on_remove(&mut self, set: u32, slot: SlotId) {
+        let f = self.state[slot as usize];
+        self.lists.unlink(Self::list(set, f), slot);
+    }
+
+    fn evict(&mut self, set: u32) -> Option<Victim> {
+        (1..=FREQ_MAX)
+            .chain(std::iter::once(PRIVILEGED))
+            .find_map(|k| self.lists.pop_back(Self::list(set, k)))
+            .map(Victim::plain)
+    }
+
+    fn tracked(&self, set: u32) -> u32 {
+        (0..=FREQ_MAX)
+            .map(|k| self.lists.len(Self::list(set, k)))
+            .sum()
+    }
+}

@@ -1,0 +1,254 @@
+//! Eviction policies (libCacheSim-style interface), operating on slot ids of
+//! one set at a time.
+//!
+//! A policy sees only the slots the cache hands it: every resident, unpinned
+//! slot is *tracked* by exactly one policy list; pinned slots are removed from
+//! its view ([`EvictionPolicy::on_remove`]) and come back as fresh insertions
+//! when unpinned. Per-slot state lives in flat arrays over all slots of the
+//! cache, per-set state in flat arrays over sets, so nothing allocates on the
+//! access path; [`Policy`] dispatches statically over the concrete policies.
+//!
+//! The cache calls, for one access:
+//! * hit: [`EvictionPolicy::on_hit`] (only when hits are visible);
+//! * miss: [`EvictionPolicy::evict`] if the set has no free slot, then
+//!   [`EvictionPolicy::on_insert`].
+//!
+//! Ghost queues (S3-FIFO's G, 2Q's A1out) are a service of the cache rather
+//! than of each policy: a policy declares how many ghosts per set it wants
+//! ([`EvictionPolicy::ghost_capacity`]) and marks which victims to remember
+//! ([`Victim::remember`]); the cache keeps, per set, a FIFO of the last
+//! `ghost_capacity` remembered pages, stored in its page table (a ghost
+//! costs no extra memory access), and tells [`EvictionPolicy::on_insert`]
+//! whether the incoming page was found in it. The look-up happens before the
+//! eviction that makes room, as in libCacheSim.
+
+mod clock;
+mod fifo;
+mod lfru;
+mod list;
+mod lru;
+mod s3fifo;
+mod twoq;
+
+pub use clock::Clock;
+pub use fifo::{Fifo, Lifo};
+pub use lfru::Lfru;
+pub use lru::Lru;
+pub use s3fifo::S3Fifo;
+pub use twoq::TwoQ;
+
+use crate::cache::SlotId;
+use crate::config::{PolicyKind, PolicyParams};
+
+/// A slot chosen by [`EvictionPolicy::evict`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Victim {
+    /// The slot to free (already unlinked from the policy).
+    pub slot: SlotId,
+    /// Put its page into the set's ghost FIFO.
+    pub remember: bool,
+}
+
+impl Victim {
+    /// A victim that leaves no ghost.
+    #[inline]
+    pub fn plain(slot: SlotId) -> Self {
+        Victim {
+            slot,
+            remember: false,
+        }
+    }
+
+    /// A victim whose page is remembered as a ghost.
+    #[inline]
+    pub fn with_ghost(slot: SlotId) -> Self {
+        Victim {
+            slot,
+            remember: true,
+        }
+    }
+}
+
+/// The interface between the cache and an eviction policy. `set` is always
+/// the set that owns `slot`.
+pub trait EvictionPolicy {
+    /// Which policy this is.
+    fn kind(&self) -> PolicyKind;
+
+    /// Ghost FIFO entries per set this policy wants (0: no ghosts).
+    fn ghost_capacity(&self) -> u32 {
+        0
+    }
+
+    /// `slot` now holds `page` and enters the policy's view. `from_ghost`:
+    /// the page was in the set's ghost FIFO when the miss happened (always
+    /// false for unpinned slots and when switching policies).
+    fn on_insert(&mut self, set: u32, slot: SlotId, page: u64, from_ghost: bool);
+
+    /// A (visible) hit on the tracked `slot`.
+    fn on_hit(&mut self, set: u32, slot: SlotId);
+
+    /// The tracked `slot` leaves the policy's view without being chosen as a
+    /// victim (explicit eviction, pin).
+    fn on_remove(&mut self, set: u32, slot: SlotId);
+
+    /// Chooses a victim in `set` and unlinks it (`None`: the policy tracks
+    /// no slot of `set`).
+    fn evict(&mut self, set: u32) -> Option<Victim>;
+
+    /// Number of slots of `set` the policy tracks.
+    fn tracked(&self, set: u32) -> u32;
+
+    /// Empties `set`, appending its slots to `out` in eviction order (first
+    /// victim first), by evicting until nothing is left: exact, but it
+    /// destroys the policy's state for that set. Used when switching policies.
+    fn drain_set(&mut self, set: u32, out: &mut Vec<SlotId>) {
+        while let Some(v) = self.evict(set) {
+            out.push(v.slot);
+        }
+    }
+}
+
+/// `ratio` of `ways`, rounded down, clamped to `min..=ways`.
+pub(crate) fn share(ways: u32, ratio: f64, min: u32) -> u32 {
+    let raw = (f64::from(ways) * ratio).floor();
+    let raw = if raw.is_finite() && raw > 0.0 {
+        raw.min(f64::from(ways)) as u32
+    } else {
+        0
+    };
+    raw.max(min).min(ways)
+}
+
+/// One of the concrete policies, dispatched with a `match` (no virtual calls
+/// on the access path).
+#[derive(Debug, Clone)]
+pub enum Policy {
+    /// See [`Fifo`].
+    Fifo(Fifo),
+    /// See [`Lifo`].
+    Lifo(Lifo),
+    /// See [`Lru`].
+    Lru(Lru),
+    /// See [`Clock`].
+    Clock(Clock),
+    /// See [`S3Fifo`].
+    S3Fifo(S3Fifo),
+    /// See [`TwoQ`].
+    TwoQ(TwoQ),
+    /// See [`Lfru`].
+    Lfru(Lfru),
+}
+
+impl Policy {
+    /// An empty policy of `kind` for a cache of `sets` sets of `ways` slots
+    /// (slot ids `0 .. sets * ways`).
+    pub fn new(kind: PolicyKind, params: &PolicyParams, sets: u32, ways: u32) -> Self {
+        match kind {
+            PolicyKind::Fifo => Policy::Fifo(Fifo::new(sets, ways)),
+            PolicyKind::Lifo => Policy::Lifo(Lifo::new(sets, ways)),
+            PolicyKind::Lru => Policy::Lru(Lru::new(sets, ways)),
+            PolicyKind::Clock => Policy::Clock(Clock::new(sets, ways)),
+            PolicyKind::S3Fifo => Policy::S3Fifo(S3Fifo::new(sets, ways, params)),
+            PolicyKind::TwoQ => Policy::TwoQ(TwoQ::new(sets, ways, params)),
+            PolicyKind::Lfru => Policy::Lfru(Lfru::new(sets, ways, params)),
+        }
+    }
+}
+
+macro_rules! dispatch {
+    ($self:ident, $p:ident => $e:expr) => {
+        match $self {
+            Policy::Fifo($p) => $e,
+            Policy::Lifo($p) => $e,
+            Policy::Lru($p) => $e,
+            Policy::Clock($p) => $e,
+            Policy::S3Fifo($p) => $e,
+            Policy::TwoQ($p) => $e,
+            Policy::Lfru($p) => $e,
+        }
+    };
+}
+
+impl EvictionPolicy for Policy {
+    #[inline]
+    fn kind(&self) -> PolicyKind {
+        dispatch!(self, p => p.kind())
+    }
+    #[inline]
+    fn ghost_capacity(&self) -> u32 {
+        dispatch!(self, p => p.ghost_capacity())
+    }
+    #[inline]
+    fn on_insert(&mut self, set: u32, slot: SlotId, page: u64, from_ghost: bool) {
+        dispatch!(self, p => p.on_insert(set, slot, page, from_ghost))
+    }
+    #[inline]
+    fn on_hit(&mut self, set: u32, slot: SlotId) {
+        dispatch!(self, p => p.on_hit(set, slot))
+    }
+    #[inline]
+    fn on_remove(&mut self, set: u32, slot: SlotId) {
+        dispatch!(self, p => p.on_remove(set, slot))
+    }
+    #[inline]
+    fn evict(&mut self, set: u32) -> Option<Victim> {
+        dispatch!(self, p => p.evict(set))
+    }
+    #[inline]
+    fn tracked(&self, set: u32) -> u32 {
+        dispatch!(self, p => p.tracked(set))
+    }
+    fn drain_set(&mut self, set: u32, out: &mut Vec<SlotId>) {
+        dispatch!(self, p => p.drain_set(set, out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn share_rounds_down_and_clamps() {
+        assert_eq!(share(4, 0.10, 1), 1);
+        assert_eq!(share(100, 0.10, 1), 10);
+        assert_eq!(share(8, 0.25, 1), 2);
+        assert_eq!(share(8, 0.0, 0), 0);
+        assert_eq!(share(8, 1.0, 0), 8);
+        assert_eq!(share(8, f64::NAN, 1), 1);
+        assert_eq!(share(0, 0.5, 1), 0);
+    }
+
+    /// Every policy, driven directly: a full set always yields a victim,
+    /// victims are tracked slots, and draining returns every tracked slot.
+    #[test]
+    fn every_policy_evicts_tracked_slots_only() {
+        let params = PolicyParams::default();
+        for kind in PolicyKind::ALL {
+            let (sets, ways) = (3u32, 5u32);
+            let mut p = Policy::new(kind, &params, sets, ways);
+            assert_eq!(p.kind(), kind);
+            for set in 0..sets {
+                for w in 0..ways {
+                    let slot = set * ways + w;
+                    p.on_insert(set, slot, u64::from(slot), w == 3);
+                    if w % 2 == 0 {
+                        p.on_hit(set, slot);
+                        p.on_hit(set, slot);
+                    }
+                }
+                assert_eq!(p.tracked(set), ways);
+            }
+            p.on_remove(1, 7);
+            assert_eq!(p.tracked(1), ways - 1);
+            let v = p.evict(2).unwrap();
+            assert!((10..15).contains(&v.slot), "{kind}: {v:?}");
+            let mut out = Vec::new();
+            p.drain_set(1, &mut out);
+            out.sort_unstable();
+            assert_eq!(out, vec![5, 6, 8, 9], "{kind}");
+            assert_eq!(p.tracked(1), 0);
+            assert_eq!(p.evict(1), None);
+        }
+    }
+}

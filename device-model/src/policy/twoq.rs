@@ -1,0 +1,102 @@
+//! 2Q (Johnson & Shasha, VLDB'94), the "full" version with a ghost A1out.
+
+use super::list::SlotLists;
+use super::{share, EvictionPolicy, Victim};
+use crate::cache::SlotId;
+use crate::config::{PolicyKind, PolicyParams};
+
+/// 2Q, per set: A1in, a FIFO of first-time pages (Kin = `kin_ratio` of the
+/// ways, at least 1); A1out, a ghost FIFO of pages evicted from A1in (Kout =
+/// `kout_ratio` of the ways; kept by the cache, see [`crate::policy`]); Am,
+/// an LRU of pages re-referenced after leaving A1in.
+///
+/// Miss: a page found in A1out enters Am's MRU end, any other A1in's head.
+/// Hit in Am → MRU; hit in A1in → nothing (the correlated-reference rule).
+/// Evict: if |A1in| > Kin (or Am is empty) evict A1in's tail and ghost its
+/// page in A1out, else evict Am's LRU page.
+///
+/// This is the paper's full 2Q with sizes counted in ways of the set; as
+/// there, a page hit while in A1in is not promoted (it must come back from
+/// A1out to reach Am).
+#[derive(Debug, Clone)]
+pub struct TwoQ {
+    /// Lists `2 * set` (A1in) and `2 * set + 1` (Am).
+    lists: SlotLists,
+    in_am: Vec<bool>,
+    kin: u32,
+    kout: u32,
+}
+
+impl TwoQ {
+    /// Empty 2Q for `sets` sets of `ways` slots.
+    pub fn new(sets: u32, ways: u32, params: &PolicyParams) -> Self {
+        let slots = sets as usize * ways as usize;
+        TwoQ {
+            lists: SlotLists::new(slots, 2 * sets as usize),
+            in_am: vec![false; slots],
+            kin: share(ways, params.twoq_kin_ratio, 1),
+            kout: share(ways, params.twoq_kout_ratio, 0),
+        }
+    }
+
+    #[inline]
+    fn a1in(set: u32) -> usize {
+        2 * set as usize
+    }
+
+    #[inline]
+    fn am(set: u32) -> usize {
+        2 * set as usize + 1
+    }
+}
+
+impl EvictionPolicy for TwoQ {
+    fn kind(&self) -> PolicyKind {
+        PolicyKind::TwoQ
+    }
+
+    fn ghost_capacity(&self) -> u32 {
+        self.kout
+    }
+
+    #[inline]
+    fn on_insert(&mut self, set: u32, slot: SlotId, _page: u64, from_ghost: bool) {
+        if from_ghost {
+            self.lists.push_front(Self::am(set), slot);
+        } else {
+            self.lists.push_front(Self::a1in(set), slot);
+        }
+        self.in_am[slot as usize] = from_ghost;
+    }
+
+    #[inline]
+    fn on_hit(&mut self, set: u32, slot: SlotId) {
+        if self.in_am[slot as usize] {
+            self.lists.move_to_front(Self::am(set), slot);
+        }
+    }
+
+    #[inline]
+    fn on_remove(&mut self, set: u32, slot: SlotId) {
+        let list = if self.in_am[slot as usize] {
+            Self::am(set)
+        } else {
+            Self::a1in(set)
+        };
+        self.lists.unlink(list, slot);
+    }
+
+    fn evict(&mut self, set: u32) -> Option<Victim> {
+        let (a1in, am) = (Self::a1in(set), Self::am(set));
+        let in_len = self.lists.len(a1in);
+        if in_len > 0 && (in_len > self.kin || self.lists.len(am) == 0) {
+            self.lists.pop_back(a1in).map(Victim::with_ghost)
+        } else {
+            self.lists.pop_back(am).map(Victim::plain)
+        }
+    }
+
+    fn tracked(&self, set: u32) -> u32 {
+        self.lists.len(Self::a1in(set)) + self.lists.len(Self::am(set))
+    }
+}

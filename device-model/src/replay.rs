@@ -1,0 +1,492 @@
+//! The replay driver: feeds a stream of [`Access`]es to a [`Device`], assigns
+//! arrival times, and sums up what happened in a [`ReplayReport`].
+//!
+//! Arrival modes ([`Arrival`]):
+//! * `trace` — each access arrives at its own `time_ns` (must not decrease);
+//! * `closed[:THINK]` — one access outstanding: each is issued when the
+//!   previous one completed, plus the think time (dependent loads);
+//! * `fixed:INTERVAL` — open loop: access `i` arrives at `i × INTERVAL`,
+//!   whether or not earlier ones have completed.
+//!
+//! ```no_run
+//! use cxlfs_device_model::replay::{Arrival, Replayer};
+//! use cxlfs_device_model::workload::WorkloadSpec;
+//! use cxlfs_device_model::{Device, DeviceConfig};
+//! let cfg = DeviceConfig::default().with_overrides(&["cache.size_bytes=64MiB"]).unwrap();
+//! let mut dev = Device::new(cfg).unwrap();
+//! let mut replayer = Replayer::new(&mut dev, Arrival::Closed { think_ns: 0 });
+//! replayer.run(WorkloadSpec::default().generate().unwrap()).unwrap();
+//! println!("hit rate {}", replayer.report().hit_rate);
+//! ```
+//!
+//! Pure and deterministic: the same device config, accesses and arrival mode
+//! give the same report (the driver measures no wall-clock time; callers that
+//! want throughput time the call to [`Replayer::run`] themselves).
+
+use crate::device::{AccessError, Device, Outcome};
+use crate::trace::Access;
+use crate::units::parse_duration_ns;
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::fmt;
+use std::str::FromStr;
+
+/// When each access arrives at the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum Arrival {
+    /// Each access's own `time_ns` (non-decreasing).
+    Trace,
+    /// Closed loop, one outstanding access: issued at the previous completion plus `think_ns`.
+    Closed {
+        /// Gap between a completion and the next issue.
+        think_ns: u64,
+    },
+    /// Open loop at a fixed rate: access `i` arrives at `i × interval_ns`.
+    Fixed {
+        /// Gap between consecutive arrivals.
+        interval_ns: u64,
+    },
+}
+
+impl fmt::Display for Arrival {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Arrival::Trace => f.write_str("trace"),
+            Arrival::Closed { think_ns: 0 } => f.write_str("closed"),
+            Arrival::Closed { think_ns } => write!(f, "closed:{think_ns}"),
+            Arrival::Fixed { interval_ns } => write!(f, "fixed:{interval_ns}"),
+        }
+    }
+}
+
+/// Why an arrival mode string could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "bad arrival mode `{input}`: {reason} (expected trace, closed, closed:THINK or fixed:INTERVAL)"
+)]
+pub struct ParseArrivalError {
+    /// The text given.
+    pub input: String,
+    /// What was wrong.
+    pub reason: String,
+}
+
+impl FromStr for Arrival {
+    type Err = ParseArrivalError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |reason: String| ParseArrivalError {
+            input: s.to_string(),
+            reason,
+        };
+        let text = s.trim();
+        let (name, arg) = match text.split_once(':') {
+            Some((n, a)) => (n.trim(), Some(a.trim())),
+            None => (text, None),
+        };
+        let duration = |arg: &str| parse_duration_ns(arg).map_err(|e| err(e.reason));
+        match (name.to_ascii_lowercase().as_str(), arg) {
+            ("trace", None) => Ok(Arrival::Trace),
+            ("closed", None) => Ok(Arrival::Closed { think_ns: 0 }),
+            ("closed", Some(arg)) => Ok(Arrival::Closed {
+                think_ns: duration(arg)?,
+            }),
+            ("fixed", Some(arg)) => Ok(Arrival::Fixed {
+                interval_ns: duration(arg)?,
+            }),
+            ("fixed", None) => Err(err("fixed needs an interval, e.g. fixed:100ns".to_string())),
+            ("trace", Some(_)) => Err(err("trace takes no argument".to_string())),
+            _ => Err(err(format!("unknown mode `{name}`"))),
+        }
+    }
+}
+
+/// Why a replay stopped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplayError {
+    /// The device refused access number `index` (0-based, counted from the
+    /// start of the replay, warm-up included).
+    #[error("access {index}: {error}")]
+    Device {
+        /// 0-based access index.
+        index: u64,
+        /// What the device said.
+        error: AccessError,
+    },
+    /// In `trace` arrival mode, an access earlier than its predecessor.
+    #[error("access {index}: time {time_ns} ns is before the previous access's {previous_ns} ns (trace times must not decrease)")]
+    TimeWentBackwards {
+        /// 0-based access index.
+        index: u64,
+        /// Its time.
+        time_ns: u64,
+        /// The previous access's time.
+        previous_ns: u64,
+    },
+}
+
+impl ReplayError {
+    /// 0-based index of the access that failed.
+    pub fn index(&self) -> u64 {
+        match self {
+            ReplayError::Device { index, .. } | ReplayError::TimeWentBackwards { index, .. } => {
+                *index
+            }
+        }
+    }
+}
+
+/// Latency distribution of the measured accesses, in ns.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct LatencySummary {
+    /// Median.
+    pub p50: u64,
+    /// 90th percentile.
+    pub p90: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// 99.9th percentile.
+    pub p999: u64,
+    /// Exact mean.
+    pub mean: f64,
+    /// Exact minimum.
+    pub min: u64,
+    /// Exact maximum.
+    pub max: u64,
+}
+
+/// NAND traffic during the measured part.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct NandSummary {
+    /// Flash page reads (host + GC).
+    pub reads: u64,
+    /// Flash page programs (host + GC).
+    pub programs: u64,
+    /// Block erases.
+    pub erases: u64,
+    /// GC runs.
+    pub gc_runs: u64,
+    /// GC runs that blocked writes.
+    pub gc_foreground_runs: u64,
+    /// Flash programs per host program.
+    pub write_amplification: f64,
+}
+
+/// Prefetcher effectiveness during the measured part.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct PrefetchSummary {
+    /// Pages prefetched.
+    pub issued: u64,
+    /// Prefetched pages later used.
+    pub used: u64,
+    /// Prefetched pages evicted unused.
+    pub wasted: u64,
+}
+
+/// What a replay measured (since the start or the last [`Replayer::reset_stats`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ReplayReport {
+    /// Accesses replayed.
+    pub accesses: u64,
+    /// Of which reads.
+    pub reads: u64,
+    /// Of which writes.
+    pub writes: u64,
+    /// Page lookups (an access spanning two pages counts two).
+    pub page_accesses: u64,
+    /// Page lookups that hit.
+    pub hits: u64,
+    /// Page lookups that missed (coalesced and bypassed included).
+    pub misses: u64,
+    /// hits / page lookups.
+    pub hit_rate: f64,
+    /// Accesses all of whose pages hit.
+    pub access_hits: u64,
+    /// Misses that joined a fill in flight.
+    pub coalesced: u64,
+    /// Misses that bypassed a fully pinned set.
+    pub bypasses: u64,
+    /// Pages evicted.
+    pub evictions: u64,
+    /// Dirty pages written back.
+    pub writebacks: u64,
+    /// Per-access latency, arrival to completion.
+    pub latency_ns: LatencySummary,
+    /// NAND traffic.
+    pub nand: NandSummary,
+    /// Prefetcher.
+    pub prefetch: PrefetchSummary,
+    /// Simulated time from the first arrival to the last completion.
+    pub sim_time_ns: u64,
+    /// Eviction policy at the end.
+    pub policy: String,
+    /// Resident pages at the end.
+    pub resident_pages: u64,
+    /// Pinned pages at the end.
+    pub pinned_pages: u64,
+    /// Dirty pages at the end.
+    pub dirty_pages: u64,
+}
+
+/// Drives a device with a stream of accesses.
+#[derive(Debug)]
+pub struct Replayer<'d> {
+    device: &'d mut Device,
+    arrival: Arrival,
+    histogram: Histogram<u64>,
+    /// Accesses fed since creation (the error index).
+    index: u64,
+    /// Measured accesses (since the last reset).
+    measured: u64,
+    access_hits: u64,
+    latency_sum: u128,
+    latency_min: u64,
+    latency_max: u64,
+    /// A run of `run_count` equal latencies not yet in the histogram.
+    run_value: u64,
+    run_count: u64,
+    /// Arrival time of the next access in closed mode; last arrival in trace mode.
+    clock_ns: u64,
+    /// Fixed mode: arrival of the first access.
+    fixed_origin_ns: u64,
+    /// Arrival of the first measured access.
+    first_arrival_ns: Option<u64>,
+    last_completion_ns: u64,
+}
+
+impl<'d> Replayer<'d> {
+    /// A replayer starting at simulated time 0.
+    pub fn new(device: &'d mut Device, arrival: Arrival) -> Self {
+        Self::starting_at(device, arrival, 0)
+    }
+
+    /// A replayer whose first generated arrival (closed and fixed modes) is `start_ns`.
+    pub fn starting_at(device: &'d mut Device, arrival: Arrival, start_ns: u64) -> Self {
+        Replayer {
+            device,
+            arrival,
+            histogram: new_histogram(),
+            index: 0,
+            measured: 0,
+            access_hits: 0,
+            latency_sum: 0,
+            latency_min: u64::MAX,
+            latency_max: 0,
+            run_value: 0,
+            run_count: 0,
+            clock_ns: start_ns,
+            fixed_origin_ns: start_ns,
+            first_arrival_ns: None,
+            last_completion_ns: start_ns,
+        }
+    }
+
+    /// The arrival mode.
+    pub fn arrival(&self) -> Arrival {
+        self.arrival
+    }
+
+    /// Accesses fed so far (warm-up included).
+    pub fn fed(&self) -> u64 {
+        self.index
+    }
+
+    /// The device being driven.
+    pub fn device(&self) -> &Device {
+        self.device
+    }
+
+    fn flush_run(&mut self) {
+        record(&mut self.histogram, self.run_value, self.run_count);
+        self.run_count = 0;
+    }
+
+    /// Feeds one access; its arrival time follows the mode.
+    #[inline(always)]
+    pub fn feed(&mut self, access: Access) -> Result<Outcome, ReplayError> {
+        let index = self.index;
+        let now = match self.arrival {
+            Arrival::Trace => {
+                if access.time_ns < self.clock_ns && index > 0 {
+                    return Err(ReplayError::TimeWentBackwards {
+                        index,
+                        time_ns: access.time_ns,
+                        previous_ns: self.clock_ns,
+                    });
+                }
+                access.time_ns
+            }
+            Arrival::Closed { .. } => self.clock_ns,
+            Arrival::Fixed { interval_ns } => self
+                .fixed_origin_ns
+                .saturating_add(index.saturating_mul(interval_ns)),
+        };
+        let out = self
+            .device
+            .access(now, access.op, access.addr, access.len)
+            .map_err(|error| ReplayError::Device { index, error })?;
+        self.index = index + 1;
+        self.clock_ns = match self.arrival {
+            Arrival::Closed { think_ns } => out.completes_at_ns.saturating_add(think_ns),
+            _ => now,
+        };
+        if self.first_arrival_ns.is_none() {
+            self.first_arrival_ns = Some(now);
+        }
+        self.measured += 1;
+        self.access_hits += u64::from(out.hit);
+        let latency = out.latency_ns;
+        // Runs of equal latencies (all hits, all plain misses) are common:
+        // count them here and hand the histogram one call per run.
+        if latency == self.run_value {
+            self.run_count += 1;
+        } else {
+            self.flush_run();
+            self.run_value = latency;
+            self.run_count = 1;
+        }
+        self.latency_sum += u128::from(latency);
+        self.latency_min = self.latency_min.min(latency);
+        self.latency_max = self.latency_max.max(latency);
+        self.last_completion_ns = self.last_completion_ns.max(out.completes_at_ns);
+        Ok(out)
+    }
+
+    /// Feeds every access of `accesses`; returns how many were fed.
+    pub fn run<I>(&mut self, accesses: I) -> Result<u64, ReplayError>
+    where
+        I: IntoIterator<Item = Access>,
+    {
+        let start = self.index;
+        for access in accesses {
+            self.feed(access)?;
+        }
+        Ok(self.index - start)
+    }
+
+    /// Zeroes the measurements and the device's counters (after a warm-up);
+    /// the cache contents and the simulated clock carry on.
+    pub fn reset_stats(&mut self) {
+        self.device.reset_stats();
+        self.histogram.reset();
+        self.run_count = 0;
+        self.measured = 0;
+        self.access_hits = 0;
+        self.latency_sum = 0;
+        self.latency_min = u64::MAX;
+        self.latency_max = 0;
+        self.first_arrival_ns = None;
+    }
+
+    /// The measured latency distribution (per access, in ns).
+    pub fn histogram(&self) -> Histogram<u64> {
+        let mut h = self.histogram.clone();
+        record(&mut h, self.run_value, self.run_count);
+        h
+    }
+
+    /// What was measured so far.
+    pub fn report(&self) -> ReplayReport {
+        let s = self.device.stats();
+        let h = &self.histogram();
+        let mean = if self.measured == 0 {
+            0.0
+        } else {
+            self.latency_sum as f64 / self.measured as f64
+        };
+        let latency_ns = LatencySummary {
+            p50: h.value_at_quantile(0.50),
+            p90: h.value_at_quantile(0.90),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            mean,
+            min: if self.measured == 0 {
+                0
+            } else {
+                self.latency_min
+            },
+            max: self.latency_max,
+        };
+        let sim_time_ns = match self.first_arrival_ns {
+            Some(first) => self.last_completion_ns.saturating_sub(first),
+            None => 0,
+        };
+        ReplayReport {
+            accesses: s.accesses,
+            reads: s.reads,
+            writes: s.writes,
+            page_accesses: s.page_accesses,
+            hits: s.hits,
+            misses: s.misses,
+            hit_rate: s.hit_rate(),
+            access_hits: self.access_hits,
+            coalesced: s.coalesced,
+            bypasses: s.bypasses,
+            evictions: s.evictions,
+            writebacks: s.writebacks,
+            latency_ns,
+            nand: NandSummary {
+                reads: s.nand.reads(),
+                programs: s.nand.programs(),
+                erases: s.nand.erases,
+                gc_runs: s.nand.gc_runs,
+                gc_foreground_runs: s.nand.gc_foreground_runs,
+                write_amplification: s.nand.write_amplification(),
+            },
+            prefetch: PrefetchSummary {
+                issued: s.prefetch_issued,
+                used: s.prefetch_used,
+                wasted: s.prefetch_wasted,
+            },
+            sim_time_ns,
+            policy: s.policy,
+            resident_pages: s.resident_pages,
+            pinned_pages: s.pinned_pages,
+            dirty_pages: s.dirty_pages,
+        }
+    }
+}
+
+fn record(h: &mut Histogram<u64>, value: u64, count: u64) {
+    if count > 0 && h.record_n(value, count).is_err() {
+        // Beyond what even a resized histogram tracks (~146 years): clamp.
+        h.saturating_record_n(value, count);
+    }
+}
+
+fn new_histogram() -> Histogram<u64> {
+    // 3 significant digits; sized for 10 s up front so that the replay loop
+    // does not resize, auto-resizing beyond that.
+    let mut h = Histogram::new_with_bounds(1, 10_000_000_000, 3)
+        .expect("1 ns .. 10 s at 3 significant digits is a valid histogram");
+    h.auto(true);
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrival_parses() {
+        assert_eq!("trace".parse::<Arrival>().unwrap(), Arrival::Trace);
+        assert_eq!(
+            "closed".parse::<Arrival>().unwrap(),
+            Arrival::Closed { think_ns: 0 }
+        );
+        assert_eq!(
+            "closed:1us".parse::<Arrival>().unwrap(),
+            Arrival::Closed { think_ns: 1000 }
+        );
+        assert_eq!(
+            "fixed:100".parse::<Arrival>().unwrap(),
+            Arrival::Fixed { interval_ns: 100 }
+        );
+        assert!("fixed".parse::<Arrival>().is_err());
+        assert!("open".parse::<Arrival>().is_err());
+        for a in ["trace", "closed", "closed:5", "fixed:100"] {
+            assert_eq!(a.parse::<Arrival>().unwrap().to_string(), a);
+        }
+    }
+}

@@ -1,0 +1,332 @@
+//! Device-level behaviour: timing of hits, misses and coalesced misses,
+//! prefetch accounting, write-back, pin / unpin / evict, policy switching,
+//! error cases, determinism.
+
+#![allow(clippy::unwrap_used)]
+
+use cxlfs_device_model::config::PolicyKind;
+use cxlfs_device_model::device::AccessError;
+use cxlfs_device_model::{Device, Op};
+use proptest::prelude::*;
+
+const PAGE: u64 = 4096;
+
+/// A small FEMU-geometry device with round timings: tR 40 us, tProg 200 us,
+/// no channel transfer, 16-page cache, 100 ns hit, 10 ns link.
+fn device(extra: &[&str]) -> Device {
+    let mut overrides = vec![
+        "cache.size_bytes=64KiB",
+        "cache.ways=0",
+        "cache.policy=lru",
+        "cache.hit_latency_ns=100",
+        "cache.hits_visible=true",
+        "link.latency_ns=10",
+        "nand.channel_xfer_ns=0",
+        "prefetch.degree=0",
+    ];
+    overrides.extend_from_slice(extra);
+    let cfg = cxlfs_device_model::presets::preset("femu")
+        .unwrap()
+        .with_overrides(&overrides)
+        .unwrap();
+    Device::new(cfg).unwrap()
+}
+
+#[test]
+fn miss_then_hit_latencies() {
+    let mut dev = device(&[]);
+    let miss = dev.access(1_000, Op::Read, 5 * PAGE, 64).unwrap();
+    assert!(!miss.hit);
+    assert_eq!(miss.latency_ns, 40_000 + 100 + 10);
+    assert_eq!(miss.nand_reads, 1);
+    let hit = dev
+        .access(miss.completes_at_ns, Op::Read, 5 * PAGE + 64, 64)
+        .unwrap();
+    assert!(hit.hit);
+    assert_eq!(hit.latency_ns, 100 + 10);
+    let s = dev.stats();
+    assert_eq!((s.hits, s.misses, s.nand.reads()), (1, 1, 1));
+}
+
+#[test]
+fn second_miss_to_a_filling_page_coalesces() {
+    let mut dev = device(&[]);
+    let first = dev.access(0, Op::Read, 0, 64).unwrap();
+    let second = dev.access(10_000, Op::Read, 128, 64).unwrap();
+    assert!(!second.hit);
+    assert_eq!(second.coalesced, 1);
+    assert_eq!(second.nand_reads, 0, "an MSHR hit issues no second read");
+    assert_eq!(second.completes_at_ns, first.completes_at_ns);
+    assert_eq!(dev.stats().nand.reads(), 1);
+    assert_eq!(dev.stats().coalesced, 1);
+}
+
+#[test]
+fn access_spanning_pages_waits_for_the_slowest() {
+    let mut dev = device(&[]);
+    dev.access(0, Op::Read, 0, 64).unwrap();
+    let span = dev.access(100_000, Op::Read, PAGE - 32, 64).unwrap();
+    assert_eq!(span.pages, 2);
+    assert_eq!((span.page_hits, span.page_misses), (1, 1));
+    assert!(!span.hit);
+    assert_eq!(span.latency_ns, 40_000 + 100 + 10);
+}
+
+#[test]
+fn dirty_victims_are_programmed_and_whole_page_writes_skip_the_fill() {
+    let mut dev = device(&[]);
+    let w = dev.access(0, Op::Write, 0, PAGE as u32).unwrap();
+    assert_eq!(
+        w.nand_reads, 0,
+        "a whole-page write allocates without a fill"
+    );
+    let partial = dev.access(0, Op::Write, PAGE, 8).unwrap();
+    assert_eq!(partial.nand_reads, 1, "a partial write must fill first");
+    // 16 more pages push both dirty pages out.
+    let mut t = 1_000_000;
+    for p in 2..18 {
+        t = dev
+            .access(t, Op::Read, p * PAGE, 64)
+            .unwrap()
+            .completes_at_ns;
+    }
+    let s = dev.stats();
+    assert_eq!(s.writebacks, 2);
+    assert_eq!(s.nand.host_programs, 2);
+    assert_eq!(s.dirty_pages, 0);
+}
+
+#[test]
+fn prefetch_costs_nand_reads_and_is_accounted() {
+    let mut dev = device(&["prefetch.degree=2", "prefetch.stride_pages=1"]);
+    let miss = dev.access(0, Op::Read, 0, 64).unwrap();
+    assert_eq!(miss.nand_reads, 3, "demand page + 2 prefetched pages");
+    let s = dev.stats();
+    assert_eq!(s.prefetch_issued, 2);
+    assert_eq!(s.nand.reads(), 3);
+    let used = dev
+        .access(miss.completes_at_ns, Op::Read, PAGE, 64)
+        .unwrap();
+    assert!(used.hit);
+    assert_eq!(dev.stats().prefetch_used, 1);
+    // Push everything out: the untouched prefetched page 2 is wasted.
+    let mut t = used.completes_at_ns;
+    for p in 100..120 {
+        t = dev
+            .access(t, Op::Read, p * PAGE, 64)
+            .unwrap()
+            .completes_at_ns;
+    }
+    assert!(dev.stats().prefetch_wasted >= 1);
+}
+
+#[test]
+fn prefetch_turns_a_sequential_scan_into_mostly_hits() {
+    let hit_rate = |degree: &str| {
+        let mut dev = device(&[degree]);
+        let mut t = 0;
+        for p in 0..256 {
+            t = dev
+                .access(t, Op::Read, p * PAGE, 64)
+                .unwrap()
+                .completes_at_ns;
+        }
+        dev.stats().hit_rate()
+    };
+    let off = hit_rate("prefetch.degree=0");
+    let on = hit_rate("prefetch.degree=4");
+    assert_eq!(off, 0.0);
+    assert!((on - 0.8).abs() < 0.02, "degree 4 on a cold scan: {on}");
+}
+
+#[test]
+fn pinned_range_survives_a_scan() {
+    let mut dev = device(&[]);
+    let pin = dev.pin(0, 0, 4 * PAGE).unwrap();
+    assert_eq!((pin.pages, pin.filled), (4, 4));
+    let mut t = pin.completes_at_ns;
+    for p in 10..200 {
+        t = dev
+            .access(t, Op::Read, p * PAGE, 64)
+            .unwrap()
+            .completes_at_ns;
+    }
+    for p in 0..4 {
+        assert!(
+            dev.access(t, Op::Read, p * PAGE, 64).unwrap().hit,
+            "pinned page {p} evicted"
+        );
+    }
+    assert_eq!(dev.stats().pinned_pages, 4);
+    assert_eq!(dev.unpin(0, 4 * PAGE).unwrap(), 4);
+    for p in 300..400 {
+        t = dev
+            .access(t, Op::Read, p * PAGE, 64)
+            .unwrap()
+            .completes_at_ns;
+    }
+    assert!(
+        !dev.access(t, Op::Read, 0, 64).unwrap().hit,
+        "unpinned page stays forever"
+    );
+}
+
+#[test]
+fn fully_pinned_set_bypasses_and_pin_reports_it() {
+    let mut dev = device(&["cache.ways=1"]);
+    // 16 sets, direct-mapped: pages 0 and 16 share set 0.
+    dev.pin(0, 0, PAGE).unwrap();
+    let bypass = dev.access(0, Op::Read, 16 * PAGE, 64).unwrap();
+    assert_eq!(bypass.bypassed, 1);
+    assert!(
+        dev.access(bypass.completes_at_ns, Op::Read, 0, 64)
+            .unwrap()
+            .hit
+    );
+    let err = dev.pin(0, 16 * PAGE, PAGE).unwrap_err();
+    assert_eq!(err, AccessError::SetFullyPinned { page: 16 });
+}
+
+#[test]
+fn explicit_evict_writes_back_and_skips_pins() {
+    let mut dev = device(&[]);
+    dev.access(0, Op::Write, 0, 64).unwrap();
+    dev.access(0, Op::Read, PAGE, 64).unwrap();
+    dev.pin(0, 2 * PAGE, PAGE).unwrap();
+    let ev = dev.evict(1_000_000, 0, 3 * PAGE).unwrap();
+    assert_eq!((ev.evicted, ev.written_back, ev.skipped_pinned), (2, 1, 1));
+    assert!(ev.completes_at_ns >= 1_000_000 + 200_000);
+    assert!(!dev.access(2_000_000, Op::Read, 0, 64).unwrap().hit);
+}
+
+#[test]
+fn flush_cleans_without_evicting() {
+    let mut dev = device(&[]);
+    for p in 0..4 {
+        dev.access(0, Op::Write, p * PAGE, 64).unwrap();
+    }
+    let done = dev.flush(1_000_000).unwrap();
+    assert!(done >= 1_000_000 + 200_000);
+    let s = dev.stats();
+    assert_eq!(
+        (s.dirty_pages, s.resident_pages, s.nand.host_programs),
+        (0, 4, 4)
+    );
+}
+
+#[test]
+fn policy_switch_keeps_residency() {
+    let mut dev = device(&[]);
+    let mut t = 0;
+    for p in 0..16 {
+        t = dev
+            .access(t, Op::Read, p * PAGE, 64)
+            .unwrap()
+            .completes_at_ns;
+    }
+    for kind in PolicyKind::ALL {
+        dev.set_policy(kind);
+        assert_eq!(dev.stats().resident_pages, 16);
+        assert_eq!(dev.stats().policy, kind.name());
+        for p in 0..16 {
+            assert!(
+                dev.access(t, Op::Read, p * PAGE, 64).unwrap().hit,
+                "{kind} lost page {p}"
+            );
+        }
+    }
+}
+
+#[test]
+fn invisible_hits_change_lru_into_fifo() {
+    // With hits invisible, LRU never learns that page 0 is hot.
+    let run = |visible: &str| {
+        let mut dev = device(&[visible]);
+        let mut t = 0;
+        for p in 0..16 {
+            t = dev
+                .access(t, Op::Read, p * PAGE, 64)
+                .unwrap()
+                .completes_at_ns;
+        }
+        t = dev.access(t, Op::Read, 0, 64).unwrap().completes_at_ns;
+        t = dev
+            .access(t, Op::Read, 16 * PAGE, 64)
+            .unwrap()
+            .completes_at_ns;
+        dev.access(t, Op::Read, 0, 64).unwrap().hit
+    };
+    assert!(run("cache.hits_visible=true"));
+    assert!(!run("cache.hits_visible=false"));
+}
+
+#[test]
+fn bad_ranges_are_errors() {
+    let mut dev = device(&[]);
+    let cap = dev.capacity_bytes();
+    assert!(matches!(
+        dev.access(0, Op::Read, cap - 32, 64),
+        Err(AccessError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        dev.access(0, Op::Read, u64::MAX, 64),
+        Err(AccessError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        dev.access(0, Op::Read, 0, 0),
+        Err(AccessError::Empty { .. })
+    ));
+    assert!(dev.access(0, Op::Read, cap - 64, 64).is_ok());
+}
+
+#[test]
+fn reset_stats_keeps_contents() {
+    let mut dev = device(&[]);
+    let t = dev.access(0, Op::Read, 0, 64).unwrap().completes_at_ns;
+    dev.reset_stats();
+    assert_eq!(dev.stats().accesses, 0);
+    assert!(dev.access(t, Op::Read, 0, 64).unwrap().hit);
+}
+
+fn op_strategy() -> impl Strategy<Value = (bool, u64, u32)> {
+    (any::<bool>(), 0u64..64 * PAGE, 1u32..9000)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Same inputs, same outputs: two devices fed the same sequence agree on
+    /// every completion time and on every counter.
+    #[test]
+    fn deterministic(ops in proptest::collection::vec(op_strategy(), 1..300), degree in 0u32..4) {
+        let degree = format!("prefetch.degree={degree}");
+        let mut a = device(&[&degree, "cache.policy=s3fifo"]);
+        let mut b = device(&[&degree, "cache.policy=s3fifo"]);
+        let mut t = 0u64;
+        for (write, addr, len) in ops {
+            let op = if write { Op::Write } else { Op::Read };
+            let oa = a.access(t, op, addr, len).unwrap();
+            let ob = b.access(t, op, addr, len).unwrap();
+            prop_assert_eq!(oa, ob);
+            t += 500;
+        }
+        prop_assert_eq!(a.stats(), b.stats());
+    }
+
+    /// Completion is never before arrival, and hits cost exactly hit + link.
+    #[test]
+    fn latency_bounds(ops in proptest::collection::vec(op_strategy(), 1..200)) {
+        let mut dev = device(&[]);
+        let mut t = 0u64;
+        for (write, addr, len) in ops {
+            let op = if write { Op::Write } else { Op::Read };
+            let o = dev.access(t, op, addr, len).unwrap();
+            prop_assert!(o.completes_at_ns >= t + 110);
+            if o.hit {
+                prop_assert_eq!(o.latency_ns, 110);
+            }
+            prop_assert!(dev.stats().resident_pages <= 16);
+            t += 1_000;
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! `cxlfs`: the user's single command-line entry point.
+//!
+//! * `cxlfs replay` — replay a trace or a synthetic workload against the
+//!   device model (table or JSON; sweeps over config keys);
+//! * `cxlfs trace convert|gen` — trace file tools;
+//! * `cxlfs presets` — the named device configurations;
+//! * `cxlfs config` — print an effective device config.
+
+mod device_args;
+mod replay_cmd;
+mod trace_cmd;
+mod trace_io;
+mod workload_args;
+
+use clap::{Parser, Subcommand};
+use cxlfs_device_model::presets::{preset, PRESETS};
+use device_args::{format_ns, human_size, DeviceArgs};
+use std::io::Write;
+use std::process::ExitCode;
+
+/// cxlfs: an emulated CXL-SSD (DRAM cache in front of NAND) for memory-systems research.
+#[derive(Debug, Parser)]
+#[command(name = "cxlfs", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Replay a trace or a synthetic workload against the device model.
+    Replay(Box<replay_cmd::ReplayArgs>),
+    /// Trace file tools: convert CSV <-> binary, generate a workload trace.
+    #[command(subcommand)]
+    Trace(trace_cmd::TraceCommand),
+    /// List the named device presets.
+    Presets,
+    /// Print an effective device config as TOML (loadable with --config).
+    Config(DeviceArgs),
+}
+
+fn list_presets() -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{:<9} {:>9} {:>6} {:<7} {:<5} {:>7} {:>7} {:>7} {:>5} {:>9}",
+        "NAME", "CACHE", "WAYS", "POLICY", "HITS", "tR", "tProg", "tBERS", "LUNS", "CAPACITY"
+    )?;
+    for name in PRESETS {
+        let cfg = preset(name)?;
+        let c = &cfg.cache;
+        let n = &cfg.nand;
+        let ways = if c.ways == 0 {
+            "full".to_string()
+        } else {
+            c.ways.to_string()
+        };
+        writeln!(
+            out,
+            "{:<9} {:>9} {:>6} {:<7} {:<5} {:>7} {:>7} {:>7} {:>5} {:>9}",
+            name,
+            human_size(c.size_bytes),
+            ways,
+            c.policy.name(),
+            if c.hits_visible { "seen" } else { "blind" },
+            format_ns(n.read_ns as f64),
+            format_ns(n.program_ns as f64),
+            format_ns(n.erase_ns as f64),
+            n.luns(),
+            human_size(cfg.capacity_bytes()),
+        )?;
+    }
+    Ok(())
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Replay(args) => replay_cmd::run(&args),
+        Command::Trace(cmd) => trace_cmd::run(&cmd),
+        Command::Presets => list_presets(),
+        Command::Config(args) => {
+            let (cfg, _) = args.load(&[])?;
+            std::io::stdout()
+                .lock()
+                .write_all(cfg.to_toml_string().as_bytes())?;
+            Ok(())
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            // A closed stdout (`cxlfs replay ... | head`) is not worth a message.
+            let broken_pipe = err
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe);
+            if !broken_pipe {
+                eprintln!("error: {err:#}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,499 @@
+//! End-to-end tests of the `cxlfs` binary.
+
+// Helpers outside #[test] fns unwrap too: a failure there is a test failure.
+#![allow(clippy::unwrap_used)]
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output};
+
+const SMALL: [&str; 4] = ["--preset", "femu", "--set", "cache.size_bytes=4MiB"];
+
+fn cxlfs(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cxlfs"))
+        .args(args)
+        .output()
+        .expect("run cxlfs")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = cxlfs(args);
+    assert!(
+        out.status.success(),
+        "cxlfs {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn fails(args: &[&str]) -> String {
+    let out = cxlfs(args);
+    assert!(!out.status.success(), "cxlfs {args:?} succeeded");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stderr
+}
+
+fn json(args: &[&str]) -> Value {
+    let mut all = SMALL.to_vec();
+    all.extend_from_slice(args);
+    all.push("--json");
+    serde_json::from_str(&ok(&["replay"]
+        .iter()
+        .chain(&all)
+        .copied()
+        .collect::<Vec<_>>()))
+    .unwrap()
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn json_reproducible_is_byte_identical() {
+    let args = [
+        "replay",
+        "--preset",
+        "femu",
+        "--set",
+        "cache.size_bytes=4MiB",
+        "--workload",
+        "zipf:0.9",
+        "--wss",
+        "64MiB",
+        "--accesses",
+        "20000",
+        "--write-ratio",
+        "0.3",
+        "--json",
+        "--reproducible",
+    ];
+    let a = ok(&args);
+    assert_eq!(a, ok(&args));
+    assert_eq!(a.lines().count(), 1);
+    let v: Value = serde_json::from_str(&a).unwrap();
+    assert!(v.get("sim_accesses_per_sec").is_none());
+    for key in [
+        "accesses", "hits", "misses", "hit_rate", "config", "workload", "arrival",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key}");
+    }
+    for key in ["p50", "p90", "p99", "p999", "mean"] {
+        assert!(v["latency_ns"].get(key).is_some(), "missing latency {key}");
+    }
+    for key in [
+        "reads",
+        "programs",
+        "erases",
+        "gc_runs",
+        "write_amplification",
+    ] {
+        assert!(v["nand"].get(key).is_some(), "missing nand {key}");
+    }
+    for key in ["issued", "used"] {
+        assert!(v["prefetch"].get(key).is_some(), "missing prefetch {key}");
+    }
+    assert_eq!(v["accesses"], 20000);
+    assert_eq!(v["config"]["preset"], "femu");
+    assert_eq!(v["config"]["overrides"][0], "cache.size_bytes=4MiB");
+    assert_eq!(v["workload"]["kind"], "zipf:0.9");
+}
+
+#[test]
+fn without_reproducible_only_the_throughput_differs() {
+    let args = [
+        "--workload",
+        "uniform",
+        "--wss",
+        "64MiB",
+        "--accesses",
+        "20000",
+    ];
+    let mut a = json(&args);
+    let mut b = json(&args);
+    let a_rate = a.as_object_mut().unwrap().remove("sim_accesses_per_sec");
+    let b_rate = b.as_object_mut().unwrap().remove("sim_accesses_per_sec");
+    assert!(a_rate.unwrap().as_f64().unwrap() > 0.0);
+    assert!(b_rate.is_some());
+    assert_eq!(a, b);
+}
+
+#[test]
+fn hit_visibility_changes_lru_results() {
+    let run = |visible: &str| {
+        json(&[
+            "--set",
+            "cache.policy=lru",
+            "--set",
+            &format!("cache.hits_visible={visible}"),
+            "--workload",
+            "zipf:0.99",
+            "--wss",
+            "64MiB",
+            "--accesses",
+            "50000",
+            "--reproducible",
+        ])
+    };
+    let seen = run("true");
+    let blind = run("false");
+    assert_eq!(seen["config"]["hits_visible"], true);
+    assert_eq!(blind["config"]["hits_visible"], false);
+    let (hs, hb) = (
+        seen["hit_rate"].as_f64().unwrap(),
+        blind["hit_rate"].as_f64().unwrap(),
+    );
+    assert!(
+        hs > hb,
+        "LRU that sees hits should beat blind LRU on zipf: {hs} vs {hb}"
+    );
+}
+
+#[test]
+fn stride_1024_cold_pass_with_fifo_hits_three_quarters() {
+    // Cylon's anchor: 64-byte loads 1 KiB apart touch each 4 KiB page four times.
+    let v = json(&[
+        "--set",
+        "cache.policy=fifo",
+        "--workload",
+        "stride:1024",
+        "--wss",
+        "64MiB",
+        "--access-size",
+        "64",
+        "--reproducible",
+    ]);
+    assert_eq!(v["accesses"], 65536);
+    assert_eq!(v["hit_rate"].as_f64().unwrap(), 0.75);
+}
+
+#[test]
+fn seq_second_pass_fits_in_cache() {
+    let v = json(&[
+        "--workload",
+        "seq",
+        "--wss",
+        "1MiB",
+        "--passes",
+        "2",
+        "--warmup",
+        "16384",
+        "--reproducible",
+    ]);
+    assert_eq!(v["accesses"], 16384);
+    assert!(v["hit_rate"].as_f64().unwrap() > 0.999);
+    assert_eq!(v["nand"]["reads"], 0);
+    assert_eq!(v["warmup"], 16384);
+}
+
+#[test]
+fn sweep_prints_one_row_or_line_per_point() {
+    let policies = ["fifo", "lifo", "lru", "clock", "s3fifo", "2q", "lfru"];
+    let sweep = format!("cache.policy={}", policies.join(","));
+    let base = [
+        "replay",
+        "--preset",
+        "femu",
+        "--set",
+        "cache.size_bytes=4MiB",
+        "--workload",
+        "zipf:0.9",
+        "--wss",
+        "32MiB",
+        "--accesses",
+        "10000",
+        "--sweep",
+        &sweep,
+    ];
+    let table = ok(&base);
+    for p in policies {
+        let rows = table
+            .lines()
+            .filter(|l| l.split_whitespace().next() == Some(p))
+            .count();
+        assert_eq!(rows, 1, "{p}:\n{table}");
+    }
+    assert!(
+        table.contains("hit rate") && table.contains("Macc/s"),
+        "{table}"
+    );
+    let mut with_json = base.to_vec();
+    with_json.extend(["--json", "--reproducible"]);
+    let out = ok(&with_json);
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), policies.len());
+    for (line, p) in lines.iter().zip(policies) {
+        assert_eq!(line["params"]["cache.policy"], p);
+        assert_eq!(line["policy"], p);
+    }
+    // Two sweeps: the cartesian product.
+    let mut two = base.to_vec();
+    two.extend([
+        "--sweep",
+        "cache.hits_visible=true,false",
+        "--json",
+        "--reproducible",
+    ]);
+    assert_eq!(ok(&two).lines().count(), 2 * policies.len());
+}
+
+#[test]
+fn trace_convert_round_trip_is_identical_and_replays_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("t.csv");
+    let bin = dir.path().join("t.bin");
+    let back = dir.path().join("back.csv");
+    ok(&[
+        "trace",
+        "gen",
+        "--workload",
+        "zipf:0.8",
+        "--wss",
+        "16MiB",
+        "--accesses",
+        "5000",
+        "--write-ratio",
+        "0.25",
+        "--interval",
+        "100ns",
+        "--out",
+        path_str(&csv),
+    ]);
+    ok(&["trace", "convert", path_str(&csv), path_str(&bin)]);
+    ok(&["trace", "convert", path_str(&bin), path_str(&back)]);
+    let original = std::fs::read(&csv).unwrap();
+    assert_eq!(original, std::fs::read(&back).unwrap());
+    assert_eq!(std::fs::read(&bin).unwrap().len(), 16 + 20 * 5000);
+    assert_eq!(String::from_utf8(original).unwrap().lines().count(), 5001);
+    let a = json(&["--trace", path_str(&csv), "--reproducible"]);
+    let b = json(&["--trace", path_str(&bin), "--reproducible"]);
+    assert_eq!(a["accesses"], 5000);
+    assert_eq!(a["writes"], b["writes"]);
+    for key in ["hits", "misses", "latency_ns", "nand", "sim_time_ns"] {
+        assert_eq!(a[key], b[key], "{key}");
+    }
+    assert_eq!(a["workload"]["format"], "csv");
+    assert_eq!(b["workload"]["format"], "bin");
+    // --to forces the format (csv -> csv normalises).
+    let copy = dir.path().join("copy.csv");
+    ok(&[
+        "trace",
+        "convert",
+        "--to",
+        "csv",
+        path_str(&csv),
+        path_str(&copy),
+    ]);
+    assert_eq!(std::fs::read(&csv).unwrap(), std::fs::read(&copy).unwrap());
+}
+
+#[test]
+fn generated_workload_trace_replays_like_the_workload() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("w.trace");
+    let shape = [
+        "--workload",
+        "pointer-chase",
+        "--wss",
+        "8MiB",
+        "--accesses",
+        "30000",
+        "--seed",
+        "7",
+    ];
+    let mut gen = vec!["trace", "gen", "--out", path_str(&bin)];
+    gen.extend(shape);
+    ok(&gen);
+    let mut direct = shape.to_vec();
+    direct.push("--reproducible");
+    let w = json(&direct);
+    let t = json(&[
+        "--trace",
+        path_str(&bin),
+        "--arrival",
+        "closed",
+        "--reproducible",
+    ]);
+    for key in [
+        "accesses",
+        "hits",
+        "misses",
+        "latency_ns",
+        "nand",
+        "sim_time_ns",
+    ] {
+        assert_eq!(w[key], t[key], "{key}");
+    }
+}
+
+#[test]
+fn bad_trace_line_names_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("trace.csv");
+    std::fs::write(
+        &csv,
+        "# demo\ntime_ns,op,addr,len\n0,R,0x0,64\n10,R,0xzz,64\n",
+    )
+    .unwrap();
+    let err = fails(&["replay", "--preset", "femu", "--trace", path_str(&csv)]);
+    assert!(
+        err.contains("trace.csv:4: field 3 (addr): `0xzz` is not a number"),
+        "{err}"
+    );
+    std::fs::write(&csv, "0,R,0x0,64\n1,X,0,64\n").unwrap();
+    let err = fails(&["replay", "--preset", "femu", "--trace", path_str(&csv)]);
+    assert!(
+        err.contains("trace.csv:2: field 2 (op): op must be R or W"),
+        "{err}"
+    );
+    std::fs::write(&csv, "0,R,0x0\n").unwrap();
+    let err = fails(&["replay", "--preset", "femu", "--trace", path_str(&csv)]);
+    assert!(
+        err.contains("trace.csv:1: expected 4 fields, got 3"),
+        "{err}"
+    );
+    std::fs::write(&csv, "5,R,0,64\n4,R,0,64\n").unwrap();
+    let err = fails(&["replay", "--preset", "femu", "--trace", path_str(&csv)]);
+    assert!(
+        err.contains("trace.csv:2: access 1: time 4 ns is before"),
+        "{err}"
+    );
+}
+
+#[test]
+fn truncated_binary_trace_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("t.csv");
+    let bin = dir.path().join("t.bin");
+    std::fs::write(&csv, "0,R,0x0,64\n1,W,0x1000,64\n").unwrap();
+    ok(&["trace", "convert", path_str(&csv), path_str(&bin)]);
+    let bytes = std::fs::read(&bin).unwrap();
+    std::fs::write(&bin, &bytes[..bytes.len() - 5]).unwrap();
+    let err = fails(&["replay", "--preset", "femu", "--trace", path_str(&bin)]);
+    assert!(
+        err.contains("t.bin: record 1: truncated record: 15 of 20 bytes"),
+        "{err}"
+    );
+}
+
+#[test]
+fn address_beyond_capacity_names_the_access_and_capacity() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("far.csv");
+    std::fs::write(&csv, "0,R,0x0,64\n\n1,R,0xffffffffff00,64\n").unwrap();
+    let err = fails(&["replay", "--preset", "femu", "--trace", path_str(&csv)]);
+    assert!(err.contains("far.csv:3: access 1:"), "{err}");
+    assert!(
+        err.contains("beyond the device capacity of 15977275392 bytes"),
+        "{err}"
+    );
+    let err = fails(&[
+        "replay",
+        "--preset",
+        "femu",
+        "--workload",
+        "seq",
+        "--wss",
+        "64GiB",
+    ]);
+    assert!(err.contains("capacity of 15977275392 bytes"), "{err}");
+}
+
+#[test]
+fn config_errors_name_the_key_or_preset() {
+    let err = fails(&[
+        "replay",
+        "--set",
+        "cache.sise_bytes=4MiB",
+        "--workload",
+        "seq",
+    ]);
+    assert!(
+        err.contains("unknown config key `cache.sise_bytes`"),
+        "{err}"
+    );
+    let err = fails(&["replay", "--set", "cache.policy=mru", "--workload", "seq"]);
+    assert!(err.contains("cache.policy") && err.contains("mru"), "{err}");
+    let err = fails(&["replay", "--preset", "nope", "--workload", "seq"]);
+    assert!(err.contains("unknown preset `nope`"), "{err}");
+    let err = fails(&["replay", "--workload", "seq", "--sweep", "cache.bogus=1,2"]);
+    assert!(err.contains("cache.bogus"), "{err}");
+    let err = fails(&["replay", "--trace", "/nonexistent/t.csv"]);
+    assert!(
+        err.contains("cannot open trace /nonexistent/t.csv"),
+        "{err}"
+    );
+    let err = fails(&[
+        "replay",
+        "--config",
+        "/nonexistent/dev.toml",
+        "--workload",
+        "seq",
+    ]);
+    assert!(err.contains("/nonexistent/dev.toml"), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("dev.toml");
+    std::fs::write(&toml, "[nand]\nread_nss = 3\n").unwrap();
+    let err = fails(&["config", "--config", path_str(&toml)]);
+    assert!(err.contains("nand.read_nss"), "{err}");
+}
+
+#[test]
+fn printed_config_loads_back() {
+    let printed = ok(&[
+        "replay",
+        "--preset",
+        "skybyte",
+        "--set",
+        "cache.policy=s3fifo",
+        "--print-config",
+    ]);
+    assert!(printed.contains("policy = \"s3fifo\""), "{printed}");
+    let dir = tempfile::tempdir().unwrap();
+    let toml = dir.path().join("dev.toml");
+    std::fs::write(&toml, &printed).unwrap();
+    assert_eq!(ok(&["config", "--config", path_str(&toml)]), printed);
+    let presets = ok(&["presets"]);
+    for name in ["cylon", "cmm-h", "skybyte", "femu"] {
+        assert!(presets.lines().any(|l| l.starts_with(name)), "{presets}");
+    }
+}
+
+#[test]
+fn workload_options_need_a_workload() {
+    let err = fails(&["replay", "--trace", "x.csv", "--wss", "1GiB"]);
+    assert!(err.contains("--wss"), "{err}");
+}
+
+#[test]
+fn table_output_has_the_main_rows() {
+    let out = ok(&[
+        "replay",
+        "--preset",
+        "femu",
+        "--set",
+        "cache.size_bytes=4MiB",
+        "--workload",
+        "uniform",
+        "--wss",
+        "16MiB",
+        "--accesses",
+        "10000",
+    ]);
+    for row in [
+        "device:",
+        "input:",
+        "hit rate",
+        "latency",
+        "NAND",
+        "prefetch",
+        "throughput",
+    ] {
+        assert!(out.contains(row), "missing {row}:\n{out}");
+    }
+}
