@@ -20,9 +20,10 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Load or store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Op {
     /// Load.
+    #[default]
     Read,
     /// Store.
     Write,
@@ -262,6 +263,20 @@ impl Device {
                 capacity,
             }),
         }
+    }
+
+    /// A hint that `addr` will be accessed soon (see [`Cache::prefetch_lookup`]);
+    /// changes nothing the model reports.
+    #[inline]
+    pub fn hint_upcoming(&self, addr: u64) {
+        self.cache.prefetch_lookup(addr >> PAGE_SHIFT);
+    }
+
+    /// A second hint, a few accesses after [`Device::hint_upcoming`] for the
+    /// same address: loads the resident page's cache metadata.
+    #[inline]
+    pub fn hint_imminent(&self, addr: u64) {
+        self.cache.prefetch_slot_of(addr >> PAGE_SHIFT);
     }
 
     /// One host access arriving at `now_ns`.

@@ -358,9 +358,38 @@ impl<'d> Replayer<'d> {
     where
         I: IntoIterator<Item = Access>,
     {
+        // Keep a window of upcoming accesses and hint each to the device
+        // twice — its page-table entry as it enters the window, its cache
+        // metadata halfway through — so that its look-up overlaps the
+        // accesses before it instead of stalling on memory.
+        const LOOKAHEAD: usize = 8;
+        const IMMINENT: usize = LOOKAHEAD / 2;
         let start = self.index;
-        for access in accesses {
-            self.feed(access)?;
+        let mut upcoming = accesses.into_iter();
+        let mut window = [Access::default(); LOOKAHEAD];
+        let mut pending = 0;
+        for access in upcoming.by_ref().take(LOOKAHEAD) {
+            self.device.hint_upcoming(access.addr);
+            window[pending] = access;
+            pending += 1;
+        }
+        // `window[head..]` then `window[..head]` hold the `pending` accesses in order.
+        let mut head = 0;
+        while pending > 0 {
+            let current = window[head];
+            match upcoming.next() {
+                Some(next) => {
+                    self.device.hint_upcoming(next.addr);
+                    window[head] = next;
+                }
+                None => pending -= 1,
+            }
+            head = (head + 1) % LOOKAHEAD;
+            if pending > IMMINENT {
+                self.device
+                    .hint_imminent(window[(head + IMMINENT - 1) % LOOKAHEAD].addr);
+            }
+            self.feed(current)?;
         }
         Ok(self.index - start)
     }

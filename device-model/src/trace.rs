@@ -36,7 +36,7 @@ use crate::device::Op;
 use std::fmt;
 
 /// One host access.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Access {
     /// Arrival time in ns.
     pub time_ns: u64,

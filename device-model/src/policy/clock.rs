@@ -59,6 +59,14 @@ impl EvictionPolicy for Clock {
             }
         }
     }
+    #[inline]
+    fn upcoming_victims(&self, set: u32) -> [Option<SlotId>; 2] {
+        self.lists.back_two(set as usize)
+    }
+    #[inline]
+    fn prefetch_slot(&self, slot: SlotId) {
+        self.lists.prefetch_link(slot);
+    }
     fn tracked(&self, set: u32) -> u32 {
         self.lists.len(set as usize)
     }

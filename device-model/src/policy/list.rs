@@ -7,7 +7,7 @@
 //! *back* the oldest / least recently used one. `prev` points toward the
 //! front, `next` toward the back.
 
-use crate::cache::SlotId;
+use crate::cache::{prefetch_read, SlotId};
 
 /// "No slot" in links and heads.
 pub(crate) const NIL: u32 = u32::MAX;
@@ -78,6 +78,26 @@ impl SlotLists {
     pub(crate) fn toward_front(&self, slot: SlotId) -> Option<SlotId> {
         let p = self.links[slot as usize].prev;
         (p != NIL).then_some(p)
+    }
+
+    /// The oldest slot of `list` and the one before it (the next two
+    /// `pop_back`s if nothing changes in between).
+    #[inline]
+    pub(crate) fn back_two(&self, list: usize) -> [Option<SlotId>; 2] {
+        let back = self.heads[list].back;
+        if back == NIL {
+            return [None, None];
+        }
+        let before = self.links[back as usize].prev;
+        [Some(back), (before != NIL).then_some(before)]
+    }
+
+    /// Starts loading the links of `slot` into the CPU cache.
+    #[inline]
+    pub(crate) fn prefetch_link(&self, slot: SlotId) {
+        if let Some(link) = self.links.get(slot as usize) {
+            prefetch_read(link);
+        }
     }
 
     /// Links `slot` (on no list) at the front of `list`.

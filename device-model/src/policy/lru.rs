@@ -41,6 +41,14 @@ impl EvictionPolicy for Lru {
     fn evict(&mut self, set: u32) -> Option<Victim> {
         self.lists.pop_back(set as usize).map(Victim::plain)
     }
+    #[inline]
+    fn upcoming_victims(&self, set: u32) -> [Option<SlotId>; 2] {
+        self.lists.back_two(set as usize)
+    }
+    #[inline]
+    fn prefetch_slot(&self, slot: SlotId) {
+        self.lists.prefetch_link(slot);
+    }
     fn tracked(&self, set: u32) -> u32 {
         self.lists.len(set as usize)
     }

@@ -99,6 +99,17 @@ pub trait EvictionPolicy {
     /// Number of slots of `set` the policy tracks.
     fn tracked(&self, set: u32) -> u32;
 
+    /// A cheap guess at the next two victims of `set` (first victim first),
+    /// used only to prefetch their metadata; it may be wrong or empty. Must
+    /// read only state that a recent eviction already brought into the CPU
+    /// cache (the back of a list and its neighbour).
+    fn upcoming_victims(&self, _set: u32) -> [Option<SlotId>; 2] {
+        [None, None]
+    }
+
+    /// Starts loading the policy's per-slot state of `slot` into the CPU cache.
+    fn prefetch_slot(&self, _slot: SlotId) {}
+
     /// Empties `set`, appending its slots to `out` in eviction order (first
     /// victim first), by evicting until nothing is left: exact, but it
     /// destroys the policy's state for that set. Used when switching policies.
@@ -201,6 +212,14 @@ impl EvictionPolicy for Policy {
     }
     fn drain_set(&mut self, set: u32, out: &mut Vec<SlotId>) {
         dispatch!(self, p => p.drain_set(set, out))
+    }
+    #[inline]
+    fn upcoming_victims(&self, set: u32) -> [Option<SlotId>; 2] {
+        dispatch!(self, p => p.upcoming_victims(set))
+    }
+    #[inline]
+    fn prefetch_slot(&self, slot: SlotId) {
+        dispatch!(self, p => p.prefetch_slot(slot))
     }
 }
 

@@ -134,6 +134,20 @@ impl EvictionPolicy for S3Fifo {
         }
     }
 
+    #[inline]
+    fn upcoming_victims(&self, set: u32) -> [Option<SlotId>; 2] {
+        let (small, main) = (Self::small(set), Self::main(set));
+        let s_len = self.lists.len(small);
+        let from_small = s_len > 0 && (s_len >= self.small_target || self.lists.len(main) == 0);
+        self.lists.back_two(if from_small { small } else { main })
+    }
+    #[inline]
+    fn prefetch_slot(&self, slot: SlotId) {
+        self.lists.prefetch_link(slot);
+        if let Some(st) = self.state.get(slot as usize) {
+            crate::cache::prefetch_read(st);
+        }
+    }
     fn tracked(&self, set: u32) -> u32 {
         self.lists.len(Self::small(set)) + self.lists.len(Self::main(set))
     }

@@ -96,6 +96,17 @@ impl EvictionPolicy for TwoQ {
         }
     }
 
+    #[inline]
+    fn upcoming_victims(&self, set: u32) -> [Option<SlotId>; 2] {
+        let (a1in, am) = (Self::a1in(set), Self::am(set));
+        let in_len = self.lists.len(a1in);
+        let from_a1in = in_len > 0 && (in_len > self.kin || self.lists.len(am) == 0);
+        self.lists.back_two(if from_a1in { a1in } else { am })
+    }
+    #[inline]
+    fn prefetch_slot(&self, slot: SlotId) {
+        self.lists.prefetch_link(slot);
+    }
     fn tracked(&self, set: u32) -> u32 {
         self.lists.len(Self::a1in(set)) + self.lists.len(Self::am(set))
     }
