@@ -218,14 +218,6 @@ pub struct Device {
     stats: DeviceStats,
 }
 
-/// How one page lookup went (internal).
-enum PageResult {
-    Hit { done: u64 },
-    Coalesced { done: u64 },
-    Miss { done: u64 },
-    Bypassed { done: u64 },
-}
-
 impl Device {
     /// A device with an empty cache and erased NAND.
     pub fn new(cfg: DeviceConfig) -> Result<Self, LoadConfigError> {
@@ -298,27 +290,7 @@ impl Device {
             let whole_page = op == Op::Write
                 && addr <= page << PAGE_SHIFT
                 && addr + u64::from(len) >= (page + 1) << PAGE_SHIFT;
-            let result = self.access_page(now_ns, op, page, whole_page, &mut out)?;
-            let done = match result {
-                PageResult::Hit { done } => {
-                    out.page_hits += 1;
-                    done
-                }
-                PageResult::Coalesced { done } => {
-                    out.page_misses += 1;
-                    out.coalesced += 1;
-                    done
-                }
-                PageResult::Miss { done } => {
-                    out.page_misses += 1;
-                    done
-                }
-                PageResult::Bypassed { done } => {
-                    out.page_misses += 1;
-                    out.bypassed += 1;
-                    done
-                }
-            };
+            let done = self.access_page(now_ns, op, page, whole_page, &mut out)?;
             done_max = done_max.max(done);
             out.pages += 1;
         }
@@ -346,6 +318,7 @@ impl Device {
         Ok(out)
     }
 
+    /// Serves one page of an access, counting it in `out`; returns when the page is served.
     fn access_page(
         &mut self,
         now: u64,
@@ -353,7 +326,7 @@ impl Device {
         page: u64,
         whole_page: bool,
         out: &mut Outcome,
-    ) -> Result<PageResult, AccessError> {
+    ) -> Result<u64, AccessError> {
         let hit_latency = self.cfg.cache.hit_latency_ns;
         if let Some(slot) = self.cache.lookup(page) {
             let state = self.cache.state(slot);
@@ -367,12 +340,13 @@ impl Device {
             if op == Op::Write && !state.dirty {
                 self.cache.set_dirty(slot, true);
             }
-            let done = now.max(state.ready_at_ns) + hit_latency;
-            return Ok(if state.ready_at_ns > now {
-                PageResult::Coalesced { done }
+            if state.ready_at_ns > now {
+                out.page_misses += 1;
+                out.coalesced += 1;
             } else {
-                PageResult::Hit { done }
-            });
+                out.page_hits += 1;
+            }
+            return Ok(now.max(state.ready_at_ns) + hit_latency);
         }
 
         // Miss: fill (unless a whole-page write), allocate, prefetch ahead.
@@ -396,15 +370,14 @@ impl Device {
                         self.nand.program(now, page)?
                     }
                 };
-                return Ok(PageResult::Bypassed {
-                    done: done + hit_latency,
-                });
+                out.page_misses += 1;
+                out.bypassed += 1;
+                return Ok(done + hit_latency);
             }
         }
+        out.page_misses += 1;
         self.prefetch_after_miss(now, page, out)?;
-        Ok(PageResult::Miss {
-            done: ready + hit_latency,
-        })
+        Ok(ready + hit_latency)
     }
 
     /// Next-N prefetch with a stride, issued on a demand miss (as in Cylon);
