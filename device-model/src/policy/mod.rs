@@ -23,17 +23,15 @@
 //! eviction that makes room, as in libCacheSim.
 
 mod clock;
-mod fifo;
 mod lfru;
 mod list;
-mod lru;
+mod ordered;
 mod s3fifo;
 mod twoq;
 
 pub use clock::Clock;
-pub use fifo::{Fifo, Lifo};
 pub use lfru::Lfru;
-pub use lru::Lru;
+pub use ordered::{Fifo, Lifo, Lru, Ordered};
 pub use s3fifo::S3Fifo;
 pub use twoq::TwoQ;
 
