@@ -1,0 +1,393 @@
+//! Command line and `daemon.toml`: flags override the file.
+//!
+//! ```toml
+//! shared_dir = "/srv/share"
+//! cache = "auto"                 # never | auto | always
+//! metrics_addr = "127.0.0.1:9640"
+//! device = "cylon"               # a preset name ...
+//! # ... or an inline device-model config (may name a `preset` to start from):
+//! # [device]
+//! # preset = "cylon"
+//! # cache.size_bytes = "64MiB"
+//!
+//! [[vm]]
+//! name = "vm0"
+//! socket = "/tmp/cxlfs-vm0.sock"
+//! ```
+//!
+//! Device settings: the file's `device` (default preset `cylon`), replaced
+//! by `--preset NAME` if given, then every `--set key=value` in order —
+//! exactly like `cxlfs replay`.
+
+use crate::backend::QueueOptions;
+use crate::fs::CacheMode;
+use clap::Parser;
+use cxlfs_device_model::presets::preset;
+use cxlfs_device_model::{DeviceConfig, LoadConfigError};
+use serde::Deserialize;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// The preset used when neither the file nor `--preset` names a device.
+pub const DEFAULT_PRESET: &str = "cylon";
+
+/// `cxlfsd` command line.
+#[derive(Debug, Clone, Parser, Default)]
+#[command(
+    name = "cxlfsd",
+    version,
+    about = "Multi-VM vhost-user virtio-fs daemon over an emulated CXL-SSD"
+)]
+pub struct Cli {
+    /// Daemon config file (TOML): device, shared_dir, vm list, ...
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Host directory exported to every VM.
+    #[arg(long, value_name = "DIR")]
+    pub shared_dir: Option<PathBuf>,
+    /// A VM: its name and its vhost-user socket (repeatable; replaces the file's list).
+    #[arg(long = "vm", value_name = "NAME=SOCKET_PATH")]
+    pub vms: Vec<String>,
+    /// Start the device from a named preset (replaces the file's `device`).
+    #[arg(long, value_name = "NAME")]
+    pub preset: Option<String>,
+    /// Override one device config key, e.g. `--set nand.read_ns=20us` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+    /// Guest caching: never | auto | always (as in virtiofsd).
+    #[arg(long, value_name = "MODE")]
+    pub cache: Option<CacheMode>,
+    /// Serve Prometheus metrics on this address (loopback only unless allowed).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+    /// Allow a non-loopback --metrics-addr.
+    #[arg(long)]
+    pub metrics_allow_remote: bool,
+    /// Request queues per VM (the hiprio queue comes on top).
+    #[arg(long, value_name = "N")]
+    pub request_queues: Option<usize>,
+    /// Largest virtqueue size offered.
+    #[arg(long, value_name = "N")]
+    pub queue_size: Option<usize>,
+    /// Cap the guest's readahead (bytes).
+    #[arg(long, value_name = "BYTES")]
+    pub max_readahead: Option<u32>,
+    /// Print the effective configuration and exit.
+    #[arg(long)]
+    pub print_config: bool,
+}
+
+/// One VM in `daemon.toml`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmSpec {
+    /// Name (metrics label).
+    pub name: String,
+    /// vhost-user socket path (the daemon listens; QEMU connects).
+    pub socket: PathBuf,
+}
+
+/// `daemon.toml`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// A preset name or an inline device-model table.
+    pub device: Option<toml::Value>,
+    /// Shared directory.
+    pub shared_dir: Option<PathBuf>,
+    /// Cache mode.
+    pub cache: Option<CacheMode>,
+    /// Metrics address.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Allow non-loopback metrics.
+    pub metrics_allow_remote: Option<bool>,
+    /// Request queues per VM.
+    pub request_queues: Option<usize>,
+    /// Largest queue size.
+    pub queue_size: Option<usize>,
+    /// Readahead cap.
+    pub max_readahead: Option<u32>,
+    /// VMs.
+    #[serde(default)]
+    pub vm: Vec<VmSpec>,
+}
+
+/// The effective configuration.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    /// Device model configuration.
+    pub device: DeviceConfig,
+    /// Where the device configuration came from (for logs).
+    pub device_origin: String,
+    /// Shared directory.
+    pub shared_dir: PathBuf,
+    /// VMs.
+    pub vms: Vec<VmSpec>,
+    /// Cache mode.
+    pub cache: CacheMode,
+    /// Metrics address.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Allow non-loopback metrics.
+    pub metrics_allow_remote: bool,
+    /// Queue geometry.
+    pub queues: QueueOptions,
+    /// Readahead cap.
+    pub max_readahead: Option<u32>,
+}
+
+/// Why the configuration could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadDaemonConfigError {
+    /// The config file could not be read.
+    #[error("cannot read {path}")]
+    Read {
+        /// File.
+        path: String,
+        /// OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The config file is malformed.
+    #[error("{path}: {message}")]
+    Parse {
+        /// File.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The device configuration is invalid.
+    #[error("device configuration")]
+    Device(#[from] LoadConfigError),
+    /// `device` is neither a preset name nor a table.
+    #[error("`device` must be a preset name or a table, got {0}")]
+    DeviceType(String),
+    /// A `--vm` flag is not `NAME=SOCKET_PATH`.
+    #[error("--vm `{0}` is not of the form NAME=SOCKET_PATH")]
+    BadVm(String),
+    /// Two VMs with one name or one socket.
+    #[error("VM name or socket `{0}` used twice")]
+    DuplicateVm(String),
+    /// A required setting is missing.
+    #[error("missing {0} (flag or config file)")]
+    Missing(&'static str),
+    /// A setting is out of range.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn parse_vm(s: &str) -> Result<VmSpec, LoadDaemonConfigError> {
+    match s.split_once('=') {
+        Some((name, socket)) if !name.is_empty() && !socket.is_empty() => Ok(VmSpec {
+            name: name.to_string(),
+            socket: PathBuf::from(socket),
+        }),
+        _ => Err(LoadDaemonConfigError::BadVm(s.to_string())),
+    }
+}
+
+fn device_from_value(v: &toml::Value) -> Result<(DeviceConfig, String), LoadDaemonConfigError> {
+    match v {
+        toml::Value::String(name) => Ok((preset(name)?, format!("preset {name}"))),
+        toml::Value::Table(t) => {
+            let text = toml::to_string(t).map_err(|e| LoadDaemonConfigError::Parse {
+                path: "device".into(),
+                message: e.to_string(),
+            })?;
+            Ok((
+                DeviceConfig::from_toml_str(&text)?,
+                "inline device table".into(),
+            ))
+        }
+        other => Err(LoadDaemonConfigError::DeviceType(
+            other.type_str().to_string(),
+        )),
+    }
+}
+
+impl DaemonConfig {
+    /// File (if any), then flags.
+    pub fn load(cli: &Cli) -> Result<Self, LoadDaemonConfigError> {
+        let file = match &cli.config {
+            Some(path) => {
+                let shown = path.display().to_string();
+                let text = std::fs::read_to_string(path).map_err(|source| {
+                    LoadDaemonConfigError::Read {
+                        path: shown.clone(),
+                        source,
+                    }
+                })?;
+                toml::from_str::<FileConfig>(&text).map_err(|e| LoadDaemonConfigError::Parse {
+                    path: shown,
+                    message: e.to_string(),
+                })?
+            }
+            None => FileConfig::default(),
+        };
+        Self::merge(cli, file)
+    }
+
+    /// Merges an already parsed file with the flags.
+    pub fn merge(cli: &Cli, file: FileConfig) -> Result<Self, LoadDaemonConfigError> {
+        let (base, mut origin) = match (&cli.preset, &file.device) {
+            (Some(name), _) => (preset(name)?, format!("preset {name}")),
+            (None, Some(v)) => device_from_value(v)?,
+            (None, None) => (preset(DEFAULT_PRESET)?, format!("preset {DEFAULT_PRESET}")),
+        };
+        let device = base.with_overrides(&cli.sets)?;
+        if !cli.sets.is_empty() {
+            origin.push_str(&format!(" | --set {}", cli.sets.join(" ")));
+        }
+        let vms = if cli.vms.is_empty() {
+            file.vm
+        } else {
+            cli.vms
+                .iter()
+                .map(|s| parse_vm(s))
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        for (i, a) in vms.iter().enumerate() {
+            if vms[..i]
+                .iter()
+                .any(|b| b.name == a.name || b.socket == a.socket)
+            {
+                return Err(LoadDaemonConfigError::DuplicateVm(a.name.clone()));
+            }
+        }
+        let queues = QueueOptions {
+            request_queues: cli
+                .request_queues
+                .or(file.request_queues)
+                .unwrap_or(QueueOptions::default().request_queues),
+            queue_size: cli
+                .queue_size
+                .or(file.queue_size)
+                .unwrap_or(QueueOptions::default().queue_size),
+        };
+        if queues.request_queues == 0 || queues.request_queues > 62 {
+            return Err(LoadDaemonConfigError::Invalid(format!(
+                "request_queues must be 1..=62, got {}",
+                queues.request_queues
+            )));
+        }
+        if !queues.queue_size.is_power_of_two() || queues.queue_size > 32768 {
+            return Err(LoadDaemonConfigError::Invalid(format!(
+                "queue_size must be a power of two <= 32768, got {}",
+                queues.queue_size
+            )));
+        }
+        Ok(DaemonConfig {
+            device,
+            device_origin: origin,
+            shared_dir: cli
+                .shared_dir
+                .clone()
+                .or(file.shared_dir)
+                .ok_or(LoadDaemonConfigError::Missing("shared_dir"))?,
+            vms,
+            cache: cli.cache.or(file.cache).unwrap_or_default(),
+            metrics_addr: cli.metrics_addr.or(file.metrics_addr),
+            metrics_allow_remote: cli.metrics_allow_remote
+                || file.metrics_allow_remote.unwrap_or(false),
+            queues,
+            max_readahead: cli.max_readahead.or(file.max_readahead),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cli(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("cxlfsd").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn flags_override_file() {
+        let file: FileConfig = toml::from_str(
+            r#"
+            shared_dir = "/a"
+            cache = "always"
+            device = "femu"
+            [[vm]]
+            name = "vm0"
+            socket = "/tmp/0.sock"
+            "#,
+        )
+        .unwrap();
+        let c = DaemonConfig::merge(&cli(&[]), file.clone()).unwrap();
+        assert_eq!(c.shared_dir, PathBuf::from("/a"));
+        assert_eq!(c.cache, CacheMode::Always);
+        assert_eq!(c.device, preset("femu").unwrap());
+        assert_eq!(c.vms.len(), 1);
+        let c = DaemonConfig::merge(
+            &cli(&[
+                "--shared-dir",
+                "/b",
+                "--cache",
+                "never",
+                "--preset",
+                "cylon",
+                "--set",
+                "nand.read_ns=20us",
+                "--vm",
+                "x=/tmp/x.sock",
+                "--vm",
+                "y=/tmp/y.sock",
+            ]),
+            file,
+        )
+        .unwrap();
+        assert_eq!(c.shared_dir, PathBuf::from("/b"));
+        assert_eq!(c.cache, CacheMode::Never);
+        assert_eq!(c.device.nand.read_ns, 20_000);
+        assert_eq!(
+            c.vms.iter().map(|v| v.name.as_str()).collect::<Vec<_>>(),
+            ["x", "y"]
+        );
+    }
+
+    #[test]
+    fn inline_device_table() {
+        let file: FileConfig = toml::from_str(
+            r#"
+            shared_dir = "/a"
+            [device]
+            preset = "cylon"
+            cache.size_bytes = "8MiB"
+            "#,
+        )
+        .unwrap();
+        let c = DaemonConfig::merge(&cli(&[]), file).unwrap();
+        assert_eq!(c.device.cache.size_bytes, 8 << 20);
+    }
+
+    #[test]
+    fn bad_input_is_an_error() {
+        assert!(matches!(
+            DaemonConfig::merge(
+                &cli(&["--shared-dir", "/a", "--vm", "novalue"]),
+                FileConfig::default()
+            ),
+            Err(LoadDaemonConfigError::BadVm(_))
+        ));
+        assert!(matches!(
+            DaemonConfig::merge(
+                &cli(&["--shared-dir", "/a", "--vm", "a=/s", "--vm", "a=/t"]),
+                FileConfig::default()
+            ),
+            Err(LoadDaemonConfigError::DuplicateVm(_))
+        ));
+        assert!(matches!(
+            DaemonConfig::merge(&cli(&[]), FileConfig::default()),
+            Err(LoadDaemonConfigError::Missing("shared_dir"))
+        ));
+        assert!(DaemonConfig::merge(
+            &cli(&["--shared-dir", "/a", "--set", "cache.nope=1"]),
+            FileConfig::default()
+        )
+        .is_err());
+        assert!(toml::from_str::<FileConfig>("bogus = 1").is_err());
+    }
+}

@@ -1,0 +1,239 @@
+//! The daemon: one shared device, one listener thread per VM, reconnects,
+//! and a clean shutdown.
+//!
+//! Per VM, a serving thread loops: wait for a connection on the VM's
+//! socket (polling, so shutdown is noticed), build a fresh session (a new
+//! [`PassthroughFs`] + [`FuseServer`] + [`FsBackend`] and a new
+//! `VhostUserDaemon` with its vring workers), serve it until the front-end
+//! goes away, tear it down, and listen again. Nothing is shared between VMs
+//! except the [`SharedDevice`] (device model + pool, each behind its own
+//! mutex) and the metrics registry, so one VM dying never disturbs another.
+
+use crate::backend::{FsBackend, GuestMem, QueueOptions};
+use crate::config::VmSpec;
+use crate::fs::{CacheMode, PassthroughFs};
+use crate::fuse::{FuseServer, ServerOptions};
+use crate::metrics::Metrics;
+use crate::pool::SharedDevice;
+use rustix::event::{PollFd, PollFlags};
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+use vhost::vhost_user::Listener;
+use vhost_user_backend::{ShutdownHandle, VhostUserDaemon};
+use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+
+/// Settings every VM session shares.
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    /// Shared directory.
+    pub shared_dir: PathBuf,
+    /// Cache mode.
+    pub cache: CacheMode,
+    /// Queue geometry.
+    pub queues: QueueOptions,
+    /// FUSE server options.
+    pub server: ServerOptions,
+}
+
+/// State shared by the VM threads and the shutdown path.
+pub struct DaemonState {
+    /// The device and the pool.
+    pub shared: Arc<SharedDevice>,
+    /// The metrics registry.
+    pub metrics: Arc<Metrics>,
+    /// Session settings.
+    pub opts: SessionOptions,
+    shutdown: AtomicBool,
+    live: Mutex<Vec<(String, ShutdownHandle)>>,
+    sessions: Mutex<Vec<(String, Arc<FsBackend>)>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Why a VM could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeVmError {
+    /// The socket could not be created.
+    #[error("cannot listen on {path}")]
+    Listen {
+        /// Socket path.
+        path: String,
+        /// The vhost error.
+        #[source]
+        source: vhost::vhost_user::Error,
+    },
+    /// The serving thread could not be spawned.
+    #[error("cannot spawn the thread for VM {vm}")]
+    Spawn {
+        /// VM name.
+        vm: String,
+        /// OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl DaemonState {
+    /// Daemon state over a device.
+    pub fn new(shared: Arc<SharedDevice>, opts: SessionOptions) -> Arc<Self> {
+        Arc::new(DaemonState {
+            metrics: Arc::new(Metrics::new(shared.clone())),
+            shared,
+            opts,
+            shutdown: AtomicBool::new(false),
+            live: Mutex::new(Vec::new()),
+            sessions: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Whether shutdown was requested.
+    pub fn shutting_down(&self) -> bool {
+        self.shutdown.load(Ordering::Acquire)
+    }
+
+    /// Stops accepting and disconnects every VM; serving threads then finish
+    /// their in-flight requests and return.
+    pub fn request_shutdown(&self) {
+        self.shutdown.store(true, Ordering::Release);
+        for (vm, h) in lock(&self.live).iter() {
+            tracing::info!(vm = %vm, "disconnecting for shutdown");
+            h.shutdown();
+        }
+    }
+
+    /// Writes back every dirty page: fsync of open files, syncfs of the share,
+    /// and a flush of the device model's dirty cache pages.
+    pub fn flush_all(&self) {
+        for (_, b) in lock(&self.sessions).iter() {
+            b.server().fs().sync_all();
+        }
+        match rustix::fs::open(
+            &self.opts.shared_dir,
+            rustix::fs::OFlags::RDONLY
+                | rustix::fs::OFlags::DIRECTORY
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .and_then(|fd| rustix::fs::syncfs(&fd))
+        {
+            Ok(()) => {}
+            Err(e) => tracing::warn!(error = %e, "syncfs of the shared directory failed"),
+        }
+        match self.shared.flush() {
+            Ok(done) => tracing::info!(durable_at_ns = done, "device write-back complete"),
+            Err(e) => tracing::error!(error = %e, "device flush failed"),
+        }
+    }
+
+    /// Starts the serving thread of one VM.
+    pub fn spawn_vm(self: &Arc<Self>, vm: VmSpec) -> Result<JoinHandle<()>, ServeVmError> {
+        let listener = Listener::new(&vm.socket, true).map_err(|source| ServeVmError::Listen {
+            path: vm.socket.display().to_string(),
+            source,
+        })?;
+        tracing::info!(vm = %vm.name, socket = %vm.socket.display(), "listening");
+        let state = self.clone();
+        let name = vm.name.clone();
+        thread::Builder::new()
+            .name(format!("vm-{name}"))
+            .spawn(move || state.serve_vm(vm, listener))
+            .map_err(|source| ServeVmError::Spawn { vm: name, source })
+    }
+
+    /// Waits until the listener is readable; false on shutdown.
+    fn wait_for_connection(&self, listener: &Listener) -> bool {
+        // SAFETY: the listener owns this fd and outlives the borrow, which
+        // ends with this function.
+        let fd = unsafe { BorrowedFd::borrow_raw(listener.as_raw_fd()) };
+        let timeout = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 200_000_000,
+        };
+        while !self.shutting_down() {
+            let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+            match rustix::event::poll(&mut fds, Some(&timeout)) {
+                Ok(n) if n > 0 => return true,
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => {
+                    tracing::error!(error = %e, "poll on the vhost-user socket failed");
+                    thread::sleep(Duration::from_millis(200));
+                }
+            }
+        }
+        false
+    }
+
+    fn serve_vm(self: Arc<Self>, vm: VmSpec, mut listener: Listener) {
+        let metrics = self.metrics.vm(&vm.name);
+        while self.wait_for_connection(&listener) {
+            let session = match self.new_session(&vm) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(vm = %vm.name, error = %e, "cannot set up a session");
+                    thread::sleep(Duration::from_secs(1));
+                    continue;
+                }
+            };
+            let (backend, mut daemon) = session;
+            if let Err(e) = daemon.start(&mut listener) {
+                tracing::warn!(vm = %vm.name, error = %e, "connection failed");
+                backend.close();
+                continue;
+            }
+            metrics.connections.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(vm = %vm.name, "front-end connected");
+            if let Some(h) = daemon.shutdown_handle() {
+                lock(&self.live).push((vm.name.clone(), h.clone()));
+                if self.shutting_down() {
+                    h.shutdown();
+                }
+            }
+            lock(&self.sessions).push((vm.name.clone(), backend.clone()));
+            match daemon.wait() {
+                Ok(()) => tracing::info!(vm = %vm.name, "front-end disconnected"),
+                Err(e) => tracing::warn!(vm = %vm.name, error = %e, "session ended with an error"),
+            }
+            for h in daemon.get_epoll_handlers() {
+                h.send_exit_event();
+            }
+            lock(&self.live).retain(|(n, _)| n != &vm.name);
+            // Release held replies and stop the pacer before the session goes.
+            backend.close();
+            backend.server().fs().sync_all();
+            lock(&self.sessions).retain(|(n, _)| n != &vm.name);
+            drop(daemon);
+        }
+        tracing::info!(vm = %vm.name, "stopped listening");
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn new_session(
+        &self,
+        vm: &VmSpec,
+    ) -> Result<(Arc<FsBackend>, VhostUserDaemon<Arc<FsBackend>>), Box<dyn std::error::Error>> {
+        let fs = PassthroughFs::new(&self.opts.shared_dir, self.opts.cache, self.shared.clone())?;
+        let server = Arc::new(FuseServer::new(
+            fs,
+            self.shared.clone(),
+            self.metrics.vm(&vm.name),
+            self.opts.server,
+        ));
+        let mem: GuestMem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+        let backend = Arc::new(FsBackend::new(
+            server,
+            self.shared.clone(),
+            mem.clone(),
+            self.opts.queues,
+        )?);
+        let daemon = VhostUserDaemon::new(format!("cxlfsd-{}", vm.name), backend.clone(), mem)
+            .map_err(|e| format!("vhost-user daemon: {e}"))?;
+        Ok((backend, daemon))
+    }
+}

@@ -1,0 +1,923 @@
+//! The passthrough filesystem over `--shared-dir`.
+//!
+//! Safety rules (nothing may escape the shared directory):
+//! * every inode is held as an `O_PATH | O_NOFOLLOW` fd; every operation is
+//!   an `*at()` call relative to such a fd with a single path component;
+//! * names are checked: no empty name, no `.` / `..`, no `/`, no NUL;
+//! * symlinks are never followed: lookups use `O_NOFOLLOW`, creation uses
+//!   `O_NOFOLLOW`, and a symlink inode is never re-opened for I/O;
+//! * files are (re)opened through `/proc/self/fd/N` of the inode's own
+//!   `O_PATH` fd, so a rename or a swapped-in symlink between lookup and
+//!   open cannot redirect the open (the fd pins the inode, not the path).
+//!
+//! One [`PassthroughFs`] per VM connection (FUSE node ids are per session);
+//! the pool extents behind the files are shared by all VMs through
+//! [`crate::pool::SharedDevice`].
+
+use crate::abi::{self, Attr, EntryOut};
+use crate::pool::{FileKey, SharedDevice};
+use rustix::fs::{AtFlags, Mode, OFlags, Stat, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
+use rustix::io::Errno;
+use rustix::path::DecInt;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// How much the guest's own caches may keep (as in virtiofsd).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheMode {
+    /// Every read and write reaches the daemon (FOPEN_DIRECT_IO, no attr caching).
+    Never,
+    /// Guest page cache, invalidated when the file changes; 1 s attr timeout.
+    #[default]
+    Auto,
+    /// Guest page cache kept across opens (FOPEN_KEEP_CACHE); long timeouts.
+    Always,
+}
+
+impl std::str::FromStr for CacheMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "never" | "none" => Ok(CacheMode::Never),
+            "auto" => Ok(CacheMode::Auto),
+            "always" => Ok(CacheMode::Always),
+            other => Err(format!(
+                "cache mode must be never|auto|always, got `{other}`"
+            )),
+        }
+    }
+}
+
+impl CacheMode {
+    /// Entry and attribute timeout.
+    pub fn timeout(self) -> Duration {
+        match self {
+            CacheMode::Never => Duration::ZERO,
+            CacheMode::Auto => Duration::from_secs(1),
+            CacheMode::Always => Duration::from_secs(86400),
+        }
+    }
+
+    /// `fuse_open_out.open_flags` for regular files.
+    pub fn file_open_flags(self) -> u32 {
+        match self {
+            CacheMode::Never => abi::fopen::DIRECT_IO,
+            CacheMode::Auto => 0,
+            CacheMode::Always => abi::fopen::KEEP_CACHE,
+        }
+    }
+
+    /// `fuse_open_out.open_flags` for directories.
+    pub fn dir_open_flags(self) -> u32 {
+        match self {
+            CacheMode::Always => abi::fopen::CACHE_DIR,
+            _ => 0,
+        }
+    }
+}
+
+/// Why the shared directory could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenSharedDirError {
+    /// `open(shared_dir)` failed.
+    #[error("cannot open shared directory {path}")]
+    Open {
+        /// The directory.
+        path: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// One inode known to the guest.
+#[derive(Debug)]
+pub struct Inode {
+    /// FUSE node id.
+    pub nodeid: u64,
+    /// Host identity (also the pool key).
+    pub key: FileKey,
+    /// `O_PATH | O_NOFOLLOW` fd.
+    pub fd: OwnedFd,
+    /// File type bits of `st_mode`.
+    pub kind: u32,
+}
+
+impl Inode {
+    fn is_reg(&self) -> bool {
+        self.kind == libc::S_IFREG
+    }
+    fn is_dir(&self) -> bool {
+        self.kind == libc::S_IFDIR
+    }
+}
+
+/// An open file or directory.
+#[derive(Debug)]
+pub struct Handle {
+    /// The inode it was opened from.
+    pub inode: Arc<Inode>,
+    /// The open file.
+    pub file: File,
+    /// Serialises seek + getdents on directories.
+    dir_lock: Mutex<()>,
+}
+
+#[derive(Debug, Default)]
+struct Tables {
+    inodes: HashMap<u64, (Arc<Inode>, u64)>,
+    by_key: HashMap<FileKey, u64>,
+    handles: HashMap<u64, Arc<Handle>>,
+}
+
+/// The caller of a request, for ownership of created files.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Caller {
+    /// uid.
+    pub uid: u32,
+    /// gid.
+    pub gid: u32,
+}
+
+/// A directory entry for READDIR(PLUS).
+#[derive(Debug, Clone)]
+pub struct DirEntry {
+    /// Host inode number.
+    pub ino: u64,
+    /// Cookie of the next entry.
+    pub next_off: u64,
+    /// `DT_*` type.
+    pub typ: u32,
+    /// Name.
+    pub name: Vec<u8>,
+}
+
+/// The passthrough filesystem of one VM session.
+#[derive(Debug)]
+pub struct PassthroughFs {
+    root: OwnedFd,
+    proc_self_fd: OwnedFd,
+    tables: Mutex<Tables>,
+    next_nodeid: AtomicU64,
+    next_fh: AtomicU64,
+    shared: Arc<SharedDevice>,
+    /// Cache mode.
+    pub cache: CacheMode,
+}
+
+fn errno(e: &io::Error) -> Errno {
+    Errno::from_io_error(e).unwrap_or(Errno::IO)
+}
+
+/// Rejects names that are not a single, real path component.
+pub fn check_name(name: &[u8]) -> Result<&[u8], Errno> {
+    if name.is_empty() || name == b"." || name == b".." || name.len() > 255 {
+        return Err(Errno::INVAL);
+    }
+    if name.iter().any(|&b| b == b'/' || b == 0) {
+        return Err(Errno::INVAL);
+    }
+    Ok(name)
+}
+
+/// `fuse_attr` from a host stat.
+pub fn attr_from_stat(st: &Stat) -> Attr {
+    Attr {
+        ino: st.st_ino,
+        size: st.st_size as u64,
+        blocks: st.st_blocks as u64,
+        atime: st.st_atime as u64,
+        mtime: st.st_mtime as u64,
+        ctime: st.st_ctime as u64,
+        atimensec: st.st_atime_nsec as u32,
+        mtimensec: st.st_mtime_nsec as u32,
+        ctimensec: st.st_ctime_nsec as u32,
+        mode: st.st_mode,
+        nlink: st.st_nlink as u32,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        rdev: st.st_rdev as u32,
+        blksize: st.st_blksize as u32,
+        flags: 0,
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Open flags the guest may pass through (no O_DIRECT: our bounce buffers
+/// are not aligned; no O_NOATIME / O_PATH / O_CREAT games).
+fn sanitize_open_flags(flags: u32) -> OFlags {
+    let f = OFlags::from_bits_retain(flags);
+    let allowed = OFlags::ACCMODE
+        | OFlags::APPEND
+        | OFlags::TRUNC
+        | OFlags::SYNC
+        | OFlags::DSYNC
+        | OFlags::NONBLOCK
+        | OFlags::LARGEFILE;
+    (f & allowed) | OFlags::CLOEXEC
+}
+
+impl PassthroughFs {
+    /// Opens the shared directory as the root inode.
+    pub fn new(
+        shared_dir: &Path,
+        cache: CacheMode,
+        shared: Arc<SharedDevice>,
+    ) -> Result<Self, OpenSharedDirError> {
+        let open_err = |path: &Path, e: Errno| OpenSharedDirError::Open {
+            path: path.display().to_string(),
+            source: e.into(),
+        };
+        let root = rustix::fs::open(
+            shared_dir,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| open_err(shared_dir, e))?;
+        let proc_path = Path::new("/proc/self/fd");
+        let proc_self_fd = rustix::fs::open(
+            proc_path,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| open_err(proc_path, e))?;
+        let st = rustix::fs::fstat(&root).map_err(|e| open_err(shared_dir, e))?;
+        let fs = PassthroughFs {
+            root,
+            proc_self_fd,
+            tables: Mutex::new(Tables::default()),
+            next_nodeid: AtomicU64::new(abi::ROOT_ID + 1),
+            next_fh: AtomicU64::new(1),
+            shared,
+            cache,
+        };
+        fs.install_root(&st).map_err(|e| open_err(shared_dir, e))?;
+        Ok(fs)
+    }
+
+    fn install_root(&self, st: &Stat) -> Result<(), Errno> {
+        let fd = rustix::io::dup(&self.root)?;
+        let inode = Arc::new(Inode {
+            nodeid: abi::ROOT_ID,
+            key: FileKey {
+                dev: st.st_dev,
+                ino: st.st_ino,
+            },
+            fd,
+            kind: st.st_mode & libc::S_IFMT,
+        });
+        let mut t = lock(&self.tables);
+        t.by_key.insert(inode.key, abi::ROOT_ID);
+        t.inodes.insert(abi::ROOT_ID, (inode, u64::MAX / 2));
+        Ok(())
+    }
+
+    /// Forgets every inode and handle (FUSE_INIT of a new session, DESTROY).
+    pub fn reset(&self) {
+        let old = std::mem::take(&mut *lock(&self.tables));
+        let mut pool = self.shared.pool();
+        for (id, (inode, _)) in old.inodes {
+            if id != abi::ROOT_ID && inode.is_reg() {
+                pool.release(inode.key);
+            }
+        }
+        drop(pool);
+        if let Ok(st) = rustix::fs::fstat(&self.root) {
+            if let Err(e) = self.install_root(&st) {
+                tracing::error!(error = %e, "cannot re-install the root inode");
+            }
+        }
+    }
+
+    /// The inode for `nodeid`.
+    pub fn inode(&self, nodeid: u64) -> Result<Arc<Inode>, Errno> {
+        lock(&self.tables)
+            .inodes
+            .get(&nodeid)
+            .map(|(i, _)| i.clone())
+            .ok_or(Errno::BADF)
+    }
+
+    /// The handle `fh`.
+    pub fn handle(&self, fh: u64) -> Result<Arc<Handle>, Errno> {
+        lock(&self.tables)
+            .handles
+            .get(&fh)
+            .cloned()
+            .ok_or(Errno::BADF)
+    }
+
+    /// Number of live inodes (root included) and handles.
+    pub fn counts(&self) -> (usize, usize) {
+        let t = lock(&self.tables);
+        (t.inodes.len(), t.handles.len())
+    }
+
+    fn entry(&self, inode: &Inode, st: &Stat) -> EntryOut {
+        let t = self.cache.timeout();
+        EntryOut {
+            nodeid: inode.nodeid,
+            generation: 0,
+            entry_valid: t.as_secs(),
+            attr_valid: t.as_secs(),
+            entry_valid_nsec: t.subsec_nanos(),
+            attr_valid_nsec: t.subsec_nanos(),
+            attr: attr_from_stat(st),
+        }
+    }
+
+    /// Registers (or re-references) the inode behind an `O_PATH` fd.
+    fn register(&self, fd: OwnedFd) -> Result<(Arc<Inode>, Stat), Errno> {
+        let st = rustix::fs::fstat(&fd)?;
+        let key = FileKey {
+            dev: st.st_dev,
+            ino: st.st_ino,
+        };
+        let mut t = lock(&self.tables);
+        if let Some(&id) = t.by_key.get(&key) {
+            if let Some((inode, refs)) = t.inodes.get_mut(&id) {
+                *refs += 1;
+                return Ok((inode.clone(), st));
+            }
+        }
+        let nodeid = self.next_nodeid.fetch_add(1, Ordering::Relaxed);
+        let inode = Arc::new(Inode {
+            nodeid,
+            key,
+            fd,
+            kind: st.st_mode & libc::S_IFMT,
+        });
+        if inode.is_reg() {
+            self.shared.pool().acquire(key);
+        }
+        t.by_key.insert(key, nodeid);
+        t.inodes.insert(nodeid, (inode.clone(), 1));
+        Ok((inode, st))
+    }
+
+    /// LOOKUP: `name` in directory `parent`; takes one reference.
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<EntryOut, Errno> {
+        let name = check_name(name)?;
+        let dir = self.inode(parent)?;
+        let fd = rustix::fs::openat(
+            &dir.fd,
+            name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let (inode, st) = self.register(fd)?;
+        Ok(self.entry(&inode, &st))
+    }
+
+    /// FORGET: drops `n` references.
+    pub fn forget(&self, nodeid: u64, n: u64) {
+        let mut t = lock(&self.tables);
+        let gone = match t.inodes.get_mut(&nodeid) {
+            Some((_, refs)) if nodeid != abi::ROOT_ID => {
+                *refs = refs.saturating_sub(n);
+                *refs == 0
+            }
+            _ => false,
+        };
+        if gone {
+            if let Some((inode, _)) = t.inodes.remove(&nodeid) {
+                if t.by_key.get(&inode.key) == Some(&nodeid) {
+                    t.by_key.remove(&inode.key);
+                }
+                drop(t);
+                if inode.is_reg() {
+                    self.shared.pool().release(inode.key);
+                }
+            }
+        }
+    }
+
+    /// GETATTR.
+    pub fn getattr(&self, nodeid: u64, fh: Option<u64>) -> Result<Attr, Errno> {
+        let st = match fh {
+            Some(fh) => rustix::fs::fstat(&self.handle(fh)?.file)?,
+            None => rustix::fs::fstat(&self.inode(nodeid)?.fd)?,
+        };
+        Ok(attr_from_stat(&st))
+    }
+
+    /// Re-opens an inode for I/O through `/proc/self/fd/N` (never a symlink).
+    fn reopen(&self, inode: &Inode, flags: OFlags) -> Result<File, Errno> {
+        if !(inode.is_reg() || inode.is_dir()) {
+            return Err(if inode.kind == libc::S_IFLNK {
+                Errno::LOOP
+            } else {
+                Errno::NXIO
+            });
+        }
+        let fd = rustix::fs::openat(
+            &self.proc_self_fd,
+            DecInt::from_fd(&inode.fd),
+            flags,
+            Mode::empty(),
+        )?;
+        Ok(File::from(fd))
+    }
+
+    fn add_handle(&self, inode: Arc<Inode>, file: File) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        lock(&self.tables).handles.insert(
+            fh,
+            Arc::new(Handle {
+                inode,
+                file,
+                dir_lock: Mutex::new(()),
+            }),
+        );
+        fh
+    }
+
+    /// SETATTR; returns the new attributes.
+    #[allow(clippy::too_many_arguments)]
+    pub fn setattr(
+        &self,
+        nodeid: u64,
+        valid: u32,
+        fh: Option<u64>,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        size: u64,
+        atime: (u64, u32),
+        mtime: (u64, u32),
+    ) -> Result<Attr, Errno> {
+        use abi::fattr;
+        let inode = self.inode(nodeid)?;
+        let handle = match fh {
+            Some(fh) => Some(self.handle(fh)?),
+            None => None,
+        };
+        let is_link = inode.kind == libc::S_IFLNK;
+        if valid & fattr::MODE != 0 {
+            if is_link {
+                return Err(Errno::OPNOTSUPP);
+            }
+            rustix::fs::chmodat(
+                &self.proc_self_fd,
+                DecInt::from_fd(&inode.fd),
+                Mode::from_raw_mode(mode & 0o7777),
+                AtFlags::empty(),
+            )?;
+        }
+        if valid & (fattr::UID | fattr::GID) != 0 {
+            let u = (valid & fattr::UID != 0).then(|| rustix::fs::Uid::from_raw_unchecked(uid));
+            let g = (valid & fattr::GID != 0).then(|| rustix::fs::Gid::from_raw_unchecked(gid));
+            rustix::fs::chownat(
+                &inode.fd,
+                "",
+                u,
+                g,
+                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+            )?;
+        }
+        if valid & fattr::SIZE != 0 {
+            match &handle {
+                Some(h) => h.file.set_len(size).map_err(|e| errno(&e))?,
+                None => self
+                    .reopen(&inode, OFlags::WRONLY | OFlags::CLOEXEC)?
+                    .set_len(size)
+                    .map_err(|e| errno(&e))?,
+            }
+        }
+        let t = |set: bool, now: bool, (s, ns): (u64, u32)| -> Timespec {
+            let tv_nsec = if !set {
+                UTIME_OMIT
+            } else if now {
+                UTIME_NOW
+            } else {
+                i64::from(ns)
+            };
+            Timespec {
+                tv_sec: s as i64,
+                tv_nsec,
+            }
+        };
+        if valid & (fattr::ATIME | fattr::MTIME) != 0 {
+            if is_link {
+                return Err(Errno::OPNOTSUPP);
+            }
+            let times = Timestamps {
+                last_access: t(
+                    valid & fattr::ATIME != 0,
+                    valid & fattr::ATIME_NOW != 0,
+                    atime,
+                ),
+                last_modification: t(
+                    valid & fattr::MTIME != 0,
+                    valid & fattr::MTIME_NOW != 0,
+                    mtime,
+                ),
+            };
+            rustix::fs::utimensat(
+                &self.proc_self_fd,
+                DecInt::from_fd(&inode.fd),
+                &times,
+                AtFlags::empty(),
+            )?;
+        }
+        Ok(attr_from_stat(&rustix::fs::fstat(&inode.fd)?))
+    }
+
+    /// OPEN: returns `(fh, open_flags)`.
+    pub fn open(&self, nodeid: u64, flags: u32) -> Result<(u64, u32), Errno> {
+        let inode = self.inode(nodeid)?;
+        if inode.is_dir() {
+            return Err(Errno::ISDIR);
+        }
+        let file = self.reopen(&inode, sanitize_open_flags(flags))?;
+        let fh = self.add_handle(inode, file);
+        Ok((fh, self.cache.file_open_flags()))
+    }
+
+    /// CREATE: returns the entry and `(fh, open_flags)`.
+    pub fn create(
+        &self,
+        caller: Caller,
+        parent: u64,
+        name: &[u8],
+        flags: u32,
+        mode: u32,
+        umask: u32,
+    ) -> Result<(EntryOut, u64, u32), Errno> {
+        let name = check_name(name)?;
+        let dir = self.inode(parent)?;
+        let oflags = sanitize_open_flags(flags)
+            | OFlags::CREATE
+            | OFlags::NOFOLLOW
+            | (OFlags::from_bits_retain(flags) & OFlags::EXCL);
+        let fd = rustix::fs::openat(
+            &dir.fd,
+            name,
+            oflags,
+            Mode::from_raw_mode(mode & !umask & 0o7777),
+        )?;
+        let file = File::from(fd);
+        // Best effort: the caller owns what it creates (we run as root).
+        let _ = rustix::fs::fchown(
+            &file,
+            Some(rustix::fs::Uid::from_raw_unchecked(caller.uid)),
+            Some(rustix::fs::Gid::from_raw_unchecked(caller.gid)),
+        );
+        let path_fd = rustix::fs::openat(
+            &self.proc_self_fd,
+            DecInt::from_fd(&file),
+            OFlags::PATH | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let (inode, st) = self.register(path_fd)?;
+        let entry = self.entry(&inode, &st);
+        let fh = self.add_handle(inode, file);
+        Ok((entry, fh, self.cache.file_open_flags()))
+    }
+
+    /// MKDIR.
+    pub fn mkdir(
+        &self,
+        caller: Caller,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+    ) -> Result<EntryOut, Errno> {
+        let name = check_name(name)?;
+        let dir = self.inode(parent)?;
+        rustix::fs::mkdirat(&dir.fd, name, Mode::from_raw_mode(mode & !umask & 0o7777))?;
+        let _ = rustix::fs::chownat(
+            &dir.fd,
+            name,
+            Some(rustix::fs::Uid::from_raw_unchecked(caller.uid)),
+            Some(rustix::fs::Gid::from_raw_unchecked(caller.gid)),
+            AtFlags::SYMLINK_NOFOLLOW,
+        );
+        self.lookup(parent, name)
+    }
+
+    /// SYMLINK: creates `name` -> `target` (the target is never resolved here).
+    pub fn symlink(
+        &self,
+        caller: Caller,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+    ) -> Result<EntryOut, Errno> {
+        let name = check_name(name)?;
+        let dir = self.inode(parent)?;
+        rustix::fs::symlinkat(target, &dir.fd, name)?;
+        let _ = rustix::fs::chownat(
+            &dir.fd,
+            name,
+            Some(rustix::fs::Uid::from_raw_unchecked(caller.uid)),
+            Some(rustix::fs::Gid::from_raw_unchecked(caller.gid)),
+            AtFlags::SYMLINK_NOFOLLOW,
+        );
+        self.lookup(parent, name)
+    }
+
+    /// READLINK.
+    pub fn readlink(&self, nodeid: u64) -> Result<Vec<u8>, Errno> {
+        let inode = self.inode(nodeid)?;
+        let target = rustix::fs::readlinkat(&inode.fd, "", Vec::new())?;
+        Ok(target.into_bytes())
+    }
+
+    /// UNLINK or RMDIR.
+    pub fn unlink(&self, parent: u64, name: &[u8], dir: bool) -> Result<(), Errno> {
+        let name = check_name(name)?;
+        let parent = self.inode(parent)?;
+        let flags = if dir {
+            AtFlags::REMOVEDIR
+        } else {
+            AtFlags::empty()
+        };
+        rustix::fs::unlinkat(&parent.fd, name, flags)
+    }
+
+    /// RENAME / RENAME2.
+    pub fn rename(
+        &self,
+        olddir: u64,
+        oldname: &[u8],
+        newdir: u64,
+        newname: &[u8],
+        flags: u32,
+    ) -> Result<(), Errno> {
+        let oldname = check_name(oldname)?;
+        let newname = check_name(newname)?;
+        let od = self.inode(olddir)?;
+        let nd = self.inode(newdir)?;
+        rustix::fs::renameat_with(
+            &od.fd,
+            oldname,
+            &nd.fd,
+            newname,
+            rustix::fs::RenameFlags::from_bits(flags).ok_or(Errno::INVAL)?,
+        )
+    }
+
+    /// RELEASE / RELEASEDIR.
+    pub fn release(&self, fh: u64) {
+        lock(&self.tables).handles.remove(&fh);
+    }
+
+    /// FSYNC / FSYNCDIR.
+    pub fn fsync(&self, fh: u64, datasync: bool) -> Result<(), Errno> {
+        let h = self.handle(fh)?;
+        if datasync {
+            rustix::fs::fdatasync(&h.file)
+        } else {
+            rustix::fs::fsync(&h.file)
+        }
+    }
+
+    /// Every open handle's inode key and `fsync` (shutdown).
+    pub fn sync_all(&self) {
+        let handles: Vec<Arc<Handle>> = lock(&self.tables).handles.values().cloned().collect();
+        for h in handles {
+            if let Err(e) = rustix::fs::fsync(&h.file) {
+                tracing::warn!(error = %e, "fsync on shutdown failed");
+            }
+        }
+        if let Err(e) = rustix::fs::syncfs(&self.root) {
+            tracing::warn!(error = %e, "syncfs on shutdown failed");
+        }
+    }
+
+    /// STATFS.
+    pub fn statfs(&self, nodeid: u64) -> Result<abi::Kstatfs, Errno> {
+        let inode = self.inode(nodeid)?;
+        let s = rustix::fs::fstatvfs(&inode.fd)?;
+        Ok(abi::Kstatfs {
+            blocks: s.f_blocks,
+            bfree: s.f_bfree,
+            bavail: s.f_bavail,
+            files: s.f_files,
+            ffree: s.f_ffree,
+            bsize: s.f_bsize as u32,
+            namelen: s.f_namemax as u32,
+            frsize: s.f_frsize as u32,
+        })
+    }
+
+    /// OPENDIR.
+    pub fn opendir(&self, nodeid: u64) -> Result<(u64, u32), Errno> {
+        let inode = self.inode(nodeid)?;
+        if !inode.is_dir() {
+            return Err(Errno::NOTDIR);
+        }
+        let fd = rustix::fs::openat(
+            &inode.fd,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let fh = self.add_handle(inode, File::from(fd));
+        Ok((fh, self.cache.dir_open_flags()))
+    }
+
+    /// READDIR: calls `emit` for entries from cookie `offset` on until it
+    /// returns `false` (reply full).
+    pub fn readdir(
+        &self,
+        fh: u64,
+        offset: u64,
+        mut emit: impl FnMut(&DirEntry) -> bool,
+    ) -> Result<(), Errno> {
+        let h = self.handle(fh)?;
+        if !h.inode.is_dir() {
+            return Err(Errno::NOTDIR);
+        }
+        let _guard = lock(&h.dir_lock);
+        rustix::fs::seek(&h.file, rustix::fs::SeekFrom::Start(offset))?;
+        let mut buf = vec![MaybeUninit::<u8>::uninit(); 16 * 1024];
+        let mut dir = rustix::fs::RawDir::new(h.file.as_fd(), &mut buf);
+        while let Some(entry) = dir.next() {
+            let entry = entry?;
+            let e = DirEntry {
+                ino: entry.ino(),
+                next_off: entry.next_entry_cookie(),
+                typ: entry.file_type().as_raw_mode() >> 12,
+                name: entry.file_name().to_bytes().to_vec(),
+            };
+            if !emit(&e) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// READ: up to `size` bytes at `offset`.
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<(Arc<Handle>, Vec<u8>), Errno> {
+        let h = self.handle(fh)?;
+        let mut buf = vec![0u8; size as usize];
+        let mut done = 0usize;
+        while done < buf.len() {
+            match h.file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(errno(&e)),
+            }
+        }
+        buf.truncate(done);
+        Ok((h, buf))
+    }
+
+    /// WRITE: all of `data` at `offset`.
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<Arc<Handle>, Errno> {
+        let h = self.handle(fh)?;
+        h.file.write_all_at(data, offset).map_err(|e| errno(&e))?;
+        Ok(h)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cxlfs_device_model::{Device, DeviceConfig};
+
+    fn fs(dir: &Path) -> PassthroughFs {
+        let cfg = DeviceConfig::default()
+            .with_overrides(&["cache.size_bytes=1MiB"])
+            .unwrap();
+        let shared = Arc::new(SharedDevice::new(Device::new(cfg).unwrap()));
+        PassthroughFs::new(dir, CacheMode::Auto, shared).unwrap()
+    }
+
+    #[test]
+    fn names_are_checked() {
+        for bad in [&b""[..], b".", b"..", b"a/b", b"/", b"a\0b"] {
+            assert_eq!(check_name(bad), Err(Errno::INVAL), "{bad:?}");
+        }
+        assert!(check_name(b"...").is_ok());
+        assert!(check_name(b"a").is_ok());
+    }
+
+    #[test]
+    fn dotdot_and_slash_cannot_escape() {
+        let outer = tempfile::tempdir().unwrap();
+        std::fs::write(outer.path().join("secret"), b"x").unwrap();
+        let shared = outer.path().join("share");
+        std::fs::create_dir(&shared).unwrap();
+        let fs = fs(&shared);
+        assert_eq!(fs.lookup(abi::ROOT_ID, b"..").unwrap_err(), Errno::INVAL);
+        assert_eq!(
+            fs.lookup(abi::ROOT_ID, b"../secret").unwrap_err(),
+            Errno::INVAL
+        );
+        let abs = outer.path().join("secret");
+        let abs = abs.as_os_str().as_encoded_bytes();
+        assert_eq!(fs.lookup(abi::ROOT_ID, abs).unwrap_err(), Errno::INVAL);
+    }
+
+    #[test]
+    fn symlinks_are_not_followed() {
+        let outer = tempfile::tempdir().unwrap();
+        std::fs::write(outer.path().join("secret"), b"top secret").unwrap();
+        std::fs::create_dir(outer.path().join("outside")).unwrap();
+        let shared = outer.path().join("share");
+        std::fs::create_dir(&shared).unwrap();
+        std::os::unix::fs::symlink(outer.path().join("secret"), shared.join("link")).unwrap();
+        std::os::unix::fs::symlink(outer.path().join("outside"), shared.join("dirlink")).unwrap();
+        let fs = fs(&shared);
+        // The link itself is visible, as a link.
+        let e = fs.lookup(abi::ROOT_ID, b"link").unwrap();
+        assert_eq!(e.attr.mode & libc::S_IFMT, libc::S_IFLNK);
+        // Opening it does not reach the target.
+        assert_eq!(
+            fs.open(e.nodeid, libc::O_RDONLY as u32).unwrap_err(),
+            Errno::LOOP
+        );
+        // Creating through it does not either.
+        let err = fs
+            .create(Caller::default(), abi::ROOT_ID, b"link", 0o1, 0o644, 0)
+            .unwrap_err();
+        assert_eq!(err, Errno::LOOP);
+        // A symlinked directory cannot be used as a directory.
+        let d = fs.lookup(abi::ROOT_ID, b"dirlink").unwrap();
+        assert!(fs.lookup(d.nodeid, b"anything").is_err());
+        assert!(fs.opendir(d.nodeid).is_err());
+        assert!(fs
+            .create(Caller::default(), d.nodeid, b"f", 0o1, 0o644, 0)
+            .is_err());
+        assert!(!outer.path().join("outside/f").exists());
+        assert_eq!(
+            std::fs::read(outer.path().join("secret")).unwrap(),
+            b"top secret"
+        );
+    }
+
+    #[test]
+    fn rename_swap_race_cannot_redirect_an_open() {
+        // Look a file up, then swap a symlink in under its name: the open
+        // goes to the inode looked up, not to the new link's target.
+        let outer = tempfile::tempdir().unwrap();
+        std::fs::write(outer.path().join("secret"), b"secret").unwrap();
+        let shared = outer.path().join("share");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::write(shared.join("f"), b"public").unwrap();
+        let fs = fs(&shared);
+        let e = fs.lookup(abi::ROOT_ID, b"f").unwrap();
+        std::fs::rename(shared.join("f"), shared.join("g")).unwrap();
+        std::os::unix::fs::symlink(outer.path().join("secret"), shared.join("f")).unwrap();
+        let (fh, _) = fs.open(e.nodeid, libc::O_RDONLY as u32).unwrap();
+        let (_, data) = fs.read(fh, 0, 100).unwrap();
+        assert_eq!(data, b"public");
+    }
+
+    #[test]
+    fn create_write_read_readdir_unlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = fs(dir.path());
+        let (e, fh, _) = fs
+            .create(
+                Caller::default(),
+                abi::ROOT_ID,
+                b"a",
+                libc::O_RDWR as u32,
+                0o644,
+                0o022,
+            )
+            .unwrap();
+        fs.write(fh, 0, b"hello").unwrap();
+        assert_eq!(fs.read(fh, 1, 10).unwrap().1, b"ello");
+        assert_eq!(fs.getattr(e.nodeid, None).unwrap().size, 5);
+        let m = fs
+            .mkdir(Caller::default(), abi::ROOT_ID, b"d", 0o755, 0)
+            .unwrap();
+        assert_eq!(m.attr.mode & libc::S_IFMT, libc::S_IFDIR);
+        let (dfh, _) = fs.opendir(abi::ROOT_ID).unwrap();
+        let mut names = Vec::new();
+        fs.readdir(dfh, 0, |d| {
+            names.push(String::from_utf8_lossy(&d.name).into_owned());
+            true
+        })
+        .unwrap();
+        names.sort();
+        assert_eq!(names, [".", "..", "a", "d"]);
+        fs.release(fh);
+        fs.unlink(abi::ROOT_ID, b"a", false).unwrap();
+        fs.unlink(abi::ROOT_ID, b"d", true).unwrap();
+        fs.forget(e.nodeid, 1);
+        fs.forget(m.nodeid, 1);
+        fs.release(dfh);
+        assert_eq!(fs.counts(), (1, 0));
+    }
+}

@@ -1,0 +1,709 @@
+//! The FUSE server: one request's bytes in, one reply's bytes out, plus the
+//! moment (device time) the reply may be released.
+//!
+//! It knows nothing about virtqueues: [`crate::backend`] copies the readable
+//! part of a descriptor chain into a buffer, calls [`FuseServer::handle`],
+//! writes the reply into the writable part and paces its release. That keeps
+//! the parser testable with plain byte slices.
+//!
+//! READ and WRITE go through the device model: the file range is mapped to
+//! pool addresses ([`crate::pool`]), charged with `Device::access` at the
+//! request's arrival time, and the reply is held until `completes_at_ns`.
+
+use crate::abi::{
+    self, init_flags, opcode, Cursor, EntryOut, InHeader, OutHeader, ParseRequestError,
+};
+use crate::fs::{Caller, PassthroughFs};
+use crate::metrics::VmMetrics;
+use crate::pool::SharedDevice;
+use cxlfs_device_model::Op;
+use rustix::io::Errno;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Largest WRITE payload accepted (advertised as `max_write`).
+pub const MAX_WRITE: u32 = 1 << 20;
+/// Largest READ served (and `max_pages` * 4 KiB).
+pub const MAX_READ: u32 = 1 << 20;
+/// Largest request the transport needs to buffer: a maximal WRITE plus headers.
+pub const MAX_REQUEST: usize = MAX_WRITE as usize + 4096;
+
+/// Server options.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerOptions {
+    /// Cap on the guest's readahead (bytes); `None` keeps the guest's value.
+    pub max_readahead: Option<u32>,
+}
+
+/// What to do with one request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Handled {
+    /// Reply bytes (header included); `None`: the request takes no reply.
+    pub reply: Option<Vec<u8>>,
+    /// Device time at which the reply may be released (data path only).
+    pub completes_at_ns: Option<u64>,
+}
+
+/// A FUSE server for one VM session.
+#[derive(Debug)]
+pub struct FuseServer {
+    fs: PassthroughFs,
+    shared: Arc<SharedDevice>,
+    metrics: Arc<VmMetrics>,
+    opts: ServerOptions,
+    initialized: AtomicBool,
+}
+
+type OpResult = Result<Vec<u8>, Errno>;
+
+fn parse_err(e: ParseRequestError) -> Errno {
+    tracing::debug!(error = %e, "malformed FUSE request");
+    Errno::INVAL
+}
+
+fn out_with_header(unique: u64, error: i32, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(abi::OUT_HEADER_LEN + payload.len());
+    OutHeader {
+        len: (abi::OUT_HEADER_LEN + payload.len()) as u32,
+        error,
+        unique,
+    }
+    .encode(&mut out);
+    out.extend_from_slice(payload);
+    out
+}
+
+/// An error reply.
+pub fn error_reply(unique: u64, e: Errno) -> Vec<u8> {
+    out_with_header(unique, -e.raw_os_error(), &[])
+}
+
+impl FuseServer {
+    /// A server over `fs`.
+    pub fn new(
+        fs: PassthroughFs,
+        shared: Arc<SharedDevice>,
+        metrics: Arc<VmMetrics>,
+        opts: ServerOptions,
+    ) -> Self {
+        FuseServer {
+            fs,
+            shared,
+            metrics,
+            opts,
+            initialized: AtomicBool::new(false),
+        }
+    }
+
+    /// The filesystem.
+    pub fn fs(&self) -> &PassthroughFs {
+        &self.fs
+    }
+
+    /// The VM's counters.
+    pub fn metrics(&self) -> &Arc<VmMetrics> {
+        &self.metrics
+    }
+
+    /// Handles one request that arrived at device time `arrival_ns`.
+    /// `out_cap` is the room in the chain's writable part. Never panics on
+    /// malformed input: it answers with an error or with nothing.
+    pub fn handle(&self, arrival_ns: u64, req: &[u8], out_cap: usize) -> Handled {
+        let mut c = Cursor::new(req);
+        let h = match InHeader::parse(&mut c) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::debug!(error = %e, "request shorter than a FUSE header");
+                self.metrics.count_request(opcode::MAX);
+                return Handled {
+                    reply: (out_cap >= abi::OUT_HEADER_LEN).then(|| error_reply(0, Errno::INVAL)),
+                    completes_at_ns: None,
+                };
+            }
+        };
+        self.metrics.count_request(h.opcode);
+        let hlen = h.len as usize;
+        if hlen > req.len() || hlen < abi::IN_HEADER_LEN {
+            tracing::debug!(
+                error = %ParseRequestError::LengthMismatch { header: h.len, actual: req.len() },
+                "bad FUSE request length"
+            );
+            return self.finish(&h, Err(Errno::INVAL), out_cap, None);
+        }
+        // Arguments are what the header claims, not what the chain holds.
+        let mut args = Cursor::new(&req[abi::IN_HEADER_LEN..hlen]);
+        let mut completes_at = None;
+        let result = match h.opcode {
+            opcode::FORGET => {
+                if let Ok(n) = args.u64() {
+                    self.fs.forget(h.nodeid, n);
+                }
+                return Handled::default();
+            }
+            opcode::BATCH_FORGET => {
+                self.batch_forget(&mut args);
+                return Handled::default();
+            }
+            opcode::INTERRUPT => return Handled::default(),
+            _ if h.opcode != opcode::INIT && !self.initialized.load(Ordering::Acquire) => {
+                Err(Errno::IO)
+            }
+            opcode::INIT => self.init(&mut args),
+            opcode::DESTROY => {
+                self.initialized.store(false, Ordering::Release);
+                self.fs.reset();
+                Ok(Vec::new())
+            }
+            opcode::LOOKUP => self.lookup(&h, &mut args),
+            opcode::GETATTR => self.getattr(&h, &mut args),
+            opcode::SETATTR => self.setattr(&h, &mut args),
+            opcode::OPEN => self.open(&h, &mut args),
+            opcode::CREATE => self.create(&h, &mut args),
+            opcode::READ => self.read(&h, &mut args, arrival_ns, out_cap, &mut completes_at),
+            opcode::WRITE => self.write(&h, &mut args, arrival_ns, &mut completes_at),
+            opcode::RELEASE | opcode::RELEASEDIR => args.u64().map_err(parse_err).map(|fh| {
+                self.fs.release(fh);
+                Vec::new()
+            }),
+            opcode::FLUSH => Ok(Vec::new()),
+            opcode::FSYNC | opcode::FSYNCDIR => self.fsync(&mut args),
+            opcode::OPENDIR => self.opendir(&h),
+            opcode::READDIR => self.readdir(&mut args, false, out_cap),
+            opcode::READDIRPLUS => self.readdir(&mut args, true, out_cap),
+            opcode::MKDIR => self.mkdir(&h, &mut args),
+            opcode::SYMLINK => self.symlink(&h, &mut args),
+            opcode::READLINK => self.fs.readlink(h.nodeid),
+            opcode::UNLINK => self.unlink(&h, &mut args, false),
+            opcode::RMDIR => self.unlink(&h, &mut args, true),
+            opcode::RENAME => self.rename(&h, &mut args, false),
+            opcode::RENAME2 => self.rename(&h, &mut args, true),
+            opcode::STATFS => self.statfs(&h),
+            // TODO(issue-4): SETUPMAPPING / REMOVEMAPPING (DAX window).
+            _ => Err(Errno::NOSYS),
+        };
+        self.finish(&h, result, out_cap, completes_at)
+    }
+
+    fn finish(
+        &self,
+        h: &InHeader,
+        result: OpResult,
+        out_cap: usize,
+        completes_at_ns: Option<u64>,
+    ) -> Handled {
+        let reply = match result {
+            Ok(payload) if abi::OUT_HEADER_LEN + payload.len() <= out_cap => {
+                out_with_header(h.unique, 0, &payload)
+            }
+            Ok(payload) => {
+                tracing::debug!(
+                    opcode = h.opcode,
+                    need = abi::OUT_HEADER_LEN + payload.len(),
+                    out_cap,
+                    "reply does not fit the writable buffers"
+                );
+                error_reply(h.unique, Errno::RANGE)
+            }
+            Err(e) => error_reply(h.unique, e),
+        };
+        Handled {
+            reply: (reply.len() <= out_cap).then_some(reply),
+            completes_at_ns,
+        }
+    }
+
+    fn batch_forget(&self, args: &mut Cursor<'_>) {
+        let Ok(count) = args.u32() else { return };
+        if args.skip(4).is_err() {
+            return;
+        }
+        for _ in 0..count {
+            let (Ok(nodeid), Ok(n)) = (args.u64(), args.u64()) else {
+                return;
+            };
+            self.fs.forget(nodeid, n);
+        }
+    }
+
+    fn init(&self, args: &mut Cursor<'_>) -> OpResult {
+        let init = abi::InitIn::parse(args).map_err(parse_err)?;
+        if init.major < abi::KERNEL_VERSION
+            || (init.major == abi::KERNEL_VERSION && init.minor < abi::MIN_KERNEL_MINOR_VERSION)
+        {
+            tracing::warn!(
+                major = init.major,
+                minor = init.minor,
+                "unsupported FUSE version"
+            );
+            return Err(Errno::PROTO);
+        }
+        if self.initialized.swap(false, Ordering::AcqRel) {
+            // A new session on the same connection (guest reboot): start over.
+            self.fs.reset();
+        }
+        let mut supported = init_flags::ASYNC_READ
+            | init_flags::ATOMIC_O_TRUNC
+            | init_flags::BIG_WRITES
+            | init_flags::DO_READDIRPLUS
+            | init_flags::READDIRPLUS_AUTO
+            | init_flags::ASYNC_DIO
+            | init_flags::PARALLEL_DIROPS
+            | init_flags::MAX_PAGES
+            | init_flags::INIT_EXT;
+        if self.fs.cache == crate::fs::CacheMode::Auto {
+            supported |= init_flags::AUTO_INVAL_DATA;
+        }
+        // TODO(issue-4): MAP_ALIGNMENT (log2 2 MiB = 21) when a DAX window exists.
+        let max_readahead = match self.opts.max_readahead {
+            Some(cap) => init.max_readahead.min(cap),
+            None => init.max_readahead,
+        };
+        let out = abi::InitOut {
+            major: abi::KERNEL_VERSION,
+            minor: abi::KERNEL_MINOR_VERSION,
+            max_readahead,
+            flags: init.flags & supported,
+            max_background: 64,
+            congestion_threshold: 48,
+            max_write: MAX_WRITE,
+            time_gran: 1,
+            max_pages: (MAX_READ / 4096) as u16,
+            map_alignment: 0,
+        };
+        tracing::info!(
+            vm = %self.metrics.name,
+            minor = init.minor,
+            flags = format_args!("{:#x}", out.flags),
+            max_readahead,
+            "FUSE session initialised"
+        );
+        self.initialized.store(true, Ordering::Release);
+        let mut b = Vec::with_capacity(64);
+        out.encode(&mut b);
+        Ok(b)
+    }
+
+    fn entry_bytes(e: &EntryOut) -> Vec<u8> {
+        let mut b = Vec::with_capacity(abi::ENTRY_OUT_LEN);
+        e.encode(&mut b);
+        b
+    }
+
+    fn caller(h: &InHeader) -> Caller {
+        Caller {
+            uid: h.uid,
+            gid: h.gid,
+        }
+    }
+
+    fn lookup(&self, h: &InHeader, args: &mut Cursor<'_>) -> OpResult {
+        let name = args.name().map_err(parse_err)?;
+        Ok(Self::entry_bytes(&self.fs.lookup(h.nodeid, name)?))
+    }
+
+    fn attr_bytes(&self, attr: &abi::Attr) -> Vec<u8> {
+        let t = self.fs.cache.timeout();
+        let mut b = Vec::with_capacity(16 + abi::ATTR_LEN);
+        abi::encode_attr_out(t.as_secs(), t.subsec_nanos(), attr, &mut b);
+        b
+    }
+
+    fn getattr(&self, h: &InHeader, args: &mut Cursor<'_>) -> OpResult {
+        // fuse_getattr_in: getattr_flags, dummy, fh.
+        let fh = match (args.u32(), args.u32(), args.u64()) {
+            (Ok(flags), Ok(_), Ok(fh)) if flags & abi::GETATTR_FH != 0 => Some(fh),
+            _ => None,
+        };
+        let attr = self.fs.getattr(h.nodeid, fh)?;
+        Ok(self.attr_bytes(&attr))
+    }
+
+    fn setattr(&self, h: &InHeader, a: &mut Cursor<'_>) -> OpResult {
+        let p = |e| parse_err(e);
+        let valid = a.u32().map_err(p)?;
+        a.skip(4).map_err(p)?;
+        let fh = a.u64().map_err(p)?;
+        let size = a.u64().map_err(p)?;
+        let _lock_owner = a.u64().map_err(p)?;
+        let atime = a.u64().map_err(p)?;
+        let mtime = a.u64().map_err(p)?;
+        let _ctime = a.u64().map_err(p)?;
+        let atimensec = a.u32().map_err(p)?;
+        let mtimensec = a.u32().map_err(p)?;
+        let _ctimensec = a.u32().map_err(p)?;
+        let mode = a.u32().map_err(p)?;
+        a.skip(4).map_err(p)?;
+        let uid = a.u32().map_err(p)?;
+        let gid = a.u32().map_err(p)?;
+        let fh = (valid & abi::fattr::FH != 0).then_some(fh);
+        let attr = self.fs.setattr(
+            h.nodeid,
+            valid,
+            fh,
+            mode,
+            uid,
+            gid,
+            size,
+            (atime, atimensec),
+            (mtime, mtimensec),
+        )?;
+        Ok(self.attr_bytes(&attr))
+    }
+
+    fn open(&self, h: &InHeader, args: &mut Cursor<'_>) -> OpResult {
+        let flags = args.u32().map_err(parse_err)?;
+        let (fh, open_flags) = self.fs.open(h.nodeid, flags)?;
+        let mut b = Vec::with_capacity(16);
+        abi::encode_open_out(fh, open_flags, &mut b);
+        Ok(b)
+    }
+
+    fn create(&self, h: &InHeader, a: &mut Cursor<'_>) -> OpResult {
+        let flags = a.u32().map_err(parse_err)?;
+        let mode = a.u32().map_err(parse_err)?;
+        let umask = a.u32().map_err(parse_err)?;
+        a.skip(4).map_err(parse_err)?;
+        let name = a.name().map_err(parse_err)?;
+        let (entry, fh, open_flags) =
+            self.fs
+                .create(Self::caller(h), h.nodeid, name, flags, mode, umask)?;
+        let mut b = Self::entry_bytes(&entry);
+        abi::encode_open_out(fh, open_flags, &mut b);
+        Ok(b)
+    }
+
+    fn read(
+        &self,
+        _h: &InHeader,
+        a: &mut Cursor<'_>,
+        arrival_ns: u64,
+        out_cap: usize,
+        completes_at: &mut Option<u64>,
+    ) -> OpResult {
+        let fh = a.u64().map_err(parse_err)?;
+        let offset = a.u64().map_err(parse_err)?;
+        let size = a.u32().map_err(parse_err)?;
+        let room = out_cap.saturating_sub(abi::OUT_HEADER_LEN) as u32;
+        let size = size.min(MAX_READ).min(room);
+        let (handle, data) = self.fs.read(fh, offset, size)?;
+        self.metrics
+            .read_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        *completes_at = self.charge(arrival_ns, Op::Read, handle.inode.key, offset, data.len());
+        Ok(data)
+    }
+
+    fn write(
+        &self,
+        _h: &InHeader,
+        a: &mut Cursor<'_>,
+        arrival_ns: u64,
+        completes_at: &mut Option<u64>,
+    ) -> OpResult {
+        let fh = a.u64().map_err(parse_err)?;
+        let offset = a.u64().map_err(parse_err)?;
+        let size = a.u32().map_err(parse_err)?;
+        // write_flags, lock_owner, flags, padding.
+        a.skip(4 + 8 + 4 + 4).map_err(parse_err)?;
+        if size > MAX_WRITE {
+            return Err(Errno::INVAL);
+        }
+        let data = a.bytes(size as usize).map_err(parse_err)?;
+        let handle = self.fs.write(fh, offset, data)?;
+        self.metrics
+            .write_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        *completes_at = self.charge(arrival_ns, Op::Write, handle.inode.key, offset, data.len());
+        let mut b = Vec::with_capacity(8);
+        b.extend_from_slice(&size.to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        Ok(b)
+    }
+
+    /// Charges the device; returns the release time (`None`: nothing to wait for).
+    fn charge(
+        &self,
+        arrival_ns: u64,
+        op: Op,
+        key: crate::pool::FileKey,
+        offset: u64,
+        len: usize,
+    ) -> Option<u64> {
+        if len == 0 {
+            return None;
+        }
+        match self.shared.charge(arrival_ns, op, key, offset, len as u64) {
+            Ok(c) => {
+                self.metrics
+                    .device_hits
+                    .fetch_add(c.page_hits, Ordering::Relaxed);
+                self.metrics
+                    .device_misses
+                    .fetch_add(c.page_misses, Ordering::Relaxed);
+                Some(c.completes_at_ns)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "device charge failed; reply not delayed");
+                None
+            }
+        }
+    }
+
+    fn fsync(&self, a: &mut Cursor<'_>) -> OpResult {
+        let fh = a.u64().map_err(parse_err)?;
+        let flags = a.u32().map_err(parse_err)?;
+        self.fs.fsync(fh, flags & 1 != 0)?;
+        Ok(Vec::new())
+    }
+
+    fn opendir(&self, h: &InHeader) -> OpResult {
+        let (fh, flags) = self.fs.opendir(h.nodeid)?;
+        let mut b = Vec::with_capacity(16);
+        abi::encode_open_out(fh, flags, &mut b);
+        Ok(b)
+    }
+
+    fn readdir(&self, a: &mut Cursor<'_>, plus: bool, out_cap: usize) -> OpResult {
+        let fh = a.u64().map_err(parse_err)?;
+        let offset = a.u64().map_err(parse_err)?;
+        let size = a.u32().map_err(parse_err)? as usize;
+        let size = size
+            .min(out_cap.saturating_sub(abi::OUT_HEADER_LEN))
+            .min(MAX_READ as usize);
+        let dir_nodeid = self.fs.handle(fh)?.inode.nodeid;
+        let mut buf = Vec::with_capacity(size.min(64 * 1024));
+        self.fs.readdir(fh, offset, |e| {
+            let dirent = abi::dirent_size(e.name.len());
+            let need = if plus {
+                abi::ENTRY_OUT_LEN + dirent
+            } else {
+                dirent
+            };
+            if buf.len() + need > size {
+                return false;
+            }
+            if plus {
+                let entry = if e.name == b"." || e.name == b".." {
+                    EntryOut::default()
+                } else {
+                    match self.fs.lookup(dir_nodeid, &e.name) {
+                        Ok(entry) => entry,
+                        // Gone since getdents: skip it.
+                        Err(_) => return true,
+                    }
+                };
+                entry.encode(&mut buf);
+            }
+            abi::encode_dirent(e.ino, e.next_off, e.typ, &e.name, &mut buf);
+            true
+        })?;
+        Ok(buf)
+    }
+
+    fn mkdir(&self, h: &InHeader, a: &mut Cursor<'_>) -> OpResult {
+        let mode = a.u32().map_err(parse_err)?;
+        let umask = a.u32().map_err(parse_err)?;
+        let name = a.name().map_err(parse_err)?;
+        let e = self
+            .fs
+            .mkdir(Self::caller(h), h.nodeid, name, mode, umask)?;
+        Ok(Self::entry_bytes(&e))
+    }
+
+    fn symlink(&self, h: &InHeader, a: &mut Cursor<'_>) -> OpResult {
+        let name = a.name().map_err(parse_err)?;
+        let target = a.name().map_err(parse_err)?;
+        let e = self.fs.symlink(Self::caller(h), h.nodeid, name, target)?;
+        Ok(Self::entry_bytes(&e))
+    }
+
+    fn unlink(&self, h: &InHeader, a: &mut Cursor<'_>, dir: bool) -> OpResult {
+        let name = a.name().map_err(parse_err)?;
+        self.fs.unlink(h.nodeid, name, dir)?;
+        Ok(Vec::new())
+    }
+
+    fn rename(&self, h: &InHeader, a: &mut Cursor<'_>, v2: bool) -> OpResult {
+        let newdir = a.u64().map_err(parse_err)?;
+        let flags = if v2 {
+            let f = a.u32().map_err(parse_err)?;
+            a.skip(4).map_err(parse_err)?;
+            f
+        } else {
+            0
+        };
+        let old = a.name().map_err(parse_err)?;
+        let new = a.name().map_err(parse_err)?;
+        self.fs.rename(h.nodeid, old, newdir, new, flags)?;
+        Ok(Vec::new())
+    }
+
+    fn statfs(&self, h: &InHeader) -> OpResult {
+        let st = self.fs.statfs(h.nodeid)?;
+        let mut b = Vec::with_capacity(80);
+        st.encode(&mut b);
+        Ok(b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::CacheMode;
+    use cxlfs_device_model::{Device, DeviceConfig};
+
+    fn server(dir: &std::path::Path) -> FuseServer {
+        let cfg = DeviceConfig::default()
+            .with_overrides(&["cache.size_bytes=1MiB", "nand.read_ns=30us"])
+            .unwrap();
+        let shared = Arc::new(SharedDevice::new(Device::new(cfg).unwrap()));
+        let fs = PassthroughFs::new(dir, CacheMode::Never, shared.clone()).unwrap();
+        FuseServer::new(
+            fs,
+            shared,
+            Arc::new(VmMetrics::new("t")),
+            ServerOptions {
+                max_readahead: None,
+            },
+        )
+    }
+
+    fn req(op: u32, unique: u64, nodeid: u64, args: &[u8]) -> Vec<u8> {
+        let mut b = Vec::new();
+        InHeader {
+            len: (abi::IN_HEADER_LEN + args.len()) as u32,
+            opcode: op,
+            unique,
+            nodeid,
+            ..Default::default()
+        }
+        .encode(&mut b);
+        b.extend_from_slice(args);
+        b
+    }
+
+    fn init_args() -> Vec<u8> {
+        let mut a = Vec::new();
+        for v in [7u32, 31, 128 * 1024, 0xffff_ffff] {
+            a.extend_from_slice(&v.to_le_bytes());
+        }
+        a.extend_from_slice(&[0u8; 48]);
+        a
+    }
+
+    fn reply_header(r: &Handled) -> OutHeader {
+        OutHeader::parse(&mut Cursor::new(r.reply.as_ref().unwrap())).unwrap()
+    }
+
+    #[test]
+    fn malformed_requests_get_errors_not_panics() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = server(dir.path());
+        // Shorter than a header.
+        for n in 0..abi::IN_HEADER_LEN {
+            let r = s.handle(0, &vec![0xff; n], 4096);
+            assert_eq!(reply_header(&r).error, -libc::EINVAL);
+        }
+        // Header length beyond the buffer.
+        let mut b = req(opcode::INIT, 9, 0, &init_args());
+        b[0..4].copy_from_slice(&10_000u32.to_le_bytes());
+        let r = s.handle(0, &b, 4096);
+        assert_eq!(reply_header(&r).error, -libc::EINVAL);
+        assert_eq!(reply_header(&r).unique, 9);
+        // Header length below the header size.
+        b[0..4].copy_from_slice(&8u32.to_le_bytes());
+        assert_eq!(reply_header(&s.handle(0, &b, 4096)).error, -libc::EINVAL);
+        // No room for even a reply header: no reply.
+        assert_eq!(s.handle(0, &b, 8).reply, None);
+        // Init, then truncated argument structs for many opcodes.
+        let r = s.handle(0, &req(opcode::INIT, 1, 0, &init_args()), 4096);
+        assert_eq!(reply_header(&r).error, 0);
+        for op in [
+            opcode::LOOKUP,
+            opcode::SETATTR,
+            opcode::OPEN,
+            opcode::CREATE,
+            opcode::READ,
+            opcode::WRITE,
+            opcode::MKDIR,
+            opcode::RENAME,
+            opcode::RENAME2,
+            opcode::READDIR,
+            opcode::READDIRPLUS,
+            opcode::FSYNC,
+            opcode::UNLINK,
+            opcode::SYMLINK,
+        ] {
+            for n in [0usize, 3, 7, 12] {
+                let r = s.handle(0, &req(op, 5, 1, &vec![0x41; n]), 4096);
+                assert!(reply_header(&r).error < 0, "op {op} with {n} arg bytes");
+            }
+        }
+        // A WRITE whose size claims more than it carries.
+        let mut w = Vec::new();
+        w.extend_from_slice(&1u64.to_le_bytes());
+        w.extend_from_slice(&0u64.to_le_bytes());
+        w.extend_from_slice(&4096u32.to_le_bytes());
+        w.extend_from_slice(&[0u8; 20]);
+        w.extend_from_slice(b"short");
+        let r = s.handle(0, &req(opcode::WRITE, 6, 1, &w), 4096);
+        assert_eq!(reply_header(&r).error, -libc::EINVAL);
+        // Unknown opcodes.
+        for op in [0u32, 7, 48, 49, 200, u32::MAX] {
+            let r = s.handle(0, &req(op, 8, 1, &[]), 4096);
+            assert_eq!(reply_header(&r).error, -libc::ENOSYS, "op {op}");
+        }
+        // FORGET takes no reply, even malformed.
+        assert_eq!(
+            s.handle(0, &req(opcode::FORGET, 1, 99, &[1]), 4096).reply,
+            None
+        );
+        assert_eq!(
+            s.handle(0, &req(opcode::BATCH_FORGET, 1, 0, &[0xff; 12]), 4096)
+                .reply,
+            None
+        );
+    }
+
+    #[test]
+    fn requests_before_init_fail() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = server(dir.path());
+        let r = s.handle(0, &req(opcode::LOOKUP, 1, 1, b"x\0"), 4096);
+        assert_eq!(reply_header(&r).error, -libc::EIO);
+    }
+
+    #[test]
+    fn read_is_charged_and_paced() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), vec![7u8; 8192]).unwrap();
+        let s = server(dir.path());
+        s.handle(0, &req(opcode::INIT, 1, 0, &init_args()), 4096);
+        let r = s.handle(0, &req(opcode::LOOKUP, 2, 1, b"f\0"), 4096);
+        let reply = r.reply.unwrap();
+        let nodeid = u64::from_le_bytes(reply[16..24].try_into().unwrap());
+        let r = s.handle(0, &req(opcode::OPEN, 3, nodeid, &[0u8; 8]), 4096);
+        let reply = r.reply.unwrap();
+        let fh = u64::from_le_bytes(reply[16..24].try_into().unwrap());
+        let open_flags = u32::from_le_bytes(reply[24..28].try_into().unwrap());
+        assert_eq!(open_flags & abi::fopen::DIRECT_IO, abi::fopen::DIRECT_IO);
+        let mut a = Vec::new();
+        a.extend_from_slice(&fh.to_le_bytes());
+        a.extend_from_slice(&0u64.to_le_bytes());
+        a.extend_from_slice(&4096u32.to_le_bytes());
+        a.extend_from_slice(&[0u8; 20]);
+        let first = s.handle(1000, &req(opcode::READ, 4, nodeid, &a), 8192);
+        assert_eq!(first.reply.as_ref().unwrap().len(), 16 + 4096);
+        let t1 = first.completes_at_ns.unwrap();
+        assert!(t1 >= 1000 + 30_000, "a miss costs the NAND read: {t1}");
+        let second = s.handle(t1, &req(opcode::READ, 5, nodeid, &a), 8192);
+        let t2 = second.completes_at_ns.unwrap();
+        assert!(t2 - t1 < 30_000, "a hit is cheap: {}", t2 - t1);
+        assert_eq!(s.metrics().device_misses.load(Ordering::Relaxed), 1);
+        assert_eq!(s.metrics().device_hits.load(Ordering::Relaxed), 1);
+        assert_eq!(s.metrics().read_bytes.load(Ordering::Relaxed), 8192);
+        // A read clamped by the room in the chain.
+        let small = s.handle(t2, &req(opcode::READ, 6, nodeid, &a), 16 + 100);
+        assert_eq!(small.reply.unwrap().len(), 116);
+    }
+}

@@ -1,0 +1,23 @@
+//! `cxlfsd`: a multi-VM vhost-user virtio-fs back-end whose data path is
+//! timed by the cxlfs CXL-SSD device model.
+//!
+//! Module map:
+//! * [`abi`] — FUSE kernel ABI structs, decoded without `unsafe`;
+//! * [`fs`] — the passthrough filesystem over the shared directory (one per VM session);
+//! * [`fuse`] — the FUSE request dispatcher (bytes in, reply bytes + release time out);
+//! * [`pool`] — the pool address allocator and the one shared device model;
+//! * [`metrics`] — per-VM counters and the Prometheus endpoint;
+//! * [`backend`] — the vhost-user back-end of one connection: vring workers and the pacer;
+//! * [`config`] — command line and `daemon.toml`;
+//! * [`daemon`] — one serving thread per VM, reconnects, shutdown;
+//! * [`signals`] — SIGINT / SIGTERM.
+
+pub mod abi;
+pub mod backend;
+pub mod config;
+pub mod daemon;
+pub mod fs;
+pub mod fuse;
+pub mod metrics;
+pub mod pool;
+pub mod signals;

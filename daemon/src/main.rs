@@ -1,0 +1,91 @@
+//! `cxlfsd`: the multi-VM vhost-user virtio-fs daemon over the emulated CXL-SSD.
+
+use clap::Parser;
+use cxlfs_device_model::Device;
+use cxlfsd::config::{Cli, DaemonConfig};
+use cxlfsd::daemon::{DaemonState, SessionOptions};
+use cxlfsd::fuse::ServerOptions;
+use cxlfsd::pool::SharedDevice;
+use cxlfsd::{metrics, signals};
+use std::process::ExitCode;
+use std::sync::Arc;
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let mut msg = format!("cxlfsd: {e}");
+            let mut src = e.source();
+            while let Some(s) = src {
+                msg.push_str(&format!(": {s}"));
+                src = s.source();
+            }
+            eprintln!("{msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
+    let cfg = DaemonConfig::load(cli)?;
+    if cli.print_config {
+        println!("# device: {}", cfg.device_origin);
+        println!("# shared_dir: {}", cfg.shared_dir.display());
+        for vm in &cfg.vms {
+            println!("# vm {} = {}", vm.name, vm.socket.display());
+        }
+        print!("{}", cfg.device.to_toml_string());
+        return Ok(());
+    }
+    if cfg.vms.is_empty() {
+        return Err("no VMs: pass --vm NAME=SOCKET_PATH or list [[vm]] in --config".into());
+    }
+    if !cfg.shared_dir.is_dir() {
+        return Err(format!("shared dir {} is not a directory", cfg.shared_dir.display()).into());
+    }
+    // Before any thread exists, so that every thread inherits the mask.
+    signals::block_termination_signals()?;
+
+    let device = Device::new(cfg.device.clone())?;
+    tracing::info!(device = %cfg.device_origin, capacity = device.capacity_bytes(), "device model ready");
+    let shared = Arc::new(SharedDevice::new(device));
+    let state = DaemonState::new(
+        shared,
+        SessionOptions {
+            shared_dir: cfg.shared_dir.clone(),
+            cache: cfg.cache,
+            queues: cfg.queues,
+            server: ServerOptions {
+                max_readahead: cfg.max_readahead,
+            },
+        },
+    );
+    if let Some(addr) = cfg.metrics_addr {
+        let bound = metrics::serve(addr, cfg.metrics_allow_remote, state.metrics.clone())?;
+        tracing::info!(addr = %bound, "metrics endpoint up");
+    }
+    let mut threads = Vec::new();
+    for vm in &cfg.vms {
+        threads.push(state.spawn_vm(vm.clone())?);
+    }
+    let sig = signals::wait_for_termination();
+    tracing::info!(signal = sig, "shutting down");
+    state.request_shutdown();
+    for t in threads {
+        if t.join().is_err() {
+            tracing::error!("a VM thread panicked");
+        }
+    }
+    state.flush_all();
+    tracing::info!("clean shutdown");
+    Ok(())
+}

@@ -1,0 +1,298 @@
+//! The pool: device addresses for file pages, and the one emulated device
+//! that every VM's data path goes through.
+//!
+//! Every host file that a guest reads or writes gets device address space in
+//! 2 MiB extents: file bytes `[k * 2 MiB, (k+1) * 2 MiB)` live in one
+//! contiguous, 2 MiB-aligned device range. A DAX window slot (issue 4) is
+//! 2 MiB, so one slot maps one contiguous pool range. Files are keyed by the
+//! host `(st_dev, st_ino)`, not by a VM's node id: two VMs reading the same
+//! file touch the same device pages, so the device cache is shared.
+//!
+//! Extents are allocated on first touch and returned when no VM holds the
+//! file's inode any more.
+
+use cxlfs_device_model::{AccessError, Device, DeviceStats, Op, Outcome};
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+/// Bytes per pool extent (= one DAX window slot).
+pub const EXTENT_SIZE: u64 = 2 << 20;
+
+/// A host file's identity: `(st_dev, st_ino)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileKey {
+    /// Host device number.
+    pub dev: u64,
+    /// Host inode number.
+    pub ino: u64,
+}
+
+#[derive(Debug, Default)]
+struct FileExtents {
+    /// Inode references held by VMs.
+    refs: u64,
+    /// Pool extent index per 2 MiB file chunk, allocated on first touch.
+    extents: HashMap<u64, u64>,
+}
+
+/// The pool address allocator.
+#[derive(Debug)]
+pub struct Pool {
+    capacity_extents: u64,
+    next: u64,
+    free: Vec<u64>,
+    files: HashMap<FileKey, FileExtents>,
+    aliased: u64,
+}
+
+/// One contiguous piece of a file range in device address space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    /// Device address of the first byte.
+    pub addr: u64,
+    /// Bytes (never crosses an extent).
+    pub len: u32,
+}
+
+impl Pool {
+    /// A pool over `capacity_bytes` of device address space.
+    pub fn new(capacity_bytes: u64) -> Self {
+        Pool {
+            capacity_extents: capacity_bytes / EXTENT_SIZE,
+            next: 0,
+            free: Vec::new(),
+            files: HashMap::new(),
+            aliased: 0,
+        }
+    }
+
+    /// Extents the pool can hand out.
+    pub fn capacity_extents(&self) -> u64 {
+        self.capacity_extents
+    }
+
+    /// Extents currently held by files.
+    pub fn allocated_extents(&self) -> u64 {
+        self.next - self.free.len() as u64
+    }
+
+    /// Chunks that had to share an extent because the pool was full.
+    pub fn aliased_chunks(&self) -> u64 {
+        self.aliased
+    }
+
+    /// A VM took a reference on the file's inode.
+    pub fn acquire(&mut self, key: FileKey) {
+        self.files.entry(key).or_default().refs += 1;
+    }
+
+    /// A VM dropped a reference; the last one returns the file's extents.
+    pub fn release(&mut self, key: FileKey) {
+        let Some(f) = self.files.get_mut(&key) else {
+            return;
+        };
+        f.refs = f.refs.saturating_sub(1);
+        if f.refs == 0 {
+            if let Some(f) = self.files.remove(&key) {
+                self.free
+                    .extend(f.extents.into_values().filter(|&e| e < self.next));
+            }
+        }
+    }
+
+    fn extent_for(&mut self, key: FileKey, chunk: u64) -> u64 {
+        let cap = self.capacity_extents.max(1);
+        let file = self.files.entry(key).or_default();
+        if let Some(&e) = file.extents.get(&chunk) {
+            return e;
+        }
+        let e = if let Some(e) = self.free.pop() {
+            e
+        } else if self.next < self.capacity_extents {
+            self.next += 1;
+            self.next - 1
+        } else {
+            // Full: share an extent (deterministically) rather than fail the I/O.
+            // TODO(issue-4): DAX needs a real eviction of pool extents here.
+            self.aliased += 1;
+            (key.ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ chunk) % cap + cap
+        };
+        file.extents.insert(chunk, e);
+        e % cap
+    }
+
+    /// Device segments for file bytes `[offset, offset + len)`, allocating
+    /// extents as needed.
+    pub fn segments(&mut self, key: FileKey, offset: u64, len: u64) -> Vec<Segment> {
+        let mut out = Vec::new();
+        let mut pos = offset;
+        let end = offset.saturating_add(len);
+        while pos < end {
+            let chunk = pos / EXTENT_SIZE;
+            let within = pos % EXTENT_SIZE;
+            let n = (EXTENT_SIZE - within).min(end - pos);
+            let extent = self.extent_for(key, chunk) % self.capacity_extents.max(1);
+            out.push(Segment {
+                addr: extent * EXTENT_SIZE + within,
+                len: n as u32,
+            });
+            pos += n;
+        }
+        out
+    }
+
+    /// The pool extent holding file chunk `chunk`, if allocated.
+    pub fn extent_of(&self, key: FileKey, chunk: u64) -> Option<u64> {
+        self.files
+            .get(&key)
+            .and_then(|f| f.extents.get(&chunk))
+            .map(|e| e % self.capacity_extents.max(1))
+    }
+}
+
+/// What a data-path charge did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Charge {
+    /// When the last segment completes (device time, ns since daemon start).
+    pub completes_at_ns: u64,
+    /// Page hits.
+    pub page_hits: u64,
+    /// Page misses.
+    pub page_misses: u64,
+}
+
+/// Why a data-path access could not be charged to the device.
+#[derive(Debug, thiserror::Error)]
+pub enum ChargeAccessError {
+    /// The device refused the access.
+    #[error("device access failed")]
+    Device(#[from] AccessError),
+}
+
+/// The device model, the pool and the daemon's clock, shared by all VMs.
+#[derive(Debug)]
+pub struct SharedDevice {
+    device: Mutex<Device>,
+    pool: Mutex<Pool>,
+    start: Instant,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves plain data behind: keep going.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl SharedDevice {
+    /// Wraps a device; its capacity bounds the pool.
+    pub fn new(device: Device) -> Self {
+        let pool = Pool::new(device.capacity_bytes());
+        SharedDevice {
+            device: Mutex::new(device),
+            pool: Mutex::new(pool),
+            start: Instant::now(),
+        }
+    }
+
+    /// Monotonic nanoseconds since the daemon started (device time).
+    pub fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    /// The pool (locked).
+    pub fn pool(&self) -> MutexGuard<'_, Pool> {
+        lock(&self.pool)
+    }
+
+    /// The device (locked).
+    pub fn device(&self) -> MutexGuard<'_, Device> {
+        lock(&self.device)
+    }
+
+    /// Device counters.
+    pub fn stats(&self) -> DeviceStats {
+        self.device().stats()
+    }
+
+    /// Charges file bytes `[offset, offset+len)` of `key` arriving at `now_ns`.
+    pub fn charge(
+        &self,
+        now_ns: u64,
+        op: Op,
+        key: FileKey,
+        offset: u64,
+        len: u64,
+    ) -> Result<Charge, ChargeAccessError> {
+        let mut charge = Charge {
+            completes_at_ns: now_ns,
+            ..Charge::default()
+        };
+        if len == 0 {
+            return Ok(charge);
+        }
+        let segments = self.pool().segments(key, offset, len);
+        let mut dev = self.device();
+        for s in segments {
+            let o: Outcome = dev.access(now_ns, op, s.addr, s.len)?;
+            charge.completes_at_ns = charge.completes_at_ns.max(o.completes_at_ns);
+            charge.page_hits += u64::from(o.page_hits);
+            charge.page_misses += u64::from(o.page_misses);
+        }
+        Ok(charge)
+    }
+
+    /// Writes every dirty device page back; returns when that is durable.
+    pub fn flush(&self) -> Result<u64, AccessError> {
+        let now = self.now_ns();
+        self.device().flush(now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const K: FileKey = FileKey { dev: 1, ino: 2 };
+
+    #[test]
+    fn extents_are_contiguous_and_aligned() {
+        let mut p = Pool::new(64 * EXTENT_SIZE);
+        p.acquire(K);
+        let s = p.segments(K, EXTENT_SIZE - 4096, 8192);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0].len, 4096);
+        assert_eq!(s[1].len, 4096);
+        assert_eq!(s[0].addr % EXTENT_SIZE, EXTENT_SIZE - 4096);
+        assert_eq!(s[1].addr % EXTENT_SIZE, 0);
+        // Same file range, same addresses.
+        assert_eq!(p.segments(K, EXTENT_SIZE - 4096, 8192), s);
+        assert_eq!(p.allocated_extents(), 2);
+    }
+
+    #[test]
+    fn files_do_not_overlap_and_release_frees() {
+        let mut p = Pool::new(4 * EXTENT_SIZE);
+        let other = FileKey { dev: 1, ino: 3 };
+        p.acquire(K);
+        p.acquire(other);
+        let a = p.segments(K, 0, 1)[0].addr / EXTENT_SIZE;
+        let b = p.segments(other, 0, 1)[0].addr / EXTENT_SIZE;
+        assert_ne!(a, b);
+        p.release(K);
+        assert_eq!(p.allocated_extents(), 1);
+        p.release(other);
+        assert_eq!(p.allocated_extents(), 0);
+    }
+
+    #[test]
+    fn full_pool_aliases_instead_of_failing() {
+        let mut p = Pool::new(2 * EXTENT_SIZE);
+        p.acquire(K);
+        let s = p.segments(K, 0, 5 * EXTENT_SIZE);
+        assert_eq!(s.len(), 5);
+        assert!(s.iter().all(|s| s.addr < 2 * EXTENT_SIZE));
+        assert_eq!(p.aliased_chunks(), 3);
+        p.release(K);
+        assert_eq!(p.allocated_extents(), 0);
+    }
+}
