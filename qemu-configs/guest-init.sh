@@ -1,0 +1,128 @@
+#!/bin/sh
+# cxlfs guest init: packed as /init in the initramfs by build-guest-image.sh.
+#
+# Kernel command line (read from /proc/cmdline; dotted names never reach init's
+# environment):
+#   cxlfs.tag=TAG          virtio-fs tag to mount at /mnt (default: cxlfs;
+#                          "none" skips the mount)
+#   cxlfs.mountopts=OPTS   mount -o options, e.g. dax=always (default: none)
+#   cxlfs.vm=NAME          VM name, used for the exit file (default: guest)
+#   cxlfs.cmd_b64=B64      base64 of a shell command to run (sh -c)
+#   cxlfs.shell=1          no command found: start a shell on the console
+#                          instead of powering off
+# Without cxlfs.cmd_b64 the script /mnt/.cxlfs/run.sh runs if the share has one.
+# With neither, the guest just boots, reports and powers off (plain boot test).
+#
+# Machine-readable console lines (each on its own line):
+#   CXLFS-MOUNT=ok|none|fail   CXLFS-RUN=cmdline|share|none   CXLFS-EXIT=<code>
+# The exit code also goes to /mnt/.cxlfs/exit-<vm> when the share is mounted.
+# Exit codes made up by init itself: 250 = the share is there but will not mount,
+# 251 = cxlfs.cmd_b64 does not decode.
+
+PATH=/bin:/sbin:/usr/bin:/usr/sbin
+export PATH
+
+/bin/busybox mount -t proc proc /proc
+/bin/busybox mount -t sysfs sysfs /sys
+/bin/busybox mount -t devtmpfs devtmpfs /dev 2>/dev/null
+mkdir -p /dev/pts /dev/shm /tmp /mnt /run
+mount -t devpts devpts /dev/pts
+mount -t tmpfs tmpfs /dev/shm
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /run
+exec </dev/console >/dev/console 2>&1
+
+say() { echo "$*"; }
+
+tag=cxlfs
+mountopts=
+vm=guest
+cmd_b64=
+want_shell=0
+set -f
+# shellcheck disable=SC2013 # the command line is words, not lines
+for arg in $(cat /proc/cmdline); do
+    case "$arg" in
+        cxlfs.tag=*) tag="${arg#cxlfs.tag=}" ;;
+        cxlfs.mountopts=*) mountopts="${arg#cxlfs.mountopts=}" ;;
+        cxlfs.vm=*) vm="${arg#cxlfs.vm=}" ;;
+        cxlfs.cmd_b64=*) cmd_b64="${arg#cxlfs.cmd_b64=}" ;;
+        cxlfs.shell=1) want_shell=1 ;;
+    esac
+done
+set +f
+hostname "$vm" 2>/dev/null
+
+# Modules, in dependency order (written by build-guest-image.sh).
+if [ -f /etc/cxlfs/modules ]; then
+    while read -r ko; do
+        [ -n "$ko" ] || continue
+        insmod "$ko" || say "cxlfs-init: insmod $ko failed"
+    done </etc/cxlfs/modules
+fi
+
+# Is there a virtio-fs device (virtio id 26 = 0x001a)?
+have_fs=0
+for d in /sys/bus/virtio/devices/*; do
+    [ -f "$d/device" ] || continue
+    [ "$(cat "$d/device")" = "0x001a" ] && have_fs=1
+done
+
+status=0
+mounted=0
+if [ "$tag" = none ] || [ "$have_fs" = 0 ]; then
+    say "CXLFS-MOUNT=none"
+else
+    if mount -t virtiofs ${mountopts:+-o "$mountopts"} "$tag" /mnt; then
+        mounted=1
+        say "CXLFS-MOUNT=ok"
+    else
+        say "CXLFS-MOUNT=fail"
+        status=250
+    fi
+fi
+
+CXLFS_VM="$vm"
+CXLFS_MNT=/mnt
+HOME=/tmp
+export CXLFS_VM CXLFS_MNT HOME
+
+run_from=none
+if [ "$status" = 0 ]; then
+    if [ -n "$cmd_b64" ]; then
+        if echo "$cmd_b64" | base64 -d >/tmp/cxlfs-cmd.sh 2>/dev/null; then
+            run_from=cmdline
+        else
+            say "cxlfs-init: cxlfs.cmd_b64 does not decode"
+            status=251
+        fi
+    elif [ "$mounted" = 1 ] && [ -f /mnt/.cxlfs/run.sh ]; then
+        cp /mnt/.cxlfs/run.sh /tmp/cxlfs-cmd.sh
+        run_from=share
+    fi
+fi
+say "CXLFS-RUN=$run_from"
+
+if [ "$run_from" != none ]; then
+    if [ "$mounted" = 1 ]; then cd /mnt || cd /; else cd /; fi
+    sh /tmp/cxlfs-cmd.sh
+    status=$?
+    cd / || true
+elif [ "$want_shell" = 1 ] && [ "$status" = 0 ]; then
+    say "cxlfs-init: no command; starting a shell (exit it to power off)"
+    setsid cttyhack sh
+fi
+
+sync
+# Exit file first, console line second: the console line is what the host waits
+# for, so the file is complete by the time the host sees it.
+if [ "$mounted" = 1 ]; then
+    mkdir -p /mnt/.cxlfs && echo "$status" >"/mnt/.cxlfs/exit-$vm"
+    sync
+    umount /mnt || umount -l /mnt
+fi
+say "CXLFS-EXIT=$status"
+poweroff -f
+# Still here: make the kernel stop the machine (panic=-1 with -no-reboot).
+echo o >/proc/sysrq-trigger
+exit "$status"

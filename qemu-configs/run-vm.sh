@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# Boot one cxlfs test guest under QEMU and wait for it to power off.
+#
+#   qemu-configs/run-vm.sh [options] [-- extra QEMU arguments]
+#
+# Options:
+#   --image DIR       directory made by build-guest-image.sh (default: what
+#                     build-guest-image.sh prints; built if needed). Boots vmlinux
+#                     (PVH entry) + initramfs.cpio.lz4 when present, else
+#                     vmlinuz + initramfs.cpio.gz
+#   --compat          boot vmlinuz + initramfs.cpio.gz even if the faster pair exists
+#   --socket PATH     vhost-user-fs socket of the daemon (virtiofsd or cxlfsd);
+#                     omit for a guest without a share
+#   --tag TAG         virtio-fs tag (default: cxlfs)
+#   --mountopts OPTS  guest mount -o options for the share, e.g. dax=always
+#   --mem SIZE        guest RAM, QEMU syntax (default: 1G)
+#   --smp N           vCPUs (default: 2)
+#   --name NAME       VM name: QEMU -name, guest hostname, exit file (default: vm0)
+#   --serial FILE     serial console log (default: $TMPDIR/cxlfs-NAME.serial.log)
+#   --cmd CMD         shell command to run in the guest (cwd /mnt); passed base64
+#                     on the kernel command line (keep it short: the whole command
+#                     line is limited to 2048 bytes; put long scripts in the share
+#                     as .cxlfs/run.sh instead)
+#   --append ARGS     extra kernel command-line arguments
+#   --cpu MODEL       QEMU -cpu (default: host under KVM, qemu64 under TCG, where
+#                     it runs syscall-heavy guest work about 2x faster than max)
+#   --accel MODE      auto (default), kvm or tcg. auto uses KVM only when a test
+#                     boot under KVM succeeded on this host (verdict cached)
+#   --timeout SECS    kill the guest after SECS (default: 600)
+#   --socket-wait S   wait up to S seconds for --socket to appear (default: 10)
+#   --follow          copy the serial log to stderr while the guest runs
+#   --print           print the QEMU command line (one argument a line) and exit
+#
+# Environment:
+#   QEMU              QEMU binary (default: qemu-system-x86_64), e.g. the patched
+#                     one with a DAX window
+#   CXLFS_CACHE_DIR   cache root (as in build-guest-image.sh); the KVM verdict is
+#                     kept there as kvm-verdict-<hash>
+#   CXLFS_KVM_PROBE_TIMEOUT  seconds for the KVM test boot (default: 30)
+#
+# Exit status: the guest command's status (the CXLFS-EXIT=<n> line on the
+# serial console); 124 if the guest timed out; 125 if QEMU stopped without a
+# CXLFS-EXIT line (QEMU error, kernel panic: see the serial log).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+log() { printf 'run-vm: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 125; }
+
+qemu="${QEMU:-qemu-system-x86_64}"
+cache_root="${CXLFS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cxlfs}"
+image="" socket="" tag=cxlfs mountopts="" mem=1G smp=2 name=vm0 serial="" cmd=""
+append="" accel=auto cpu="" timeout_s=600 socket_wait=10 follow=0 print_only=0
+have_cmd=0 compat=0
+extra=()
+while (($#)); do
+    case "$1" in
+        --image) image="$2"; shift 2 ;;
+        --socket) socket="$2"; shift 2 ;;
+        --tag) tag="$2"; shift 2 ;;
+        --mountopts) mountopts="$2"; shift 2 ;;
+        --mem) mem="$2"; shift 2 ;;
+        --smp) smp="$2"; shift 2 ;;
+        --name) name="$2"; shift 2 ;;
+        --serial) serial="$2"; shift 2 ;;
+        --cmd) cmd="$2"; have_cmd=1; shift 2 ;;
+        --append) append="$2"; shift 2 ;;
+        --accel) accel="$2"; shift 2 ;;
+        --cpu) cpu="$2"; shift 2 ;;
+        --timeout) timeout_s="$2"; shift 2 ;;
+        --socket-wait) socket_wait="$2"; shift 2 ;;
+        --follow) follow=1; shift ;;
+        --compat) compat=1; shift ;;
+        --print) print_only=1; shift ;;
+        -h | --help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; exit 0 ;;
+        --) shift; extra=("$@"); break ;;
+        *) die "unknown argument: $1 (try --help)" ;;
+    esac
+done
+[[ "$name" =~ ^[A-Za-z0-9_.-]+$ ]] || die "--name must be [A-Za-z0-9_.-]+ (got '$name')"
+[[ "$tag" =~ ^[A-Za-z0-9_.-]+$ ]] || die "--tag must be [A-Za-z0-9_.-]+ (got '$tag')"
+[[ "$mountopts" != *[[:space:]]* ]] || die "--mountopts may not contain spaces"
+[[ "$timeout_s" =~ ^[0-9]+$ ]] || die "--timeout must be a number of seconds"
+[[ -n "$serial" ]] || serial="${TMPDIR:-/tmp}/cxlfs-$name.serial.log"
+command -v "$qemu" >/dev/null 2>&1 || die "QEMU binary '$qemu' not found (apt-get install qemu-system-x86, or set QEMU=)"
+command -v base64 >/dev/null 2>&1 || die "base64 not found (coreutils)"
+
+if [[ -z "$image" ]]; then
+    image="$("$here/build-guest-image.sh" | tail -n1)" || die "building the guest image failed"
+fi
+[[ -f "$image/vmlinuz" && -f "$image/initramfs.cpio.gz" ]] \
+    || die "$image has no vmlinuz + initramfs.cpio.gz (run qemu-configs/build-guest-image.sh)"
+kernel="$image/vmlinuz" initrd="$image/initramfs.cpio.gz"
+if ((compat == 0)); then
+    [[ -f "$image/vmlinux" ]] && kernel="$image/vmlinux"
+    [[ -f "$image/initramfs.cpio.lz4" ]] && initrd="$image/initramfs.cpio.lz4"
+fi
+
+# ------------------------------------------------------------ KVM or TCG
+kvm_usable() {
+    [[ -c /dev/kvm && -r /dev/kvm && -w /dev/kvm ]] || return 1
+    local id verdict_file probe_log probe_to
+    id="$( { uname -r; command -v "$qemu"; "$qemu" --version | head -n1; sha256sum <"$image/vmlinuz"; } \
+        | sha256sum | cut -c1-16)"
+    verdict_file="$cache_root/kvm-verdict-$id"
+    if [[ -f "$verdict_file" ]]; then
+        [[ "$(cat "$verdict_file")" == yes ]]
+        return
+    fi
+    mkdir -p "$cache_root"
+    probe_log="$(mktemp)"
+    probe_to="${CXLFS_KVM_PROBE_TIMEOUT:-30}"
+    log "probing whether KVM can boot a guest here (once; up to ${probe_to}s)"
+    # (a subshell, so that bash's "Aborted" notice of a crashing QEMU stays quiet)
+    (timeout -k 5 "$probe_to" "$qemu" -accel kvm -cpu host -machine q35 -m 512M -smp 1 \
+        -nodefaults -display none -monitor none -serial "file:$probe_log" -no-reboot \
+        -kernel "$kernel" -initrd "$initrd" \
+        -append "console=ttyS0 panic=-1 quiet cxlfs.tag=none cxlfs.vm=kvmprobe cxlfs.cmd_b64=$(printf true | base64 -w0)" \
+        </dev/null >/dev/null 2>&1) 2>/dev/null || true
+    if grep -aq 'CXLFS-EXIT=0' "$probe_log"; then
+        echo yes >"$verdict_file"
+        log "KVM works: using -accel kvm"
+    else
+        echo no >"$verdict_file"
+        log "KVM cannot boot a guest here: using TCG (verdict cached in $verdict_file)"
+    fi
+    rm -f "$probe_log"
+    [[ "$(cat "$verdict_file")" == yes ]]
+}
+case "$accel" in
+    auto) if kvm_usable; then accel=kvm; else accel=tcg; fi ;;
+    kvm | tcg) ;;
+    *) die "--accel must be auto, kvm or tcg" ;;
+esac
+if [[ "$accel" == kvm ]]; then
+    accel_args=(-accel kvm -cpu "${cpu:-host}")
+else
+    accel_args=(-accel "tcg,thread=multi" -cpu "${cpu:-qemu64}")
+fi
+
+# ---------------------------------------------------------- command line
+kargs="console=ttyS0 panic=-1 quiet mitigations=off cxlfs.vm=$name"
+if [[ -n "$socket" ]]; then kargs+=" cxlfs.tag=$tag"; else kargs+=" cxlfs.tag=none"; fi
+[[ -n "$mountopts" ]] && kargs+=" cxlfs.mountopts=$mountopts"
+((have_cmd)) && kargs+=" cxlfs.cmd_b64=$(printf '%s\n' "$cmd" | base64 -w0)"
+[[ -n "$append" ]] && kargs+=" $append"
+((${#kargs} < 2048)) || die "kernel command line is ${#kargs} bytes (limit 2047): put the command in the share as .cxlfs/run.sh"
+
+args=("$qemu" -name "$name" -machine q35 "${accel_args[@]}" -smp "$smp" -m "$mem"
+    -object "memory-backend-memfd,id=mem,size=$mem,share=on" -numa "node,memdev=mem"
+    -kernel "$kernel" -initrd "$initrd" -append "$kargs"
+    -nodefaults -nographic -monitor none -serial "file:$serial" -no-reboot)
+if [[ -n "$socket" ]]; then
+    args+=(-chardev "socket,id=char0,path=$socket"
+        -device "vhost-user-fs-pci,chardev=char0,tag=$tag,queue-size=1024")
+fi
+args+=("${extra[@]}")
+
+if ((print_only)); then
+    printf '%s\n' "${args[@]}"
+    exit 0
+fi
+
+if [[ -n "$socket" ]]; then
+    for ((i = 0; i < socket_wait * 10; i++)); do
+        [[ -S "$socket" ]] && break
+        sleep 0.1
+    done
+    [[ -S "$socket" ]] || die "no vhost-user socket at $socket after ${socket_wait}s (is the daemon running?)"
+fi
+
+mkdir -p "$(dirname "$serial")"
+: >"$serial"
+follower=""
+if ((follow)); then
+    tail -n +1 -f "$serial" >&2 &
+    follower=$!
+fi
+log "$name: $accel, $smp vCPU, $mem, serial $serial${socket:+, socket $socket}"
+start=$(date +%s.%N)
+set +e
+timeout -k 10 "$timeout_s" "${args[@]}" </dev/null
+qrc=$?
+set -e
+end=$(date +%s.%N)
+if [[ -n "$follower" ]]; then
+    sleep 0.2
+    kill "$follower" 2>/dev/null || true
+    wait "$follower" 2>/dev/null || true
+fi
+elapsed="$(awk -v a="$start" -v b="$end" 'BEGIN {printf "%.1f", b - a}')"
+
+exit_line="$(grep -a 'CXLFS-EXIT=' "$serial" | tail -n1 | tr -d '\r' || true)"
+if [[ "$exit_line" =~ CXLFS-EXIT=([0-9]+) ]]; then
+    code="${BASH_REMATCH[1]}"
+    log "$name: guest exit $code after ${elapsed}s"
+    exit "$code"
+fi
+if ((qrc == 124 || qrc == 137)); then
+    log "$name: timed out after ${timeout_s}s (serial log: $serial)"
+    exit 124
+fi
+log "$name: QEMU exited $qrc after ${elapsed}s without a CXLFS-EXIT line (serial log: $serial)"
+tail -n 20 "$serial" | tr -d '\r' >&2 || true
+exit 125
