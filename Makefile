@@ -3,7 +3,7 @@ CARGO ?= cargo
 CXLFS := target/release/cxlfs
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test bench lint unit toolchain build clean
+.PHONY: demo test bench lint unit e2e image toolchain build clean
 
 ## The main job. Until the daemon lands (issue 3) it is a trace-replay study:
 ## every eviction policy on a zipf(0.99) working set twice the cache, then the
@@ -20,15 +20,27 @@ demo: build
 	  --workload stride:4KiB --wss 128MiB --passes 2 --access-size 64 \
 	  --sweep prefetch.degree=0,1,2,4,8
 
-## Every test: formatting, clippy with -D warnings, unit, property, golden and CLI tests.
-test: toolchain lint unit
+## Every test: formatting, clippy with -D warnings, unit, property, golden and CLI tests,
+## then the end-to-end tests with real QEMU guests (tests/, see tests/README.md).
+test: toolchain lint unit e2e
 
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
 unit:
-	$(CARGO) test --workspace --locked
+	$(CARGO) test --workspace --locked --exclude cxlfs-e2e
+
+## Real guests on cxlfsd: builds the guest image (cached; installs QEMU etc. with
+## apt-get when missing) and cxlfsd in release mode, then runs the guests one
+## test at a time (2 cores, TCG).
+e2e: toolchain image
+	$(CARGO) build --release --locked -p cxlfsd
+	$(CARGO) test --locked -p cxlfs-e2e -- --test-threads=1
+
+## The test-guest image (kernel + initramfs with fio, busybox), cached by content hash.
+image:
+	qemu-configs/build-guest-image.sh
 
 ## Replay throughput for every policy, uniform and zipf(0.99), NAND model off and on.
 bench: toolchain

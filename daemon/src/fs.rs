@@ -288,13 +288,11 @@ impl PassthroughFs {
     /// Forgets every inode and handle (FUSE_INIT of a new session, DESTROY).
     pub fn reset(&self) {
         let old = std::mem::take(&mut *lock(&self.tables));
-        let mut pool = self.shared.pool();
         for (id, (inode, _)) in old.inodes {
-            if id != abi::ROOT_ID && inode.is_reg() {
-                pool.release(inode.key);
+            if id != abi::ROOT_ID {
+                self.release_from_pool(&inode);
             }
         }
-        drop(pool);
         if let Ok(st) = rustix::fs::fstat(&self.root) {
             if let Err(e) = self.install_root(&st) {
                 tracing::error!(error = %e, "cannot re-install the root inode");
@@ -398,10 +396,17 @@ impl PassthroughFs {
                     t.by_key.remove(&inode.key);
                 }
                 drop(t);
-                if inode.is_reg() {
-                    self.shared.pool().release(inode.key);
-                }
+                self.release_from_pool(&inode);
             }
+        }
+    }
+
+    /// Drops this session's pool reference on a regular file; a file with no
+    /// links left (deleted) gives its device space back.
+    fn release_from_pool(&self, inode: &Inode) {
+        if inode.is_reg() {
+            let deleted = rustix::fs::fstat(&inode.fd).is_ok_and(|st| st.st_nlink == 0);
+            self.shared.release_file(inode.key, deleted);
         }
     }
 

@@ -8,8 +8,15 @@
 //! host `(st_dev, st_ino)`, not by a VM's node id: two VMs reading the same
 //! file touch the same device pages, so the device cache is shared.
 //!
-//! Extents are allocated on first touch and returned when no VM holds the
-//! file's inode any more.
+//! Extents are allocated on first touch and stay with the file for as long
+//! as it exists on the host: the file's data lives on the device whether or
+//! not a guest holds it open, so reopening it finds its cached pages again
+//! and no other file can inherit them. They return to the pool (and their
+//! pages are discarded from the device cache, without write-back) when the
+//! file is deleted and the last guest reference goes. A file deleted on the
+//! host behind the daemon's back keeps its extents; if the host reuses its
+//! inode number, the new file inherits the old one's residency (a timing
+//! inaccuracy only: data always comes from the host file).
 
 use cxlfs_device_model::{AccessError, Device, DeviceStats, Op, Outcome};
 use std::collections::HashMap;
@@ -87,18 +94,23 @@ impl Pool {
         self.files.entry(key).or_default().refs += 1;
     }
 
-    /// A VM dropped a reference; the last one returns the file's extents.
+    /// A VM dropped a reference. The file keeps its extents.
     pub fn release(&mut self, key: FileKey) {
-        let Some(f) = self.files.get_mut(&key) else {
-            return;
-        };
-        f.refs = f.refs.saturating_sub(1);
-        if f.refs == 0 {
-            if let Some(f) = self.files.remove(&key) {
-                self.free
-                    .extend(f.extents.into_values().filter(|&e| e < self.next));
-            }
+        if let Some(f) = self.files.get_mut(&key) {
+            f.refs = f.refs.saturating_sub(1);
         }
+    }
+
+    /// The file is gone from the host: returns its own extents (not those it
+    /// shared because the pool was full) to the pool, and lists them so the
+    /// caller can discard their pages from the device.
+    pub fn remove(&mut self, key: FileKey) -> Vec<u64> {
+        let Some(f) = self.files.remove(&key) else {
+            return Vec::new();
+        };
+        let own: Vec<u64> = f.extents.into_values().filter(|&e| e < self.next).collect();
+        self.free.extend(&own);
+        own
     }
 
     fn extent_for(&mut self, key: FileKey, chunk: u64) -> u64 {
@@ -241,6 +253,28 @@ impl SharedDevice {
         Ok(charge)
     }
 
+    /// Drops one reference on a file; `deleted`: the host file no longer
+    /// exists (no links left), so with the last reference its extents go
+    /// back to the pool and their device pages are discarded unwritten.
+    pub fn release_file(&self, key: FileKey, deleted: bool) {
+        let freed = {
+            let mut pool = self.pool();
+            pool.release(key);
+            let unused = pool.files.get(&key).is_some_and(|f| f.refs == 0);
+            if deleted && unused {
+                pool.remove(key)
+            } else {
+                Vec::new()
+            }
+        };
+        let mut dev = self.device();
+        for extent in freed {
+            if let Err(e) = dev.discard(extent * EXTENT_SIZE, EXTENT_SIZE) {
+                tracing::warn!(error = %e, extent, "cannot discard a freed pool extent");
+            }
+        }
+    }
+
     /// Writes every dirty device page back; returns when that is durable.
     pub fn flush(&self) -> Result<u64, AccessError> {
         let now = self.now_ns();
@@ -270,7 +304,7 @@ mod tests {
     }
 
     #[test]
-    fn files_do_not_overlap_and_release_frees() {
+    fn files_do_not_overlap_keep_extents_and_remove_frees() {
         let mut p = Pool::new(4 * EXTENT_SIZE);
         let other = FileKey { dev: 1, ino: 3 };
         p.acquire(K);
@@ -279,9 +313,47 @@ mod tests {
         let b = p.segments(other, 0, 1)[0].addr / EXTENT_SIZE;
         assert_ne!(a, b);
         p.release(K);
-        assert_eq!(p.allocated_extents(), 1);
-        p.release(other);
-        assert_eq!(p.allocated_extents(), 0);
+        // Still on the device: reopening finds the same extent, and no other
+        // file can be handed it.
+        assert_eq!(p.allocated_extents(), 2);
+        let third = FileKey { dev: 1, ino: 4 };
+        assert_ne!(p.segments(third, 0, 1)[0].addr / EXTENT_SIZE, a);
+        p.acquire(K);
+        assert_eq!(p.segments(K, 0, 1)[0].addr / EXTENT_SIZE, a);
+        assert_eq!(p.remove(K), vec![a]);
+        assert_eq!(p.allocated_extents(), 2);
+        assert_eq!(
+            p.segments(FileKey { dev: 1, ino: 5 }, 0, 1)[0].addr / EXTENT_SIZE,
+            a
+        );
+    }
+
+    #[test]
+    fn deleting_a_file_discards_its_device_pages() {
+        let cfg = cxlfs_device_model::DeviceConfig::default()
+            .with_overrides(&["cache.size_bytes=16MiB"])
+            .unwrap();
+        let shared = SharedDevice::new(Device::new(cfg).unwrap());
+        shared.pool().acquire(K);
+        let first = shared.charge(0, Op::Read, K, 0, 8192).unwrap();
+        assert_eq!(first.page_misses, 2);
+        shared.release_file(K, false);
+        shared.pool().acquire(K);
+        let again = shared
+            .charge(first.completes_at_ns, Op::Read, K, 0, 8192)
+            .unwrap();
+        assert_eq!(again.page_hits, 2, "a closed file keeps its cached pages");
+        shared.release_file(K, true);
+        assert_eq!(shared.stats().resident_pages, 0);
+        let other = FileKey { dev: 1, ino: 9 };
+        shared.pool().acquire(other);
+        let fresh = shared
+            .charge(again.completes_at_ns, Op::Read, other, 0, 8192)
+            .unwrap();
+        assert_eq!(
+            fresh.page_misses, 2,
+            "a new file must not hit a deleted file's pages"
+        );
     }
 
     #[test]
@@ -292,7 +364,11 @@ mod tests {
         assert_eq!(s.len(), 5);
         assert!(s.iter().all(|s| s.addr < 2 * EXTENT_SIZE));
         assert_eq!(p.aliased_chunks(), 3);
-        p.release(K);
+        assert_eq!(
+            p.remove(K).len(),
+            2,
+            "only the file's own extents are freed"
+        );
         assert_eq!(p.allocated_extents(), 0);
     }
 }

@@ -163,6 +163,8 @@ pub struct DeviceStats {
     pub evictions: u64,
     /// Of which dirty (written back).
     pub writebacks: u64,
+    /// Pages dropped without write-back by [`Device::discard`].
+    pub discarded: u64,
     /// Pages brought in by the prefetcher or a `prefetch` command.
     pub prefetch_issued: u64,
     /// Prefetched pages later touched by a demand access.
@@ -547,6 +549,26 @@ impl Device {
             }
         }
         Ok(result)
+    }
+
+    /// Drops a range from the cache without writing anything back, pinned
+    /// pages included: its data no longer exists (a deleted file, a TRIM).
+    /// Returns the pages dropped.
+    pub fn discard(&mut self, addr: u64, len: u64) -> Result<u64, AccessError> {
+        let (first, last) = self.page_range(addr, len)?;
+        let mut dropped = 0;
+        for page in first..=last {
+            if let Some(slot) = self.cache.lookup(page) {
+                if self.cache.state(slot).pinned {
+                    self.cache.unpin(slot);
+                }
+                if self.cache.remove(page).is_some() {
+                    dropped += 1;
+                }
+            }
+        }
+        self.stats.discarded += dropped;
+        Ok(dropped)
     }
 
     /// Writes every dirty page back (pages stay resident, now clean); returns

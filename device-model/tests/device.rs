@@ -330,3 +330,16 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn discard_drops_pages_without_write_back() {
+    let mut dev = device(&[]);
+    dev.access(0, Op::Write, 0, 64).unwrap();
+    dev.access(0, Op::Read, PAGE, 64).unwrap();
+    dev.pin(0, 2 * PAGE, PAGE).unwrap();
+    assert_eq!(dev.discard(0, 3 * PAGE).unwrap(), 3);
+    let s = dev.stats();
+    assert_eq!((s.resident_pages, s.pinned_pages, s.dirty_pages), (0, 0, 0));
+    assert_eq!((s.discarded, s.writebacks, s.nand.host_programs), (3, 0, 0));
+    assert!(!dev.access(1_000_000, Op::Read, 0, 64).unwrap().hit);
+}

@@ -4,9 +4,11 @@
 //!   device model (table or JSON; sweeps over config keys);
 //! * `cxlfs trace convert|gen` — trace file tools;
 //! * `cxlfs presets` — the named device configurations;
-//! * `cxlfs config` — print an effective device config.
+//! * `cxlfs config` — print an effective device config;
+//! * `cxlfs image build` — build (or find cached) the test-guest image.
 
 mod device_args;
+mod image_cmd;
 mod replay_cmd;
 mod trace_cmd;
 mod trace_io;
@@ -37,6 +39,9 @@ enum Command {
     Presets,
     /// Print an effective device config as TOML (loadable with --config).
     Config(DeviceArgs),
+    /// The test-guest image (kernel + initramfs with fio and busybox).
+    #[command(subcommand)]
+    Image(image_cmd::ImageCommand),
 }
 
 fn list_presets() -> anyhow::Result<()> {
@@ -78,6 +83,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Replay(args) => replay_cmd::run(&args),
         Command::Trace(cmd) => trace_cmd::run(&cmd),
         Command::Presets => list_presets(),
+        Command::Image(cmd) => Ok(image_cmd::run(&cmd)?),
         Command::Config(args) => {
             let (cfg, _) = args.load(&[])?;
             std::io::stdout()

@@ -497,3 +497,75 @@ fn table_output_has_the_main_rows() {
         assert!(out.contains(row), "missing {row}:\n{out}");
     }
 }
+
+/// A fake checkout whose `qemu-configs/build-guest-image.sh` logs to stderr,
+/// records its arguments and prints `last` as its last line.
+fn fake_repo(last: &str, status: i32) -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let repo = tempfile::tempdir().unwrap();
+    let qc = repo.path().join("qemu-configs");
+    std::fs::create_dir_all(&qc).unwrap();
+    let img = repo.path().join("img");
+    std::fs::create_dir_all(&img).unwrap();
+    std::fs::write(img.join("vmlinuz"), b"kernel").unwrap();
+    let script = qc.join("build-guest-image.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"$@\" >\"$(dirname \"$0\")/args\"\necho 'building...' >&2\necho noise\necho '{}'\nexit {status}\n",
+            last.replace("@IMG@", path_str(&img))
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    repo
+}
+
+fn cxlfs_in(repo: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cxlfs"))
+        .args(args)
+        .env("CXLFS_REPO", repo)
+        .output()
+        .expect("run cxlfs")
+}
+
+#[test]
+fn image_build_runs_the_builder_and_prints_the_image_dir() {
+    let repo = fake_repo("@IMG@", 0);
+    let out = cxlfs_in(repo.path(), &["image", "build", "--force"]);
+    assert!(out.status.success(), "{out:?}");
+    let img = repo.path().join("img");
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("{}\n", img.display())
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("building..."));
+    let args = std::fs::read_to_string(repo.path().join("qemu-configs/args")).unwrap();
+    assert_eq!(args.trim(), "--force");
+
+    let out = cxlfs_in(repo.path(), &["image", "build"]);
+    assert!(out.status.success(), "{out:?}");
+    let args = std::fs::read_to_string(repo.path().join("qemu-configs/args")).unwrap();
+    assert_eq!(args.trim(), "");
+}
+
+#[test]
+fn image_build_reports_failures() {
+    let repo = fake_repo("@IMG@", 3);
+    let out = cxlfs_in(repo.path(), &["image", "build"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("error: ") && err.contains("failed"), "{err}");
+
+    let repo = fake_repo("/nonexistent/image", 0);
+    let out = cxlfs_in(repo.path(), &["image", "build"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("not an image directory"), "{err}");
+
+    let empty = tempfile::tempdir().unwrap();
+    let out = cxlfs_in(empty.path(), &["image", "build"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("set CXLFS_REPO"), "{err}");
+}
