@@ -42,9 +42,13 @@ e2e: toolchain image
 image:
 	qemu-configs/build-guest-image.sh
 
-## Replay throughput for every policy, uniform and zipf(0.99), NAND model off and on.
+## Replay throughput for every policy, uniform and zipf(0.99), NAND model off and on;
+## then cxlfsd (zero device latency) against stock virtiofsd with real guests (fio
+## 1 MiB sequential and 4 KiB random reads, one run, ratio printed) and cxlfsd's
+## pacing error on NAND misses (daemon/bench/virtiofsd-comparison.sh, ~6 min here).
 bench: toolchain
 	$(CARGO) bench --locked -p cxlfs-device-model --bench replay_throughput
+	daemon/bench/virtiofsd-comparison.sh
 
 build: toolchain
 	$(CARGO) build --release --locked --bin cxlfs

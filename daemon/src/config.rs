@@ -73,6 +73,11 @@ pub struct Cli {
     /// Cap the guest's readahead (bytes).
     #[arg(long, value_name = "BYTES")]
     pub max_readahead: Option<u32>,
+    /// Run the queue workers and pacers under SCHED_FIFO at this priority
+    /// (1..=99; needs CAP_SYS_NICE): other work on a busy host cannot
+    /// preempt a reply being paced.
+    #[arg(long, value_name = "PRIO")]
+    pub realtime_priority: Option<u8>,
     /// Print the effective configuration and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -108,6 +113,8 @@ pub struct FileConfig {
     pub queue_size: Option<usize>,
     /// Readahead cap.
     pub max_readahead: Option<u32>,
+    /// SCHED_FIFO priority of queue workers and pacers.
+    pub realtime_priority: Option<u8>,
     /// VMs.
     #[serde(default)]
     pub vm: Vec<VmSpec>,
@@ -263,11 +270,21 @@ impl DaemonConfig {
                 .queue_size
                 .or(file.queue_size)
                 .unwrap_or(QueueOptions::default().queue_size),
+            realtime_priority: cli.realtime_priority.or(file.realtime_priority),
         };
         if queues.request_queues == 0 || queues.request_queues > 62 {
             return Err(LoadDaemonConfigError::Invalid(format!(
                 "request_queues must be 1..=62, got {}",
                 queues.request_queues
+            )));
+        }
+        if queues
+            .realtime_priority
+            .is_some_and(|p| !(1..=99).contains(&p))
+        {
+            return Err(LoadDaemonConfigError::Invalid(format!(
+                "realtime_priority must be 1..=99, got {:?}",
+                queues.realtime_priority
             )));
         }
         if !queues.queue_size.is_power_of_two() || queues.queue_size > 32768 {

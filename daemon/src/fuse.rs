@@ -18,6 +18,9 @@ use crate::metrics::VmMetrics;
 use crate::pool::SharedDevice;
 use cxlfs_device_model::Op;
 use rustix::io::Errno;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -27,6 +30,78 @@ pub const MAX_WRITE: u32 = 1 << 20;
 pub const MAX_READ: u32 = 1 << 20;
 /// Largest request the transport needs to buffer: a maximal WRITE plus headers.
 pub const MAX_REQUEST: usize = MAX_WRITE as usize + 4096;
+/// Bytes of a WRITE request before its payload (`fuse_in_header` + `fuse_write_in`).
+pub const WRITE_PAYLOAD_AT: usize = abi::IN_HEADER_LEN + 40;
+
+/// Moves READ and WRITE payloads between a host file and the request /
+/// reply buffers, so that the transport can do it without a bounce buffer
+/// (`preadv` / `pwritev` on guest memory, see [`crate::chain`]).
+pub trait PayloadIo {
+    /// READ: reads up to `len` bytes of `file` at `offset` into the reply
+    /// at byte `at`; returns the bytes read (short only at end of file).
+    fn read_payload(
+        &mut self,
+        file: &File,
+        offset: u64,
+        at: usize,
+        len: usize,
+    ) -> io::Result<usize>;
+    /// WRITE: writes the `len` request bytes that start at request byte
+    /// `at` to `file` at `offset`; returns the bytes written (all of them).
+    fn write_payload(
+        &mut self,
+        file: &File,
+        offset: u64,
+        at: usize,
+        len: usize,
+    ) -> io::Result<usize>;
+}
+
+/// [`PayloadIo`] over plain byte buffers: the request in `req`, READ data
+/// collected in `data` (then appended to the reply). Used by
+/// [`FuseServer::handle`].
+struct BufferIo<'a> {
+    req: &'a [u8],
+    data: Vec<u8>,
+}
+
+impl PayloadIo for BufferIo<'_> {
+    fn read_payload(
+        &mut self,
+        file: &File,
+        offset: u64,
+        _at: usize,
+        len: usize,
+    ) -> io::Result<usize> {
+        self.data.resize(len, 0);
+        let mut done = 0usize;
+        while done < len {
+            match file.read_at(&mut self.data[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        self.data.truncate(done);
+        Ok(done)
+    }
+
+    fn write_payload(
+        &mut self,
+        file: &File,
+        offset: u64,
+        at: usize,
+        len: usize,
+    ) -> io::Result<usize> {
+        let data = at
+            .checked_add(len)
+            .and_then(|end| self.req.get(at..end))
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        file.write_all_at(data, offset)?;
+        Ok(len)
+    }
+}
 
 /// Server options.
 #[derive(Debug, Clone, Copy)]
@@ -42,6 +117,10 @@ pub struct Handled {
     pub reply: Option<Vec<u8>>,
     /// Device time at which the reply may be released (data path only).
     pub completes_at_ns: Option<u64>,
+    /// READ data already placed in the reply buffers right after `reply`
+    /// (by [`PayloadIo::read_payload`]); the reply's length is
+    /// `reply.len() + in_place`. Always 0 from [`FuseServer::handle`].
+    pub in_place: usize,
 }
 
 /// A FUSE server for one VM session.
@@ -71,6 +150,10 @@ fn out_with_header(unique: u64, error: i32, payload: &[u8]) -> Vec<u8> {
     .encode(&mut out);
     out.extend_from_slice(payload);
     out
+}
+
+fn io_errno(e: &io::Error) -> Errno {
+    Errno::from_io_error(e).unwrap_or(Errno::IO)
 }
 
 /// An error reply.
@@ -109,6 +192,33 @@ impl FuseServer {
     /// `out_cap` is the room in the chain's writable part. Never panics on
     /// malformed input: it answers with an error or with nothing.
     pub fn handle(&self, arrival_ns: u64, req: &[u8], out_cap: usize) -> Handled {
+        let mut io = BufferIo {
+            req,
+            data: Vec::new(),
+        };
+        let mut handled = self.handle_io(arrival_ns, req, req.len(), out_cap, &mut io);
+        if handled.in_place > 0 {
+            if let Some(reply) = handled.reply.as_mut() {
+                reply.extend_from_slice(&io.data[..handled.in_place]);
+            }
+            handled.in_place = 0;
+        }
+        handled
+    }
+
+    /// Handles one request whose first bytes are `req`. `req_total` is the
+    /// size of the whole request part of the chain. For a WRITE, `req` may
+    /// stop after the WRITE arguments ([`WRITE_PAYLOAD_AT`]): the payload is
+    /// moved by `io`, as is READ data (then `Handled::in_place` > 0). Any
+    /// other request must be all in `req`.
+    pub fn handle_io(
+        &self,
+        arrival_ns: u64,
+        req: &[u8],
+        req_total: usize,
+        out_cap: usize,
+        io: &mut dyn PayloadIo,
+    ) -> Handled {
         let mut c = Cursor::new(req);
         let h = match InHeader::parse(&mut c) {
             Ok(h) => h,
@@ -118,21 +228,28 @@ impl FuseServer {
                 return Handled {
                     reply: (out_cap >= abi::OUT_HEADER_LEN).then(|| error_reply(0, Errno::INVAL)),
                     completes_at_ns: None,
+                    in_place: 0,
                 };
             }
         };
         self.metrics.count_request(h.opcode);
         let hlen = h.len as usize;
-        if hlen > req.len() || hlen < abi::IN_HEADER_LEN {
+        let supplied = if h.opcode == opcode::WRITE {
+            req_total.max(req.len())
+        } else {
+            req.len()
+        };
+        if hlen > supplied || hlen < abi::IN_HEADER_LEN {
             tracing::debug!(
-                error = %ParseRequestError::LengthMismatch { header: h.len, actual: req.len() },
+                error = %ParseRequestError::LengthMismatch { header: h.len, actual: supplied },
                 "bad FUSE request length"
             );
-            return self.finish(&h, Err(Errno::INVAL), out_cap, None);
+            return self.finish(&h, Err(Errno::INVAL), out_cap, None, 0);
         }
         // Arguments are what the header claims, not what the chain holds.
-        let mut args = Cursor::new(&req[abi::IN_HEADER_LEN..hlen]);
+        let mut args = Cursor::new(&req[abi::IN_HEADER_LEN..hlen.min(req.len())]);
         let mut completes_at = None;
+        let mut in_place = 0usize;
         let result = match h.opcode {
             opcode::FORGET => {
                 if let Ok(n) = args.u64() {
@@ -159,8 +276,14 @@ impl FuseServer {
             opcode::SETATTR => self.setattr(&h, &mut args),
             opcode::OPEN => self.open(&h, &mut args),
             opcode::CREATE => self.create(&h, &mut args),
-            opcode::READ => self.read(&h, &mut args, arrival_ns, out_cap, &mut completes_at),
-            opcode::WRITE => self.write(&h, &mut args, arrival_ns, &mut completes_at),
+            opcode::READ => self
+                .read(&mut args, arrival_ns, out_cap, io)
+                .map(|(n, at)| {
+                    in_place = n;
+                    completes_at = at;
+                    Vec::new()
+                }),
+            opcode::WRITE => self.write(&mut args, hlen, arrival_ns, &mut completes_at, io),
             opcode::RELEASE | opcode::RELEASEDIR => args.u64().map_err(parse_err).map(|fh| {
                 self.fs.release(fh);
                 Vec::new()
@@ -181,7 +304,7 @@ impl FuseServer {
             // TODO(issue-4): SETUPMAPPING / REMOVEMAPPING (DAX window).
             _ => Err(Errno::NOSYS),
         };
-        self.finish(&h, result, out_cap, completes_at)
+        self.finish(&h, result, out_cap, completes_at, in_place)
     }
 
     fn finish(
@@ -190,7 +313,24 @@ impl FuseServer {
         result: OpResult,
         out_cap: usize,
         completes_at_ns: Option<u64>,
+        in_place: usize,
     ) -> Handled {
+        if in_place > 0 {
+            // READ data is already in the reply buffers; only the header is
+            // left to write (the size was clamped to the room).
+            let mut out = Vec::with_capacity(abi::OUT_HEADER_LEN);
+            OutHeader {
+                len: (abi::OUT_HEADER_LEN + in_place) as u32,
+                error: 0,
+                unique: h.unique,
+            }
+            .encode(&mut out);
+            return Handled {
+                reply: Some(out),
+                completes_at_ns,
+                in_place,
+            };
+        }
         let reply = match result {
             Ok(payload) if abi::OUT_HEADER_LEN + payload.len() <= out_cap => {
                 out_with_header(h.unique, 0, &payload)
@@ -209,6 +349,7 @@ impl FuseServer {
         Handled {
             reply: (reply.len() <= out_cap).then_some(reply),
             completes_at_ns,
+            in_place: 0,
         }
     }
 
@@ -372,48 +513,58 @@ impl FuseServer {
         Ok(b)
     }
 
+    /// READ: the data goes straight into the reply through `io`; returns
+    /// `(bytes read, release time)`.
     fn read(
         &self,
-        _h: &InHeader,
         a: &mut Cursor<'_>,
         arrival_ns: u64,
         out_cap: usize,
-        completes_at: &mut Option<u64>,
-    ) -> OpResult {
+        io: &mut dyn PayloadIo,
+    ) -> Result<(usize, Option<u64>), Errno> {
         let fh = a.u64().map_err(parse_err)?;
         let offset = a.u64().map_err(parse_err)?;
         let size = a.u32().map_err(parse_err)?;
         let room = out_cap.saturating_sub(abi::OUT_HEADER_LEN) as u32;
         let size = size.min(MAX_READ).min(room);
-        let (handle, data) = self.fs.read(fh, offset, size)?;
+        let handle = self.fs.handle(fh)?;
+        let n = io
+            .read_payload(&handle.file, offset, abi::OUT_HEADER_LEN, size as usize)
+            .map_err(|e| io_errno(&e))?;
         self.metrics
             .read_bytes
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
-        *completes_at = self.charge(arrival_ns, Op::Read, handle.inode.key, offset, data.len());
-        Ok(data)
+            .fetch_add(n as u64, Ordering::Relaxed);
+        Ok((
+            n,
+            self.charge(arrival_ns, Op::Read, handle.inode.key, offset, n),
+        ))
     }
 
+    /// WRITE: the payload goes straight from the request to the file through `io`.
     fn write(
         &self,
-        _h: &InHeader,
         a: &mut Cursor<'_>,
+        hlen: usize,
         arrival_ns: u64,
         completes_at: &mut Option<u64>,
+        io: &mut dyn PayloadIo,
     ) -> OpResult {
         let fh = a.u64().map_err(parse_err)?;
         let offset = a.u64().map_err(parse_err)?;
         let size = a.u32().map_err(parse_err)?;
         // write_flags, lock_owner, flags, padding.
         a.skip(4 + 8 + 4 + 4).map_err(parse_err)?;
-        if size > MAX_WRITE {
+        if size > MAX_WRITE || WRITE_PAYLOAD_AT + size as usize > hlen {
             return Err(Errno::INVAL);
         }
-        let data = a.bytes(size as usize).map_err(parse_err)?;
-        let handle = self.fs.write(fh, offset, data)?;
+        let handle = self.fs.handle(fh)?;
+        let n = io
+            .write_payload(&handle.file, offset, WRITE_PAYLOAD_AT, size as usize)
+            .map_err(|e| io_errno(&e))?;
         self.metrics
             .write_bytes
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
-        *completes_at = self.charge(arrival_ns, Op::Write, handle.inode.key, offset, data.len());
+            .fetch_add(n as u64, Ordering::Relaxed);
+        *completes_at = self.charge(arrival_ns, Op::Write, handle.inode.key, offset, n);
         let mut b = Vec::with_capacity(8);
         b.extend_from_slice(&size.to_le_bytes());
         b.extend_from_slice(&0u32.to_le_bytes());

@@ -14,6 +14,7 @@
 
 pub mod abi;
 pub mod backend;
+pub mod chain;
 pub mod config;
 pub mod daemon;
 pub mod fs;

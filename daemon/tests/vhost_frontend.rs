@@ -255,6 +255,7 @@ fn start_daemon(
             queues: QueueOptions {
                 request_queues: 1,
                 queue_size: 256,
+                realtime_priority: None,
             },
             server: ServerOptions {
                 max_readahead: None,
