@@ -198,6 +198,12 @@ impl DaemonState {
             lock(&self.sessions).push((vm.name.clone(), backend.clone()));
             match daemon.wait() {
                 Ok(()) => tracing::info!(vm = %vm.name, "front-end disconnected"),
+                // A guest that powers off closes its socket, possibly mid-message:
+                // the normal end of a session (as vhost-user-backend's `serve` treats it).
+                Err(vhost_user_backend::Error::HandleRequest(
+                    vhost::vhost_user::Error::Disconnected
+                    | vhost::vhost_user::Error::PartialMessage,
+                )) => tracing::info!(vm = %vm.name, "front-end disconnected"),
                 Err(e) => tracing::warn!(vm = %vm.name, error = %e, "session ended with an error"),
             }
             for h in daemon.get_epoll_handlers() {

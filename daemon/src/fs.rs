@@ -700,7 +700,16 @@ impl PassthroughFs {
                 tracing::warn!(error = %e, "fsync on shutdown failed");
             }
         }
-        if let Err(e) = rustix::fs::syncfs(&self.root) {
+        // `root` is an O_PATH fd, which syncfs refuses (EBADF): open the
+        // directory itself for it.
+        let synced = rustix::fs::openat(
+            &self.root,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .and_then(|dir| rustix::fs::syncfs(&dir));
+        if let Err(e) = synced {
             tracing::warn!(error = %e, "syncfs on shutdown failed");
         }
     }
