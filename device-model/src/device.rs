@@ -556,17 +556,9 @@ impl Device {
     /// Returns the pages dropped.
     pub fn discard(&mut self, addr: u64, len: u64) -> Result<u64, AccessError> {
         let (first, last) = self.page_range(addr, len)?;
-        let mut dropped = 0;
-        for page in first..=last {
-            if let Some(slot) = self.cache.lookup(page) {
-                if self.cache.state(slot).pinned {
-                    self.cache.unpin(slot);
-                }
-                if self.cache.remove(page).is_some() {
-                    dropped += 1;
-                }
-            }
-        }
+        let dropped = (first..=last)
+            .filter(|&page| self.cache.remove(page).is_some())
+            .count() as u64;
         self.stats.discarded += dropped;
         Ok(dropped)
     }
