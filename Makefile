@@ -45,10 +45,14 @@ image:
 ## Replay throughput for every policy, uniform and zipf(0.99), NAND model off and on;
 ## then cxlfsd (zero device latency) against stock virtiofsd with real guests (fio
 ## 1 MiB sequential and 4 KiB random reads, one run, ratio printed) and cxlfsd's
-## pacing error on NAND misses (daemon/bench/virtiofsd-comparison.sh, ~6 min here).
+## pacing error on NAND misses (daemon/bench/virtiofsd-comparison.sh, ~6 min here);
+## then the residency plane without a VM (kvm-ept/benches/pool_latency.rs, ~20 s):
+## hit latency through the pool vs a memfd page, miss-path floor, achieved vs
+## modeled miss latency, NOTIFY_STORE / NOTIFY_INVAL_INODE costs.
 bench: toolchain
 	$(CARGO) bench --locked -p cxlfs-device-model --bench replay_throughput
 	daemon/bench/virtiofsd-comparison.sh
+	$(CARGO) bench --locked -p cxlfs-kvm-ept --bench pool_latency
 
 build: toolchain
 	$(CARGO) build --release --locked --bin cxlfs

@@ -2,7 +2,8 @@
 //! timed by the cxlfs CXL-SSD device model.
 //!
 //! Module map:
-//! * [`abi`] — FUSE kernel ABI structs, decoded without `unsafe`;
+//! * [`abi`] — FUSE kernel ABI structs, decoded without `unsafe` (re-exported
+//!   from `kvm_ept::fuse_abi`, shared with the residency plane);
 //! * [`fs`] — the passthrough filesystem over the shared directory (one per VM session);
 //! * [`fuse`] — the FUSE request dispatcher (bytes in, reply bytes + release time out);
 //! * [`pool`] — the pool address allocator and the one shared device model;

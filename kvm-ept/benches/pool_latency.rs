@@ -1,0 +1,468 @@
+//! Microbenchmarks of the FUSE residency plane without a VM: this process
+//! maps the pool file `MAP_SHARED` as a VMM would, and serves it too.
+//!
+//! (a) hit latency through the pool vs a plain shared-memory (memfd) page;
+//! (b) the miss-path floor (modeled latency 0): first touch → FUSE_READ →
+//!     mapped, with the time split into kernel → server, server, and
+//!     server → kernel → mapped;
+//! (c) achieved vs modeled miss latency with NAND reads of 3, 20, 40 µs;
+//! (d) the cost of NOTIFY_STORE and NOTIFY_INVAL_INODE.
+//!
+//! Measures and prints; asserts nothing. Run: `cargo bench -p cxlfs-kvm-ept
+//! --bench pool_latency` (root, `/dev/fuse`).
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use kvm_ept::{
+    FusePoolPlane, Miss, MissData, MissReply, PlaneOptions, PoolBackend, ReaderMode,
+    ResidencyPlane, ServeMissError, WritebackError, PAGE_SIZE,
+};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+const POOL: u64 = 1 << 30;
+/// Pool bytes [0, CHASE_MAX) hold the pointer-chase rings.
+const CHASE_MAX: u64 = 64 << 20;
+/// Pointer-chase rings: (pages, offset in the pool): 256 KiB (fits the
+/// first-level TLB), 16 MiB, 44 MiB (beyond the second-level TLB's reach).
+const RINGS: [(usize, usize); 3] = [(64, 0), (4096, 1 << 20), (11264, 20 << 20)];
+/// Misses are measured on pages from here on.
+const MISS_BASE: u64 = 128 << 20;
+
+struct BenchBackend {
+    start: Instant,
+    latency_ns: AtomicU64,
+    chase: Vec<u8>,
+    /// (arrival, handled) per miss.
+    stamps: Mutex<Vec<(u64, u64)>>,
+}
+
+impl PoolBackend for BenchBackend {
+    fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+    fn on_miss(&self, m: &Miss, dst: &mut [u8]) -> Result<MissReply, ServeMissError> {
+        let at = m.pool_offset as usize;
+        let data = if at + dst.len() <= self.chase.len() {
+            dst.copy_from_slice(&self.chase[at..at + dst.len()]);
+            MissData::InPlace { len: dst.len() }
+        } else {
+            MissData::Zeros
+        };
+        let reply = MissReply {
+            data,
+            completes_at_ns: m.arrival_ns + self.latency_ns.load(Ordering::Relaxed),
+        };
+        let handled = self.now_ns();
+        self.stamps.lock().unwrap().push((m.arrival_ns, handled));
+        Ok(reply)
+    }
+    fn on_writeback(&self, _: u64, _: &[u8], _: u32, t: u64) -> Result<u64, WritebackError> {
+        Ok(t)
+    }
+}
+
+struct Map {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Map {
+    fn new(fd: i32, len: usize, prot: i32) -> Self {
+        // SAFETY: a fresh shared mapping of an open fd; checked below.
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) };
+        assert_ne!(ptr, libc::MAP_FAILED, "mmap");
+        Map {
+            ptr: ptr.cast(),
+            len,
+        }
+    }
+    fn read(&self, off: u64) -> u8 {
+        assert!((off as usize) < self.len);
+        // SAFETY: in bounds of a live mapping.
+        unsafe { self.ptr.add(off as usize).read_volatile() }
+    }
+}
+
+impl Drop for Map {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what `new` mapped.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// A ring visiting `pages` pages in random order, one cache line each
+/// (line chosen per page), stored as offsets from the region's start.
+fn chase_ring(buf: &mut [u8], pages: usize, seed: u64) {
+    let mut order: Vec<usize> = (0..pages).collect();
+    let mut x = seed | 1;
+    for i in (1..pages).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    let slot = |p: usize| p * PAGE_SIZE as usize + (p * 7 % 64) * 64;
+    for i in 0..pages {
+        let here = slot(order[i]);
+        let next = slot(order[(i + 1) % pages]) as u64;
+        buf[here..here + 8].copy_from_slice(&next.to_le_bytes());
+    }
+}
+
+/// ns per dependent load around the ring starting at `base + start`.
+fn chase(base: *const u8, start: u64, loads: u64) -> f64 {
+    let mut off = start;
+    let t = Instant::now();
+    for _ in 0..loads {
+        // SAFETY: every offset in the ring is inside the mapped region.
+        off = unsafe { base.add(off as usize).cast::<u64>().read_volatile() };
+    }
+    std::hint::black_box(off);
+    t.elapsed().as_nanos() as f64 / loads as f64
+}
+
+fn pct(v: &mut [u64], p: f64) -> u64 {
+    v.sort_unstable();
+    if v.is_empty() {
+        return 0;
+    }
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+fn us(ns: u64) -> String {
+    format!("{:.2} µs", ns as f64 / 1000.0)
+}
+
+/// A mounted plane and its mountpoint, dropped in that order.
+struct Fixture {
+    p: FusePoolPlane,
+    _dir: tempfile::TempDir,
+}
+
+fn mount(b: &Arc<BenchBackend>, mode: ReaderMode) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let readers = if mode == ReaderMode::Spin { 1 } else { 2 };
+    let p = FusePoolPlane::mount(dir.path(), POOL, b.clone(), PlaneOptions { readers, mode })
+        .expect("mount the pool");
+    Fixture { p, _dir: dir }
+}
+
+fn hits(b: &Arc<BenchBackend>) {
+    println!("(a) hit latency: pointer chase, one random cache line per page, random page order");
+    let fx = mount(b, ReaderMode::Block);
+    let p = &fx.p;
+    let pool = Map::new(
+        p.map_target().file.as_raw_fd(),
+        CHASE_MAX as usize,
+        libc::PROT_READ,
+    );
+    // SAFETY: memfd_create with a valid name.
+    let raw = unsafe { libc::memfd_create(c"cxlfs-bench".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(raw >= 0);
+    // SAFETY: a fresh fd we own.
+    let memfd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: ftruncate on a valid fd we own.
+    let rc = unsafe { libc::ftruncate(memfd.as_raw_fd(), CHASE_MAX as i64) };
+    assert_eq!(rc, 0);
+    let shm = Map::new(
+        memfd.as_raw_fd(),
+        CHASE_MAX as usize,
+        libc::PROT_READ | libc::PROT_WRITE,
+    );
+    // SAFETY: the memfd mapping is CHASE_MAX bytes, writable, ours.
+    unsafe { std::ptr::copy_nonoverlapping(b.chase.as_ptr(), shm.ptr, CHASE_MAX as usize) };
+    // Make the pool resident and mapped (one trap per page).
+    for off in (0..CHASE_MAX).step_by(PAGE_SIZE as usize) {
+        pool.read(off);
+    }
+    println!(
+        "    {:>10} {:>14} {:>14} {:>7}",
+        "working set", "pool ns/load", "memfd ns/load", "ratio"
+    );
+    for (pages, region) in RINGS {
+        let loads = 4_000_000u64;
+        // Warm both, then alternate runs and keep the best of each.
+        let (mut bp, mut bs) = (f64::MAX, f64::MAX);
+        for _ in 0..5 {
+            // SAFETY: the rings lie inside both mappings (CHASE_MAX bytes).
+            let (pr, sr) = unsafe { (pool.ptr.add(region), shm.ptr.add(region)) };
+            // Page 0's slot (offset 0) is on every ring.
+            bp = bp.min(chase(pr, 0, loads));
+            bs = bs.min(chase(sr, 0, loads));
+        }
+        println!(
+            "    {:>8} KiB {:>14.2} {:>14.2} {:>6.2}x",
+            pages * 4,
+            bp,
+            bs,
+            bp / bs
+        );
+    }
+    drop(pool);
+    drop(shm);
+    let t = p.metrics();
+    println!("    (pool traps while warming: {})", t.traps);
+}
+
+struct MissStats {
+    total: Vec<u64>,
+    to_server: Vec<u64>,
+    server: Vec<u64>,
+    back: Vec<u64>,
+}
+
+/// Touches `n` fresh pool pages in random order; returns per-touch times.
+fn touch_fresh(b: &Arc<BenchBackend>, p: &FusePoolPlane, n: usize, seed: u64) -> MissStats {
+    let len = (n as u64) * PAGE_SIZE;
+    let map = Map::new(
+        p.map_target().file.as_raw_fd(),
+        (MISS_BASE + len) as usize,
+        libc::PROT_READ,
+    );
+    let mut order: Vec<u64> = (0..n as u64).collect();
+    let mut x = seed | 1;
+    for i in (1..order.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    b.stamps.lock().unwrap().clear();
+    let mut s = MissStats {
+        total: Vec::with_capacity(n),
+        to_server: Vec::with_capacity(n),
+        server: Vec::with_capacity(n),
+        back: Vec::with_capacity(n),
+    };
+    let mut starts = Vec::with_capacity(n);
+    for &page in &order {
+        let t0 = b.now_ns();
+        map.read(MISS_BASE + page * PAGE_SIZE);
+        let t1 = b.now_ns();
+        starts.push((t0, t1));
+    }
+    let stamps = b.stamps.lock().unwrap().clone();
+    for (i, &(t0, t1)) in starts.iter().enumerate() {
+        s.total.push(t1 - t0);
+        if let Some(&(arr, handled)) = stamps.get(i) {
+            if stamps.len() == n {
+                s.to_server.push(arr.saturating_sub(t0));
+                s.server.push(handled.saturating_sub(arr));
+                s.back.push(t1.saturating_sub(handled));
+            }
+        }
+    }
+    drop(map);
+    p.evict(MISS_BASE, len).unwrap().wait().unwrap();
+    s
+}
+
+fn misses(b: &Arc<BenchBackend>) {
+    println!("(b) miss-path floor, modeled latency 0: first touch -> FUSE_READ -> mapped");
+    for mode in [ReaderMode::Block, ReaderMode::Spin] {
+        let fx = mount(b, mode);
+        let p = &fx.p;
+        b.latency_ns.store(0, Ordering::Relaxed);
+        let _ = touch_fresh(b, p, 500, 1); // warm-up
+        let mut s = touch_fresh(b, p, 20_000, 2);
+        let traps = p.metrics().traps;
+        println!(
+            "    {:<28} median {:>9}  p99 {:>9}   ({} traps)",
+            format!("{mode:?} reader(s):"),
+            us(pct(&mut s.total, 0.5)),
+            us(pct(&mut s.total, 0.99)),
+            traps
+        );
+        if !s.server.is_empty() {
+            println!(
+                "      split (medians): fault -> server read {}, server {}, reply -> mapped {}",
+                us(pct(&mut s.to_server, 0.5)),
+                us(pct(&mut s.server, 0.5)),
+                us(pct(&mut s.back, 0.5)),
+            );
+        }
+    }
+    println!("(c) achieved vs modeled miss latency (achieved: first touch -> mapped, as the toucher sees it)");
+    for mode in [ReaderMode::Block, ReaderMode::Spin] {
+        let fx = mount(b, mode);
+        let p = &fx.p;
+        for lat_us in [3u64, 20, 40] {
+            let lat = lat_us * 1000;
+            b.latency_ns.store(lat, Ordering::Relaxed);
+            let mut s = touch_fresh(b, p, 5_000, 3 + lat_us);
+            let mut over: Vec<u64> = s.total.iter().map(|t| t.saturating_sub(lat)).collect();
+            let mut late: Vec<u64> = s
+                .back
+                .iter()
+                .zip(&s.server)
+                .map(|(back, srv)| (back + srv).saturating_sub(lat))
+                .collect();
+            println!(
+                "    {:<6} NAND {:>2} µs: achieved median {:>9} p99 {:>9}; achieved-modeled median {:>9} p99 {:>9}; (arrival->mapped)-modeled median {:>9}",
+                format!("{mode:?}"),
+                lat_us,
+                us(pct(&mut s.total, 0.5)),
+                us(pct(&mut s.total, 0.99)),
+                us(pct(&mut over, 0.5)),
+                us(pct(&mut over, 0.99)),
+                us(pct(&mut late, 0.5)),
+            );
+        }
+        b.latency_ns.store(0, Ordering::Relaxed);
+    }
+}
+
+fn notifies(b: &Arc<BenchBackend>) {
+    println!("(d) notifications (time of the write to /dev/fuse, on the notifier thread)");
+    let fx = mount(b, ReaderMode::Block);
+    let p = &fx.p;
+    let map = Map::new(
+        p.map_target().file.as_raw_fd(),
+        (MISS_BASE + (64 << 20)) as usize,
+        libc::PROT_READ,
+    );
+    for size in [PAGE_SIZE, 2 << 20] {
+        let n = if size == PAGE_SIZE { 2000 } else { 20 };
+        let (mut store, mut touch, mut inval) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..n {
+            let off = MISS_BASE + (i as u64 * size) % (64 << 20);
+            let d = p
+                .fill(off, vec![1u8; size as usize])
+                .unwrap()
+                .wait()
+                .unwrap();
+            store.push(d.as_nanos() as u64);
+            let t = Instant::now();
+            for pg in (0..size).step_by(PAGE_SIZE as usize) {
+                map.read(off + pg);
+            }
+            touch.push(t.elapsed().as_nanos() as u64);
+            let d = p.evict(off, size).unwrap().wait().unwrap();
+            inval.push(d.as_nanos() as u64);
+        }
+        let kib = size / 1024;
+        println!(
+            "    NOTIFY_STORE {kib:>4} KiB: median {:>9} p99 {:>9}",
+            us(pct(&mut store, 0.5)),
+            us(pct(&mut store, 0.99))
+        );
+        println!(
+            "    first touch of the stored {kib} KiB (minor faults, no trap): median {:>9}",
+            us(pct(&mut touch, 0.5))
+        );
+        println!(
+            "    NOTIFY_INVAL_INODE {kib:>4} KiB (cached + mapped): median {:>9} p99 {:>9}",
+            us(pct(&mut inval, 0.5)),
+            us(pct(&mut inval, 0.99))
+        );
+    }
+    drop(map);
+    let m = p.metrics();
+    println!(
+        "    (traps during (d): {}, stores {}, invalidations {})",
+        m.traps, m.stores, m.invalidations
+    );
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    // `cargo bench … -- hits misses notify refs` runs only those sections.
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let run = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        println!("pool_latency: SKIPPED, cannot open /dev/fuse ({e})");
+        return;
+    }
+    let mut chase = vec![0u8; CHASE_MAX as usize];
+    for (i, (pages, region)) in RINGS.into_iter().enumerate() {
+        chase_ring(&mut chase[region..], pages, 11 + i as u64);
+    }
+    let b = Arc::new(BenchBackend {
+        start: Instant::now(),
+        latency_ns: AtomicU64::new(0),
+        chase,
+        stamps: Mutex::new(Vec::with_capacity(32_768)),
+    });
+    println!(
+        "kvm-ept pool_latency: FUSE pool file mapped MAP_SHARED by this process, {} CPUs",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    if run("hits") {
+        hits(&b);
+    }
+    if run("misses") {
+        misses(&b);
+    }
+    if run("notify") {
+        notifies(&b);
+    }
+    if run("refs") {
+        references();
+    }
+}
+
+/// What the miss floor is made of, without FUSE: a page fault that
+/// allocates a page (memfd first touch), and waking a sleeping thread on
+/// the other CPU (futex ping-pong: two wake-ups per round trip).
+fn references() {
+    println!("(e) reference costs on this machine (what the miss floor is made of)");
+    // SAFETY: memfd_create with a valid name.
+    let raw = unsafe { libc::memfd_create(c"cxlfs-ref".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(raw >= 0);
+    // SAFETY: a fresh fd we own.
+    let memfd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let len = 64usize << 20;
+    // SAFETY: ftruncate on a valid fd we own.
+    let rc = unsafe { libc::ftruncate(memfd.as_raw_fd(), len as i64) };
+    assert_eq!(rc, 0);
+    let map = Map::new(memfd.as_raw_fd(), len, libc::PROT_READ | libc::PROT_WRITE);
+    let mut t = Vec::new();
+    for off in (0..len as u64).step_by(PAGE_SIZE as usize) {
+        let t0 = Instant::now();
+        map.read(off);
+        t.push(t0.elapsed().as_nanos() as u64);
+    }
+    println!(
+        "    memfd first touch (shmem fault, page allocated + zeroed + mapped): median {:>9} p99 {:>9}",
+        us(pct(&mut t, 0.5)),
+        us(pct(&mut t, 0.99))
+    );
+    drop(map);
+    // Ping-pong between two threads over a pair of channels (futex sleep / wake).
+    let (to_tx, to_rx) = std::sync::mpsc::channel::<u64>();
+    let (back_tx, back_rx) = std::sync::mpsc::channel::<u64>();
+    let echo = std::thread::spawn(move || {
+        for v in to_rx {
+            if back_tx.send(v).is_err() {
+                break;
+            }
+        }
+    });
+    let mut rt = Vec::new();
+    for i in 0..20_000u64 {
+        let t0 = Instant::now();
+        to_tx.send(i).unwrap();
+        back_rx.recv().unwrap();
+        rt.push(t0.elapsed().as_nanos() as u64);
+        // Let the echo thread go back to sleep, as a FUSE server would be.
+        std::thread::sleep(std::time::Duration::from_micros(20));
+    }
+    drop(to_tx);
+    let _ = echo.join();
+    println!(
+        "    thread wake-up round trip (2 sleeping wake-ups, futex): median {:>9} p99 {:>9}",
+        us(pct(&mut rt, 0.5)),
+        us(pct(&mut rt, 0.99))
+    );
+}

@@ -1,0 +1,1155 @@
+//! [`FusePoolPlane`]: the pool as one file on a host FUSE mount served here.
+//!
+//! The mount holds one regular file, `pool`, of a fixed size (its size and
+//! mtime never change). A VMM maps it `MAP_SHARED`; the host kernel turns a
+//! touch of a page that is not in its page cache into a `FUSE_READ`, which
+//! [`PoolBackend::on_miss`] times; the reply is written when the modeled
+//! access completes and the page becomes an ordinary page-cache page, mapped
+//! into every VM that touches it from then on, with no further trap.
+//!
+//! Threads:
+//! * request threads ([`PlaneOptions::readers`]) read `/dev/fuse`, answer
+//!   each request, and spin for replies due within
+//!   [`pace::INLINE_SPIN_NS`]; replies due later go to
+//! * the pacer, a deadline heap that sleeps, spins the last
+//!   [`pace::SPIN_NS`], then writes the reply;
+//! * the notifier, the only thread that writes `NOTIFY_STORE` /
+//!   `NOTIFY_INVAL_INODE`: a notification may wait for a page whose
+//!   `FUSE_READ` is still unanswered, or for a write-back (`FUSE_WRITE`) it
+//!   triggers, so it must never be sent by a thread that answers requests —
+//!   the kernel would deadlock, uninterruptibly.
+//!
+//! Rules (DESIGN.md, "Rules learned the hard way"): the pool is opened with
+//! `FOPEN_KEEP_CACHE` (else a second `open()` empties its page cache);
+//! `max_readahead` ≤ 4096 so every page miss is its own `FUSE_READ`
+//! (prefetch is the model's decision, done with `NOTIFY_STORE`);
+//! `FUSE_EXPLICIT_INVAL_DATA` so only the plane drops pages; no thread of
+//! the plane ever touches the pool mapping.
+
+use crate::fuse_abi::{
+    self as abi, encode_attr_out, encode_dirent, encode_open_out, encode_write_out, fattr,
+    init_flags, opcode, Attr, Cursor, EntryOut, InHeader, InitIn, InitOut, Kstatfs, OutHeader,
+    ReadIn,
+};
+use crate::metrics::PlaneMetrics;
+use crate::pace::{self, INLINE_SPIN_NS, SPIN_NS};
+use crate::vm::{VmId, VmResolver};
+use crate::{
+    MapTarget, Miss, MissData, NotifyTicket, PlaneMetricsSnapshot, PoolBackend, ResidencyPlane,
+    SendNotifyError, PAGE_SIZE,
+};
+use std::cell::Cell;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::ffi::CString;
+use std::fs::{File, OpenOptions};
+use std::io::{self, IoSlice, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The pool file's node id.
+pub const POOL_NODEID: u64 = 2;
+/// The pool file's name in the mount.
+pub const POOL_NAME: &str = "pool";
+/// `max_readahead` advertised: one page, so every miss is its own READ.
+pub const MAX_READAHEAD: u32 = 4096;
+/// Largest WRITE (write-back) accepted.
+pub const MAX_WRITE: u32 = 128 * 1024;
+/// Attribute / entry validity: the pool never changes, cache it forever.
+const VALID_SECS: u64 = 365 * 24 * 3600;
+
+thread_local! {
+    static REQUEST_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread answers FUSE requests for a plane (it must
+/// never wait for a notification).
+pub fn on_request_thread() -> bool {
+    REQUEST_THREAD.with(Cell::get)
+}
+
+/// How request threads wait for requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReaderMode {
+    /// Sleep in `read(2)` until a request comes (no CPU when idle; a miss
+    /// pays the wake-up of the request thread).
+    Block,
+    /// Poll `/dev/fuse` without sleeping (one core per request thread, busy
+    /// even when idle; saves the wake-up on every miss).
+    Spin,
+}
+
+/// How a plane is set up.
+#[derive(Debug, Clone, Copy)]
+pub struct PlaneOptions {
+    /// Request threads (at least 1).
+    pub readers: usize,
+    /// How they wait.
+    pub mode: ReaderMode,
+}
+
+impl Default for PlaneOptions {
+    fn default() -> Self {
+        PlaneOptions {
+            readers: 2,
+            mode: ReaderMode::Block,
+        }
+    }
+}
+
+/// Why a plane could not be mounted.
+#[derive(Debug, thiserror::Error)]
+pub enum MountPlaneError {
+    /// The pool size is zero or not a multiple of the page size.
+    #[error("pool size {0:#x} is zero or not a multiple of 4096")]
+    BadSize(u64),
+    /// `/dev/fuse` cannot be opened (no FUSE, or no permission).
+    #[error("cannot open /dev/fuse")]
+    OpenDevice(#[source] io::Error),
+    /// `mount(2)` failed.
+    #[error("cannot mount the pool at {path}")]
+    Mount {
+        /// The mountpoint.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+    /// A thread could not be started.
+    #[error("cannot start a plane thread")]
+    Spawn(#[source] io::Error),
+    /// The pool file cannot be opened on the new mount.
+    #[error("cannot open the pool file {path}")]
+    OpenPool {
+        /// The pool file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The request-answering part of a plane, independent of the transport
+/// (tests feed it bytes).
+pub(crate) struct Server {
+    pub(crate) backend: Arc<dyn PoolBackend>,
+    pub(crate) size: u64,
+    pub(crate) metrics: PlaneMetrics,
+    pub(crate) vms: VmResolver,
+    mtime: u64,
+    /// Set on shutdown: a GETATTR of the root from `stop_tid` ends the
+    /// request thread that answers it.
+    stop: AtomicBool,
+    stop_tid: AtomicU32,
+    /// Request threads still running.
+    alive: AtomicUsize,
+}
+
+/// What to do with a request once handled.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// No reply (FORGET, INTERRUPT, undecodable header).
+    None,
+    /// Write `out` now.
+    Reply,
+    /// Write `out` at this time (backend clock).
+    ReplyAt(u64),
+    /// Write `out` now, then end this request thread.
+    ReplyAndExit,
+}
+
+/// Starts a reply: a placeholder header that [`finish`] fills in.
+fn reply_header(out: &mut Vec<u8>) {
+    out.clear();
+    OutHeader::default().encode(out);
+}
+
+/// Fills in the header of a reply whose payload is already in `out`.
+fn finish(out: &mut [u8], unique: u64, error: i32) {
+    let len = out.len() as u32;
+    out[0..4].copy_from_slice(&len.to_le_bytes());
+    out[4..8].copy_from_slice(&error.to_le_bytes());
+    out[8..16].copy_from_slice(&unique.to_le_bytes());
+}
+
+fn error_reply(out: &mut Vec<u8>, unique: u64, errno: i32) -> Outcome {
+    out.clear();
+    OutHeader {
+        len: abi::OUT_HEADER_LEN as u32,
+        error: -errno,
+        unique,
+    }
+    .encode(out);
+    Outcome::Reply
+}
+
+impl Server {
+    pub(crate) fn new(backend: Arc<dyn PoolBackend>, size: u64) -> Self {
+        let mtime = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        Server {
+            backend,
+            size,
+            metrics: PlaneMetrics::new(size),
+            vms: VmResolver::new(),
+            mtime,
+            stop: AtomicBool::new(false),
+            stop_tid: AtomicU32::new(0),
+            alive: AtomicUsize::new(0),
+        }
+    }
+
+    fn attr(&self, nodeid: u64) -> Attr {
+        let (mode, size, nlink) = if nodeid == abi::ROOT_ID {
+            (libc::S_IFDIR | 0o755, 0, 2)
+        } else {
+            (libc::S_IFREG | 0o666, self.size, 1)
+        };
+        Attr {
+            ino: nodeid,
+            size,
+            blocks: size / 512,
+            atime: self.mtime,
+            mtime: self.mtime,
+            ctime: self.mtime,
+            mode,
+            nlink,
+            blksize: PAGE_SIZE as u32,
+            ..Attr::default()
+        }
+    }
+
+    fn known(nodeid: u64) -> bool {
+        nodeid == abi::ROOT_ID || nodeid == POOL_NODEID
+    }
+
+    /// Answers one request (`req`: what `read(2)` returned) into `out`.
+    /// Never panics, whatever the bytes.
+    pub(crate) fn handle(&self, req: &[u8], arrival_ns: u64, out: &mut Vec<u8>) -> Outcome {
+        let mut c = Cursor::new(req);
+        let Ok(h) = InHeader::parse(&mut c) else {
+            tracing::warn!(len = req.len(), "undecodable FUSE request header");
+            return Outcome::None;
+        };
+        if h.len as usize != req.len() {
+            tracing::warn!(
+                header = h.len,
+                read = req.len(),
+                "FUSE request length mismatch"
+            );
+            return error_reply(out, h.unique, libc::EINVAL);
+        }
+        match self.dispatch(&h, &mut c, arrival_ns, out) {
+            Ok(o) => o,
+            Err(errno) => error_reply(out, h.unique, errno),
+        }
+    }
+
+    fn dispatch(
+        &self,
+        h: &InHeader,
+        args: &mut Cursor<'_>,
+        arrival_ns: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<Outcome, i32> {
+        let inval = |_| libc::EINVAL;
+        reply_header(out);
+        match h.opcode {
+            opcode::INIT => {
+                let init = InitIn::parse(args).map_err(inval)?;
+                if init.major != abi::KERNEL_VERSION {
+                    // Answer with our major only; the kernel retries or gives up.
+                    InitOut {
+                        major: abi::KERNEL_VERSION,
+                        minor: abi::KERNEL_MINOR_VERSION,
+                        ..InitOut::default()
+                    }
+                    .encode(out);
+                } else {
+                    let want = init_flags::BIG_WRITES
+                        | init_flags::MAX_PAGES
+                        | init_flags::EXPLICIT_INVAL_DATA;
+                    InitOut {
+                        major: abi::KERNEL_VERSION,
+                        minor: abi::KERNEL_MINOR_VERSION,
+                        max_readahead: init.max_readahead.min(MAX_READAHEAD),
+                        flags: init.flags & want,
+                        max_background: 64,
+                        congestion_threshold: 48,
+                        max_write: MAX_WRITE,
+                        time_gran: 1,
+                        max_pages: (MAX_WRITE / PAGE_SIZE as u32) as u16,
+                        map_alignment: 0,
+                    }
+                    .encode(out);
+                }
+            }
+            opcode::LOOKUP => {
+                let name = args.name().map_err(inval)?;
+                if h.nodeid != abi::ROOT_ID {
+                    return Err(libc::ENOTDIR);
+                }
+                if name != POOL_NAME.as_bytes() {
+                    return Err(libc::ENOENT);
+                }
+                EntryOut {
+                    nodeid: POOL_NODEID,
+                    generation: 1,
+                    entry_valid: VALID_SECS,
+                    attr_valid: VALID_SECS,
+                    attr: self.attr(POOL_NODEID),
+                    ..EntryOut::default()
+                }
+                .encode(out);
+            }
+            opcode::FORGET | opcode::BATCH_FORGET | opcode::INTERRUPT => return Ok(Outcome::None),
+            opcode::GETATTR => {
+                if !Self::known(h.nodeid) {
+                    return Err(libc::ENOENT);
+                }
+                encode_attr_out(VALID_SECS, 0, &self.attr(h.nodeid), out);
+                if h.nodeid == abi::ROOT_ID
+                    && self.stop.load(Ordering::Acquire)
+                    && h.pid == self.stop_tid.load(Ordering::Acquire)
+                {
+                    finish(out, h.unique, 0);
+                    return Ok(Outcome::ReplyAndExit);
+                }
+            }
+            opcode::SETATTR => {
+                let valid = args.u32().map_err(inval)?;
+                args.skip(4 + 8).map_err(inval)?;
+                let size = args.u64().map_err(inval)?;
+                if !Self::known(h.nodeid) {
+                    return Err(libc::ENOENT);
+                }
+                let size_change = valid & fattr::SIZE != 0 && size != self.attr(h.nodeid).size;
+                if size_change || valid & (fattr::MODE | fattr::UID | fattr::GID) != 0 {
+                    return Err(libc::EPERM);
+                }
+                // Times are ignored: the pool's mtime never changes.
+                encode_attr_out(VALID_SECS, 0, &self.attr(h.nodeid), out);
+            }
+            opcode::OPEN => match h.nodeid {
+                POOL_NODEID => encode_open_out(0, abi::fopen::KEEP_CACHE, out),
+                abi::ROOT_ID => return Err(libc::EISDIR),
+                _ => return Err(libc::ENOENT),
+            },
+            opcode::OPENDIR => match h.nodeid {
+                abi::ROOT_ID => encode_open_out(0, abi::fopen::CACHE_DIR, out),
+                POOL_NODEID => return Err(libc::ENOTDIR),
+                _ => return Err(libc::ENOENT),
+            },
+            opcode::READDIR => {
+                let r = ReadIn::parse(args).map_err(inval)?;
+                if h.nodeid != abi::ROOT_ID {
+                    return Err(libc::ENOTDIR);
+                }
+                let entries: [(u64, u32, &[u8]); 3] = [
+                    (abi::ROOT_ID, libc::DT_DIR.into(), b"."),
+                    (abi::ROOT_ID, libc::DT_DIR.into(), b".."),
+                    (POOL_NODEID, libc::DT_REG.into(), POOL_NAME.as_bytes()),
+                ];
+                let limit = abi::OUT_HEADER_LEN + r.size as usize;
+                for (i, (ino, typ, name)) in entries.iter().enumerate().skip(r.offset as usize) {
+                    if out.len() + abi::dirent_size(name.len()) > limit {
+                        break;
+                    }
+                    encode_dirent(*ino, i as u64 + 1, *typ, name, out);
+                }
+            }
+            opcode::RELEASE
+            | opcode::RELEASEDIR
+            | opcode::FLUSH
+            | opcode::FSYNC
+            | opcode::FSYNCDIR
+            | opcode::ACCESS
+            | opcode::DESTROY => {}
+            opcode::STATFS => Kstatfs {
+                blocks: self.size / PAGE_SIZE,
+                files: 2,
+                bsize: PAGE_SIZE as u32,
+                namelen: 255,
+                frsize: PAGE_SIZE as u32,
+                ..Kstatfs::default()
+            }
+            .encode(out),
+            opcode::READ => return self.read(h, args, arrival_ns, out),
+            opcode::WRITE => return self.write(h, args, arrival_ns, out),
+            _ => return Err(libc::ENOSYS),
+        }
+        finish(out, h.unique, 0);
+        Ok(Outcome::Reply)
+    }
+
+    fn read(
+        &self,
+        h: &InHeader,
+        args: &mut Cursor<'_>,
+        arrival_ns: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<Outcome, i32> {
+        let r = ReadIn::parse(args).map_err(|_| libc::EINVAL)?;
+        match h.nodeid {
+            POOL_NODEID => {}
+            abi::ROOT_ID => return Err(libc::EISDIR),
+            _ => return Err(libc::ENOENT),
+        }
+        let len = u64::from(r.size).min(self.size.saturating_sub(r.offset)) as usize;
+        out.resize(abi::OUT_HEADER_LEN + len, 0);
+        if len == 0 {
+            finish(out, h.unique, 0);
+            return Ok(Outcome::Reply);
+        }
+        let vm = self.vms.resolve(h.pid);
+        let miss = Miss {
+            pool_offset: r.offset,
+            len: len as u32,
+            pid: h.pid,
+            vm,
+            arrival_ns,
+        };
+        let dst = &mut out[abi::OUT_HEADER_LEN..];
+        let reply = match self.backend.on_miss(&miss, dst) {
+            Ok(reply) => reply,
+            Err(e) => {
+                tracing::warn!(offset = r.offset, len, error = %e, "pool miss failed");
+                self.metrics.trap_error();
+                return Err(libc::EIO);
+            }
+        };
+        match reply.data {
+            MissData::InPlace { len: n } => dst[n.min(len)..].fill(0),
+            MissData::Bytes(b) => {
+                let n = b.len().min(len);
+                dst[..n].copy_from_slice(&b[..n]);
+                dst[n..].fill(0);
+            }
+            MissData::Zeros => dst.fill(0),
+            MissData::File { file, offset } => {
+                let mut done = 0;
+                while done < len {
+                    match file.read_at(&mut dst[done..], offset + done as u64) {
+                        Ok(0) => break,
+                        Ok(n) => done += n,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            tracing::warn!(offset = r.offset, error = %e, "reading pool data failed");
+                            self.metrics.trap_error();
+                            return Err(e.raw_os_error().unwrap_or(libc::EIO));
+                        }
+                    }
+                }
+                dst[done..].fill(0);
+            }
+        }
+        self.metrics.trap(vm, r.offset, len as u64);
+        finish(out, h.unique, 0);
+        Ok(Outcome::ReplyAt(reply.completes_at_ns))
+    }
+
+    fn write(
+        &self,
+        h: &InHeader,
+        args: &mut Cursor<'_>,
+        arrival_ns: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<Outcome, i32> {
+        let w = ReadIn::parse(args).map_err(|_| libc::EINVAL)?;
+        let data = args.bytes(w.size as usize).map_err(|_| libc::EINVAL)?;
+        if h.nodeid != POOL_NODEID {
+            return Err(libc::EBADF);
+        }
+        if !matches!(w.offset.checked_add(data.len() as u64), Some(e) if e <= self.size) {
+            return Err(libc::EFBIG);
+        }
+        let done = match self.backend.on_writeback(w.offset, data, h.pid, arrival_ns) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(offset = w.offset, len = data.len(), error = %e, "pool write-back failed");
+                return Err(libc::EIO);
+            }
+        };
+        self.metrics.writeback(data.len() as u64);
+        encode_write_out(w.size, out);
+        finish(out, h.unique, 0);
+        Ok(Outcome::ReplyAt(done))
+    }
+}
+
+/// A reply held until its modeled completion.
+struct Held {
+    deadline_ns: u64,
+    seq: u64,
+    reply: Vec<u8>,
+}
+
+impl PartialEq for Held {
+    fn eq(&self, o: &Self) -> bool {
+        (self.deadline_ns, self.seq) == (o.deadline_ns, o.seq)
+    }
+}
+impl Eq for Held {}
+impl PartialOrd for Held {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Held {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.deadline_ns, self.seq).cmp(&(o.deadline_ns, o.seq))
+    }
+}
+
+enum NoticeKind {
+    Store { offset: u64, data: Vec<u8> },
+    Inval { offset: u64, len: u64 },
+}
+
+struct Notice {
+    kind: NoticeKind,
+    done: SyncSender<Result<Duration, io::Error>>,
+}
+
+/// Writes one whole message to `/dev/fuse`; `ENOENT` (the request was
+/// interrupted and is gone) is not an error.
+fn write_reply(dev: &File, reply: &[u8]) {
+    match (&*dev).write(reply) {
+        Ok(n) if n == reply.len() => {}
+        Ok(n) => tracing::warn!(n, len = reply.len(), "short FUSE reply write"),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot write a FUSE reply"),
+    }
+}
+
+struct Threads {
+    readers: Vec<JoinHandle<()>>,
+    pacer: Option<JoinHandle<()>>,
+    notifier: Option<JoinHandle<()>>,
+}
+
+/// The mount and its threads; dropping it unmounts and joins them.
+struct Mounted {
+    server: Arc<Server>,
+    /// Keeps `/dev/fuse` open until the threads are gone (closing it aborts
+    /// the connection).
+    _dev: Arc<File>,
+    mountpoint: PathBuf,
+    mode: ReaderMode,
+    notify_tx: Option<Sender<Notice>>,
+    threads: Threads,
+    /// The mount's root (`O_PATH`): reaches the connection after a lazy
+    /// unmount, to wake request threads at shutdown.
+    root: Option<File>,
+    mounted: bool,
+}
+
+/// The residency plane over a FUSE pool file. See the module docs.
+pub struct FusePoolPlane {
+    target: MapTarget,
+    m: Mounted,
+}
+
+impl std::fmt::Debug for FusePoolPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FusePoolPlane")
+            .field("mountpoint", &self.m.mountpoint)
+            .field("size", &self.target.size)
+            .finish_non_exhaustive()
+    }
+}
+
+fn gettid() -> u32 {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    unsafe { libc::gettid() as u32 }
+}
+
+impl FusePoolPlane {
+    /// Mounts a pool of `size` bytes at `mountpoint` (an existing directory)
+    /// served by `backend`. Needs `CAP_SYS_ADMIN` and `/dev/fuse`.
+    pub fn mount(
+        mountpoint: &Path,
+        size: u64,
+        backend: Arc<dyn PoolBackend>,
+        options: PlaneOptions,
+    ) -> Result<Self, MountPlaneError> {
+        if size == 0 || size % PAGE_SIZE != 0 {
+            return Err(MountPlaneError::BadSize(size));
+        }
+        let dev = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open("/dev/fuse")
+            .map_err(MountPlaneError::OpenDevice)?;
+        let dev = Arc::new(dev);
+        let mount_err = |source| MountPlaneError::Mount {
+            path: mountpoint.to_path_buf(),
+            source,
+        };
+        let data = format!(
+            "fd={},rootmode=40000,user_id=0,group_id=0,allow_other",
+            dev.as_raw_fd()
+        );
+        let target = CString::new(mountpoint.as_os_str().as_bytes())
+            .map_err(|e| mount_err(io::Error::new(io::ErrorKind::InvalidInput, e)))?;
+        let data = CString::new(data).map_err(|e| mount_err(io::Error::other(e)))?;
+        // SAFETY: all pointers are valid NUL-terminated strings that outlive the call.
+        let rc = unsafe {
+            libc::mount(
+                c"cxlfs-pool".as_ptr(),
+                target.as_ptr(),
+                c"fuse".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                data.as_ptr().cast(),
+            )
+        };
+        if rc != 0 {
+            return Err(mount_err(io::Error::last_os_error()));
+        }
+        if options.mode == ReaderMode::Spin {
+            // SAFETY: fcntl on an fd we own; no pointers.
+            let rc = unsafe { libc::fcntl(dev.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
+            if rc != 0 {
+                tracing::warn!(error = %io::Error::last_os_error(), "cannot make /dev/fuse non-blocking");
+            }
+        }
+        let server = Arc::new(Server::new(backend, size));
+        let mut m = Mounted {
+            server: server.clone(),
+            _dev: dev.clone(),
+            mountpoint: mountpoint.to_path_buf(),
+            mode: options.mode,
+            notify_tx: None,
+            threads: Threads {
+                readers: Vec::new(),
+                pacer: None,
+                notifier: None,
+            },
+            root: None,
+            mounted: true,
+        };
+        let (pace_tx, pace_rx) = mpsc::channel::<Held>();
+        let (notify_tx, notify_rx) = mpsc::channel::<Notice>();
+        m.notify_tx = Some(notify_tx);
+        let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
+            thread::Builder::new()
+                .name(name)
+                .spawn(f)
+                .map_err(MountPlaneError::Spawn)
+        };
+        {
+            let (s, d) = (server.clone(), dev.clone());
+            m.threads.pacer = Some(spawn(
+                "pool-pacer".into(),
+                Box::new(move || pacer(&s, &d, pace_rx)),
+            )?);
+        }
+        {
+            let (s, d) = (server.clone(), dev.clone());
+            m.threads.notifier = Some(spawn(
+                "pool-notify".into(),
+                Box::new(move || notifier(&s, &d, notify_rx)),
+            )?);
+        }
+        for i in 0..options.readers.max(1) {
+            let (s, d, tx) = (server.clone(), dev.clone(), pace_tx.clone());
+            let mode = options.mode;
+            server.alive.fetch_add(1, Ordering::AcqRel);
+            match spawn(
+                format!("pool-req{i}"),
+                Box::new(move || reader(&s, &d, tx, mode)),
+            ) {
+                Ok(h) => m.threads.readers.push(h),
+                Err(e) => {
+                    server.alive.fetch_sub(1, Ordering::AcqRel);
+                    return Err(e);
+                }
+            }
+        }
+        drop(pace_tx);
+        m.root = Some(
+            OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+                .open(mountpoint)
+                .map_err(|source| MountPlaneError::OpenPool {
+                    path: mountpoint.to_path_buf(),
+                    source,
+                })?,
+        );
+        let path = mountpoint.join(POOL_NAME);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|source| MountPlaneError::OpenPool {
+                path: path.clone(),
+                source,
+            })?;
+        tracing::info!(mountpoint = %mountpoint.display(), size, "pool plane mounted");
+        Ok(FusePoolPlane {
+            target: MapTarget {
+                path,
+                file: Arc::new(file),
+                size,
+            },
+            m,
+        })
+    }
+
+    /// The mountpoint.
+    pub fn mountpoint(&self) -> &Path {
+        &self.m.mountpoint
+    }
+
+    /// The live counters.
+    pub fn live_metrics(&self) -> &PlaneMetrics {
+        &self.m.server.metrics
+    }
+
+    fn check_range(&self, offset: u64, len: u64) -> Result<(), SendNotifyError> {
+        let ok = offset % PAGE_SIZE == 0
+            && len % PAGE_SIZE == 0
+            && len > 0
+            && offset
+                .checked_add(len)
+                .is_some_and(|e| e <= self.target.size);
+        if ok {
+            Ok(())
+        } else {
+            Err(SendNotifyError::BadRange { offset, len })
+        }
+    }
+
+    fn queue(&self, kind: NoticeKind) -> Result<NotifyTicket, SendNotifyError> {
+        let (done, rx) = mpsc::sync_channel(1);
+        self.m
+            .notify_tx
+            .as_ref()
+            .ok_or(SendNotifyError::Closed)?
+            .send(Notice { kind, done })
+            .map_err(|_| SendNotifyError::Closed)?;
+        Ok(NotifyTicket::new(rx))
+    }
+}
+
+impl ResidencyPlane for FusePoolPlane {
+    fn map_target(&self) -> &MapTarget {
+        &self.target
+    }
+
+    fn fill(&self, pool_offset: u64, data: Vec<u8>) -> Result<NotifyTicket, SendNotifyError> {
+        self.check_range(pool_offset, data.len() as u64)?;
+        if data.len() > u32::MAX as usize {
+            return Err(SendNotifyError::BadRange {
+                offset: pool_offset,
+                len: data.len() as u64,
+            });
+        }
+        self.queue(NoticeKind::Store {
+            offset: pool_offset,
+            data,
+        })
+    }
+
+    fn evict(&self, pool_offset: u64, len: u64) -> Result<NotifyTicket, SendNotifyError> {
+        self.check_range(pool_offset, len)?;
+        self.queue(NoticeKind::Inval {
+            offset: pool_offset,
+            len,
+        })
+    }
+
+    fn register_vmm(&self, vm: VmId, pid: u32) {
+        self.m.server.vms.register(vm, pid);
+    }
+
+    fn unregister_vmm(&self, vm: VmId) {
+        self.m.server.vms.unregister(vm);
+    }
+
+    fn metrics(&self) -> PlaneMetricsSnapshot {
+        self.m.server.metrics.snapshot()
+    }
+}
+
+fn reader(server: &Server, dev: &File, pacer: Sender<Held>, mode: ReaderMode) {
+    REQUEST_THREAD.with(|c| c.set(true));
+    let mut buf = vec![0u8; (MAX_WRITE as usize + 4096).max(abi::MIN_READ_BUFFER)];
+    let mut out: Vec<u8> = Vec::with_capacity(abi::OUT_HEADER_LEN + MAX_WRITE as usize);
+    let mut seq = 0u64;
+    loop {
+        let n = match (&*dev).read(&mut buf) {
+            Ok(n) => n,
+            Err(e) => match e.raw_os_error() {
+                Some(libc::EAGAIN) => {
+                    if server.stop.load(Ordering::Acquire) {
+                        break;
+                    }
+                    std::hint::spin_loop();
+                    continue;
+                }
+                // Interrupted, or a request that went away before we read it.
+                Some(libc::EINTR) | Some(libc::ENOENT) => continue,
+                // The connection ended (unmounted, aborted).
+                Some(libc::ENODEV) => break,
+                _ => {
+                    tracing::warn!(error = %e, "reading /dev/fuse failed; request thread ends");
+                    break;
+                }
+            },
+        };
+        let arrival = server.backend.now_ns();
+        match server.handle(&buf[..n], arrival, &mut out) {
+            Outcome::None => {}
+            Outcome::Reply => write_reply(dev, &out),
+            Outcome::ReplyAndExit => {
+                // Counted out before the reply: whoever waits on it sees it.
+                server.alive.fetch_sub(1, Ordering::AcqRel);
+                write_reply(dev, &out);
+                return;
+            }
+            Outcome::ReplyAt(deadline) => {
+                let now = server.backend.now_ns();
+                if deadline <= now.saturating_add(INLINE_SPIN_NS) {
+                    pace::wait_until(|| server.backend.now_ns(), deadline);
+                    write_reply(dev, &out);
+                } else {
+                    seq += 1;
+                    let reply = std::mem::replace(
+                        &mut out,
+                        Vec::with_capacity(abi::OUT_HEADER_LEN + MAX_WRITE as usize),
+                    );
+                    let held = Held {
+                        deadline_ns: deadline,
+                        seq,
+                        reply,
+                    };
+                    if let Err(mpsc::SendError(h)) = pacer.send(held) {
+                        pace::wait_until(|| server.backend.now_ns(), h.deadline_ns);
+                        write_reply(dev, &h.reply);
+                    }
+                }
+            }
+        }
+        if mode == ReaderMode::Spin && server.stop.load(Ordering::Acquire) {
+            break;
+        }
+    }
+    server.alive.fetch_sub(1, Ordering::AcqRel);
+}
+
+fn pacer(server: &Server, dev: &File, rx: Receiver<Held>) {
+    REQUEST_THREAD.with(|c| c.set(true));
+    let now = || server.backend.now_ns();
+    let mut heap: BinaryHeap<Reverse<Held>> = BinaryHeap::new();
+    let mut open = true;
+    loop {
+        let Some(next) = heap.peek().map(|h| h.0.deadline_ns) else {
+            if !open {
+                return;
+            }
+            match rx.recv() {
+                Ok(h) => heap.push(Reverse(h)),
+                Err(_) => open = false,
+            }
+            continue;
+        };
+        let t = now();
+        if t + SPIN_NS < next {
+            let wait = Duration::from_nanos(next - t - SPIN_NS);
+            if open {
+                match rx.recv_timeout(wait) {
+                    Ok(h) => heap.push(Reverse(h)),
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => open = false,
+                }
+            } else {
+                thread::sleep(wait);
+            }
+            continue;
+        }
+        if t < next {
+            if open {
+                match rx.try_recv() {
+                    Ok(h) => heap.push(Reverse(h)),
+                    Err(mpsc::TryRecvError::Empty) => std::hint::spin_loop(),
+                    Err(mpsc::TryRecvError::Disconnected) => open = false,
+                }
+            } else {
+                std::hint::spin_loop();
+            }
+            continue;
+        }
+        while heap.peek().is_some_and(|h| h.0.deadline_ns <= t) {
+            if let Some(Reverse(h)) = heap.pop() {
+                write_reply(dev, &h.reply);
+            }
+        }
+    }
+}
+
+fn notifier(server: &Server, dev: &File, rx: Receiver<Notice>) {
+    let mut head = Vec::with_capacity(64);
+    for n in rx {
+        head.clear();
+        let start = Instant::now();
+        let res = match &n.kind {
+            NoticeKind::Store { offset, data } => {
+                abi::encode_notify_store(POOL_NODEID, *offset, data.len() as u32, &mut head);
+                let want = head.len() + data.len();
+                (&*dev)
+                    .write_vectored(&[IoSlice::new(&head), IoSlice::new(data)])
+                    .and_then(|w| {
+                        if w == want {
+                            Ok(())
+                        } else {
+                            Err(io::Error::other(format!(
+                                "short notify write {w} of {want}"
+                            )))
+                        }
+                    })
+            }
+            NoticeKind::Inval { offset, len } => {
+                abi::encode_notify_inval_inode(POOL_NODEID, *offset as i64, *len as i64, &mut head);
+                (&*dev).write(&head).map(|_| ())
+            }
+        };
+        let took = start.elapsed();
+        let res = match res {
+            Ok(()) => {
+                match &n.kind {
+                    NoticeKind::Store { offset, data } => {
+                        server.metrics.store(*offset, data.len() as u64)
+                    }
+                    NoticeKind::Inval { offset, len } => server.metrics.invalidation(*offset, *len),
+                }
+                Ok(took)
+            }
+            Err(e) => {
+                server.metrics.notify_error();
+                tracing::warn!(error = %e, "pool notification refused");
+                Err(e)
+            }
+        };
+        let _ = n.done.send(res);
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        // 1. No more notifications; let queued ones finish (they may wait
+        //    for write-backs the request threads answer).
+        self.notify_tx = None;
+        if let Some(h) = self.threads.notifier.take() {
+            let _ = h.join();
+        }
+        // 2. Lazy unmount: no new path lookups; the root fd keeps the
+        //    connection reachable.
+        if self.mounted {
+            if let Ok(p) = CString::new(self.mountpoint.as_os_str().as_bytes()) {
+                // SAFETY: a valid NUL-terminated path.
+                let rc = unsafe { libc::umount2(p.as_ptr(), libc::MNT_DETACH) };
+                if rc != 0 {
+                    tracing::warn!(error = %io::Error::last_os_error(), "cannot unmount the pool");
+                }
+            }
+            self.mounted = false;
+        }
+        // 3. Stop the request threads: a GETATTR of the root from this
+        //    thread ends the one that answers it (blocking readers have no
+        //    other way to leave read(2)); spinning ones see the flag.
+        self.server.stop_tid.store(gettid(), Ordering::Release);
+        self.server.stop.store(true, Ordering::Release);
+        if self.mode == ReaderMode::Block {
+            if let Some(root) = &self.root {
+                while self.server.alive.load(Ordering::Acquire) > 0 {
+                    // SAFETY: `st` is a valid out buffer; the path is a valid empty C string.
+                    let rc = unsafe {
+                        let mut st: libc::statx = std::mem::zeroed();
+                        libc::statx(
+                            root.as_raw_fd(),
+                            c"".as_ptr(),
+                            libc::AT_EMPTY_PATH | libc::AT_STATX_FORCE_SYNC,
+                            libc::STATX_BASIC_STATS,
+                            &mut st,
+                        )
+                    };
+                    if rc != 0 {
+                        break;
+                    }
+                }
+            }
+        }
+        self.root = None;
+        let readers = std::mem::take(&mut self.threads.readers);
+        if self.server.alive.load(Ordering::Acquire) > 0 {
+            // Could not reach them (connection already gone?): they end on
+            // ENODEV; don't block on them.
+            tracing::warn!("pool request threads still running at shutdown; detaching them");
+        } else {
+            for h in readers {
+                let _ = h.join();
+            }
+        }
+        if let Some(h) = self.threads.pacer.take() {
+            let _ = h.join();
+        }
+        tracing::info!(mountpoint = %self.mountpoint.display(), "pool plane unmounted");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{MissReply, ServeMissError, WritebackError};
+
+    struct Zero;
+    impl PoolBackend for Zero {
+        fn now_ns(&self) -> u64 {
+            0
+        }
+        fn on_miss(&self, m: &Miss, dst: &mut [u8]) -> Result<MissReply, ServeMissError> {
+            dst.fill(0xab);
+            Ok(MissReply {
+                data: MissData::InPlace {
+                    len: m.len as usize,
+                },
+                completes_at_ns: 5,
+            })
+        }
+        fn on_writeback(&self, _: u64, _: &[u8], _: u32, _: u64) -> Result<u64, WritebackError> {
+            Ok(7)
+        }
+    }
+
+    fn request(opcode: u32, nodeid: u64, args: &[u8]) -> Vec<u8> {
+        let mut b = Vec::new();
+        InHeader {
+            len: (abi::IN_HEADER_LEN + args.len()) as u32,
+            opcode,
+            unique: 9,
+            nodeid,
+            pid: 1,
+            ..InHeader::default()
+        }
+        .encode(&mut b);
+        b.extend_from_slice(args);
+        b
+    }
+
+    fn out_error(out: &[u8]) -> i32 {
+        OutHeader::parse(&mut Cursor::new(out)).unwrap().error
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        let s = Server::new(Arc::new(Zero), 1 << 20);
+        let mut out = Vec::new();
+        let mut x = 0x1234_5678_9abc_def0u64;
+        for len in 0..400usize {
+            let mut b: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            let _ = s.handle(&b, 0, &mut out);
+            if b.len() >= abi::IN_HEADER_LEN {
+                // Valid length, every opcode, random arguments.
+                b[0..4].copy_from_slice(&(len as u32).to_le_bytes());
+                for op in 0..60u32 {
+                    b[4..8].copy_from_slice(&op.to_le_bytes());
+                    for node in [0u64, 1, 2, 3] {
+                        b[16..24].copy_from_slice(&node.to_le_bytes());
+                        let _ = s.handle(&b, 0, &mut out);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn answers_the_pool_protocol() {
+        let s = Server::new(Arc::new(Zero), 1 << 20);
+        let mut out = Vec::new();
+        assert_eq!(
+            s.handle(&request(opcode::LOOKUP, 1, b"pool\0"), 0, &mut out),
+            Outcome::Reply
+        );
+        assert_eq!(out_error(&out), 0);
+        assert_eq!(out.len(), abi::OUT_HEADER_LEN + abi::ENTRY_OUT_LEN);
+        s.handle(&request(opcode::LOOKUP, 1, b"nope\0"), 0, &mut out);
+        assert_eq!(out_error(&out), -libc::ENOENT);
+        s.handle(&request(999, 1, b""), 0, &mut out);
+        assert_eq!(out_error(&out), -libc::ENOSYS);
+        // A READ past the end is clipped, one at the end is empty.
+        let mut a = Vec::new();
+        ReadIn {
+            offset: (1 << 20) - 4096,
+            size: 8192,
+            ..ReadIn::default()
+        }
+        .encode(&mut a);
+        assert_eq!(
+            s.handle(&request(opcode::READ, 2, &a), 0, &mut out),
+            Outcome::ReplyAt(5)
+        );
+        assert_eq!(out.len(), abi::OUT_HEADER_LEN + 4096);
+        assert!(out[abi::OUT_HEADER_LEN..].iter().all(|&b| b == 0xab));
+        // A WRITE past the end is refused.
+        let mut a = Vec::new();
+        ReadIn {
+            offset: 1 << 20,
+            size: 4,
+            ..ReadIn::default()
+        }
+        .encode(&mut a);
+        a.extend_from_slice(b"abcd");
+        s.handle(&request(opcode::WRITE, 2, &a), 0, &mut out);
+        assert_eq!(out_error(&out), -libc::EFBIG);
+        // SETATTR changing the size is refused.
+        let mut a = vec![0u8; 88];
+        a[0..4].copy_from_slice(&fattr::SIZE.to_le_bytes());
+        s.handle(&request(opcode::SETATTR, 2, &a), 0, &mut out);
+        assert_eq!(out_error(&out), -libc::EPERM);
+        assert_eq!(s.metrics.snapshot().traps, 1);
+        // FORGET has no reply.
+        assert_eq!(
+            s.handle(&request(opcode::FORGET, 2, &[0; 8]), 0, &mut out),
+            Outcome::None
+        );
+    }
+
+    #[test]
+    fn init_caps_readahead_and_keeps_explicit_invalidation() {
+        let s = Server::new(Arc::new(Zero), 1 << 20);
+        let mut a = Vec::new();
+        for v in [7u32, 45, 128 * 1024, u32::MAX] {
+            a.extend_from_slice(&v.to_le_bytes());
+        }
+        let mut out = Vec::new();
+        s.handle(&request(opcode::INIT, 0, &a), 0, &mut out);
+        assert_eq!(out.len(), abi::OUT_HEADER_LEN + 64);
+        let mut c = Cursor::new(&out[abi::OUT_HEADER_LEN..]);
+        assert_eq!((c.u32().unwrap(), c.u32().unwrap()), (7, 31));
+        assert_eq!(c.u32().unwrap(), MAX_READAHEAD);
+        let flags = u64::from(c.u32().unwrap());
+        assert_ne!(flags & init_flags::EXPLICIT_INVAL_DATA, 0);
+        assert_eq!(flags & init_flags::AUTO_INVAL_DATA, 0);
+        assert_eq!(flags & init_flags::WRITEBACK_CACHE, 0);
+    }
+}

@@ -1,0 +1,182 @@
+//! The plane's counters: traps (per VM), stores, invalidations, write-backs,
+//! and an estimate of the resident pool bytes.
+
+use crate::vm::VmId;
+use crate::PAGE_SIZE;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Live counters, updated by the plane's threads.
+#[derive(Debug)]
+pub struct PlaneMetrics {
+    traps: AtomicU64,
+    trap_bytes: AtomicU64,
+    traps_by_vm: Mutex<BTreeMap<Option<VmId>, u64>>,
+    trap_errors: AtomicU64,
+    stores: AtomicU64,
+    store_bytes: AtomicU64,
+    invalidations: AtomicU64,
+    invalidated_bytes: AtomicU64,
+    writebacks: AtomicU64,
+    writeback_bytes: AtomicU64,
+    notify_errors: AtomicU64,
+    /// One bit per pool page: set when the plane made it resident (miss
+    /// reply, store), cleared on invalidation. The kernel may also drop
+    /// clean pages under memory pressure, so this is an upper bound.
+    resident: Vec<AtomicU64>,
+    resident_pages: AtomicU64,
+}
+
+/// A copy of the counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PlaneMetricsSnapshot {
+    /// Traps (FUSE_READs of the pool) answered.
+    pub traps: u64,
+    /// Bytes returned by traps.
+    pub trap_bytes: u64,
+    /// Traps per VM (`None`: a thread of no registered VMM).
+    pub traps_by_vm: BTreeMap<Option<VmId>, u64>,
+    /// Traps answered with an error.
+    pub trap_errors: u64,
+    /// NOTIFY_STORE messages the kernel took.
+    pub stores: u64,
+    /// Bytes stored.
+    pub store_bytes: u64,
+    /// NOTIFY_INVAL_INODE messages the kernel took.
+    pub invalidations: u64,
+    /// Bytes invalidated (requested ranges).
+    pub invalidated_bytes: u64,
+    /// FUSE_WRITEs (write-backs) taken.
+    pub writebacks: u64,
+    /// Bytes written back.
+    pub writeback_bytes: u64,
+    /// Notifications the kernel refused.
+    pub notify_errors: u64,
+    /// Estimated resident pool bytes (an upper bound).
+    pub resident_bytes: u64,
+}
+
+impl PlaneMetrics {
+    /// Counters for a pool of `pool_size` bytes.
+    pub fn new(pool_size: u64) -> Self {
+        let pages = pool_size.div_ceil(PAGE_SIZE);
+        PlaneMetrics {
+            traps: AtomicU64::new(0),
+            trap_bytes: AtomicU64::new(0),
+            traps_by_vm: Mutex::new(BTreeMap::new()),
+            trap_errors: AtomicU64::new(0),
+            stores: AtomicU64::new(0),
+            store_bytes: AtomicU64::new(0),
+            invalidations: AtomicU64::new(0),
+            invalidated_bytes: AtomicU64::new(0),
+            writebacks: AtomicU64::new(0),
+            writeback_bytes: AtomicU64::new(0),
+            notify_errors: AtomicU64::new(0),
+            resident: (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+            resident_pages: AtomicU64::new(0),
+        }
+    }
+
+    fn mark(&self, offset: u64, len: u64, resident: bool) {
+        let first = offset / PAGE_SIZE;
+        let pages = self.resident.len() as u64 * 64;
+        let end = offset.saturating_add(len).div_ceil(PAGE_SIZE).min(pages);
+        for page in first..end {
+            let Some(word) = self.resident.get((page / 64) as usize) else {
+                return;
+            };
+            let bit = 1u64 << (page % 64);
+            if resident {
+                if word.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
+                    self.resident_pages.fetch_add(1, Ordering::Relaxed);
+                }
+            } else if word.fetch_and(!bit, Ordering::Relaxed) & bit != 0 {
+                self.resident_pages.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    pub(crate) fn trap(&self, vm: Option<VmId>, offset: u64, len: u64) {
+        self.traps.fetch_add(1, Ordering::Relaxed);
+        self.trap_bytes.fetch_add(len, Ordering::Relaxed);
+        *self
+            .traps_by_vm
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(vm)
+            .or_default() += 1;
+        self.mark(offset, len, true);
+    }
+
+    pub(crate) fn trap_error(&self) {
+        self.trap_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn store(&self, offset: u64, len: u64) {
+        self.stores.fetch_add(1, Ordering::Relaxed);
+        self.store_bytes.fetch_add(len, Ordering::Relaxed);
+        self.mark(offset, len, true);
+    }
+
+    pub(crate) fn invalidation(&self, offset: u64, len: u64) {
+        self.invalidations.fetch_add(1, Ordering::Relaxed);
+        self.invalidated_bytes.fetch_add(len, Ordering::Relaxed);
+        self.mark(offset, len, false);
+    }
+
+    pub(crate) fn writeback(&self, len: u64) {
+        self.writebacks.fetch_add(1, Ordering::Relaxed);
+        self.writeback_bytes.fetch_add(len, Ordering::Relaxed);
+    }
+
+    pub(crate) fn notify_error(&self) {
+        self.notify_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A copy of the counters.
+    pub fn snapshot(&self) -> PlaneMetricsSnapshot {
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        PlaneMetricsSnapshot {
+            traps: r(&self.traps),
+            trap_bytes: r(&self.trap_bytes),
+            traps_by_vm: self
+                .traps_by_vm
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+            trap_errors: r(&self.trap_errors),
+            stores: r(&self.stores),
+            store_bytes: r(&self.store_bytes),
+            invalidations: r(&self.invalidations),
+            invalidated_bytes: r(&self.invalidated_bytes),
+            writebacks: r(&self.writebacks),
+            writeback_bytes: r(&self.writeback_bytes),
+            notify_errors: r(&self.notify_errors),
+            resident_bytes: r(&self.resident_pages) * PAGE_SIZE,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resident_estimate_follows_traps_stores_and_invalidations() {
+        let m = PlaneMetrics::new(1 << 20);
+        m.trap(Some(1), 0, 4096);
+        m.trap(None, 0, 4096);
+        m.store(8192, 16384);
+        assert_eq!(m.snapshot().resident_bytes, 5 * 4096);
+        m.invalidation(0, 12288);
+        assert_eq!(m.snapshot().resident_bytes, 3 * 4096);
+        m.invalidation(0, u64::MAX);
+        m.store(1 << 30, 4096); // out of the pool: ignored
+        let s = m.snapshot();
+        assert_eq!(s.resident_bytes, 0);
+        assert_eq!(s.traps, 2);
+        assert_eq!(s.traps_by_vm.get(&Some(1)), Some(&1));
+        assert_eq!(s.traps_by_vm.get(&None), Some(&1));
+    }
+}

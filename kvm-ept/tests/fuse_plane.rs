@@ -1,0 +1,360 @@
+//! The FUSE residency plane against the real host kernel: a pool mounted
+//! with a test backend, mapped `MAP_SHARED` by this process as a VMM would.
+//! Skips (passes with a message) when `/dev/fuse` cannot be opened or the
+//! mount is not permitted.
+#![allow(clippy::unwrap_used)]
+
+use kvm_ept::{
+    FusePoolPlane, MapTarget, Miss, MissData, MissReply, PlaneOptions, PoolBackend, ResidencyPlane,
+    ServeMissError, WritebackError, PAGE_SIZE,
+};
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const POOL: u64 = 1 << 20;
+const PAGES: u64 = POOL / PAGE_SIZE;
+const DELAY_NS: u64 = 20_000;
+
+/// In-memory pool data, a fixed modeled delay, a log of calls.
+struct TestBackend {
+    start: Instant,
+    data: Mutex<Vec<u8>>,
+    misses: Mutex<Vec<Miss>>,
+    writebacks: Mutex<Vec<(u64, Vec<u8>, u32)>>,
+}
+
+impl TestBackend {
+    fn new() -> Arc<Self> {
+        let data = (0..POOL).map(|i| (i / PAGE_SIZE * 7 + i) as u8).collect();
+        Arc::new(TestBackend {
+            start: Instant::now(),
+            data: Mutex::new(data),
+            misses: Mutex::new(Vec::new()),
+            writebacks: Mutex::new(Vec::new()),
+        })
+    }
+    fn misses(&self) -> Vec<Miss> {
+        self.misses.lock().unwrap().clone()
+    }
+    fn byte(&self, off: u64) -> u8 {
+        self.data.lock().unwrap()[off as usize]
+    }
+}
+
+impl PoolBackend for TestBackend {
+    fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+    fn on_miss(&self, m: &Miss, dst: &mut [u8]) -> Result<MissReply, ServeMissError> {
+        self.misses.lock().unwrap().push(*m);
+        let d = self.data.lock().unwrap();
+        let at = m.pool_offset as usize;
+        dst.copy_from_slice(&d[at..at + dst.len()]);
+        Ok(MissReply {
+            data: MissData::InPlace { len: dst.len() },
+            completes_at_ns: m.arrival_ns + DELAY_NS,
+        })
+    }
+    fn on_writeback(
+        &self,
+        off: u64,
+        data: &[u8],
+        pid: u32,
+        arrival_ns: u64,
+    ) -> Result<u64, WritebackError> {
+        self.writebacks
+            .lock()
+            .unwrap()
+            .push((off, data.to_vec(), pid));
+        self.data.lock().unwrap()[off as usize..off as usize + data.len()].copy_from_slice(data);
+        Ok(arrival_ns + DELAY_NS)
+    }
+}
+
+/// A `MAP_SHARED` read-write mapping of the pool.
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Mapping {
+    fn new(t: &MapTarget) -> Self {
+        // SAFETY: a fresh shared mapping of an open file; checked below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                t.size as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                t.file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(ptr, libc::MAP_FAILED);
+        Mapping {
+            ptr: ptr.cast(),
+            len: t.size as usize,
+        }
+    }
+    fn read(&self, off: u64) -> u8 {
+        assert!((off as usize) < self.len);
+        // SAFETY: in bounds of a live mapping.
+        unsafe { self.ptr.add(off as usize).read_volatile() }
+    }
+    fn write(&self, off: u64, v: u8) {
+        assert!((off as usize) < self.len);
+        // SAFETY: in bounds of a live writable mapping.
+        unsafe { self.ptr.add(off as usize).write_volatile(v) }
+    }
+    fn msync(&self) {
+        // SAFETY: the whole live mapping.
+        let rc = unsafe { libc::msync(self.ptr.cast(), self.len, libc::MS_SYNC) };
+        assert_eq!(rc, 0);
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what `new` mapped.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// A mounted plane and its mountpoint, dropped in that order (unmount, then
+/// remove the directory).
+struct Fixture {
+    p: FusePoolPlane,
+    dir: tempfile::TempDir,
+}
+
+/// Mounts a plane on a fresh directory, or `None` (test skipped) without FUSE.
+fn plane(b: &Arc<TestBackend>) -> Option<Fixture> {
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        eprintln!("SKIPPED: cannot open /dev/fuse ({e})");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    match FusePoolPlane::mount(dir.path(), POOL, b.clone(), PlaneOptions::default()) {
+        Ok(p) => Some(Fixture { p, dir }),
+        Err(kvm_ept::MountPlaneError::Mount { source, .. })
+            if source.raw_os_error() == Some(libc::EPERM) =>
+        {
+            eprintln!("SKIPPED: mounting FUSE is not permitted here ({source})");
+            None
+        }
+        Err(e) => panic!("mount: {e:?}"),
+    }
+}
+
+fn gettid() -> u32 {
+    // SAFETY: no preconditions.
+    unsafe { libc::gettid() as u32 }
+}
+
+#[test]
+fn first_touch_traps_once_per_page_with_the_right_data() {
+    let b = TestBackend::new();
+    let Some(fx) = plane(&b) else { return };
+    let p = &fx.p;
+    p.register_vmm(3, std::process::id());
+    let m = Mapping::new(p.map_target());
+    for page in 0..PAGES {
+        let off = page * PAGE_SIZE + page % 100;
+        let t = Instant::now();
+        assert_eq!(m.read(off), b.byte(off), "page {page}");
+        if page == 0 {
+            assert!(t.elapsed() >= Duration::from_nanos(DELAY_NS));
+        }
+    }
+    let misses = b.misses();
+    assert_eq!(
+        misses.len() as u64,
+        PAGES,
+        "one trap per page (readahead off)"
+    );
+    let mut offs: Vec<u64> = misses.iter().map(|m| m.pool_offset).collect();
+    offs.sort_unstable();
+    offs.dedup();
+    assert_eq!(offs.len() as u64, PAGES);
+    for miss in &misses {
+        assert_eq!(u64::from(miss.len), PAGE_SIZE);
+        assert_eq!(miss.pid, gettid(), "the faulting thread");
+        assert_eq!(kvm_ept::vm::tgid_of(miss.pid), Some(std::process::id()));
+        assert_eq!(miss.vm, Some(3));
+    }
+    // Resident: no more traps.
+    for page in 0..PAGES {
+        assert_eq!(
+            m.read(page * PAGE_SIZE + 4095),
+            b.byte(page * PAGE_SIZE + 4095)
+        );
+    }
+    assert_eq!(b.misses().len() as u64, PAGES);
+    let s = p.metrics();
+    assert_eq!(s.traps, PAGES);
+    assert_eq!(s.traps_by_vm.get(&Some(3)), Some(&PAGES));
+    assert_eq!(s.resident_bytes, POOL);
+    // A second open keeps the page cache (FOPEN_KEEP_CACHE).
+    let f = std::fs::File::open(&p.map_target().path).unwrap();
+    drop(f);
+    assert_eq!(m.read(0), b.byte(0));
+    assert_eq!(b.misses().len() as u64, PAGES);
+}
+
+#[test]
+fn evicted_pages_trap_again() {
+    let b = TestBackend::new();
+    let Some(fx) = plane(&b) else { return };
+    let p = &fx.p;
+    let m = Mapping::new(p.map_target());
+    for page in 0..16 {
+        m.read(page * PAGE_SIZE);
+    }
+    assert_eq!(b.misses().len(), 16);
+    p.evict(4 * PAGE_SIZE, 4 * PAGE_SIZE)
+        .unwrap()
+        .wait()
+        .unwrap();
+    for page in 0..16 {
+        assert_eq!(m.read(page * PAGE_SIZE + 1), b.byte(page * PAGE_SIZE + 1));
+    }
+    let again: Vec<u64> = b.misses()[16..].iter().map(|m| m.pool_offset).collect();
+    assert_eq!(again.len(), 4, "only the evicted pages trap: {again:?}");
+    assert!(again
+        .iter()
+        .all(|&o| (4 * PAGE_SIZE..8 * PAGE_SIZE).contains(&o)));
+    let s = p.metrics();
+    assert_eq!(s.invalidations, 1);
+    assert_eq!(s.resident_bytes, 16 * PAGE_SIZE);
+    assert!(p.evict(1, PAGE_SIZE).is_err());
+    assert!(p.evict(0, POOL + PAGE_SIZE).is_err());
+}
+
+#[test]
+fn stored_pages_do_not_trap() {
+    let b = TestBackend::new();
+    let Some(fx) = plane(&b) else { return };
+    let p = &fx.p;
+    let m = Mapping::new(p.map_target());
+    let page = vec![0x5a; 2 * PAGE_SIZE as usize];
+    let took = p.fill(8 * PAGE_SIZE, page).unwrap().wait().unwrap();
+    assert!(took < Duration::from_secs(1));
+    assert_eq!(m.read(8 * PAGE_SIZE), 0x5a);
+    assert_eq!(m.read(9 * PAGE_SIZE + 4095), 0x5a);
+    assert!(b.misses().is_empty(), "{:?}", b.misses());
+    // A store over a mapped page replaces what the mapping sees.
+    assert_eq!(m.read(0), b.byte(0));
+    p.fill(0, vec![0x11; PAGE_SIZE as usize])
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(m.read(0), 0x11);
+    assert_eq!(b.misses().len(), 1);
+    let s = p.metrics();
+    assert_eq!(s.stores, 2);
+    assert_eq!(s.resident_bytes, 3 * PAGE_SIZE);
+}
+
+#[test]
+fn dirty_pages_are_written_back_on_evict_and_msync() {
+    let b = TestBackend::new();
+    let Some(fx) = plane(&b) else { return };
+    let p = &fx.p;
+    let m = Mapping::new(p.map_target());
+    m.write(2 * PAGE_SIZE + 10, 0xee);
+    assert_eq!(
+        b.misses().len(),
+        1,
+        "a write to a missing page reads it first"
+    );
+    p.evict(0, 4 * PAGE_SIZE).unwrap().wait().unwrap();
+    {
+        let wb = b.writebacks.lock().unwrap();
+        assert_eq!(wb.len(), 1, "one dirty page");
+        let (off, data, _pid) = &wb[0];
+        assert_eq!(*off, 2 * PAGE_SIZE);
+        assert_eq!(data.len() as u64, PAGE_SIZE);
+        assert_eq!(data[10], 0xee);
+    }
+    // Evicted: the next touch traps and sees the written-back data.
+    assert_eq!(m.read(2 * PAGE_SIZE + 10), 0xee);
+    assert_eq!(b.misses().len(), 2);
+    m.write(5 * PAGE_SIZE, 0x77);
+    m.msync();
+    let wb = b.writebacks.lock().unwrap();
+    assert_eq!(wb.len(), 2);
+    assert_eq!((wb[1].0, wb[1].1[0]), (5 * PAGE_SIZE, 0x77));
+    assert_eq!(p.metrics().writebacks, 2);
+}
+
+#[test]
+fn odd_requests_get_errors_and_the_server_stays_up() {
+    let b = TestBackend::new();
+    let Some(fx) = plane(&b) else { return };
+    let (p, dir) = (&fx.p, &fx.dir);
+    let path = &p.map_target().path;
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["pool"]);
+    assert_eq!(std::fs::metadata(path).unwrap().len(), POOL);
+    assert!(std::fs::metadata(dir.path().join("nope")).is_err());
+    // Size and mode never change.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    assert!(f.set_len(0).is_err());
+    assert!(std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(path)
+        .is_err());
+    assert!(std::fs::File::create(dir.path().join("new")).is_err());
+    // Unknown opcodes (IOCTL, FALLOCATE, GETXATTR, …) get ENOSYS.
+    // SAFETY: plain syscalls on a valid fd with valid buffers.
+    unsafe {
+        let mut v = 0u64;
+        assert_eq!(libc::ioctl(f.as_raw_fd(), 0x8008_6601u64 as _, &mut v), -1);
+        assert_ne!(libc::fallocate(f.as_raw_fd(), 0, 0, 4096), 0);
+        let mut buf = [0u8; 64];
+        assert!(
+            libc::fgetxattr(
+                f.as_raw_fd(),
+                c"user.x".as_ptr(),
+                buf.as_mut_ptr().cast(),
+                64
+            ) < 0
+        );
+    }
+    // A plain read(2) is a trap too, and still served.
+    let mut byte = [0u8; 1];
+    std::os::unix::fs::FileExt::read_at(&f, &mut byte, 3 * PAGE_SIZE).unwrap();
+    assert_eq!(byte[0], b.byte(3 * PAGE_SIZE));
+    assert_eq!(p.metrics().traps, 1);
+}
+
+#[test]
+fn drop_unmounts_and_stops() {
+    let b = TestBackend::new();
+    let Some(Fixture { p, dir }) = plane(&b) else {
+        return;
+    };
+    let mountpoint = dir.path().to_path_buf();
+    let m = Mapping::new(p.map_target());
+    m.read(0);
+    drop(m);
+    let t = Instant::now();
+    drop(p);
+    assert!(t.elapsed() < Duration::from_secs(5));
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(mountpoint.to_str().unwrap()));
+    assert!(std::fs::read_dir(&mountpoint).unwrap().next().is_none());
+}
