@@ -13,6 +13,8 @@
 #                     omit for a guest without a share
 #   --tag TAG         virtio-fs tag (default: cxlfs)
 #   --mountopts OPTS  guest mount -o options for the share, e.g. dax=always
+#   --cache-size SIZE DAX window of the share (QEMU syntax, e.g. 64M); needs the
+#                     patched QEMU of build-qemu.sh (QEMU=$(build-qemu.sh | tail -n1))
 #   --mem SIZE        guest RAM, QEMU syntax (default: 1G)
 #   --smp N           vCPUs (default: 2)
 #   --name NAME       VM name: QEMU -name, guest hostname, exit file (default: vm0)
@@ -49,7 +51,7 @@ die() { log "error: $*"; exit 125; }
 
 qemu="${QEMU:-qemu-system-x86_64}"
 cache_root="${CXLFS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cxlfs}"
-image="" socket="" tag=cxlfs mountopts="" mem=1G smp=2 name=vm0 serial="" cmd=""
+image="" socket="" tag=cxlfs mountopts="" cache_size="" mem=1G smp=2 name=vm0 serial="" cmd=""
 append="" accel=auto cpu="" timeout_s=600 socket_wait=10 follow=0 print_only=0
 have_cmd=0 compat=0
 extra=()
@@ -59,6 +61,7 @@ while (($#)); do
         --socket) socket="$2"; shift 2 ;;
         --tag) tag="$2"; shift 2 ;;
         --mountopts) mountopts="$2"; shift 2 ;;
+        --cache-size) cache_size="$2"; shift 2 ;;
         --mem) mem="$2"; shift 2 ;;
         --smp) smp="$2"; shift 2 ;;
         --name) name="$2"; shift 2 ;;
@@ -151,8 +154,9 @@ args=("$qemu" -name "$name" -machine q35 "${accel_args[@]}" -smp "$smp" -m "$mem
     -kernel "$kernel" -initrd "$initrd" -append "$kargs"
     -nodefaults -nographic -monitor none -serial "file:$serial" -no-reboot)
 if [[ -n "$socket" ]]; then
-    args+=(-chardev "socket,id=char0,path=$socket"
-        -device "vhost-user-fs-pci,chardev=char0,tag=$tag,queue-size=1024")
+    fs_dev="vhost-user-fs-pci,chardev=char0,tag=$tag,queue-size=1024"
+    [[ -z "$cache_size" ]] || fs_dev+=",cache-size=$cache_size"
+    args+=(-chardev "socket,id=char0,path=$socket" -device "$fs_dev")
 fi
 args+=("${extra[@]}")
 

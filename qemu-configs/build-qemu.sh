@@ -1,0 +1,314 @@
+#!/usr/bin/env bash
+# Build Debian's QEMU (bookworm: 7.2) with the cxlfs DAX-window patch
+# (patches/qemu-7.2-vhost-user-fs-dax.patch: vhost-user-fs-pci cache-size=,
+# VHOST_USER_BACKEND_SHMEM_MAP / _UNMAP) and print the path of the binary.
+#
+#   qemu-configs/build-qemu.sh [--force] [--key]
+#
+#   --force   rebuild the binary even if the cached one exists
+#   --key     print the cache key and exit
+#
+# Only qemu-system-x86_64 is built (x86_64-softmmu, KVM + TCG, vhost-user,
+# nothing else). The binary finds its firmware (SeaBIOS, the option ROMs
+# used by -kernel) in Debian's /usr/share/qemu, /usr/share/seabios and
+# /usr/lib/ipxe/qemu: that path is compiled in, so no -L is needed. The
+# qemu-system-data and seabios packages are installed when missing.
+#
+# The binary's path is the LAST line of stdout; progress goes to stderr.
+# Cache: $CXLFS_CACHE_DIR/qemu/<key>/qemu-system-x86_64, where the key is a
+# hash of this script, the patch and the Debian source version of qemu; the
+# patched source tree and its build directory stay in
+# $CXLFS_CACHE_DIR/qemu-src/<version>/, so a changed patch rebuilds only the
+# files it touches. A run with nothing changed does no apt work (about 10 ms).
+#
+# Host setup, done only when needed (root): a deb-src entry mirroring the
+# existing bookworm deb entries (/etc/apt/sources.list.d/cxlfs-deb-src.sources),
+# apt-get update, and the build dependencies (meson, ninja-build, pkg-config,
+# libglib2.0-dev, libpixman-1-dev, libfdt-dev, flex, bison, python3-venv,
+# dpkg-dev, gcc, xz-utils).
+#
+# Environment:
+#   CXLFS_CACHE_DIR    cache root (default: $XDG_CACHE_HOME/cxlfs, else ~/.cache/cxlfs)
+#   CXLFS_QEMU_PATCH   patch to apply (default: patches/qemu-7.2-vhost-user-fs-dax.patch
+#                      beside this script)
+#   CXLFS_QEMU_JOBS    parallel compile jobs (default: 2). configure and ninja
+#                      run under `nice -n 19 ionice -c3`.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+self="$here/$(basename "${BASH_SOURCE[0]}")"
+
+log() { printf 'build-qemu: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+force=0
+key_only=0
+for a in "$@"; do
+    case "$a" in
+        --force) force=1 ;;
+        --key) key_only=1 ;;
+        -h | --help) sed -n '2,/^set -euo/p' "$self" | sed '$d; s/^# \{0,1\}//' >&2; exit 0 ;;
+        *) die "unknown argument: $a (try --help)" ;;
+    esac
+done
+
+cache_root="${CXLFS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cxlfs}"
+patch_file="${CXLFS_QEMU_PATCH:-$here/patches/qemu-7.2-vhost-user-fs-dax.patch}"
+jobs="${CXLFS_QEMU_JOBS:-2}"
+[[ -f "$patch_file" ]] || die "no patch at $patch_file"
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || die "CXLFS_QEMU_JOBS must be a positive number"
+[[ "$(uname -m)" == x86_64 ]] || die "only x86_64 hosts are supported (host is $(uname -m))"
+
+# Never installed: the prefix only has to differ from /usr, so that QEMU does
+# not relocate the firmware path below next to the binary.
+configure_args=(--prefix=/opt/cxlfs-qemu
+    --firmwarepath=/usr/share/qemu:/usr/share/seabios:/usr/lib/ipxe/qemu
+    --target-list=x86_64-softmmu --without-default-features
+    --enable-kvm --enable-tcg --enable-vhost-user --enable-fdt=system
+    --disable-docs --disable-werror --disable-install-blobs)
+build_deps=(meson ninja-build pkg-config libglib2.0-dev libpixman-1-dev libfdt-dev
+    flex bison python3-venv dpkg-dev gcc libc6-dev xz-utils patch)
+runtime_deps=(qemu-system-data seabios)
+nice_cmd=(nice -n 19 ionice -c3)
+
+# ---------------------------------------------------------------- warm path
+# The quick key: the inputs plus the state of apt's source lists. It names the
+# full key (which needs the Debian source version, i.e. apt-cache) of the last
+# build made from the same state.
+quick_key() {
+    {
+        echo "format 1"
+        sha256sum <"$self"
+        sha256sum <"$patch_file"
+        stat -c '%n %s %Y' /var/lib/apt/lists/*_Sources* 2>/dev/null | sort
+    } | sha256sum | cut -c1-16
+}
+if ((force == 0 && key_only == 0)); then
+    qk="$(quick_key)"
+    if [[ -f "$cache_root/keys/qemu-$qk" ]]; then
+        k="$(cat "$cache_root/keys/qemu-$qk")"
+        if [[ -x "$cache_root/qemu/$k/qemu-system-x86_64" && -f "$cache_root/qemu/$k/.complete" ]]; then
+            log "up to date: $cache_root/qemu/$k"
+            echo "$cache_root/qemu/$k/qemu-system-x86_64"
+            exit 0
+        fi
+    fi
+fi
+
+# ------------------------------------------------------------ apt sources
+need_root() { [[ $(id -u) -eq 0 ]] || die "need root to $*"; }
+export DEBIAN_FRONTEND=noninteractive
+
+have_deb_src() {
+    grep -qsE '^[[:space:]]*deb-src[[:space:]]' /etc/apt/sources.list /etc/apt/sources.list.d/*.list \
+        || grep -qsiE '^[[:space:]]*Types:.*deb-src' /etc/apt/sources.list.d/*.sources
+}
+
+# Write deb-src entries for the bookworm suites of the existing deb entries
+# (deb822 .sources files and one-line .list files alike), same mirrors.
+add_deb_src() {
+    need_root "add a deb-src entry to the apt sources"
+    local out=/etc/apt/sources.list.d/cxlfs-deb-src.sources
+    python3 - "$out" <<'EOF' || die "could not derive a deb-src entry from the apt sources"
+import glob, re, sys
+
+codename = "bookworm"
+try:
+    for line in open("/etc/os-release"):
+        if line.startswith("VERSION_CODENAME="):
+            codename = line.split("=", 1)[1].strip().strip('"') or codename
+except OSError:
+    pass
+
+stanzas = []  # (uris, suites, components, signed_by)
+for path in sorted(glob.glob("/etc/apt/sources.list.d/*.sources")):
+    for block in re.split(r"\n\s*\n", open(path).read()):
+        fields, key = {}, None
+        for line in block.splitlines():
+            if line.lstrip().startswith("#"):
+                continue
+            if line[:1] in (" ", "\t") and key:
+                fields[key] += " " + line.strip()
+            elif ":" in line:
+                key, val = line.split(":", 1)
+                key = key.strip().lower()
+                fields[key] = val.strip()
+        if "deb" not in fields.get("types", "").split():
+            continue
+        if fields.get("enabled", "yes").lower() == "no":
+            continue
+        stanzas.append((fields.get("uris", ""), fields.get("suites", ""),
+                        fields.get("components", ""), fields.get("signed-by", "")))
+for path in ["/etc/apt/sources.list"] + sorted(glob.glob("/etc/apt/sources.list.d/*.list")):
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        continue
+    for line in lines:
+        m = re.match(r"\s*deb\s+(\[[^\]]*\]\s+)?(\S+)\s+(\S+)\s+(.*)", line.split("#", 1)[0])
+        if not m:
+            continue
+        signed = re.search(r"signed-by=(\S+?)[\s\]]", m.group(1) or "")
+        stanzas.append((m.group(2), m.group(3), m.group(4).strip(),
+                        signed.group(1) if signed else ""))
+
+out = []
+for uris, suites, comps, signed in stanzas:
+    suites = [s for s in suites.split() if s.split("-")[0].split("/")[0] == codename]
+    if not uris or not suites or not comps:
+        continue
+    text = "Types: deb-src\nURIs: %s\nSuites: %s\nComponents: %s\n" % (uris, " ".join(suites), comps)
+    if signed:
+        text += "Signed-By: %s\n" % signed
+    if text not in out:
+        out.append(text)
+if not out:
+    sys.exit("no enabled deb entry for %s" % codename)
+with open(sys.argv[1], "w") as f:
+    f.write("# Added by cxlfs qemu-configs/build-qemu.sh (apt-get source qemu)\n")
+    f.write("\n".join(out))
+EOF
+    log "added $out"
+}
+
+apt_updated=0
+apt_update_once() {
+    ((apt_updated)) && return 0
+    apt_updated=1
+    need_root "run apt-get update"
+    log "apt-get update"
+    apt-get update -q >&2 || die "apt-get update failed"
+}
+
+if ! have_deb_src; then
+    add_deb_src
+    apt_update_once
+fi
+# The version apt-get source would fetch (the highest candidate), with its
+# epoch (to pin it: "1:7.2+dfsg-7+deb12u18") and without (file names).
+source_version() {
+    local uris versions v
+    uris="$(apt-get source --print-uris -q qemu 2>/dev/null)" || return 0
+    v="$(sed -n "s/^'[^']*' qemu_\([^ ]*\)\.dsc .*/\1/p" <<<"$uris")"
+    [[ -n "$v" ]] || return 0
+    versions="$(apt-cache showsrc --only-source qemu 2>/dev/null)" || return 0
+    awk -v v="${v%%$'\n'*}" '/^Version:/ { w = $2; sub(/^[0-9]+:/, "", w); if (w == v) { print $2; exit } }' \
+        <<<"$versions"
+}
+full_version="$(source_version)"
+if [[ -z "$full_version" ]]; then
+    apt_update_once
+    full_version="$(source_version)"
+fi
+[[ -n "$full_version" ]] || die "apt-get source qemu finds nothing (are the deb-src lists there?)"
+version="${full_version#*:}"
+
+key="$( {
+    echo "format 1"
+    sha256sum <"$self"
+    sha256sum <"$patch_file"
+    echo "qemu source $full_version"
+} | sha256sum | cut -c1-16)"
+if ((key_only)); then
+    echo "$key"
+    exit 0
+fi
+
+out="$cache_root/qemu/$key"
+bin="$out/qemu-system-x86_64"
+remember_key() { mkdir -p "$cache_root/keys" && echo "$key" >"$cache_root/keys/qemu-$(quick_key)"; }
+if [[ -f "$out/.complete" && -x "$bin" && $force -eq 0 ]]; then
+    remember_key
+    log "up to date: $out"
+    echo "$bin"
+    exit 0
+fi
+
+# ------------------------------------------------------------ packages
+missing_pkgs() {
+    local p
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || echo "$p"
+    done
+}
+mapfile -t need < <(missing_pkgs "${build_deps[@]}" "${runtime_deps[@]}")
+if ((${#need[@]})); then
+    need_root "apt-get install ${need[*]}"
+    log "installing host packages: ${need[*]}"
+    apt-get install -y -q --no-install-recommends "${need[@]}" >&2 \
+        || { apt_update_once && apt-get install -y -q --no-install-recommends "${need[@]}" >&2; } \
+        || die "apt-get install ${need[*]} failed"
+fi
+
+# ------------------------------------------------------------ source tree
+src_root="$cache_root/qemu-src/$version"
+mkdir -p "$src_root"
+exec 9>"$src_root/.lock"
+flock 9    # one build per source tree at a time
+
+src="$(find "$src_root" -mindepth 1 -maxdepth 1 -type d -name 'qemu-*' -print -quit)"
+if [[ -z "$src" || ! -f "$src/.cxlfs-prepared" ]]; then
+    [[ -n "$src" ]] && rm -rf "$src"
+    log "apt-get source qemu=$full_version"
+    (cd "$src_root" && "${nice_cmd[@]}" apt-get source -q -o APT::Sandbox::User=root "qemu=$full_version" >&2) \
+        || die "apt-get source qemu=$full_version failed"
+    src="$(find "$src_root" -mindepth 1 -maxdepth 1 -type d -name 'qemu-*' -print -quit)"
+    [[ -n "$src" && -f "$src/configure" ]] || die "no source tree in $src_root"
+    # Debian's source has no firmware blobs: do not unpack the edk2 images.
+    sed -i 's/^\(    unpack_edk2_blobs = \)bzip2\.found()$/\1false/' "$src/meson.build"
+    grep -q '^    unpack_edk2_blobs = false$' "$src/meson.build" \
+        || die "could not disable the edk2 unpack step in $src/meson.build"
+    touch "$src/.cxlfs-prepared"
+fi
+
+# Apply the patch; a different one applied before is reversed first.
+applied="$src/.cxlfs-applied.patch"
+if [[ ! -f "$applied" ]] || ! cmp -s "$applied" "$patch_file"; then
+    if [[ -f "$applied" ]]; then
+        log "reverting the previously applied patch"
+        if ! patch -d "$src" -p1 -R --batch --silent <"$applied" >&2; then
+            log "revert failed: fetching the source again"
+            rm -rf "$src"
+            exec "$self" "$@"
+        fi
+        rm -f "$applied"
+    fi
+    log "applying $(basename "$patch_file")"
+    patch -d "$src" -p1 --forward --batch --silent <"$patch_file" >&2 \
+        || die "$(basename "$patch_file") does not apply to qemu $version (tree: $src)"
+    cp "$patch_file" "$applied"
+fi
+
+# ------------------------------------------------------------ configure, build
+configure_args+=("--with-pkgversion=Debian $full_version, cxlfs DAX window")
+build="$src/build-cxlfs"
+if [[ ! -f "$build/build.ninja" || "$(cat "$build/.cxlfs-configure" 2>/dev/null)" != "${configure_args[*]}" ]]; then
+    rm -rf "$build"
+    mkdir -p "$build"
+    log "configure ${configure_args[*]}"
+    (cd "$build" && "${nice_cmd[@]}" ../configure "${configure_args[@]}" >&2) \
+        || die "configure failed (see above; log in $build/meson-logs/meson-log.txt)"
+    echo "${configure_args[*]}" >"$build/.cxlfs-configure"
+fi
+log "ninja -j$jobs qemu-system-x86_64 (about 5 minutes from scratch on 2 cores)"
+start=$(date +%s)
+"${nice_cmd[@]}" ninja -C "$build" -j"$jobs" qemu-system-x86_64 >&2 || die "build failed"
+log "built in $(($(date +%s) - start)) s"
+
+# ------------------------------------------------------------ check, cache
+"$build/qemu-system-x86_64" -device vhost-user-fs-pci,help 2>/dev/null | grep -q 'cache-size=' \
+    || die "the built QEMU has no vhost-user-fs-pci cache-size property (patch not applied?)"
+mkdir -p "$out"
+cp "$build/qemu-system-x86_64" "$bin.tmp"
+mv -f "$bin.tmp" "$bin"
+{
+    echo "qemu source: $full_version"
+    echo "patch: $(basename "$patch_file") sha256 $(sha256sum <"$patch_file" | cut -d' ' -f1)"
+    echo "configure: ${configure_args[*]}"
+    echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    "$bin" --version | head -n1
+} >"$out/build-info.txt"
+touch "$out/.complete"
+remember_key
+log "done: $bin"
+echo "$bin"
