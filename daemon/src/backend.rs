@@ -27,7 +27,10 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
-use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost::vhost_user::message::{
+    VhostUserProtocolFeatures, VhostUserShMemConfig, VhostUserVirtioFeatures,
+};
+use vhost::vhost_user::Backend;
 use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
@@ -505,10 +508,44 @@ impl VhostUserBackend for FsBackend {
     }
 
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
-        // TODO(issue-4): BACKEND_REQ | BACKEND_SEND_FD | SHMEM for the DAX window.
-        VhostUserProtocolFeatures::MQ
+        let base = VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::REPLY_ACK
-            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS;
+        if self.server.dax().is_some() {
+            // The DAX window: SHMEM_MAP / SHMEM_UNMAP on the back-end channel.
+            base | VhostUserProtocolFeatures::BACKEND_REQ
+                | VhostUserProtocolFeatures::BACKEND_SEND_FD
+                | VhostUserProtocolFeatures::SHMEM
+        } else {
+            base
+        }
+    }
+
+    fn set_backend_req_fd(&self, backend: Backend) {
+        match self.server.dax() {
+            Some(d) => {
+                tracing::info!(vm = %self.server.metrics().name, "back-end channel up: DAX window can be mapped");
+                d.set_backend(backend);
+            }
+            None => tracing::debug!("back-end channel offered without DAX; ignored"),
+        }
+    }
+
+    fn get_shmem_config(&self) -> io::Result<VhostUserShMemConfig> {
+        match self.server.dax() {
+            Some(d) => Ok(VhostUserShMemConfig::new(1, &[d.plane().window()])),
+            None => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "no DAX window (cxlfsd runs without --dax)",
+            )),
+        }
+    }
+
+    fn reset_device(&self) {
+        // The front-end drops every mapping of the window on reset.
+        if let Some(d) = self.server.dax() {
+            d.forget_all();
+        }
     }
 
     fn set_event_idx(&self, enabled: bool) {

@@ -10,6 +10,8 @@
 //! # preset = "cylon"
 //! # cache.size_bytes = "64MiB"
 //!
+//! dax = "on"                    # DAX window (default off); dax_window, pool_dir
+//!
 //! [[vm]]
 //! name = "vm0"
 //! socket = "/tmp/cxlfs-vm0.sock"
@@ -78,9 +80,42 @@ pub struct Cli {
     /// preempt a reply being paced.
     #[arg(long, value_name = "PRIO")]
     pub realtime_priority: Option<u8>,
+    /// DAX window: on | off (default off). On: the pool is mounted as a
+    /// host FUSE file (needs /dev/fuse and CAP_SYS_ADMIN); if that fails the
+    /// daemon logs why and serves without DAX.
+    #[arg(long, value_name = "on|off")]
+    pub dax: Option<OnOff>,
+    /// Size of each VM's DAX window (as reported by GET_SHMEM_CONFIG; QEMU's
+    /// `cache-size` decides the real one), e.g. `1GiB`. Multiple of 2 MiB.
+    #[arg(long, value_name = "BYTES")]
+    pub dax_window: Option<String>,
+    /// Where to mount the pool (default: /run/cxlfsd/pool-PID).
+    #[arg(long, value_name = "DIR")]
+    pub pool_dir: Option<PathBuf>,
     /// Print the effective configuration and exit.
     #[arg(long)]
     pub print_config: bool,
+}
+
+/// A switch (`on` / `off`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnOff {
+    /// Enabled.
+    On,
+    /// Disabled.
+    Off,
+}
+
+/// DAX window settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DaxOptions {
+    /// Try to enable DAX.
+    pub enabled: bool,
+    /// Window size reported to the front-end.
+    pub window: u64,
+    /// Pool mountpoint (`None`: under /run/cxlfsd).
+    pub pool_dir: Option<PathBuf>,
 }
 
 /// One VM in `daemon.toml`.
@@ -115,6 +150,12 @@ pub struct FileConfig {
     pub max_readahead: Option<u32>,
     /// SCHED_FIFO priority of queue workers and pacers.
     pub realtime_priority: Option<u8>,
+    /// DAX window on / off.
+    pub dax: Option<OnOff>,
+    /// DAX window size (e.g. "1GiB").
+    pub dax_window: Option<String>,
+    /// Pool mountpoint.
+    pub pool_dir: Option<PathBuf>,
     /// VMs.
     #[serde(default)]
     pub vm: Vec<VmSpec>,
@@ -141,6 +182,8 @@ pub struct DaemonConfig {
     pub queues: QueueOptions,
     /// Readahead cap.
     pub max_readahead: Option<u32>,
+    /// DAX window.
+    pub dax: DaxOptions,
 }
 
 /// Why the configuration could not be built.
@@ -293,7 +336,26 @@ impl DaemonConfig {
                 queues.queue_size
             )));
         }
+        let window_text = cli.dax_window.clone().or(file.dax_window);
+        let window = match window_text {
+            Some(t) => cxlfs_device_model::units::parse_size(&t)
+                .map_err(|e| LoadDaemonConfigError::Invalid(format!("dax_window `{t}`: {e}")))?,
+            None => crate::dax::DEFAULT_WINDOW_BYTES,
+        };
+        if window == 0 || window % crate::dax::SLOT_SIZE != 0 {
+            return Err(LoadDaemonConfigError::Invalid(format!(
+                "dax_window must be a positive multiple of 2 MiB, got {window}"
+            )));
+        }
+        let dax = DaxOptions {
+            // TODO(issue-4): default on once an abnormal exit with the pool
+            // mounted cannot hang the process (see daemon/README.md).
+            enabled: cli.dax.or(file.dax).unwrap_or(OnOff::Off) == OnOff::On,
+            window,
+            pool_dir: cli.pool_dir.clone().or(file.pool_dir),
+        };
         Ok(DaemonConfig {
+            dax,
             device,
             device_origin: origin,
             shared_dir: cli

@@ -11,15 +11,17 @@
 
 use crate::backend::{FsBackend, GuestMem, QueueOptions};
 use crate::config::VmSpec;
+use crate::dax::{DaxPlane, DaxSession};
 use crate::fs::{CacheMode, PassthroughFs};
 use crate::fuse::{FuseServer, ServerOptions};
 use crate::metrics::Metrics;
 use crate::pool::SharedDevice;
 use rustix::event::{PollFd, PollFlags};
+use std::collections::HashSet;
 use std::os::fd::{AsRawFd, BorrowedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 use vhost::vhost_user::Listener;
@@ -47,9 +49,16 @@ pub struct DaemonState {
     pub metrics: Arc<Metrics>,
     /// Session settings.
     pub opts: SessionOptions,
+    dax: OnceLock<Arc<DaxPlane>>,
     shutdown: AtomicBool,
     live: Mutex<Vec<(String, ShutdownHandle)>>,
     sessions: Mutex<Vec<(String, Arc<FsBackend>)>>,
+}
+
+impl Drop for DaemonState {
+    fn drop(&mut self) {
+        self.stop_dax();
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -86,10 +95,53 @@ impl DaemonState {
             metrics: Arc::new(Metrics::new(shared.clone())),
             shared,
             opts,
+            dax: OnceLock::new(),
             shutdown: AtomicBool::new(false),
             live: Mutex::new(Vec::new()),
             sessions: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Turns the DAX window on: mounts the residency plane at `pool_dir`
+    /// (`None`: a fresh directory under `/run/cxlfsd`) for windows of
+    /// `window` bytes. Call before [`DaemonState::spawn_vm`]. On failure
+    /// (no `/dev/fuse`, no permission to mount, ...) it logs why and the
+    /// daemon serves without DAX; returns whether DAX is on.
+    pub fn enable_dax(&self, pool_dir: Option<&Path>, window: u64) -> bool {
+        if self.dax.get().is_some() {
+            return true;
+        }
+        match DaxPlane::start(pool_dir, self.shared.clone(), window) {
+            Ok(d) => {
+                tracing::info!(window, plane = ?d, "DAX window on: guests may mount with -o dax");
+                self.metrics.attach_dax(d.clone());
+                let _ = self.dax.set(d);
+                true
+            }
+            Err(e) => {
+                let mut msg = e.to_string();
+                let mut src = std::error::Error::source(&e);
+                while let Some(s) = src {
+                    msg.push_str(&format!(": {s}"));
+                    src = s.source();
+                }
+                tracing::warn!(error = %msg, "DAX disabled: the residency plane cannot be mounted; serving without a DAX window");
+                false
+            }
+        }
+    }
+
+    /// The DAX window's plane, when DAX is on.
+    pub fn dax(&self) -> Option<&Arc<DaxPlane>> {
+        self.dax.get()
+    }
+
+    /// Unmounts the DAX window's residency plane; call after every VM
+    /// thread has ended and before the process exits. Idempotent.
+    pub fn stop_dax(&self) {
+        if let Some(d) = self.dax.get() {
+            d.shutdown();
+        }
     }
 
     /// Whether shutdown was requested.
@@ -173,6 +225,7 @@ impl DaemonState {
     fn serve_vm(self: Arc<Self>, vm: VmSpec, mut listener: Listener) {
         let metrics = self.metrics.vm(&vm.name);
         while self.wait_for_connection(&listener) {
+            let fds_before = socket_fds();
             let session = match self.new_session(&vm) {
                 Ok(s) => s,
                 Err(e) => {
@@ -188,7 +241,12 @@ impl DaemonState {
                 continue;
             }
             metrics.connections.fetch_add(1, Ordering::Relaxed);
-            tracing::info!(vm = %vm.name, "front-end connected");
+            let peer = peer_pid(&fds_before, &vm.socket);
+            tracing::info!(vm = %vm.name, vmm_pid = ?peer, "front-end connected");
+            let dax_vm = backend.server().dax().map(|d| (d.plane().clone(), d.vm()));
+            if let (Some((plane, id)), Some(pid)) = (&dax_vm, peer) {
+                plane.register_vmm(*id, pid);
+            }
             if let Some(h) = daemon.shutdown_handle() {
                 lock(&self.live).push((vm.name.clone(), h.clone()));
                 if self.shutting_down() {
@@ -210,6 +268,13 @@ impl DaemonState {
                 h.send_exit_event();
             }
             lock(&self.live).retain(|(n, _)| n != &vm.name);
+            if let Some((plane, id)) = &dax_vm {
+                plane.unregister_vmm(*id);
+            }
+            if let Some(d) = backend.server().dax() {
+                // The front-end drops its maps when the back-end goes.
+                d.forget_all();
+            }
             // Release held replies and stop the pacer before the session goes.
             backend.close();
             backend.server().fs().sync_all();
@@ -225,12 +290,14 @@ impl DaemonState {
         vm: &VmSpec,
     ) -> Result<(Arc<FsBackend>, VhostUserDaemon<Arc<FsBackend>>), Box<dyn std::error::Error>> {
         let fs = PassthroughFs::new(&self.opts.shared_dir, self.opts.cache, self.shared.clone())?;
-        let server = Arc::new(FuseServer::new(
-            fs,
-            self.shared.clone(),
-            self.metrics.vm(&vm.name),
-            self.opts.server,
-        ));
+        let vm_metrics = self.metrics.vm(&vm.name);
+        let dax = self
+            .dax
+            .get()
+            .map(|d| Arc::new(DaxSession::new(d.clone(), vm_metrics.clone())));
+        let server = Arc::new(
+            FuseServer::new(fs, self.shared.clone(), vm_metrics, self.opts.server).with_dax(dax),
+        );
         let mem: GuestMem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
         let backend = Arc::new(FsBackend::new(
             server,
@@ -242,4 +309,71 @@ impl DaemonState {
             .map_err(|e| format!("vhost-user daemon: {e}"))?;
         Ok((backend, daemon))
     }
+}
+
+/// The process's open socket fds.
+fn socket_fds() -> HashSet<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return HashSet::new();
+    };
+    dir.filter_map(|e| {
+        let e = e.ok()?;
+        let fd: i32 = e.file_name().to_str()?.parse().ok()?;
+        let target = std::fs::read_link(e.path()).ok()?;
+        target
+            .to_str()
+            .is_some_and(|t| t.starts_with("socket:"))
+            .then_some(fd)
+    })
+    .collect()
+}
+
+/// The pid of the process at the other end of the connection just
+/// accepted on `socket` (`SO_PEERCRED`): vhost-user-backend accepts
+/// internally, so the new connection is found among the socket fds that
+/// were not open before, as the one bound to `socket` with a peer.
+fn peer_pid(before: &HashSet<i32>, socket: &Path) -> Option<u32> {
+    use std::os::unix::ffi::OsStrExt;
+    let want = socket.as_os_str().as_bytes();
+    let mut found = None;
+    for fd in socket_fds().difference(before) {
+        // SAFETY: sockaddr_un is plain data; all-zero is a valid value.
+        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+        // SAFETY: `addr`/`len` are valid for writes of `len` bytes; a stale
+        // fd number only makes the call fail.
+        let rc = unsafe { libc::getsockname(*fd, std::ptr::addr_of_mut!(addr).cast(), &mut len) };
+        if rc != 0 || i32::from(addr.sun_family) != libc::AF_UNIX {
+            continue;
+        }
+        let path_len = (len as usize)
+            .saturating_sub(std::mem::size_of::<libc::sa_family_t>())
+            .min(addr.sun_path.len());
+        let path: Vec<u8> = addr.sun_path[..path_len]
+            .iter()
+            .map(|&c| c as u8)
+            .take_while(|&c| c != 0)
+            .collect();
+        if path != want {
+            continue;
+        }
+        // SAFETY: ucred is plain data; all-zero is a valid value.
+        let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+        let mut clen = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        // SAFETY: `cred`/`clen` are valid for writes of `clen` bytes.
+        let rc = unsafe {
+            libc::getsockopt(
+                *fd,
+                libc::SOL_SOCKET,
+                libc::SO_PEERCRED,
+                std::ptr::addr_of_mut!(cred).cast(),
+                &mut clen,
+            )
+        };
+        // The listener itself has no peer (pid 0 or ENOTCONN).
+        if rc == 0 && cred.pid > 0 {
+            found = Some(cred.pid as u32);
+        }
+    }
+    found
 }

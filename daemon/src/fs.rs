@@ -419,6 +419,17 @@ impl PassthroughFs {
         Ok(attr_from_stat(&st))
     }
 
+    /// Opens a regular file's inode for the residency plane (DAX): read-write
+    /// when the daemon may, read-only otherwise. Traps read from it and
+    /// write-backs go to it.
+    pub fn open_for_pool(&self, inode: &Inode) -> Result<File, Errno> {
+        if !inode.is_reg() {
+            return Err(Errno::INVAL);
+        }
+        self.reopen(inode, OFlags::RDWR | OFlags::CLOEXEC)
+            .or_else(|_| self.reopen(inode, OFlags::RDONLY | OFlags::CLOEXEC))
+    }
+
     /// Re-opens an inode for I/O through `/proc/self/fd/N` (never a symlink).
     fn reopen(&self, inode: &Inode, flags: OFlags) -> Result<File, Errno> {
         if !(inode.is_reg() || inode.is_dir()) {
@@ -494,6 +505,15 @@ impl PassthroughFs {
             )?;
         }
         if valid & fattr::SIZE != 0 {
+            // DAX: the pool must not keep bytes of the old size (nor write
+            // them back over the new one). No-op without a residency plane.
+            if let Ok(st) = rustix::fs::fstat(&inode.fd) {
+                let old = st.st_size as u64;
+                let from = old.min(size);
+                let to =
+                    old.max(size).div_ceil(crate::pool::EXTENT_SIZE) * crate::pool::EXTENT_SIZE;
+                self.shared.evict_file_range(inode.key, from, to - from);
+            }
             match &handle {
                 Some(h) => h.file.set_len(size).map_err(|e| errno(&e))?,
                 None => self

@@ -13,6 +13,7 @@
 use crate::abi::{
     self, init_flags, opcode, Cursor, EntryOut, InHeader, OutHeader, ParseRequestError,
 };
+use crate::dax::{DaxSession, SetupMapping, MAP_ALIGNMENT_SHIFT, MAX_REMOVEMAPPING};
 use crate::fs::{Caller, PassthroughFs};
 use crate::metrics::VmMetrics;
 use crate::pool::SharedDevice;
@@ -131,6 +132,7 @@ pub struct FuseServer {
     metrics: Arc<VmMetrics>,
     opts: ServerOptions,
     initialized: AtomicBool,
+    dax: Option<Arc<DaxSession>>,
 }
 
 type OpResult = Result<Vec<u8>, Errno>;
@@ -175,7 +177,20 @@ impl FuseServer {
             metrics,
             opts,
             initialized: AtomicBool::new(false),
+            dax: None,
         }
+    }
+
+    /// Serves the DAX window of this VM through `dax` (SETUPMAPPING,
+    /// REMOVEMAPPING, the map alignment in INIT).
+    pub fn with_dax(mut self, dax: Option<Arc<DaxSession>>) -> Self {
+        self.dax = dax;
+        self
+    }
+
+    /// The DAX window of this session, if the daemon has one.
+    pub fn dax(&self) -> Option<&Arc<DaxSession>> {
+        self.dax.as_ref()
     }
 
     /// The filesystem.
@@ -268,6 +283,9 @@ impl FuseServer {
             opcode::INIT => self.init(&mut args),
             opcode::DESTROY => {
                 self.initialized.store(false, Ordering::Release);
+                if let Some(d) = &self.dax {
+                    d.unmap_all();
+                }
                 self.fs.reset();
                 Ok(Vec::new())
             }
@@ -301,7 +319,8 @@ impl FuseServer {
             opcode::RENAME => self.rename(&h, &mut args, false),
             opcode::RENAME2 => self.rename(&h, &mut args, true),
             opcode::STATFS => self.statfs(&h),
-            // TODO(issue-4): SETUPMAPPING / REMOVEMAPPING (DAX window).
+            opcode::SETUPMAPPING => self.setup_mapping(h.nodeid, &mut args),
+            opcode::REMOVEMAPPING => self.remove_mapping(&mut args),
             _ => Err(Errno::NOSYS),
         };
         self.finish(&h, result, out_cap, completes_at, in_place)
@@ -382,6 +401,10 @@ impl FuseServer {
             // A new session on the same connection (guest reboot): start over.
             self.fs.reset();
         }
+        if let Some(d) = &self.dax {
+            // Slots of an earlier FUSE session on this connection.
+            d.unmap_all();
+        }
         let mut supported = init_flags::ASYNC_READ
             | init_flags::ATOMIC_O_TRUNC
             | init_flags::BIG_WRITES
@@ -394,7 +417,12 @@ impl FuseServer {
         if self.fs.cache == crate::fs::CacheMode::Auto {
             supported |= init_flags::AUTO_INVAL_DATA;
         }
-        // TODO(issue-4): MAP_ALIGNMENT (log2 2 MiB = 21) when a DAX window exists.
+        // The guest asks for MAP_ALIGNMENT only when it has a DAX window;
+        // grant it when the front-end gave us the back-end channel to fill it.
+        let window = self.dax.as_ref().is_some_and(|d| d.window_offered());
+        if window {
+            supported |= init_flags::MAP_ALIGNMENT;
+        }
         let max_readahead = match self.opts.max_readahead {
             Some(cap) => init.max_readahead.min(cap),
             None => init.max_readahead,
@@ -409,7 +437,11 @@ impl FuseServer {
             max_write: MAX_WRITE,
             time_gran: 1,
             max_pages: (MAX_READ / 4096) as u16,
-            map_alignment: 0,
+            map_alignment: if window && init.flags & init_flags::MAP_ALIGNMENT != 0 {
+                MAP_ALIGNMENT_SHIFT
+            } else {
+                0
+            },
         };
         tracing::info!(
             vm = %self.metrics.name,
@@ -558,6 +590,11 @@ impl FuseServer {
             return Err(Errno::INVAL);
         }
         let handle = self.fs.handle(fh)?;
+        if self.dax.is_some() {
+            // DAX: the pool may hold (dirty) pages of this range.
+            self.shared
+                .evict_file_range(handle.inode.key, offset, u64::from(size));
+        }
         let n = io
             .write_payload(&handle.file, offset, WRITE_PAYLOAD_AT, size as usize)
             .map_err(|e| io_errno(&e))?;
@@ -598,6 +635,39 @@ impl FuseServer {
                 None
             }
         }
+    }
+
+    /// SETUPMAPPING: `{fh, foffset, len, flags, moffset}`.
+    fn setup_mapping(&self, nodeid: u64, a: &mut Cursor<'_>) -> OpResult {
+        let Some(dax) = &self.dax else {
+            return Err(Errno::NOSYS);
+        };
+        let m = SetupMapping {
+            fh: a.u64().map_err(parse_err)?,
+            foffset: a.u64().map_err(parse_err)?,
+            len: a.u64().map_err(parse_err)?,
+            flags: a.u64().map_err(parse_err)?,
+            moffset: a.u64().map_err(parse_err)?,
+        };
+        dax.setup_mapping(&self.fs, nodeid, m)?;
+        Ok(Vec::new())
+    }
+
+    /// REMOVEMAPPING: `{u32 count}` then `count` × `{moffset, len}`.
+    fn remove_mapping(&self, a: &mut Cursor<'_>) -> OpResult {
+        let Some(dax) = &self.dax else {
+            return Err(Errno::NOSYS);
+        };
+        let count = a.u32().map_err(parse_err)?;
+        if count == 0 || count > MAX_REMOVEMAPPING {
+            return Err(Errno::INVAL);
+        }
+        let mut ranges = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            ranges.push((a.u64().map_err(parse_err)?, a.u64().map_err(parse_err)?));
+        }
+        dax.remove_mappings(&ranges)?;
+        Ok(Vec::new())
     }
 
     fn fsync(&self, a: &mut Cursor<'_>) -> OpResult {

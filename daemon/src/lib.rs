@@ -7,6 +7,7 @@
 //! * [`fs`] — the passthrough filesystem over the shared directory (one per VM session);
 //! * [`fuse`] — the FUSE request dispatcher (bytes in, reply bytes + release time out);
 //! * [`pool`] — the pool address allocator and the one shared device model;
+//! * [`dax`] — the DAX window: the residency plane's back-end and each VM's slot table;
 //! * [`metrics`] — per-VM counters and the Prometheus endpoint;
 //! * [`backend`] — the vhost-user back-end of one connection: vring workers and the pacer;
 //! * [`config`] — command line and `daemon.toml`;
@@ -18,6 +19,7 @@ pub mod backend;
 pub mod chain;
 pub mod config;
 pub mod daemon;
+pub mod dax;
 pub mod fs;
 pub mod fuse;
 pub mod metrics;

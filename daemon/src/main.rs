@@ -69,6 +69,11 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
             },
         },
     );
+    if cfg.dax.enabled {
+        state.enable_dax(cfg.dax.pool_dir.as_deref(), cfg.dax.window);
+    } else {
+        tracing::info!("DAX window off (--dax off)");
+    }
     if let Some(addr) = cfg.metrics_addr {
         let bound = metrics::serve(addr, cfg.metrics_allow_remote, state.metrics.clone())?;
         tracing::info!(addr = %bound, "metrics endpoint up");
@@ -86,6 +91,9 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     state.flush_all();
+    // Before exit: the pool must not be open on our own mount when our
+    // FUSE threads die (see DaxPlane::shutdown).
+    state.stop_dax();
     tracing::info!("clean shutdown");
     Ok(())
 }

@@ -33,6 +33,10 @@ pub struct VmMetrics {
     pub bad_chains: AtomicU64,
     /// Connections accepted.
     pub connections: AtomicU64,
+    /// DAX window slots mapped (`SHMEM_MAP` accepted by the front-end).
+    pub dax_maps: AtomicU64,
+    /// DAX window slots unmapped (`SHMEM_UNMAP` accepted by the front-end).
+    pub dax_unmaps: AtomicU64,
     pacing: Mutex<Histogram<u64>>,
     pacing_long: Mutex<Histogram<u64>>,
 }
@@ -62,6 +66,8 @@ impl VmMetrics {
             device_misses: AtomicU64::new(0),
             bad_chains: AtomicU64::new(0),
             connections: AtomicU64::new(0),
+            dax_maps: AtomicU64::new(0),
+            dax_unmaps: AtomicU64::new(0),
             pacing: Mutex::new(new_histogram()),
             pacing_long: Mutex::new(new_histogram()),
         }
@@ -124,6 +130,7 @@ type CounterFn = fn(&VmMetrics) -> u64;
 pub struct Metrics {
     vms: Mutex<Vec<Arc<VmMetrics>>>,
     shared: Arc<SharedDevice>,
+    dax: std::sync::OnceLock<Arc<crate::dax::DaxPlane>>,
 }
 
 impl Metrics {
@@ -132,7 +139,13 @@ impl Metrics {
         Metrics {
             vms: Mutex::new(Vec::new()),
             shared,
+            dax: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Adds the residency plane's counters (DAX on). Once only.
+    pub fn attach_dax(&self, dax: Arc<crate::dax::DaxPlane>) {
+        let _ = self.dax.set(dax);
     }
 
     /// The counters of VM `name` (created on first use, kept across reconnects).
@@ -167,7 +180,7 @@ impl Metrics {
                 }
             }
         }
-        let per_vm: [(&str, &str, CounterFn); 6] = [
+        let per_vm: [(&str, &str, CounterFn); 8] = [
             (
                 "cxlfs_read_bytes_total",
                 "Bytes returned by FUSE READ.",
@@ -197,6 +210,16 @@ impl Metrics {
                 "cxlfs_vm_connections_total",
                 "vhost-user connections accepted.",
                 |v| v.connections.load(Ordering::Relaxed),
+            ),
+            (
+                "cxlfs_dax_maps_total",
+                "DAX window slots mapped (VHOST_USER_BACKEND_SHMEM_MAP).",
+                |v| v.dax_maps.load(Ordering::Relaxed),
+            ),
+            (
+                "cxlfs_dax_unmaps_total",
+                "DAX window slots unmapped (VHOST_USER_BACKEND_SHMEM_UNMAP).",
+                |v| v.dax_unmaps.load(Ordering::Relaxed),
             ),
         ];
         for (name, help, get) in per_vm {
@@ -252,7 +275,39 @@ impl Metrics {
         for (name, typ, v) in global {
             let _ = writeln!(s, "# TYPE {name} {typ}\n{name} {v}");
         }
+        self.render_pool(&vms, &mut s);
         s
+    }
+}
+
+impl Metrics {
+    /// The residency plane's families (zeros while DAX is off).
+    fn render_pool(&self, vms: &[Arc<VmMetrics>], s: &mut String) {
+        let dax = self.dax.get();
+        let snap = dax.and_then(|d| d.plane_metrics()).unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "# HELP cxlfs_pool_traps_total Pool page misses that trapped into the daemon, by VM (unknown: not a registered VMM).\n# TYPE cxlfs_pool_traps_total counter"
+        );
+        for v in vms {
+            let n = dax
+                .and_then(|d| d.find_vm_id(&v.name))
+                .and_then(|id| snap.traps_by_vm.get(&Some(id)).copied())
+                .unwrap_or(0);
+            let _ = writeln!(s, "cxlfs_pool_traps_total{{vm=\"{}\"}} {n}", v.name);
+        }
+        let unknown = snap.traps_by_vm.get(&None).copied().unwrap_or(0);
+        let _ = writeln!(s, "cxlfs_pool_traps_total{{vm=\"unknown\"}} {unknown}");
+        let _ = writeln!(
+            s,
+            "# HELP cxlfs_pool_resident_bytes Pool bytes resident in the residency plane (upper bound).\n# TYPE cxlfs_pool_resident_bytes gauge\ncxlfs_pool_resident_bytes {}",
+            snap.resident_bytes
+        );
+        let _ = writeln!(
+            s,
+            "# HELP cxlfs_pool_evictions_total Pool ranges evicted from the residency plane.\n# TYPE cxlfs_pool_evictions_total counter\ncxlfs_pool_evictions_total {}",
+            snap.invalidations
+        );
     }
 }
 

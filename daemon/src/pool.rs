@@ -19,8 +19,10 @@
 //! inaccuracy only: data always comes from the host file).
 
 use cxlfs_device_model::{AccessError, Device, DeviceStats, Op, Outcome};
-use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use kvm_ept::ResidencyPlane;
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Instant;
 
 /// Bytes per pool extent (= one DAX window slot).
@@ -41,6 +43,20 @@ struct FileExtents {
     refs: u64,
     /// Pool extent index per 2 MiB file chunk, allocated on first touch.
     extents: HashMap<u64, u64>,
+    /// The host file, open for the residency plane's traps and write-backs
+    /// (set when a chunk is first mapped into a DAX window).
+    dax_file: Option<Arc<File>>,
+}
+
+/// Who owns a pool extent (for the residency plane's reverse look-up).
+#[derive(Debug, Clone)]
+pub struct ExtentOwner {
+    /// The host file.
+    pub key: FileKey,
+    /// The file's 2 MiB chunk held by the extent.
+    pub chunk: u64,
+    /// The host file, if it was ever mapped through a DAX window.
+    pub file: Option<Arc<File>>,
 }
 
 /// The pool address allocator.
@@ -51,6 +67,11 @@ pub struct Pool {
     free: Vec<u64>,
     files: HashMap<FileKey, FileExtents>,
     aliased: u64,
+    /// Extent → (file, chunk), for extents a file owns (not aliased ones).
+    owners: HashMap<u64, (FileKey, u64)>,
+    /// Extents that have been mapped into a DAX window: their pages may be
+    /// resident in the residency plane.
+    dax_extents: HashSet<u64>,
 }
 
 /// One contiguous piece of a file range in device address space.
@@ -71,6 +92,8 @@ impl Pool {
             free: Vec::new(),
             files: HashMap::new(),
             aliased: 0,
+            owners: HashMap::new(),
+            dax_extents: HashSet::new(),
         }
     }
 
@@ -105,12 +128,72 @@ impl Pool {
     /// shared because the pool was full) to the pool, and lists them so the
     /// caller can discard their pages from the device.
     pub fn remove(&mut self, key: FileKey) -> Vec<u64> {
+        let own = self.take_file(key);
+        self.free_extents(&own);
+        own
+    }
+
+    /// Forgets the file like [`Pool::remove`] but keeps its own extents off
+    /// the free list (the caller frees them with [`Pool::free_extents`] once
+    /// their pages are gone from the residency plane). Returns them.
+    pub fn take_file(&mut self, key: FileKey) -> Vec<u64> {
         let Some(f) = self.files.remove(&key) else {
             return Vec::new();
         };
         let own: Vec<u64> = f.extents.into_values().filter(|&e| e < self.next).collect();
-        self.free.extend(&own);
+        for e in &own {
+            self.owners.remove(e);
+        }
         own
+    }
+
+    /// Returns extents taken with [`Pool::take_file`] to the pool.
+    pub fn free_extents(&mut self, extents: &[u64]) {
+        for e in extents {
+            self.dax_extents.remove(e);
+        }
+        self.free.extend(extents);
+    }
+
+    /// Whether the extent was ever mapped into a DAX window (and its pages
+    /// may be resident in the residency plane).
+    pub fn is_dax_extent(&self, extent: u64) -> bool {
+        self.dax_extents.contains(&extent)
+    }
+
+    /// The extent holding file chunk `chunk` for a DAX window slot,
+    /// allocated if needed and marked as DAX-mapped; `None` when the pool is
+    /// full and the chunk would have to share an extent (a window slot must
+    /// map the file's own pages). The file is kept open (`file`) for the
+    /// plane's traps and write-backs.
+    pub fn dax_extent(&mut self, key: FileKey, chunk: u64, file: &Arc<File>) -> Option<u64> {
+        self.extent_for(key, chunk);
+        let raw = *self.files.get(&key)?.extents.get(&chunk)?;
+        if raw >= self.capacity_extents {
+            return None;
+        }
+        if let Some(f) = self.files.get_mut(&key) {
+            if f.dax_file.is_none() {
+                f.dax_file = Some(file.clone());
+            }
+        }
+        self.dax_extents.insert(raw);
+        Some(raw)
+    }
+
+    /// The host file kept open for the plane, if the file was DAX-mapped.
+    pub fn dax_file(&self, key: FileKey) -> Option<Arc<File>> {
+        self.files.get(&key).and_then(|f| f.dax_file.clone())
+    }
+
+    /// Who owns pool extent `extent`.
+    pub fn owner_of(&self, extent: u64) -> Option<ExtentOwner> {
+        let &(key, chunk) = self.owners.get(&extent)?;
+        Some(ExtentOwner {
+            key,
+            chunk,
+            file: self.files.get(&key).and_then(|f| f.dax_file.clone()),
+        })
     }
 
     fn extent_for(&mut self, key: FileKey, chunk: u64) -> u64 {
@@ -131,6 +214,9 @@ impl Pool {
             (key.ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ chunk) % cap + cap
         };
         file.extents.insert(chunk, e);
+        if e < self.capacity_extents {
+            self.owners.insert(e, (key, chunk));
+        }
         e % cap
     }
 
@@ -188,6 +274,10 @@ pub struct SharedDevice {
     device: Mutex<Device>,
     pool: Mutex<Pool>,
     start: Instant,
+    /// The residency plane of the DAX window, once attached: pool pages the
+    /// device evicts are evicted there too (the device cache is the
+    /// residency authority).
+    plane: OnceLock<Weak<dyn ResidencyPlane>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -203,6 +293,7 @@ impl SharedDevice {
             device: Mutex::new(device),
             pool: Mutex::new(pool),
             start: Instant::now(),
+            plane: OnceLock::new(),
         }
     }
 
@@ -226,6 +317,73 @@ impl SharedDevice {
         self.device().stats()
     }
 
+    /// Attaches the residency plane: from now on the device logs its
+    /// evictions and every evicted page of a DAX-mapped extent is evicted
+    /// from the plane, so the next guest access traps again. Once only.
+    pub fn attach_plane(&self, plane: Weak<dyn ResidencyPlane>) {
+        if self.plane.set(plane).is_ok() {
+            self.device().log_evictions(true);
+        }
+    }
+
+    fn plane(&self) -> Option<Arc<dyn ResidencyPlane>> {
+        self.plane.get().and_then(Weak::upgrade)
+    }
+
+    /// Hands the device's evicted pages (those of DAX-mapped extents) to
+    /// the plane as coalesced ranges. Never waits: safe on plane threads.
+    fn mirror_evictions(&self, evicted: Vec<u64>) {
+        if evicted.is_empty() {
+            return;
+        }
+        let Some(plane) = self.plane() else { return };
+        let page = kvm_ept::PAGE_SIZE;
+        let mut pages: Vec<u64> = {
+            let pool = self.pool();
+            evicted
+                .into_iter()
+                .filter(|p| pool.is_dax_extent(p * page / EXTENT_SIZE))
+                .collect()
+        };
+        pages.sort_unstable();
+        pages.dedup();
+        let mut i = 0;
+        while i < pages.len() {
+            let mut j = i + 1;
+            while j < pages.len() && pages[j] == pages[j - 1] + 1 {
+                j += 1;
+            }
+            let (off, len) = (pages[i] * page, (j - i) as u64 * page);
+            // The ticket is dropped: the notifier goes on without a waiter.
+            if let Err(e) = plane.evict(off, len) {
+                tracing::warn!(error = %e, off, len, "cannot evict pool pages from the plane");
+            }
+            i = j;
+        }
+    }
+
+    /// Charges a pool (device) range directly: a residency-plane trap or
+    /// write-back at `addr` (never crosses an extent).
+    pub fn charge_pool(
+        &self,
+        now_ns: u64,
+        op: Op,
+        addr: u64,
+        len: u32,
+    ) -> Result<Charge, ChargeAccessError> {
+        let (o, evicted) = {
+            let mut dev = self.device();
+            let o = dev.access(now_ns, op, addr, len)?;
+            (o, dev.drain_evictions())
+        };
+        self.mirror_evictions(evicted);
+        Ok(Charge {
+            completes_at_ns: o.completes_at_ns.max(now_ns),
+            page_hits: u64::from(o.page_hits),
+            page_misses: u64::from(o.page_misses),
+        })
+    }
+
     /// Charges file bytes `[offset, offset+len)` of `key` arriving at `now_ns`.
     pub fn charge(
         &self,
@@ -243,36 +401,111 @@ impl SharedDevice {
             return Ok(charge);
         }
         let segments = self.pool().segments(key, offset, len);
-        let mut dev = self.device();
-        for s in segments {
-            let o: Outcome = dev.access(now_ns, op, s.addr, s.len)?;
-            charge.completes_at_ns = charge.completes_at_ns.max(o.completes_at_ns);
-            charge.page_hits += u64::from(o.page_hits);
-            charge.page_misses += u64::from(o.page_misses);
-        }
+        let evicted = {
+            let mut dev = self.device();
+            for s in segments {
+                let o: Outcome = dev.access(now_ns, op, s.addr, s.len)?;
+                charge.completes_at_ns = charge.completes_at_ns.max(o.completes_at_ns);
+                charge.page_hits += u64::from(o.page_hits);
+                charge.page_misses += u64::from(o.page_misses);
+            }
+            dev.drain_evictions()
+        };
+        self.mirror_evictions(evicted);
         Ok(charge)
+    }
+
+    /// Makes the residency plane drop file bytes `[offset, offset + len)` of
+    /// `key` (page-rounded; only chunks mapped into a DAX window), writing
+    /// dirty pages back first, and waits: called before the host file is
+    /// changed behind the pool (FUSE WRITE, truncation), so that a window
+    /// never shows stale bytes and a late write-back never overwrites new
+    /// ones. Never call it from a plane thread. No-op without DAX.
+    pub fn evict_file_range(&self, key: FileKey, offset: u64, len: u64) {
+        let Some(plane) = self.plane() else { return };
+        if len == 0 {
+            return;
+        }
+        let page = kvm_ept::PAGE_SIZE;
+        let start = offset / page * page;
+        let end = offset
+            .saturating_add(len)
+            .div_ceil(page)
+            .saturating_mul(page);
+        let ranges: Vec<(u64, u64)> = {
+            let pool = self.pool();
+            let Some(f) = pool.files.get(&key) else {
+                return;
+            };
+            let mut v = Vec::new();
+            let mut pos = start;
+            while pos < end {
+                let chunk = pos / EXTENT_SIZE;
+                let chunk_end = ((chunk + 1) * EXTENT_SIZE).min(end);
+                if let Some(&e) = f.extents.get(&chunk) {
+                    if e < pool.capacity_extents && pool.is_dax_extent(e) {
+                        v.push((e * EXTENT_SIZE + pos % EXTENT_SIZE, chunk_end - pos));
+                    }
+                }
+                pos = chunk_end;
+            }
+            v
+        };
+        for (off, n) in ranges {
+            match plane.evict(off, n).map(|t| t.wait()) {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) | Err(e) => {
+                    tracing::warn!(error = %e, off, len = n, "cannot evict pool pages before a file change")
+                }
+            }
+        }
     }
 
     /// Drops one reference on a file; `deleted`: the host file no longer
     /// exists (no links left), so with the last reference its extents go
     /// back to the pool and their device pages are discarded unwritten.
     pub fn release_file(&self, key: FileKey, deleted: bool) {
-        let freed = {
+        let (freed, dax) = {
             let mut pool = self.pool();
             pool.release(key);
             let unused = pool.files.get(&key).is_some_and(|f| f.refs == 0);
             if deleted && unused {
-                pool.remove(key)
+                let own = pool.take_file(key);
+                let dax: Vec<u64> = own
+                    .iter()
+                    .copied()
+                    .filter(|&e| pool.is_dax_extent(e))
+                    .collect();
+                (own, dax)
             } else {
-                Vec::new()
+                (Vec::new(), Vec::new())
             }
         };
-        let mut dev = self.device();
-        for extent in freed {
-            if let Err(e) = dev.discard(extent * EXTENT_SIZE, EXTENT_SIZE) {
-                tracing::warn!(error = %e, extent, "cannot discard a freed pool extent");
+        {
+            let mut dev = self.device();
+            for &extent in &freed {
+                if let Err(e) = dev.discard(extent * EXTENT_SIZE, EXTENT_SIZE) {
+                    tracing::warn!(error = %e, extent, "cannot discard a freed pool extent");
+                }
             }
         }
+        // The plane must forget the deleted file's pages before another file
+        // gets the extents (its write-backs find no owner and are dropped).
+        if let Some(plane) = self.plane() {
+            for &extent in &dax {
+                match plane.evict(extent * EXTENT_SIZE, EXTENT_SIZE) {
+                    Ok(t) => {
+                        if let Err(e) = t.wait() {
+                            tracing::warn!(error = %e, extent, "pool eviction of a deleted file failed");
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, extent, "cannot evict a deleted file's pool extent")
+                    }
+                }
+            }
+        }
+        self.pool().free_extents(&freed);
     }
 
     /// Writes every dirty device page back; returns when that is durable.

@@ -5,6 +5,11 @@
 //! Covers INIT, LOOKUP, OPEN, READ (paced by the device model), an unknown
 //! opcode, a malformed header, a descriptor outside guest memory; a second
 //! VM keeps working throughout, and the first VM can reconnect.
+//!
+//! The DAX window: the front-end negotiates SHMEM and the back-end channel,
+//! serves SHMEM_MAP / SHMEM_UNMAP by really mmapping the pool file into a
+//! window it owns, and reads the file through it (misses trap into the
+//! daemon through the residency plane's FUSE mount).
 #![allow(clippy::unwrap_used)]
 
 use cxlfs_device_model::{Device, DeviceConfig};
@@ -15,12 +20,17 @@ use cxlfsd::daemon::{DaemonState, SessionOptions};
 use cxlfsd::fs::CacheMode;
 use cxlfsd::fuse::ServerOptions;
 use cxlfsd::pool::SharedDevice;
+use std::collections::BTreeMap;
 use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use vhost::vhost_user::message::VhostUserProtocolFeatures;
-use vhost::vhost_user::{Frontend, VhostUserFrontend};
+use vhost::vhost_user::message::{VhostUserMMap, VhostUserProtocolFeatures};
+use vhost::vhost_user::{
+    Frontend, FrontendReqHandler, HandlerResult, VhostUserFrontend, VhostUserFrontendReqHandler,
+};
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
 use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 use vmm_sys_util::eventfd::EventFd;
@@ -36,9 +46,134 @@ const SLOT: u64 = 0x2_0000;
 const REQUEST_QUEUE: usize = 1;
 const NAND_READ_NS: u64 = 300_000;
 
+/// The front-end's DAX window: a PROT_NONE reservation that SHMEM_MAP fills
+/// with `MAP_SHARED | MAP_FIXED` mappings of the fd it is sent, as QEMU does.
+struct Window {
+    base: usize,
+    size: u64,
+    /// shm_offset → (len, writable).
+    maps: Mutex<BTreeMap<u64, (u64, bool)>>,
+}
+
+impl Window {
+    fn new(size: u64) -> Arc<Window> {
+        // SAFETY: a fresh anonymous reservation; no existing memory is touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size as usize,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        Arc::new(Window {
+            base: p as usize,
+            size,
+            maps: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    fn reserve(&self, off: u64, len: u64) -> bool {
+        // SAFETY: the range lies inside our own reservation.
+        let p = unsafe {
+            libc::mmap(
+                (self.base + off as usize) as *mut libc::c_void,
+                len as usize,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        p != libc::MAP_FAILED
+    }
+
+    /// Copies `len` bytes of the window at `off` (faulting them in).
+    fn read(&self, off: u64, len: usize) -> Vec<u8> {
+        assert!(off + len as u64 <= self.size);
+        let mut out = vec![0u8; len];
+        // SAFETY: the caller maps the range first (else SIGSEGV, as a guest).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (self.base + off as usize) as *const u8,
+                out.as_mut_ptr(),
+                len,
+            )
+        };
+        out
+    }
+
+    fn write(&self, off: u64, data: &[u8]) {
+        assert!(off + data.len() as u64 <= self.size);
+        // SAFETY: the caller maps the range writable first.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                (self.base + off as usize) as *mut u8,
+                data.len(),
+            )
+        };
+    }
+
+    fn live(&self) -> Vec<(u64, u64, bool)> {
+        self.maps
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(&o, &(l, w))| (o, l, w))
+            .collect()
+    }
+}
+
+impl VhostUserFrontendReqHandler for Window {
+    fn shmem_map(&self, req: &VhostUserMMap, fd: &dyn AsRawFd) -> HandlerResult<u64> {
+        let (off, len, fd_off, flags) = (req.shm_offset, req.len, req.fd_offset, req.flags);
+        let mut maps = self.maps.lock().unwrap();
+        let overlaps = maps
+            .iter()
+            .any(|(&o, &(l, _))| o < off + len && off < o + l);
+        if req.shmid != 0 || off + len > self.size || overlaps {
+            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let writable = flags & 1 != 0;
+        let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
+        // SAFETY: the range lies inside our own reservation.
+        let p = unsafe {
+            libc::mmap(
+                (self.base + off as usize) as *mut libc::c_void,
+                len as usize,
+                prot,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                fd.as_raw_fd(),
+                fd_off as libc::off_t,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        maps.insert(off, (len, writable));
+        Ok(0)
+    }
+
+    fn shmem_unmap(&self, req: &VhostUserMMap) -> HandlerResult<u64> {
+        let (off, len) = (req.shm_offset, req.len);
+        let mut maps = self.maps.lock().unwrap();
+        match maps.get(&off) {
+            Some(&(l, _)) if l == len => {}
+            _ => return Err(std::io::Error::from_raw_os_error(libc::EINVAL)),
+        }
+        assert!(self.reserve(off, len));
+        maps.remove(&off);
+        Ok(0)
+    }
+}
+
 /// A front-end with one request queue set up.
 struct Guest {
-    _frontend: Frontend,
+    frontend: Frontend,
     mem: GuestMemoryMmap,
     kick: EventFd,
     _call: EventFd,
@@ -50,15 +185,41 @@ struct Guest {
 
 impl Guest {
     fn connect(socket: &Path) -> Guest {
+        Self::connect_with(socket, None)
+    }
+
+    /// Connects; with `window`, also negotiates the DAX window and hands
+    /// the back-end channel over, served by `window` on its own thread.
+    fn connect_with(socket: &Path, window: Option<Arc<Window>>) -> Guest {
         let mut frontend = Frontend::connect(socket, 2).unwrap();
         let features = frontend.get_features().unwrap();
         frontend.set_owner().unwrap();
         frontend.set_features(features).unwrap();
         let proto = frontend.get_protocol_features().unwrap();
         assert!(proto.contains(VhostUserProtocolFeatures::MQ));
-        frontend
-            .set_protocol_features(proto & VhostUserProtocolFeatures::MQ)
-            .unwrap();
+        let dax = VhostUserProtocolFeatures::BACKEND_REQ
+            | VhostUserProtocolFeatures::BACKEND_SEND_FD
+            | VhostUserProtocolFeatures::REPLY_ACK
+            | VhostUserProtocolFeatures::SHMEM;
+        if let Some(window) = window {
+            assert!(
+                proto.contains(dax),
+                "DAX protocol features offered: {proto:?}"
+            );
+            frontend
+                .set_protocol_features(proto & (VhostUserProtocolFeatures::MQ | dax))
+                .unwrap();
+            let mut handler = FrontendReqHandler::new(window).unwrap();
+            handler.set_reply_ack_flag(true);
+            // SAFETY: the handler owns the fd and outlives this borrow.
+            let tx = unsafe { std::os::fd::BorrowedFd::borrow_raw(handler.get_tx_raw_fd()) };
+            frontend.set_backend_request_fd(&tx).unwrap();
+            std::thread::spawn(move || while handler.handle_request().is_ok() {});
+        } else {
+            frontend
+                .set_protocol_features(proto & VhostUserProtocolFeatures::MQ)
+                .unwrap();
+        }
         assert_eq!(frontend.get_queue_num().unwrap(), 2);
 
         let fd = rustix::fs::memfd_create("guest-ram", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
@@ -97,7 +258,7 @@ impl Guest {
         frontend.set_vring_kick(REQUEST_QUEUE, &kick).unwrap();
         frontend.set_vring_enable(REQUEST_QUEUE, true).unwrap();
         Guest {
-            _frontend: frontend,
+            frontend,
             mem,
             kick,
             _call: call,
@@ -240,12 +401,22 @@ fn start_daemon(
     share: &Path,
     sockets: &Path,
 ) -> (Arc<DaemonState>, Vec<std::thread::JoinHandle<()>>) {
-    let cfg = DeviceConfig::default()
-        .with_overrides(&[
-            "cache.size_bytes=4MiB".to_string(),
-            format!("nand.read_ns={NAND_READ_NS}"),
-        ])
-        .unwrap();
+    start_daemon_with(share, sockets, &["a", "b"], &[], |_| {})
+}
+
+fn start_daemon_with(
+    share: &Path,
+    sockets: &Path,
+    vms: &[&str],
+    extra: &[&str],
+    before_vms: impl FnOnce(&DaemonState),
+) -> (Arc<DaemonState>, Vec<std::thread::JoinHandle<()>>) {
+    let mut overrides = vec![
+        "cache.size_bytes=4MiB".to_string(),
+        format!("nand.read_ns={NAND_READ_NS}"),
+    ];
+    overrides.extend(extra.iter().map(|s| s.to_string()));
+    let cfg = DeviceConfig::default().with_overrides(&overrides).unwrap();
     let shared = Arc::new(SharedDevice::new(Device::new(cfg).unwrap()));
     let state = DaemonState::new(
         shared,
@@ -262,7 +433,8 @@ fn start_daemon(
             },
         },
     );
-    let threads = ["a", "b"]
+    before_vms(&state);
+    let threads = vms
         .iter()
         .map(|n| {
             state
@@ -379,4 +551,330 @@ fn frontend_drives_two_vms_and_survives_bad_input() {
         t.join().unwrap();
     }
     state.flush_all();
+}
+
+const WINDOW: u64 = 16 << 20;
+
+/// Unmounts the plane when the test ends, panicking or not: a process that
+/// exits with the pool still mounted by itself hangs in the kernel.
+struct StopDax(Arc<DaemonState>);
+
+impl Drop for StopDax {
+    fn drop(&mut self) {
+        self.0.stop_dax();
+    }
+}
+const MIB2: u64 = 2 << 20;
+
+/// SETUPMAPPING with a file handle (node 1: only `fh` names the file).
+fn setupmapping(g: &mut Guest, fh: u64, foffset: u64, len: u64, flags: u64, moffset: u64) -> i32 {
+    setupmapping_node(g, 1, fh, foffset, len, flags, moffset)
+}
+
+/// SETUPMAPPING as the kernel sends it: `fh` = -1, the file is `nodeid`.
+fn setupmapping_node(
+    g: &mut Guest,
+    nodeid: u64,
+    fh: u64,
+    foffset: u64,
+    len: u64,
+    flags: u64,
+    moffset: u64,
+) -> i32 {
+    let mut a = Vec::new();
+    for v in [fh, foffset, len, flags, moffset] {
+        a.extend_from_slice(&v.to_le_bytes());
+    }
+    g.call(opcode::SETUPMAPPING, nodeid, &a).0.error
+}
+
+fn removemapping(g: &mut Guest, ranges: &[(u64, u64)]) -> i32 {
+    let mut a = (ranges.len() as u32).to_le_bytes().to_vec();
+    for &(o, l) in ranges {
+        a.extend_from_slice(&o.to_le_bytes());
+        a.extend_from_slice(&l.to_le_bytes());
+    }
+    g.call(opcode::REMOVEMAPPING, 1, &a).0.error
+}
+
+#[test]
+fn dax_window_maps_the_pool_and_refuses_bad_mappings() {
+    let share = tempfile::tempdir().unwrap();
+    // 3 MiB + 100 bytes: the second chunk is mostly past the end of the file.
+    let len = 3 * (1 << 20) + 100;
+    let content: Vec<u8> = (0..len as u32).map(|i| (i * 13 % 241) as u8).collect();
+    let path = share.path().join("dax.bin");
+    std::fs::write(&path, &content).unwrap();
+    let socks = tempfile::tempdir().unwrap();
+    let pool_dir = tempfile::tempdir().unwrap();
+    let mut dax_on = false;
+    let extra = ["cache.size_bytes=64MiB", "nand.read_ns=20us"];
+    let (state, threads) = start_daemon_with(share.path(), socks.path(), &["d"], &extra, |st| {
+        dax_on = st.enable_dax(Some(pool_dir.path()), WINDOW);
+    });
+    let _stop_dax = StopDax(state.clone());
+    if !dax_on {
+        eprintln!(
+            "SKIP: the residency plane cannot be mounted here (no /dev/fuse or no permission)"
+        );
+        state.request_shutdown();
+        for t in threads {
+            t.join().unwrap();
+        }
+        return;
+    }
+    let window = Window::new(WINDOW);
+    let mut g = Guest::connect_with(&socks.path().join("d.sock"), Some(window.clone()));
+    let shm = g.frontend.get_shmem_config().unwrap();
+    assert_eq!(shm.nregions, 1);
+    assert_eq!({ shm.memory_sizes }[0], WINDOW);
+
+    // INIT with MAP_ALIGNMENT: granted, 2 MiB.
+    let mut a = Vec::new();
+    let flags = abi::init_flags::MAP_ALIGNMENT as u32;
+    for v in [7u32, 31, 4096, flags] {
+        a.extend_from_slice(&v.to_le_bytes());
+    }
+    a.extend_from_slice(&[0u8; 48]);
+    let (h, out, _) = g.call(opcode::INIT, 0, &a);
+    assert_eq!(h.error, 0);
+    let got_flags = u32::from_le_bytes(out[12..16].try_into().unwrap());
+    assert_ne!(got_flags & flags, 0, "MAP_ALIGNMENT granted");
+    assert_eq!(u16::from_le_bytes(out[30..32].try_into().unwrap()), 21);
+
+    let node = g.lookup("dax.bin");
+    let mut o = (libc::O_RDWR as u32).to_le_bytes().to_vec();
+    o.extend_from_slice(&[0u8; 4]);
+    let (h, out, _) = g.call(opcode::OPEN, node, &o);
+    assert_eq!(h.error, 0);
+    let fh = u64::from_le_bytes(out[0..8].try_into().unwrap());
+
+    // Slot 0 ← file chunk 0, read-only; the window shows the file's bytes,
+    // faulted in through the pool (each page a trap into the daemon).
+    assert_eq!(setupmapping(&mut g, fh, 0, MIB2, 2, 0), 0);
+    assert_eq!(window.live(), vec![(0, MIB2, false)]);
+    assert_eq!(window.read(0, MIB2 as usize), &content[..MIB2 as usize]);
+    // Slot 2 ← chunk 1 (partly past EOF: zeros there), named as the kernel
+    // does: fh = -1 and the node id.
+    assert_eq!(
+        setupmapping_node(&mut g, node, u64::MAX, MIB2, MIB2, 2, 2 * MIB2),
+        0
+    );
+    let tail = window.read(2 * MIB2, MIB2 as usize);
+    let rest = len - MIB2 as usize;
+    assert_eq!(&tail[..rest], &content[MIB2 as usize..]);
+    assert!(tail[rest..].iter().all(|&b| b == 0), "zeros past EOF");
+    let dax = state.dax().unwrap();
+    let snap = dax.plane_metrics().unwrap();
+    let id = dax.find_vm_id("d").unwrap();
+    let traps = snap.traps_by_vm.get(&Some(id)).copied().unwrap_or(0);
+    assert!(
+        traps >= (MIB2 + 4096) / 4096,
+        "each first touch traps, attributed to VM d via SO_PEERCRED: {snap:?}"
+    );
+    // A second read of resident pages does not trap.
+    assert_eq!(window.read(0, 4096), &content[..4096]);
+    let again = dax.plane_metrics().unwrap().traps;
+    assert_eq!(again, snap.traps, "resident pages do not trap");
+
+    // Bad requests: errors, and the daemon keeps serving.
+    let inval = -libc::EINVAL;
+    assert_eq!(setupmapping(&mut g, fh, MIB2, MIB2, 2, 0), inval, "overlap");
+    assert_eq!(
+        setupmapping(&mut g, fh, 0, MIB2, 2, 4096),
+        inval,
+        "misaligned moffset"
+    );
+    assert_eq!(
+        setupmapping(&mut g, fh, 4096, MIB2, 2, 4 * MIB2),
+        inval,
+        "misaligned foffset"
+    );
+    assert_eq!(
+        setupmapping(&mut g, fh, 0, MIB2, 2, WINDOW),
+        inval,
+        "out of window"
+    );
+    assert_eq!(
+        setupmapping(&mut g, fh, 0, 2 * MIB2, 2, 4 * MIB2),
+        inval,
+        "too long"
+    );
+    assert_eq!(setupmapping(&mut g, fh, 0, 0, 2, 4 * MIB2), inval, "empty");
+    assert_eq!(
+        setupmapping(&mut g, fh, 2 * MIB2, MIB2, 2, 4 * MIB2),
+        inval,
+        "past EOF"
+    );
+    assert_eq!(
+        setupmapping(&mut g, fh, u64::MAX - 4095, MIB2, 2, 4 * MIB2),
+        inval,
+        "overflow"
+    );
+    assert_eq!(
+        setupmapping(&mut g, 9999, 0, MIB2, 2, 4 * MIB2),
+        -libc::EBADF,
+        "unknown fh"
+    );
+    assert_eq!(
+        removemapping(&mut g, &[(4 * MIB2, MIB2)]),
+        inval,
+        "unmap of no slot"
+    );
+    assert_eq!(
+        removemapping(&mut g, &[(0, 4096)]),
+        inval,
+        "unmap of part of a slot"
+    );
+    assert_eq!(removemapping(&mut g, &[]), inval, "empty unmap");
+    let (h, _, _) = g.call(opcode::REMOVEMAPPING, 1, &5u32.to_le_bytes());
+    assert_eq!(h.error, inval, "truncated unmap list");
+    assert_eq!(window.live().len(), 2, "nothing changed");
+
+    // Read-only → writable upgrade of slot 0: unmap, then map.
+    assert_eq!(setupmapping(&mut g, fh, 0, MIB2, 3, 0), 0);
+    assert_eq!(window.live()[0], (0, MIB2, true));
+    window.write(10, b"DAX!");
+    assert_eq!(
+        window.read(8, 8),
+        [&content[8..10], b"DAX!", &content[14..16]].concat()
+    );
+    // Evicting the extent writes the dirty page back to the host file.
+    let md = std::fs::metadata(&path).unwrap();
+    let key = cxlfsd::pool::FileKey {
+        dev: std::os::unix::fs::MetadataExt::dev(&md),
+        ino: std::os::unix::fs::MetadataExt::ino(&md),
+    };
+    let extent = state.shared.pool().extent_of(key, 0).unwrap();
+    let plane = dax.plane().unwrap();
+    kvm_ept::ResidencyPlane::evict(&*plane, extent * MIB2, MIB2)
+        .unwrap()
+        .wait()
+        .unwrap();
+    drop(plane);
+    let host = std::fs::read(&path).unwrap();
+    assert_eq!(&host[10..14], b"DAX!");
+    assert_eq!(host.len(), len, "write-back never grows the file");
+    // The evicted page traps again on the next touch.
+    let before = dax.plane_metrics().unwrap().traps;
+    assert_eq!(&window.read(10, 4), b"DAX!");
+    assert!(dax.plane_metrics().unwrap().traps > before);
+
+    // REMOVEMAPPING: both slots, in one request.
+    assert_eq!(removemapping(&mut g, &[(0, MIB2), (2 * MIB2, MIB2)]), 0);
+    assert!(window.live().is_empty());
+    assert_eq!(removemapping(&mut g, &[(0, MIB2)]), inval, "already gone");
+    // Still serving.
+    assert_eq!(g.lookup("dax.bin"), node);
+    assert_eq!(setupmapping(&mut g, fh, 0, MIB2, 2, 6 * MIB2), 0);
+    assert_eq!(window.read(6 * MIB2 + 10, 4), b"DAX!");
+
+    // A FUSE WRITE (e.g. an extending write) under a resident window page:
+    // the window shows the new bytes, never stale ones.
+    let mut w = Vec::new();
+    w.extend_from_slice(&fh.to_le_bytes());
+    w.extend_from_slice(&20u64.to_le_bytes());
+    w.extend_from_slice(&6u32.to_le_bytes());
+    w.extend_from_slice(&[0u8; 20]);
+    w.extend_from_slice(b"FUSEWR");
+    assert_eq!(g.call(opcode::WRITE, node, &w).0.error, 0);
+    assert_eq!(window.read(6 * MIB2 + 20, 6), b"FUSEWR");
+    assert_eq!(&std::fs::read(&path).unwrap()[20..26], b"FUSEWR");
+
+    let text = state.metrics.render();
+    assert!(text.contains("cxlfs_dax_maps_total{vm=\"d\"} 4"), "{text}");
+    assert!(
+        text.contains("cxlfs_dax_unmaps_total{vm=\"d\"} 3"),
+        "{text}"
+    );
+    assert!(text.contains("cxlfs_pool_traps_total{vm=\"d\"}"));
+    assert!(text.contains("cxlfs_pool_resident_bytes "));
+    assert!(text.contains("cxlfs_pool_evictions_total "));
+
+    // DESTROY unmaps what is left.
+    assert_eq!(g.call(opcode::DESTROY, 0, &[]).0.error, 0);
+    assert!(window.live().is_empty());
+    drop(g);
+    state.request_shutdown();
+    for t in threads {
+        t.join().unwrap();
+    }
+    state.flush_all();
+}
+
+#[test]
+fn device_evictions_make_pool_pages_trap_again() {
+    let share = tempfile::tempdir().unwrap();
+    let content: Vec<u8> = (0..(2u32 << 20)).map(|i| (i * 7 % 239) as u8).collect();
+    std::fs::write(share.path().join("e.bin"), &content).unwrap();
+    let socks = tempfile::tempdir().unwrap();
+    let pool_dir = tempfile::tempdir().unwrap();
+    let mut dax_on = false;
+    // A 256 KiB fully associative FIFO device cache (64 pages) under a 2 MiB slot.
+    let extra = [
+        "cache.size_bytes=256KiB",
+        "nand.read_ns=1us",
+        "prefetch.degree=0",
+        "cache.policy=fifo",
+        "cache.ways=0",
+    ];
+    let (state, threads) = start_daemon_with(share.path(), socks.path(), &["e"], &extra, |st| {
+        dax_on = st.enable_dax(Some(pool_dir.path()), WINDOW);
+    });
+    let _stop_dax = StopDax(state.clone());
+    if !dax_on {
+        eprintln!("SKIP: the residency plane cannot be mounted here");
+        state.request_shutdown();
+        for t in threads {
+            t.join().unwrap();
+        }
+        return;
+    }
+    let window = Window::new(WINDOW);
+    let mut g = Guest::connect_with(&socks.path().join("e.sock"), Some(window.clone()));
+    g.init();
+    let node = g.lookup("e.bin");
+    let fh = g.open(node);
+    assert_eq!(setupmapping(&mut g, fh, 0, MIB2, 2, 0), 0);
+    // Page by page, in order (a large memcpy may touch pages out of order).
+    for p in 0..(MIB2 / 4096) as usize {
+        assert_eq!(
+            window.read(p as u64 * 4096, 4096),
+            &content[p * 4096..][..4096]
+        );
+    }
+    let dax = state.dax().unwrap();
+    // The device could keep only the last 64 pages: the plane is told to
+    // drop the others (asynchronously).
+    let t0 = Instant::now();
+    loop {
+        let snap = dax.plane_metrics().unwrap();
+        if snap.resident_bytes <= 256 << 10 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the plane still holds {} bytes: {snap:?}",
+            snap.resident_bytes
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let before = dax.plane_metrics().unwrap();
+    assert!(before.invalidations > 0);
+    // Page 0 left the device cache: touching it again traps (and is right).
+    assert_eq!(window.read(0, 4096), &content[..4096]);
+    let after = dax.plane_metrics().unwrap();
+    assert_eq!(after.traps, before.traps + 1);
+    // Device misses = traps for this VM (no prefetch, cold cache).
+    let m = state.metrics.vm("e");
+    let misses = m.device_misses.load(std::sync::atomic::Ordering::Relaxed);
+    let hits = m.device_hits.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(misses + hits, after.traps, "{after:?}");
+    let text = state.metrics.render();
+    assert!(!text.contains("cxlfs_pool_evictions_total 0\n"), "{text}");
+    drop(g);
+    state.request_shutdown();
+    for t in threads {
+        t.join().unwrap();
+    }
 }

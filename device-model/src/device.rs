@@ -218,6 +218,9 @@ pub struct Device {
     nand: Nand,
     capacity_pages: u64,
     stats: DeviceStats,
+    /// Pages that left the cache (policy victims and explicit evictions),
+    /// kept only while a caller asked for them ([`Device::log_evictions`]).
+    eviction_log: Option<Vec<u64>>,
 }
 
 impl Device {
@@ -230,6 +233,7 @@ impl Device {
             nand: Nand::new(&cfg.nand),
             capacity_pages,
             stats: DeviceStats::default(),
+            eviction_log: None,
             cfg,
         })
     }
@@ -431,6 +435,9 @@ impl Device {
     /// Accounts for a page leaving the cache; writes it back if dirty.
     fn retire(&mut self, now: u64, victim: Evicted, out: &mut Outcome) -> Result<u64, AccessError> {
         self.stats.evictions += 1;
+        if let Some(log) = self.eviction_log.as_mut() {
+            log.push(victim.page);
+        }
         if victim.prefetched_unused {
             self.stats.prefetch_wasted += 1;
         }
@@ -597,6 +604,23 @@ impl Device {
         s.policy = self.cache.policy().name().to_string();
         s.nand = self.nand.stats();
         s
+    }
+
+    /// Starts (`true`) or stops keeping a log of the pages that leave the
+    /// cache by eviction (policy victims and [`Device::evict`], not
+    /// [`Device::discard`]), for a caller that mirrors residency elsewhere
+    /// (the daemon's residency plane). Off by default; stopping drops the log.
+    pub fn log_evictions(&mut self, on: bool) {
+        self.eviction_log = on.then(|| self.eviction_log.take().unwrap_or_default());
+    }
+
+    /// Takes the evicted page numbers logged since the last call (oldest
+    /// first); empty when logging is off.
+    pub fn drain_evictions(&mut self) -> Vec<u64> {
+        self.eviction_log
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Zeroes the counters; cache contents, pins and NAND state stay.

@@ -343,3 +343,29 @@ fn discard_drops_pages_without_write_back() {
     assert_eq!((s.discarded, s.writebacks, s.nand.host_programs), (3, 0, 0));
     assert!(!dev.access(1_000_000, Op::Read, 0, 64).unwrap().hit);
 }
+
+#[test]
+fn eviction_log_lists_victims_only_when_asked() {
+    let mut dev = device(&[]);
+    // Off by default: nothing is kept.
+    for p in 0..17 {
+        dev.access(0, Op::Read, p * PAGE, 64).unwrap();
+    }
+    assert!(dev.drain_evictions().is_empty());
+    dev.log_evictions(true);
+    // The 16-page LRU cache holds pages 1..=16; two more misses evict 1 and 2.
+    dev.access(0, Op::Read, 100 * PAGE, 64).unwrap();
+    dev.access(0, Op::Read, 101 * PAGE, 64).unwrap();
+    assert_eq!(dev.drain_evictions(), vec![1, 2]);
+    assert!(dev.drain_evictions().is_empty(), "drained");
+    // Explicit evictions are logged, discards are not.
+    dev.evict(0, 100 * PAGE, PAGE).unwrap();
+    dev.discard(101 * PAGE, PAGE).unwrap();
+    assert_eq!(dev.drain_evictions(), vec![100]);
+    assert_eq!(dev.stats().evictions, 1 + 2 + 1);
+    dev.log_evictions(false);
+    dev.access(0, Op::Read, 102 * PAGE, 64).unwrap();
+    dev.access(0, Op::Read, 103 * PAGE, 64).unwrap();
+    dev.access(0, Op::Read, 104 * PAGE, 64).unwrap();
+    assert!(dev.drain_evictions().is_empty());
+}

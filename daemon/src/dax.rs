@@ -1,0 +1,573 @@
+//! The DAX window: guests map the shared pool through the virtio-fs cache
+//! window, backed by the residency plane (`kvm_ept::FusePoolPlane`).
+//!
+//! * [`DaxPlane`] (one per daemon): mounts the plane's pool file and
+//!   implements its [`PoolBackend`]: a trap at pool offset X finds the file
+//!   extent that owns X ([`crate::pool::Pool::owner_of`]), charges the
+//!   device model at the trap's arrival and answers with the host file's
+//!   bytes (zeros past EOF); a write-back goes to the host file (clamped to
+//!   its size) and is charged as a device write.
+//! * [`DaxSession`] (one per VM connection): the slot table of that VM's
+//!   window. SETUPMAPPING → `VHOST_USER_BACKEND_SHMEM_MAP` of the pool file
+//!   at the extent holding the file range; REMOVEMAPPING → `SHMEM_UNMAP`.
+//!   Maps never overlap; a read-only slot upgraded to writable is unmapped,
+//!   then mapped again.
+
+use crate::fs::PassthroughFs;
+use crate::metrics::VmMetrics;
+use crate::pool::{FileKey, SharedDevice, EXTENT_SIZE};
+use cxlfs_device_model::Op;
+use kvm_ept::{
+    FusePoolPlane, Miss, MissData, MissReply, PlaneOptions, PoolBackend, ResidencyPlane,
+    ServeMissError, VmId, WritebackError,
+};
+use rustix::io::Errno;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use vhost::vhost_user::message::{VhostUserMMap, VhostUserMMapFlags};
+use vhost::vhost_user::{Backend, VhostUserFrontendReqHandler};
+
+/// log2 of the window's map alignment and slot size (2 MiB), advertised in
+/// FUSE_INIT (`map_alignment`).
+pub const MAP_ALIGNMENT_SHIFT: u16 = 21;
+/// Bytes of one window slot (= one pool extent).
+pub const SLOT_SIZE: u64 = EXTENT_SIZE;
+/// Default size of the window reported by `GET_SHMEM_CONFIG`.
+pub const DEFAULT_WINDOW_BYTES: u64 = 1 << 30;
+/// `fuse_setupmapping_in.flags`: the mapping is writable.
+pub const SETUPMAPPING_FLAG_WRITE: u64 = 1;
+/// Most ranges one REMOVEMAPPING may carry (as the kernel's
+/// `FUSE_REMOVEMAPPING_MAX_ENTRY`, a page of entries).
+pub const MAX_REMOVEMAPPING: u32 = 4096 / 16;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Why the DAX window could not be set up (the daemon then serves without it).
+#[derive(Debug, thiserror::Error)]
+pub enum StartDaxError {
+    /// The mountpoint could not be created.
+    #[error("cannot create the pool mountpoint {path}")]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The plane could not be mounted (no /dev/fuse, no permission, ...).
+    #[error("cannot mount the residency plane")]
+    Mount(#[from] kvm_ept::MountPlaneError),
+    /// The window size is not a positive multiple of 2 MiB.
+    #[error("DAX window size {0:#x} is not a positive multiple of 2 MiB")]
+    BadWindow(u64),
+}
+
+/// The per-VM counters the plane's traps are charged to, indexed by [`VmId`].
+type VmTable = Mutex<Vec<Arc<VmMetrics>>>;
+
+/// The daemon's [`PoolBackend`]: traps and write-backs against host files.
+struct DaemonPoolBackend {
+    shared: Arc<SharedDevice>,
+    vms: Arc<VmTable>,
+}
+
+impl DaemonPoolBackend {
+    fn vm_metrics(&self, vm: Option<VmId>) -> Option<Arc<VmMetrics>> {
+        vm.and_then(|id| lock(&self.vms).get(id as usize).cloned())
+    }
+}
+
+impl PoolBackend for DaemonPoolBackend {
+    fn now_ns(&self) -> u64 {
+        self.shared.now_ns()
+    }
+
+    fn on_miss(&self, miss: &Miss, _dst: &mut [u8]) -> Result<MissReply, ServeMissError> {
+        let extent = miss.pool_offset / EXTENT_SIZE;
+        let within = miss.pool_offset % EXTENT_SIZE;
+        // A trap never crosses an extent (the kernel asks for one page).
+        let len = u64::from(miss.len).min(EXTENT_SIZE - within) as u32;
+        let owner = self.shared.pool().owner_of(extent);
+        let charge = self
+            .shared
+            .charge_pool(miss.arrival_ns, Op::Read, miss.pool_offset, len.max(1))
+            .map_err(|e| ServeMissError::Device(e.to_string()))?;
+        if let Some(m) = self.vm_metrics(miss.vm) {
+            m.device_hits.fetch_add(charge.page_hits, Ordering::Relaxed);
+            m.device_misses
+                .fetch_add(charge.page_misses, Ordering::Relaxed);
+        }
+        let data = match owner.and_then(|o| o.file.map(|f| (f, o.chunk))) {
+            Some((file, chunk)) => MissData::File {
+                file,
+                offset: chunk * EXTENT_SIZE + within,
+            },
+            // Nobody owns it (a freed extent): zeros.
+            None => MissData::Zeros,
+        };
+        Ok(MissReply {
+            data,
+            completes_at_ns: charge.completes_at_ns,
+        })
+    }
+
+    fn on_writeback(
+        &self,
+        pool_offset: u64,
+        data: &[u8],
+        _pid: u32,
+        arrival_ns: u64,
+    ) -> Result<u64, WritebackError> {
+        let mut done = arrival_ns;
+        let mut pos = 0usize;
+        while pos < data.len() {
+            let off = pool_offset + pos as u64;
+            let within = off % EXTENT_SIZE;
+            let n = ((EXTENT_SIZE - within) as usize).min(data.len() - pos);
+            let owner = self.shared.pool().owner_of(off / EXTENT_SIZE);
+            if let Some((file, chunk)) = owner.and_then(|o| o.file.map(|f| (f, o.chunk))) {
+                let at = chunk * EXTENT_SIZE + within;
+                // Bytes past the host file's end are the zero tail of the
+                // last page: writing them would grow the file.
+                let size = file.metadata()?.len();
+                let keep = size.saturating_sub(at).min(n as u64) as usize;
+                if keep > 0 {
+                    file.write_all_at(&data[pos..pos + keep], at)?;
+                }
+            }
+            // TODO(issue-4): a write-back is charged as a device write (it
+            // re-enters the device cache dirty); a NAND program without a
+            // cache fill would model it more closely.
+            let c = self
+                .shared
+                .charge_pool(arrival_ns, Op::Write, off, n as u32)
+                .map_err(|e| WritebackError::Device(e.to_string()))?;
+            done = done.max(c.completes_at_ns);
+            pos += n;
+        }
+        Ok(done)
+    }
+}
+
+/// The residency plane of the daemon and the VMs that use it.
+pub struct DaxPlane {
+    plane: Mutex<Option<Arc<FusePoolPlane>>>,
+    shared: Arc<SharedDevice>,
+    mountpoint: PathBuf,
+    created_dir: bool,
+    window: u64,
+    vms: Arc<VmTable>,
+}
+
+impl std::fmt::Debug for DaxPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DaxPlane")
+            .field("mountpoint", &self.mountpoint)
+            .field("window", &self.window)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A fresh mountpoint name under `/run/cxlfsd` for this process.
+pub fn default_pool_dir() -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let pid = std::process::id();
+    if n == 0 {
+        PathBuf::from(format!("/run/cxlfsd/pool-{pid}"))
+    } else {
+        PathBuf::from(format!("/run/cxlfsd/pool-{pid}-{n}"))
+    }
+}
+
+impl DaxPlane {
+    /// Mounts the pool (the device's whole address space) at `dir` (created
+    /// if missing; `None`: [`default_pool_dir`]) and attaches the plane to
+    /// the device, for windows of `window` bytes.
+    pub fn start(
+        dir: Option<&Path>,
+        shared: Arc<SharedDevice>,
+        window: u64,
+    ) -> Result<Arc<Self>, StartDaxError> {
+        if window == 0 || window % SLOT_SIZE != 0 {
+            return Err(StartDaxError::BadWindow(window));
+        }
+        let mountpoint = dir.map_or_else(default_pool_dir, Path::to_path_buf);
+        let created_dir = !mountpoint.exists();
+        std::fs::create_dir_all(&mountpoint).map_err(|source| StartDaxError::CreateDir {
+            path: mountpoint.clone(),
+            source,
+        })?;
+        let size = shared.pool().capacity_extents() * EXTENT_SIZE;
+        let vms: Arc<VmTable> = Arc::new(Mutex::new(Vec::new()));
+        let backend = Arc::new(DaemonPoolBackend {
+            shared: shared.clone(),
+            vms: vms.clone(),
+        });
+        let plane = match FusePoolPlane::mount(&mountpoint, size, backend, PlaneOptions::default())
+        {
+            Ok(p) => Arc::new(p),
+            Err(e) => {
+                if created_dir {
+                    let _ = std::fs::remove_dir(&mountpoint);
+                }
+                return Err(e.into());
+            }
+        };
+        let weak: std::sync::Weak<dyn ResidencyPlane> =
+            Arc::downgrade(&(plane.clone() as Arc<dyn ResidencyPlane>));
+        shared.attach_plane(weak);
+        Ok(Arc::new(DaxPlane {
+            plane: Mutex::new(Some(plane)),
+            shared,
+            mountpoint,
+            created_dir,
+            window,
+            vms,
+        }))
+    }
+
+    /// The residency plane (`None` after [`DaxPlane::shutdown`]).
+    pub fn plane(&self) -> Option<Arc<FusePoolPlane>> {
+        lock(&self.plane).clone()
+    }
+
+    /// Unmounts the plane now, whoever still holds this `DaxPlane` (it must
+    /// happen before the process exits: a process that still has the pool
+    /// file open when its own FUSE server threads die hangs in the kernel
+    /// at exit, closing that file). Mappings of the pool that are still
+    /// alive get `SIGBUS`. Idempotent.
+    pub fn shutdown(&self) {
+        let plane = lock(&self.plane).take();
+        if let Some(p) = plane {
+            if Arc::strong_count(&p) > 1 {
+                tracing::warn!(
+                    "the residency plane is still referenced; it unmounts when the last user goes"
+                );
+            }
+            drop(p);
+        }
+    }
+
+    /// The window size each VM gets.
+    pub fn window(&self) -> u64 {
+        self.window
+    }
+
+    /// The [`VmId`] of VM `metrics.name` (assigned on first use).
+    pub fn vm_id(&self, metrics: &Arc<VmMetrics>) -> VmId {
+        let mut vms = lock(&self.vms);
+        if let Some(i) = vms.iter().position(|v| v.name == metrics.name) {
+            return i as VmId;
+        }
+        vms.push(metrics.clone());
+        (vms.len() - 1) as VmId
+    }
+
+    /// The [`VmId`] of VM `name`, if it has one.
+    pub fn find_vm_id(&self, name: &str) -> Option<VmId> {
+        lock(&self.vms)
+            .iter()
+            .position(|v| v.name == name)
+            .map(|i| i as VmId)
+    }
+
+    /// The name of VM `id`.
+    pub fn vm_name(&self, id: VmId) -> Option<String> {
+        lock(&self.vms).get(id as usize).map(|v| v.name.clone())
+    }
+
+    /// Plane counters (`None` once shut down).
+    pub fn plane_metrics(&self) -> Option<kvm_ept::PlaneMetricsSnapshot> {
+        self.plane().map(|p| p.metrics())
+    }
+
+    /// A VM's VMM process connected: its threads' traps count for it.
+    pub fn register_vmm(&self, vm: VmId, pid: u32) {
+        if let Some(p) = self.plane() {
+            p.register_vmm(vm, pid);
+        }
+    }
+
+    /// A VM's VMM disconnected.
+    pub fn unregister_vmm(&self, vm: VmId) {
+        if let Some(p) = self.plane() {
+            p.unregister_vmm(vm);
+        }
+    }
+}
+
+impl Drop for DaxPlane {
+    fn drop(&mut self) {
+        // Unmounts (and joins the plane's threads) when the last user goes.
+        self.shutdown();
+        if self.created_dir {
+            let _ = std::fs::remove_dir(&self.mountpoint);
+        }
+    }
+}
+
+/// One live window slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Slot {
+    key: FileKey,
+    foffset: u64,
+    len: u64,
+    writable: bool,
+    extent: u64,
+}
+
+/// `fuse_setupmapping_in`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SetupMapping {
+    /// File handle.
+    pub fh: u64,
+    /// File offset.
+    pub foffset: u64,
+    /// Bytes.
+    pub len: u64,
+    /// `SETUPMAPPING_FLAG_*`.
+    pub flags: u64,
+    /// Window offset.
+    pub moffset: u64,
+}
+
+/// The DAX window of one VM connection.
+pub struct DaxSession {
+    dax: Arc<DaxPlane>,
+    vm: VmId,
+    metrics: Arc<VmMetrics>,
+    backend: Mutex<Option<Backend>>,
+    slots: Mutex<BTreeMap<u64, Slot>>,
+}
+
+impl std::fmt::Debug for DaxSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DaxSession")
+            .field("vm", &self.metrics.name)
+            .field("slots", &lock(&self.slots).len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl DaxSession {
+    /// A session of VM `metrics.name` over the daemon's plane.
+    pub fn new(dax: Arc<DaxPlane>, metrics: Arc<VmMetrics>) -> Self {
+        let vm = dax.vm_id(&metrics);
+        DaxSession {
+            dax,
+            vm,
+            metrics,
+            backend: Mutex::new(None),
+            slots: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The daemon's plane.
+    pub fn plane(&self) -> &Arc<DaxPlane> {
+        &self.dax
+    }
+
+    /// This VM's id in the plane.
+    pub fn vm(&self) -> VmId {
+        self.vm
+    }
+
+    /// The front-end handed over its back-end request channel.
+    pub fn set_backend(&self, backend: Backend) {
+        *lock(&self.backend) = Some(backend);
+    }
+
+    /// Whether the front-end can take SHMEM_MAP requests (it gave us the
+    /// back-end channel).
+    pub fn window_offered(&self) -> bool {
+        lock(&self.backend).is_some()
+    }
+
+    /// Live slots.
+    pub fn slot_count(&self) -> usize {
+        lock(&self.slots).len()
+    }
+
+    fn backend(&self) -> Result<Backend, Errno> {
+        lock(&self.backend).clone().ok_or(Errno::NOSYS)
+    }
+
+    /// FUSE_SETUPMAPPING of node `nodeid`. The kernel sends `fh` = -1 and
+    /// names the file by its node id; a real `fh` is also accepted.
+    pub fn setup_mapping(
+        &self,
+        fs: &PassthroughFs,
+        nodeid: u64,
+        m: SetupMapping,
+    ) -> Result<(), Errno> {
+        let window = self.dax.window;
+        let plane = self.dax.plane().ok_or(Errno::NOSYS)?;
+        let backend = self.backend()?;
+        let bad = |why: &str| {
+            tracing::debug!(vm = %self.metrics.name, ?m, why, "SETUPMAPPING refused");
+            Errno::INVAL
+        };
+        if m.moffset % SLOT_SIZE != 0 || m.foffset % SLOT_SIZE != 0 {
+            return Err(bad("misaligned"));
+        }
+        if m.len == 0 || m.len > SLOT_SIZE || m.len % kvm_ept::PAGE_SIZE != 0 {
+            return Err(bad("bad length"));
+        }
+        if !m
+            .moffset
+            .checked_add(m.len)
+            .is_some_and(|end| end <= window)
+        {
+            return Err(bad("outside the window"));
+        }
+        let inode = if m.fh == u64::MAX {
+            fs.inode(nodeid)?
+        } else {
+            fs.handle(m.fh)?.inode.clone()
+        };
+        let size = rustix::fs::fstat(&inode.fd)?.st_size as u64;
+        let limit = size.div_ceil(SLOT_SIZE) * SLOT_SIZE;
+        if !m.foffset.checked_add(m.len).is_some_and(|end| end <= limit) {
+            return Err(bad("past the end of the file"));
+        }
+        let writable = m.flags & SETUPMAPPING_FLAG_WRITE != 0;
+        let key = inode.key;
+        let chunk = m.foffset / SLOT_SIZE;
+        let mut slots = lock(&self.slots);
+        if let Some(old) = slots.get(&m.moffset).copied() {
+            if (old.key, old.foffset, old.len) != (key, m.foffset, m.len) {
+                return Err(bad("overlaps a live slot"));
+            }
+            // The same range again (e.g. read-only upgraded to writable):
+            // unmap, then map.
+            self.unmap(&backend, m.moffset, old.len)?;
+            slots.remove(&m.moffset);
+        }
+        let known = self.dax.shared.pool().dax_file(key);
+        let file = match known {
+            Some(f) => f,
+            None => Arc::new(fs.open_for_pool(&inode)?),
+        };
+        let extent = self
+            .dax
+            .shared_pool_extent(key, chunk, &file)
+            .ok_or_else(|| {
+                tracing::warn!(vm = %self.metrics.name, "pool full: no extent of its own for a DAX slot");
+                Errno::NOMEM
+            })?;
+        let req = VhostUserMMap {
+            shmid: 0,
+            padding: [0; 7],
+            fd_offset: extent * EXTENT_SIZE,
+            shm_offset: m.moffset,
+            len: m.len,
+            flags: if writable {
+                VhostUserMMapFlags::WRITABLE.bits()
+            } else {
+                0
+            },
+        };
+        let target = plane.map_target();
+        if let Err(e) = backend.shmem_map(&req, &*target.file) {
+            tracing::warn!(vm = %self.metrics.name, error = %e, moffset = m.moffset, "SHMEM_MAP failed");
+            return Err(Errno::IO);
+        }
+        slots.insert(
+            m.moffset,
+            Slot {
+                key,
+                foffset: m.foffset,
+                len: m.len,
+                writable,
+                extent,
+            },
+        );
+        self.metrics.dax_maps.fetch_add(1, Ordering::Relaxed);
+        tracing::trace!(vm = %self.metrics.name, moffset = m.moffset, foffset = m.foffset, extent, writable, "DAX slot mapped");
+        Ok(())
+    }
+
+    fn unmap(&self, backend: &Backend, moffset: u64, len: u64) -> Result<(), Errno> {
+        let req = VhostUserMMap {
+            shmid: 0,
+            padding: [0; 7],
+            fd_offset: 0,
+            shm_offset: moffset,
+            len,
+            flags: 0,
+        };
+        match backend.shmem_unmap(&req) {
+            Ok(_) => {
+                self.metrics.dax_unmaps.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(vm = %self.metrics.name, error = %e, moffset, len, "SHMEM_UNMAP failed");
+                Err(Errno::IO)
+            }
+        }
+    }
+
+    /// FUSE_REMOVEMAPPING of `(moffset, len)` ranges: each must be a live
+    /// slot exactly. All are tried; the first error is returned.
+    pub fn remove_mappings(&self, ranges: &[(u64, u64)]) -> Result<(), Errno> {
+        let backend = self.backend()?;
+        let mut slots = lock(&self.slots);
+        let mut result = Ok(());
+        for &(moffset, len) in ranges {
+            let r = match slots.get(&moffset) {
+                Some(s) if s.len == len => self.unmap(&backend, moffset, len).map(|()| {
+                    slots.remove(&moffset);
+                }),
+                _ => {
+                    tracing::debug!(vm = %self.metrics.name, moffset, len, "REMOVEMAPPING of no slot");
+                    Err(Errno::INVAL)
+                }
+            };
+            if result.is_ok() {
+                result = r;
+            }
+        }
+        result
+    }
+
+    /// The guest's FUSE session ended (DESTROY) or restarted (INIT): asks
+    /// the front-end to unmap every live slot (best effort), then forgets them.
+    pub fn unmap_all(&self) {
+        let slots = std::mem::take(&mut *lock(&self.slots));
+        if slots.is_empty() {
+            return;
+        }
+        if let Ok(backend) = self.backend() {
+            for (moffset, s) in slots {
+                let _ = self.unmap(&backend, moffset, s.len);
+            }
+        }
+    }
+
+    /// The front-end dropped its maps (device reset, disconnect): forget
+    /// the slots without a message.
+    pub fn forget_all(&self) {
+        lock(&self.slots).clear();
+    }
+
+    /// Writable slots (for tests and logs).
+    pub fn writable_slots(&self) -> usize {
+        lock(&self.slots).values().filter(|s| s.writable).count()
+    }
+}
+
+impl DaxPlane {
+    /// The pool extent of `(key, chunk)` for a window slot (see
+    /// [`crate::pool::Pool::dax_extent`]).
+    fn shared_pool_extent(&self, key: FileKey, chunk: u64, file: &Arc<File>) -> Option<u64> {
+        self.shared.pool().dax_extent(key, chunk, file)
+    }
+}
