@@ -145,6 +145,40 @@ fn iovecs(slices: &[VolatileSlice<'_, ()>], skip: usize, len: usize) -> Vec<libc
     v
 }
 
+/// Moves `len` bytes between `slices` (from byte `at`) and a file at
+/// `offset` with a positioned vectored syscall, retrying short transfers and
+/// EINTR. A zero-byte transfer ends the loop (`zero_is_error`: as WriteZero).
+fn transfer_loop(
+    slices: &[VolatileSlice<'_, ()>],
+    at: usize,
+    len: usize,
+    offset: u64,
+    zero_is_error: bool,
+    syscall: impl Fn(&[libc::iovec], libc::off_t) -> isize,
+) -> io::Result<usize> {
+    let mut done = 0usize;
+    while done < len {
+        let iov = iovecs(slices, at + done, len - done);
+        if iov.is_empty() {
+            break;
+        }
+        let pos = libc::off_t::try_from(offset + done as u64)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        match syscall(&iov, pos) {
+            0 if zero_is_error => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            0 => break,
+            n if n > 0 => done += n as usize,
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(done)
+}
+
 impl PayloadIo for ChainBufs<'_> {
     fn read_payload(
         &mut self,
@@ -154,39 +188,20 @@ impl PayloadIo for ChainBufs<'_> {
         len: usize,
     ) -> io::Result<usize> {
         let len = len.min(self.writable_len.saturating_sub(at));
-        let mut done = 0usize;
-        while done < len {
-            let iov = iovecs(&self.writable, at + done, len - done);
-            if iov.is_empty() {
-                break;
-            }
-            let pos = libc::off_t::try_from(offset + done as u64)
-                .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        transfer_loop(&self.writable, at, len, offset, false, |iov, pos| {
             // SAFETY: every iovec points into a guest-memory slice of this
             // chain's writable part (bounds checked when the chain was
             // resolved; `mem` outlives `self`), `iov_len` never exceeds the
             // slice, and the kernel only writes into these ranges.
-            let n = unsafe {
+            unsafe {
                 libc::preadv(
                     file.as_raw_fd(),
                     iov.as_ptr(),
                     iov.len() as libc::c_int,
                     pos,
                 )
-            };
-            match n {
-                0 => break,
-                n if n > 0 => done += n as usize,
-                _ => {
-                    let e = io::Error::last_os_error();
-                    if e.kind() == io::ErrorKind::Interrupted {
-                        continue;
-                    }
-                    return Err(e);
-                }
             }
-        }
-        Ok(done)
+        })
     }
 
     fn write_payload(
@@ -202,37 +217,18 @@ impl PayloadIo for ChainBufs<'_> {
         {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
-        let mut done = 0usize;
-        while done < len {
-            let iov = iovecs(&self.readable, at + done, len - done);
-            if iov.is_empty() {
-                break;
-            }
-            let pos = libc::off_t::try_from(offset + done as u64)
-                .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        transfer_loop(&self.readable, at, len, offset, true, |iov, pos| {
             // SAFETY: every iovec points into a guest-memory slice of this
             // chain's readable part (bounds checked when the chain was
             // resolved; `mem` outlives `self`); the kernel only reads them.
-            let n = unsafe {
+            unsafe {
                 libc::pwritev(
                     file.as_raw_fd(),
                     iov.as_ptr(),
                     iov.len() as libc::c_int,
                     pos,
                 )
-            };
-            match n {
-                0 => return Err(io::Error::from(io::ErrorKind::WriteZero)),
-                n if n > 0 => done += n as usize,
-                _ => {
-                    let e = io::Error::last_os_error();
-                    if e.kind() == io::ErrorKind::Interrupted {
-                        continue;
-                    }
-                    return Err(e);
-                }
             }
-        }
-        Ok(done)
+        })
     }
 }
