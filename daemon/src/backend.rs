@@ -18,15 +18,12 @@ use crate::abi;
 use crate::chain::ChainBufs;
 use crate::fuse::{FuseServer, MAX_REQUEST, WRITE_PAYLOAD_AT};
 use crate::pool::SharedDevice;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::io;
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
 use vhost::vhost_user::message::{
     VhostUserProtocolFeatures, VhostUserShMemConfig, VhostUserVirtioFeatures,
 };
@@ -45,12 +42,9 @@ use vmm_sys_util::event::{
 pub type GuestMem = GuestMemoryAtomic<GuestMemoryMmap>;
 type Vring = VringRwLock<GuestMem>;
 
-/// The pacer spins (instead of sleeping) for replies due within this much.
-pub const SPIN_NS: u64 = 50_000;
-/// A reply due within this much of being ready is kept by the queue worker,
-/// which spins for it while polling its ring, instead of going to the pacer
-/// (a thread hand-off costs a futex wake-up, tens of µs on a busy host).
-pub const INLINE_SPIN_NS: u64 = 80_000;
+// A reply due within INLINE_SPIN_NS is kept by the queue worker, which
+// spins for it while polling its ring, instead of going to the pacer.
+use kvm_ept::pace::{self, INLINE_SPIN_NS};
 
 /// Queue geometry.
 #[derive(Debug, Clone, Copy)]
@@ -78,27 +72,15 @@ impl Default for QueueOptions {
 struct Held {
     deadline_ns: u64,
     arrival_ns: u64,
-    seq: u64,
     vring: Vring,
     queue: u16,
     head: u16,
     len: u32,
 }
 
-impl PartialEq for Held {
-    fn eq(&self, o: &Self) -> bool {
-        (self.deadline_ns, self.seq) == (o.deadline_ns, o.seq)
-    }
-}
-impl Eq for Held {}
-impl PartialOrd for Held {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Held {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (self.deadline_ns, self.seq).cmp(&(o.deadline_ns, o.seq))
+impl pace::Deadline for Held {
+    fn deadline_ns(&self) -> u64 {
+        self.deadline_ns
     }
 }
 
@@ -134,7 +116,6 @@ pub struct FsBackend {
     queues: QueueOptions,
     pacer_tx: Mutex<Option<Sender<Held>>>,
     pacer: Mutex<Option<JoinHandle<()>>>,
-    seq: std::sync::atomic::AtomicU64,
     event_idx: Arc<AtomicBool>,
 }
 
@@ -174,7 +155,6 @@ impl FsBackend {
             queues,
             pacer_tx: Mutex::new(Some(tx)),
             pacer: Mutex::new(Some(pacer)),
-            seq: std::sync::atomic::AtomicU64::new(0),
             event_idx,
         })
     }
@@ -374,7 +354,6 @@ impl FsBackend {
         let held = Held {
             deadline_ns: deadline,
             arrival_ns: arrival,
-            seq: self.seq.fetch_add(1, Ordering::Relaxed),
             vring: vring.clone(),
             queue,
             head,
@@ -418,74 +397,33 @@ fn run_pacer(
     if let Err(e) = rustix::thread::set_current_timer_slack(NonZeroU64::new(1)) {
         tracing::debug!(error = %e, "cannot set timer slack");
     }
-    let mut heap: BinaryHeap<Reverse<Held>> = BinaryHeap::new();
-    let mut open = true;
-    loop {
-        let Some(next) = heap.peek().map(|h| h.0.deadline_ns) else {
-            if !open {
-                return;
-            }
-            match rx.recv() {
-                Ok(h) => heap.push(Reverse(h)),
-                Err(_) => open = false,
-            }
-            continue;
-        };
-        let now = clock.now_ns();
-        if now + SPIN_NS < next {
-            let wait = Duration::from_nanos(next - now - SPIN_NS);
-            if open {
-                match rx.recv_timeout(wait) {
-                    Ok(h) => heap.push(Reverse(h)),
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Err(RecvTimeoutError::Disconnected) => open = false,
+    pace::run_pacer(
+        &rx,
+        || clock.now_ns(),
+        |due| {
+            // Release everything due, then signal each ring once.
+            let mut rings: Vec<(u16, Vring)> = Vec::new();
+            for h in &due {
+                if let Err(e) = h.vring.add_used(h.head, h.len) {
+                    tracing::warn!(vm = %vm.name, error = %e, "cannot add a paced reply to the used ring");
+                    continue;
                 }
-            } else {
-                thread::sleep(wait);
-            }
-            continue;
-        }
-        if now < next {
-            // Take in new arrivals while spinning (they may be due earlier).
-            if open {
-                match rx.try_recv() {
-                    Ok(h) => heap.push(Reverse(h)),
-                    Err(mpsc::TryRecvError::Empty) => std::hint::spin_loop(),
-                    Err(mpsc::TryRecvError::Disconnected) => open = false,
+                if !rings.iter().any(|(q, _)| *q == h.queue) {
+                    rings.push((h.queue, h.vring.clone()));
                 }
-            } else {
-                std::hint::spin_loop();
             }
-            continue;
-        }
-        // Release everything due, then signal each ring once.
-        let mut due: Vec<Held> = Vec::new();
-        while heap.peek().is_some_and(|h| h.0.deadline_ns <= now) {
-            if let Some(Reverse(h)) = heap.pop() {
-                due.push(h);
+            for (_, r) in &rings {
+                signal(r, event_idx.load(Ordering::Relaxed), &vm.name);
             }
-        }
-        let mut rings: Vec<(u16, Vring)> = Vec::new();
-        for h in &due {
-            if let Err(e) = h.vring.add_used(h.head, h.len) {
-                tracing::warn!(vm = %vm.name, error = %e, "cannot add a paced reply to the used ring");
-                continue;
+            let done = clock.now_ns() as i64;
+            for h in &due {
+                vm.record_pacing_error(
+                    done - h.deadline_ns as i64,
+                    h.deadline_ns.saturating_sub(h.arrival_ns),
+                );
             }
-            if !rings.iter().any(|(q, _)| *q == h.queue) {
-                rings.push((h.queue, h.vring.clone()));
-            }
-        }
-        for (_, r) in &rings {
-            signal(r, event_idx.load(Ordering::Relaxed), &vm.name);
-        }
-        let done = clock.now_ns() as i64;
-        for h in &due {
-            vm.record_pacing_error(
-                done - h.deadline_ns as i64,
-                h.deadline_ns.saturating_sub(h.arrival_ns),
-            );
-        }
-    }
+        },
+    );
 }
 
 impl VhostUserBackend for FsBackend {

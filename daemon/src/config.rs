@@ -10,7 +10,7 @@
 //! # preset = "cylon"
 //! # cache.size_bytes = "64MiB"
 //!
-//! dax = "on"                    # DAX window (default off); dax_window, pool_dir
+//! dax = "off"                   # DAX window (default on); dax_window, pool_dir
 //!
 //! [[vm]]
 //! name = "vm0"
@@ -80,7 +80,7 @@ pub struct Cli {
     /// preempt a reply being paced.
     #[arg(long, value_name = "PRIO")]
     pub realtime_priority: Option<u8>,
-    /// DAX window: on | off (default off). On: the pool is mounted as a
+    /// DAX window: on | off (default on). On: the pool is mounted as a
     /// host FUSE file (needs /dev/fuse and CAP_SYS_ADMIN); if that fails the
     /// daemon logs why and serves without DAX.
     #[arg(long, value_name = "on|off")]
@@ -348,9 +348,9 @@ impl DaemonConfig {
             )));
         }
         let dax = DaxOptions {
-            // TODO(issue-4): default on once an abnormal exit with the pool
-            // mounted cannot hang the process (see daemon/README.md).
-            enabled: cli.dax.or(file.dax).unwrap_or(OnOff::Off) == OnOff::On,
+            // On unless turned off; an abnormal exit cannot wedge the
+            // process (kvm-ept's exit guard), and without FUSE it falls back.
+            enabled: cli.dax.or(file.dax).unwrap_or(OnOff::On) == OnOff::On,
             window,
             pool_dir: cli.pool_dir.clone().or(file.pool_dir),
         };

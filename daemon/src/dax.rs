@@ -141,14 +141,15 @@ impl PoolBackend for DaemonPoolBackend {
                     file.write_all_at(&data[pos..pos + keep], at)?;
                 }
             }
-            // TODO(issue-4): a write-back is charged as a device write (it
-            // re-enters the device cache dirty); a NAND program without a
-            // cache fill would model it more closely.
+            // Stores through the window never reached the model (hits are
+            // invisible): the write-back is a bare NAND program of pages
+            // the device is dropping or cleaning, not a cache write.
             let c = self
                 .shared
-                .charge_pool(arrival_ns, Op::Write, off, n as u32)
+                .device()
+                .write_back(arrival_ns, off, n as u64)
                 .map_err(|e| WritebackError::Device(e.to_string()))?;
-            done = done.max(c.completes_at_ns);
+            done = done.max(c);
             pos += n;
         }
         Ok(done)

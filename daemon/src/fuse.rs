@@ -673,6 +673,14 @@ impl FuseServer {
     fn fsync(&self, a: &mut Cursor<'_>) -> OpResult {
         let fh = a.u64().map_err(parse_err)?;
         let flags = a.u32().map_err(parse_err)?;
+        if self.dax.is_some() {
+            // Stores made through DAX windows sit in the pool until written back.
+            let handle = self.fs.handle(fh)?;
+            if let Err(e) = self.shared.sync_file_range(handle.inode.key, 0, u64::MAX) {
+                tracing::warn!(error = %e, "fsync: cannot write back the file's pool pages");
+                return Err(Errno::IO);
+            }
+        }
         self.fs.fsync(fh, flags & 1 != 0)?;
         Ok(Vec::new())
     }

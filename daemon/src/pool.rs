@@ -268,6 +268,19 @@ pub enum ChargeAccessError {
     Device(#[from] AccessError),
 }
 
+/// A file's dirty pool pages could not be written back.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write back pool pages {offset:#x}+{len:#x}")]
+pub struct SyncPoolError {
+    /// Pool offset of the range.
+    pub offset: u64,
+    /// Its length.
+    pub len: u64,
+    /// The plane's error.
+    #[source]
+    pub source: kvm_ept::SendNotifyError,
+}
+
 /// The device model, the pool and the daemon's clock, shared by all VMs.
 #[derive(Debug)]
 pub struct SharedDevice {
@@ -423,35 +436,7 @@ impl SharedDevice {
     /// ones. Never call it from a plane thread. No-op without DAX.
     pub fn evict_file_range(&self, key: FileKey, offset: u64, len: u64) {
         let Some(plane) = self.plane() else { return };
-        if len == 0 {
-            return;
-        }
-        let page = kvm_ept::PAGE_SIZE;
-        let start = offset / page * page;
-        let end = offset
-            .saturating_add(len)
-            .div_ceil(page)
-            .saturating_mul(page);
-        let ranges: Vec<(u64, u64)> = {
-            let pool = self.pool();
-            let Some(f) = pool.files.get(&key) else {
-                return;
-            };
-            let mut v = Vec::new();
-            let mut pos = start;
-            while pos < end {
-                let chunk = pos / EXTENT_SIZE;
-                let chunk_end = ((chunk + 1) * EXTENT_SIZE).min(end);
-                if let Some(&e) = f.extents.get(&chunk) {
-                    if e < pool.capacity_extents && pool.is_dax_extent(e) {
-                        v.push((e * EXTENT_SIZE + pos % EXTENT_SIZE, chunk_end - pos));
-                    }
-                }
-                pos = chunk_end;
-            }
-            v
-        };
-        for (off, n) in ranges {
+        for (off, n) in self.dax_pool_ranges(key, offset, len) {
             match plane.evict(off, n).map(|t| t.wait()) {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) | Err(e) => {
@@ -459,6 +444,64 @@ impl SharedDevice {
                 }
             }
         }
+    }
+
+    /// Writes back the dirty pool pages of a file's byte range (stores made
+    /// through DAX windows) to the host file and waits; the pages stay
+    /// resident. For FSYNC. No-op without DAX.
+    pub fn sync_file_range(
+        &self,
+        key: FileKey,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), SyncPoolError> {
+        let Some(plane) = self.plane() else {
+            return Ok(());
+        };
+        for (off, n) in self.dax_pool_ranges(key, offset, len) {
+            plane.sync(off, n).map_err(|source| SyncPoolError {
+                offset: off,
+                len: n,
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The pool ranges (page aligned, within DAX extents) that hold the
+    /// file's bytes `[offset, offset + len)`, in file order.
+    fn dax_pool_ranges(&self, key: FileKey, offset: u64, len: u64) -> Vec<(u64, u64)> {
+        if len == 0 {
+            return Vec::new();
+        }
+        let page = kvm_ept::PAGE_SIZE;
+        let start = offset / page * page;
+        let end = offset
+            .saturating_add(len)
+            .div_ceil(page)
+            .saturating_mul(page);
+        let pool = self.pool();
+        let Some(f) = pool.files.get(&key) else {
+            return Vec::new();
+        };
+        let mut chunks: Vec<(u64, u64)> = f
+            .extents
+            .iter()
+            .map(|(&chunk, &e)| (chunk, e))
+            .filter(|&(chunk, e)| {
+                let (lo, hi) = (chunk * EXTENT_SIZE, (chunk + 1) * EXTENT_SIZE);
+                lo < end && hi > start && e < pool.capacity_extents && pool.is_dax_extent(e)
+            })
+            .collect();
+        chunks.sort_unstable();
+        chunks
+            .into_iter()
+            .map(|(chunk, e)| {
+                let lo = (chunk * EXTENT_SIZE).max(start);
+                let hi = ((chunk + 1) * EXTENT_SIZE).min(end);
+                (e * EXTENT_SIZE + lo % EXTENT_SIZE, hi - lo)
+            })
+            .collect()
     }
 
     /// Drops one reference on a file; `deleted`: the host file no longer

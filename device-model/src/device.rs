@@ -583,6 +583,24 @@ impl Device {
         Ok(done)
     }
 
+    /// Programs `[addr, addr + len)` to NAND the way a dirty page leaving
+    /// the cache is: no lookup, no fill, no hit or miss. For data the model
+    /// never saw being written (stores through a DAX window reach resident
+    /// pages without an access: hits are invisible) and that is now being
+    /// written back. A page still resident is left clean. Returns when the
+    /// last program completes.
+    pub fn write_back(&mut self, now_ns: u64, addr: u64, len: u64) -> Result<u64, AccessError> {
+        let (first, last) = self.page_range(addr, len)?;
+        let mut done = now_ns;
+        for page in first..=last {
+            done = done.max(self.nand.program(now_ns, page)?);
+            if let Some(slot) = self.cache.lookup(page) {
+                self.cache.set_dirty(slot, false);
+            }
+        }
+        Ok(done)
+    }
+
     /// Switches the eviction policy at run time; resident pages stay.
     pub fn set_policy(&mut self, kind: PolicyKind) {
         self.cache.set_policy(kind, &self.cfg.cache.params);

@@ -97,6 +97,26 @@ fn dirty_victims_are_programmed_and_whole_page_writes_skip_the_fill() {
 }
 
 #[test]
+fn write_back_programs_nand_without_touching_the_cache() {
+    let mut dev = device(&[]);
+    // A resident dirty page and a page that is not resident.
+    dev.access(0, Op::Write, 0, 64).unwrap();
+    let before = dev.stats();
+    assert_eq!(before.dirty_pages, 1);
+    let done = dev.write_back(1_000_000, 0, 2 * PAGE).unwrap();
+    let after = dev.stats();
+    assert_eq!(after.nand.programs() - before.nand.programs(), 2, "one program per page");
+    assert!(done >= 1_000_000 + 200_000, "a program takes tProg: done at {done}");
+    assert_eq!(after.dirty_pages, 0, "the resident page is clean now");
+    assert_eq!(after.resident_pages, before.resident_pages, "nothing filled");
+    assert_eq!((after.hits, after.misses), (before.hits, before.misses), "no access counted");
+    // Programmed: the resident page is still a hit; the other still a miss.
+    assert!(dev.access(2_000_000, Op::Read, 0, 64).unwrap().hit);
+    assert!(!dev.access(2_000_000, Op::Read, PAGE, 64).unwrap().hit);
+    assert!(dev.write_back(0, dev.capacity_bytes(), PAGE).is_err());
+}
+
+#[test]
 fn prefetch_costs_nand_reads_and_is_accounted() {
     let mut dev = device(&["prefetch.degree=2", "prefetch.stride_pages=1"]);
     let miss = dev.access(0, Op::Read, 0, 64).unwrap();

@@ -32,15 +32,13 @@ use crate::fuse_abi::{
     ReadIn,
 };
 use crate::metrics::PlaneMetrics;
-use crate::pace::{self, INLINE_SPIN_NS, SPIN_NS};
+use crate::pace::{self, INLINE_SPIN_NS};
 use crate::vm::{VmId, VmResolver};
 use crate::{
     MapTarget, Miss, MissData, NotifyTicket, PlaneMetricsSnapshot, PoolBackend, ResidencyPlane,
     SendNotifyError, PAGE_SIZE,
 };
 use std::cell::Cell;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::io::{self, IoSlice, Read, Write};
@@ -49,7 +47,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -367,9 +365,11 @@ impl Server {
                     encode_dirent(*ino, i as u64 + 1, *typ, name, out);
                 }
             }
+            // ENOSYS makes the kernel stop sending FLUSH (`no_flush`): a
+            // close() then never waits on this server (see exit_guard.rs).
+            opcode::FLUSH => return Err(libc::ENOSYS),
             opcode::RELEASE
             | opcode::RELEASEDIR
-            | opcode::FLUSH
             | opcode::FSYNC
             | opcode::FSYNCDIR
             | opcode::ACCESS
@@ -489,24 +489,12 @@ impl Server {
 /// A reply held until its modeled completion.
 struct Held {
     deadline_ns: u64,
-    seq: u64,
     reply: Vec<u8>,
 }
 
-impl PartialEq for Held {
-    fn eq(&self, o: &Self) -> bool {
-        (self.deadline_ns, self.seq) == (o.deadline_ns, o.seq)
-    }
-}
-impl Eq for Held {}
-impl PartialOrd for Held {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Held {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (self.deadline_ns, self.seq).cmp(&(o.deadline_ns, o.seq))
+impl pace::Deadline for Held {
+    fn deadline_ns(&self) -> u64 {
+        self.deadline_ns
     }
 }
 
@@ -551,6 +539,9 @@ struct Mounted {
     /// unmount, to wake request threads at shutdown.
     root: Option<File>,
     mounted: bool,
+    /// Aborts the connection if this process dies without unmounting;
+    /// dropped last, after a clean unmount.
+    _exit_guard: Option<crate::exit_guard::ExitGuard>,
 }
 
 /// The residency plane over a FUSE pool file. See the module docs.
@@ -637,6 +628,7 @@ impl FusePoolPlane {
             },
             root: None,
             mounted: true,
+            _exit_guard: None,
         };
         let (pace_tx, pace_rx) = mpsc::channel::<Held>();
         let (notify_tx, notify_rx) = mpsc::channel::<Notice>();
@@ -687,6 +679,15 @@ impl FusePoolPlane {
                     source,
                 })?,
         );
+        // After the request threads are up: finding the connection stats the
+        // mountpoint, which this server must answer.
+        match crate::exit_guard::ExitGuard::start(mountpoint) {
+            Ok(g) => m._exit_guard = Some(g),
+            Err(e) => tracing::warn!(
+                error = %e,
+                "no exit guard for the pool: if this process is killed mid-eviction it may hang in the kernel"
+            ),
+        }
         let path = mountpoint.join(POOL_NAME);
         let file = OpenOptions::new()
             .read(true)
@@ -771,6 +772,29 @@ impl ResidencyPlane for FusePoolPlane {
         })
     }
 
+    fn sync(&self, pool_offset: u64, len: u64) -> Result<(), SendNotifyError> {
+        self.check_range(pool_offset, len)?;
+        if on_request_thread() {
+            return Err(SendNotifyError::WouldDeadlock);
+        }
+        let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+            | libc::SYNC_FILE_RANGE_WRITE
+            | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+        // SAFETY: a plain system call on an fd this plane owns.
+        let rc = unsafe {
+            libc::sync_file_range(
+                self.target.file.as_raw_fd(),
+                pool_offset as libc::off64_t,
+                len as libc::off64_t,
+                flags,
+            )
+        };
+        if rc != 0 {
+            return Err(SendNotifyError::Kernel(io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
     fn register_vmm(&self, vm: VmId, pid: u32) {
         self.m.server.vms.register(vm, pid);
     }
@@ -788,7 +812,6 @@ fn reader(server: &Server, dev: &File, pacer: Sender<Held>, mode: ReaderMode) {
     REQUEST_THREAD.with(|c| c.set(true));
     let mut buf = vec![0u8; (MAX_WRITE as usize + 4096).max(abi::MIN_READ_BUFFER)];
     let mut out: Vec<u8> = Vec::with_capacity(abi::OUT_HEADER_LEN + MAX_WRITE as usize);
-    let mut seq = 0u64;
     loop {
         let n = match (&*dev).read(&mut buf) {
             Ok(n) => n,
@@ -826,14 +849,12 @@ fn reader(server: &Server, dev: &File, pacer: Sender<Held>, mode: ReaderMode) {
                     pace::wait_until(|| server.backend.now_ns(), deadline);
                     write_reply(dev, &out);
                 } else {
-                    seq += 1;
                     let reply = std::mem::replace(
                         &mut out,
                         Vec::with_capacity(abi::OUT_HEADER_LEN + MAX_WRITE as usize),
                     );
                     let held = Held {
                         deadline_ns: deadline,
-                        seq,
                         reply,
                     };
                     if let Err(mpsc::SendError(h)) = pacer.send(held) {
@@ -852,52 +873,15 @@ fn reader(server: &Server, dev: &File, pacer: Sender<Held>, mode: ReaderMode) {
 
 fn pacer(server: &Server, dev: &File, rx: Receiver<Held>) {
     REQUEST_THREAD.with(|c| c.set(true));
-    let now = || server.backend.now_ns();
-    let mut heap: BinaryHeap<Reverse<Held>> = BinaryHeap::new();
-    let mut open = true;
-    loop {
-        let Some(next) = heap.peek().map(|h| h.0.deadline_ns) else {
-            if !open {
-                return;
-            }
-            match rx.recv() {
-                Ok(h) => heap.push(Reverse(h)),
-                Err(_) => open = false,
-            }
-            continue;
-        };
-        let t = now();
-        if t + SPIN_NS < next {
-            let wait = Duration::from_nanos(next - t - SPIN_NS);
-            if open {
-                match rx.recv_timeout(wait) {
-                    Ok(h) => heap.push(Reverse(h)),
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Err(RecvTimeoutError::Disconnected) => open = false,
-                }
-            } else {
-                thread::sleep(wait);
-            }
-            continue;
-        }
-        if t < next {
-            if open {
-                match rx.try_recv() {
-                    Ok(h) => heap.push(Reverse(h)),
-                    Err(mpsc::TryRecvError::Empty) => std::hint::spin_loop(),
-                    Err(mpsc::TryRecvError::Disconnected) => open = false,
-                }
-            } else {
-                std::hint::spin_loop();
-            }
-            continue;
-        }
-        while heap.peek().is_some_and(|h| h.0.deadline_ns <= t) {
-            if let Some(Reverse(h)) = heap.pop() {
+    pace::run_pacer(
+        &rx,
+        || server.backend.now_ns(),
+        |due| {
+            for h in due {
                 write_reply(dev, &h.reply);
             }
-        }
-    }
+        },
+    );
 }
 
 fn notifier(server: &Server, dev: &File, rx: Receiver<Notice>) {

@@ -40,6 +40,7 @@
 //! [`fuse_plane`] ([`FusePoolPlane`]), [`pace`], [`vm`] (pid → VM
 //! attribution), [`metrics`].
 
+pub mod exit_guard;
 pub mod fuse_abi;
 pub mod fuse_plane;
 pub mod metrics;
@@ -235,6 +236,12 @@ pub trait ResidencyPlane: Send + Sync {
     /// then every mapping of them, in every VM, is zapped; the next touch
     /// traps. Asynchronous like [`ResidencyPlane::fill`].
     fn evict(&self, pool_offset: u64, len: u64) -> Result<NotifyTicket, SendNotifyError>;
+
+    /// Writes the dirty pages of `[pool_offset, pool_offset + len)` back
+    /// ([`PoolBackend::on_writeback`]) and waits; they stay resident (an
+    /// fsync of a file whose pages the guests store to through the window).
+    /// Synchronous: never call it from a plane request thread.
+    fn sync(&self, pool_offset: u64, len: u64) -> Result<(), SendNotifyError>;
 
     /// Declares that `pid` is the VMM process of `vm`: traps by any of its
     /// threads are attributed to `vm` (the daemon gets the pid from the

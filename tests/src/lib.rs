@@ -133,6 +133,42 @@ pub fn cxlfsd() -> &'static Path {
     })
 }
 
+/// The QEMU with a virtio-fs DAX window, built (or found in the cache) by
+/// `qemu-configs/build-qemu.sh` once per test binary; `$CXLFS_QEMU` if set.
+/// The first build takes about 5 minutes on 2 cores.
+pub fn patched_qemu() -> &'static Path {
+    static QEMU: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    once_path(&QEMU, || {
+        if let Some(p) = std::env::var_os("CXLFS_QEMU").filter(|p| !p.is_empty()) {
+            return Ok(PathBuf::from(p));
+        }
+        let script = repo_root().join("qemu-configs/build-qemu.sh");
+        let t = Instant::now();
+        let out = Command::new(&script)
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{} failed ({}): see its log on stderr",
+                script.display(),
+                out.status
+            ));
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let bin = PathBuf::from(stdout.lines().last().unwrap_or("").trim());
+        if !bin.is_file() {
+            return Err(format!(
+                "{} printed {stdout:?}: no binary there",
+                script.display()
+            ));
+        }
+        eprintln!("e2e: patched QEMU {} ({:.1?})", bin.display(), t.elapsed());
+        Ok(bin)
+    })
+}
+
 /// Options of one guest (see `qemu-configs/run-vm.sh`).
 #[derive(Debug, Clone)]
 pub struct VmOptions {
@@ -145,6 +181,26 @@ pub struct VmOptions {
     /// A short command line for the guest (`--cmd`); `None` runs the share's
     /// `.cxlfs/run.sh` (see [`Daemon::write_guest_script`]).
     pub cmd: Option<String>,
+    /// Guest mount options for the share (`--mountopts`, e.g. `dax=always`).
+    pub mountopts: Option<String>,
+    /// The share's DAX window (`--cache-size`, QEMU syntax); needs `qemu`
+    /// to be the patched QEMU ([`patched_qemu`]).
+    pub cache_size: Option<String>,
+    /// The QEMU binary (`$QEMU` of `run-vm.sh`); `None`: the system's.
+    pub qemu: Option<PathBuf>,
+}
+
+impl VmOptions {
+    /// A guest that mounts the share with `dax=always` through a DAX window
+    /// of `window` (QEMU syntax) on the patched QEMU.
+    pub fn dax(window: &str) -> Self {
+        VmOptions {
+            mountopts: Some("dax=always".to_string()),
+            cache_size: Some(window.to_string()),
+            qemu: Some(patched_qemu().to_path_buf()),
+            ..VmOptions::default()
+        }
+    }
 }
 
 impl Default for VmOptions {
@@ -154,6 +210,9 @@ impl Default for VmOptions {
             mem: "1G".to_string(),
             timeout: Duration::from_secs(240),
             cmd: None,
+            mountopts: None,
+            cache_size: None,
+            qemu: None,
         }
     }
 }
@@ -365,6 +424,15 @@ impl Daemon {
         if let Some(c) = &opts.cmd {
             cmd.arg("--cmd").arg(c);
         }
+        if let Some(m) = &opts.mountopts {
+            cmd.arg("--mountopts").arg(m);
+        }
+        if let Some(c) = &opts.cache_size {
+            cmd.arg("--cache-size").arg(c);
+        }
+        if let Some(q) = &opts.qemu {
+            cmd.env("QEMU", q);
+        }
         let child = cmd
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("dup the run-vm log"))
@@ -387,6 +455,24 @@ impl Daemon {
         let text = http_get(self.metrics, "/metrics")
             .unwrap_or_else(|e| panic!("scraping {}: {e}\n{}", self.metrics, self.diagnostics()));
         Metrics::parse(&text).unwrap_or_else(|e| panic!("bad metrics text: {e}\n{text}"))
+    }
+
+    /// SIGKILL (no clean shutdown); returns the exit status if the process
+    /// was gone within `limit`, `None` if it still was not (it is then
+    /// left to the test to unwedge and report).
+    pub fn kill(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let Some(mut child) = self.child.take() else {
+            panic!("cxlfsd already stopped");
+        };
+        signal(child.id(), libc::SIGKILL);
+        let t = Instant::now();
+        while t.elapsed() < limit {
+            if let Ok(Some(st)) = child.try_wait() {
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
     }
 
     /// SIGTERM, then waits (up to 20 s) for the clean shutdown; returns the
@@ -442,7 +528,19 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            kill_tree(&mut c);
+            // SIGTERM first: a clean stop unmounts the DAX pool. Only the
+            // daemon itself is killed after that, never its pool exit guard
+            // (a child process), which must outlive it to abort the pool.
+            signal(c.id(), libc::SIGTERM);
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(10) {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
         }
         let keep = std::thread::panicking() || std::env::var_os("CXLFS_E2E_KEEP").is_some();
         if let Some(w) = self.work.take() {
