@@ -3,7 +3,7 @@ CARGO ?= cargo
 CXLFS := target/release/cxlfs
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test bench lint unit e2e image toolchain build clean
+.PHONY: demo test bench lint unit e2e image qemu toolchain build clean
 
 ## The main job. Until the daemon lands (issue 3) it is a trace-replay study:
 ## every eviction policy on a zipf(0.99) working set twice the cache, then the
@@ -34,13 +34,18 @@ unit:
 ## Real guests on cxlfsd: builds the guest image (cached; installs QEMU etc. with
 ## apt-get when missing) and cxlfsd in release mode, then runs the guests one
 ## test at a time (2 cores, TCG).
-e2e: toolchain image
+e2e: toolchain image qemu
 	$(CARGO) build --release --locked -p cxlfsd
 	$(CARGO) test --locked -p cxlfs-e2e -- --test-threads=1
 
 ## The test-guest image (kernel + initramfs with fio, busybox), cached by content hash.
 image:
 	qemu-configs/build-guest-image.sh
+
+## QEMU 7.2 with a virtio-fs DAX window (Debian source + our patch), cached by
+## patch hash; ~5 min cold on 2 cores. The DAX e2e tests and experiments use it.
+qemu:
+	qemu-configs/build-qemu.sh
 
 ## Replay throughput for every policy, uniform and zipf(0.99), NAND model off and on;
 ## then cxlfsd (zero device latency) against stock virtiofsd with real guests (fio
