@@ -139,6 +139,11 @@ impl DaemonState {
         let _ = self.control.set(control);
     }
 
+    /// The cache-control executor, once set.
+    pub fn control(&self) -> Option<&Arc<crate::control::Controller>> {
+        self.control.get()
+    }
+
     /// The DAX window's plane, when DAX is on.
     pub fn dax(&self) -> Option<&Arc<DaxPlane>> {
         self.dax.get()
