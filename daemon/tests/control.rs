@@ -69,8 +69,8 @@ fn rig(extra: &[&str], prepare: impl FnOnce(&Path)) -> Rig {
         "prefetch.degree=0".into(),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
-    let cfg = DaemonConfig::merge(&Cli::try_parse_from(args).unwrap(), FileConfig::default())
-        .unwrap();
+    let cfg =
+        DaemonConfig::merge(&Cli::try_parse_from(args).unwrap(), FileConfig::default()).unwrap();
     let shared = Arc::new(SharedDevice::new(
         cxlfs_device_model::Device::new(cfg.device.clone()).unwrap(),
     ));
@@ -85,12 +85,9 @@ fn rig(extra: &[&str], prepare: impl FnOnce(&Path)) -> Rig {
             },
         },
     );
-    let metrics_addr = cxlfsd::metrics::serve(
-        "127.0.0.1:0".parse().unwrap(),
-        false,
-        state.metrics.clone(),
-    )
-    .unwrap();
+    let metrics_addr =
+        cxlfsd::metrics::serve("127.0.0.1:0".parse().unwrap(), false, state.metrics.clone())
+            .unwrap();
     let control = control::start(&cfg, &state).unwrap();
     let fs = PassthroughFs::new(&share, CacheMode::Never, shared.clone()).unwrap();
     let vm = FuseServer::new(
@@ -221,8 +218,13 @@ impl Rig {
 
     /// The guest's `CXLFS_IOC_HINT` on `f`: (ioctl result, reply).
     fn hint(&self, f: Open, req: &HintRequest, dir: bool) -> (i32, HintReply) {
-        self.hint_raw(f, CXLFS_IOC_HINT, &cxlfs_hint::encode(req, &HintReply::default()), dir)
-            .unwrap()
+        self.hint_raw(
+            f,
+            CXLFS_IOC_HINT,
+            &cxlfs_hint::encode(req, &HintReply::default()),
+            dir,
+        )
+        .unwrap()
     }
 
     fn hint_raw(&self, f: Open, cmd: u32, data: &[u8], dir: bool) -> Result<(i32, HintReply), i32> {
@@ -340,7 +342,9 @@ fn a_pinned_range_survives_a_scan_that_evicts_everything_else() {
     let hot = r.open("hot.bin");
     let scan = r.open("scan.bin");
     // The host pins the first 256 KiB (64 pages); the guest warms all 512 KiB.
-    let pin = r.client().ok(json!({"cmd": "pin", "file": "hot.bin", "len": 256 * 1024}));
+    let pin = r
+        .client()
+        .ok(json!({"cmd": "pin", "file": "hot.bin", "len": 256 * 1024}));
     assert_eq!(pin["pages"], json!(64));
     assert_eq!(pin["changed"], json!(64));
     assert_eq!(r.read_counting(hot, 256 * 1024, 256 * 1024), (0, 64));
@@ -378,15 +382,23 @@ fn a_prefetch_turns_misses_into_hits_and_evict_undoes_it() {
     assert_eq!(ev["changed"], json!(64));
     assert_eq!(r.read_counting(b, 0, 256 * 1024), (0, 64), "evicted");
     r.client().ok(json!({"cmd": "evict", "file": "b.bin"}));
-    let pf = r.client().ok(json!({"cmd": "prefetch", "file": "b.bin", "offset": 64 * 1024, "len": 128 * 1024}));
+    let pf = r
+        .client()
+        .ok(json!({"cmd": "prefetch", "file": "b.bin", "offset": 64 * 1024, "len": 128 * 1024}));
     assert_eq!(pf["pages"], json!(32));
     assert_eq!(pf["changed"], json!(32), "read from NAND");
     assert!(pf["latency_ns"].as_u64().unwrap() >= 30_000);
     // The reply came after the modeled completion: every page is ready.
     assert_eq!(r.read_counting(b, 64 * 1024, 128 * 1024), (32, 0));
-    assert_eq!(r.read_counting(b, 0, 64 * 1024), (0, 16), "outside the range");
+    assert_eq!(
+        r.read_counting(b, 0, 64 * 1024),
+        (0, 16),
+        "outside the range"
+    );
     // The same through a pool range (device addresses) from the host.
-    let ev = r.client().ok(json!({"cmd": "evict", "pool_offset": 0, "len": 4 << 20}));
+    let ev = r
+        .client()
+        .ok(json!({"cmd": "evict", "pool_offset": 0, "len": 4 << 20}));
     assert!(ev["changed"].as_u64().unwrap() >= 48);
     assert_eq!(r.read_counting(b, 64 * 1024, 128 * 1024), (0, 32));
 }
@@ -405,7 +417,11 @@ fn guest_hints_act_on_open_files_within_the_quota() {
     assert_eq!(rc, 0);
     assert_eq!((out.pages, out.changed), (16, 16));
     assert_eq!(out.pin_quota_bytes, 64 * 1024);
-    assert_eq!(r.read_counting(g, 0, 64 * 1024), (16, 0), "guest prefetch -> hits");
+    assert_eq!(
+        r.read_counting(g, 0, 64 * 1024),
+        (16, 0),
+        "guest prefetch -> hits"
+    );
     // Pin 64 KiB (exactly the quota), then 4 KiB more: EDQUOT, nothing pinned.
     let mut pin = HintRequest::new(HintOp::Pin);
     pin.offset = 64 * 1024;
@@ -435,7 +451,10 @@ fn guest_hints_act_on_open_files_within_the_quota() {
     let root = r.opendir_root();
     assert_eq!(r.hint(root, &sp, true).0, -libc::EPERM);
     assert_eq!(r.device().2, "fifo");
-    assert_eq!(r.hint(root, &HintRequest::new(HintOp::ResetStats), true).0, -libc::EPERM);
+    assert_eq!(
+        r.hint(root, &HintRequest::new(HintOp::ResetStats), true).0,
+        -libc::EPERM
+    );
     // A range hint on a directory, a bad version, unknown op, flags: EINVAL.
     assert_eq!(r.hint(root, &req, true).0, -libc::EINVAL);
     let mut bad = req.clone();
@@ -457,7 +476,8 @@ fn guest_hints_act_on_open_files_within_the_quota() {
         -libc::ENOTTY
     );
     assert_eq!(
-        r.hint_raw(g, CXLFS_IOC_HINT, &[0u8; 100], false).unwrap_err(),
+        r.hint_raw(g, CXLFS_IOC_HINT, &[0u8; 100], false)
+            .unwrap_err(),
         -libc::EINVAL
     );
     // A file handle the guest never opened.
@@ -466,8 +486,13 @@ fn guest_hints_act_on_open_files_within_the_quota() {
         fh: 999_999,
     };
     assert_eq!(
-        r.hint_raw(forged, CXLFS_IOC_HINT, &cxlfs_hint::encode(&req, &HintReply::default()), false)
-            .unwrap_err(),
+        r.hint_raw(
+            forged,
+            CXLFS_IOC_HINT,
+            &cxlfs_hint::encode(&req, &HintReply::default()),
+            false
+        )
+        .unwrap_err(),
         -libc::EBADF
     );
     assert_eq!(r.device(), before);
@@ -504,7 +529,10 @@ fn guest_device_control_when_allowed() {
     let g = r.open("g.bin");
     r.read(g, 0, 64 * 1024);
     assert!(r.vm_counts().1 > 0);
-    assert_eq!(r.hint(root, &HintRequest::new(HintOp::ResetStats), true).0, 0);
+    assert_eq!(
+        r.hint(root, &HintRequest::new(HintOp::ResetStats), true).0,
+        0
+    );
     assert_eq!(r.vm_counts(), (0, 0));
     assert_eq!(r.state.shared.stats().misses, 0);
 }
@@ -518,16 +546,29 @@ fn set_policy_under_load_keeps_data_and_residency() {
     let f = r.open("load.bin");
     // Quiet switch: resident and pinned pages stay.
     r.read(f, 0, 512 * 1024);
-    r.client().ok(json!({"cmd": "pin", "file": "load.bin", "len": 16384}));
+    r.client()
+        .ok(json!({"cmd": "pin", "file": "load.bin", "len": 16384}));
     let before = r.device();
     let mut c = r.client();
-    let sw = c.ok(json!({"cmd": "set_policy", "name": "s3fifo", "params": {"s3fifo_small_ratio": 0.2}}));
-    assert_eq!((sw["previous"].as_str(), sw["policy"].as_str()), (Some("fifo"), Some("s3fifo")));
+    let sw =
+        c.ok(json!({"cmd": "set_policy", "name": "s3fifo", "params": {"s3fifo_small_ratio": 0.2}}));
+    assert_eq!(
+        (sw["previous"].as_str(), sw["policy"].as_str()),
+        (Some("fifo"), Some("s3fifo"))
+    );
     assert_eq!(sw["params"]["s3fifo_small_ratio"], json!(0.2));
     let after = r.device();
-    assert_eq!((after.0, after.1), (before.0, before.1), "residency and pins kept");
+    assert_eq!(
+        (after.0, after.1),
+        (before.0, before.1),
+        "residency and pins kept"
+    );
     assert_eq!(after.2, "s3fifo");
-    assert_eq!(r.read_counting(f, 0, 512 * 1024), (128, 0), "still resident");
+    assert_eq!(
+        r.read_counting(f, 0, 512 * 1024),
+        (128, 0),
+        "still resident"
+    );
     // Under load: a reader verifies every byte while the host switches.
     let stop = Arc::new(AtomicBool::new(false));
     let reader = {
@@ -562,19 +603,35 @@ fn set_policy_under_load_keeps_data_and_residency() {
     // A bad name or parameter changes nothing.
     let pol = r.device().2;
     c.err(json!({"cmd": "set_policy", "name": "mru"}), "bad_request");
-    c.err(json!({"cmd": "set_policy", "name": "lru", "params": {"s3fifo_small_ratio": 7.0}}), "bad_request");
-    c.err(json!({"cmd": "set_policy", "name": "lru", "params": {"nope": 1}}), "bad_request");
+    c.err(
+        json!({"cmd": "set_policy", "name": "lru", "params": {"s3fifo_small_ratio": 7.0}}),
+        "bad_request",
+    );
+    c.err(
+        json!({"cmd": "set_policy", "name": "lru", "params": {"nope": 1}}),
+        "bad_request",
+    );
     assert_eq!(r.device().2, pol);
     // The prefetcher: degree 4 → one miss brings 4 more pages.
     c.ok(json!({"cmd": "evict", "pool_offset": 0, "len": 8 << 20}));
     c.ok(json!({"cmd": "unpin", "pool_offset": 0, "len": 8 << 20}));
     c.ok(json!({"cmd": "evict", "pool_offset": 0, "len": 8 << 20}));
     let p = c.ok(json!({"cmd": "set_prefetch", "degree": 4}));
-    assert_eq!((p["degree"].as_u64(), p["stride"].as_u64()), (Some(4), Some(1)));
+    assert_eq!(
+        (p["degree"].as_u64(), p["stride"].as_u64()),
+        (Some(4), Some(1))
+    );
     assert_eq!(r.read_counting(f, 0, 4096), (0, 1));
     std::thread::sleep(Duration::from_millis(1));
-    assert_eq!(r.read_counting(f, 4096, 4 * 4096), (4, 0), "prefetched by the device");
-    c.err(json!({"cmd": "set_prefetch", "degree": 1, "stride": 0}), "bad_request");
+    assert_eq!(
+        r.read_counting(f, 4096, 4 * 4096),
+        (4, 0),
+        "prefetched by the device"
+    );
+    c.err(
+        json!({"cmd": "set_prefetch", "degree": 1, "stride": 0}),
+        "bad_request",
+    );
     assert_eq!(r.state.shared.device().config().prefetch.degree, 4);
 }
 
@@ -586,19 +643,42 @@ fn query_stats_agrees_with_prometheus_and_reset_zeroes_both() {
     let f = r.open("q.bin");
     r.read(f, 0, 512 * 1024);
     r.read(f, 0, 256 * 1024);
-    r.client().ok(json!({"cmd": "pin", "file": "q.bin", "len": 8192}));
+    r.client()
+        .ok(json!({"cmd": "pin", "file": "q.bin", "len": 8192}));
     let mut c = r.client();
     let st = c.ok(json!({"cmd": "query_stats"}));
     let text = r.scrape();
     let vm = &st["vms"]["vm0"];
-    assert_eq!(vm["hits"].as_u64().unwrap(), metric(&text, "cxlfs_device_hits_total{vm=\"vm0\"}"));
-    assert_eq!(vm["misses"].as_u64().unwrap(), metric(&text, "cxlfs_device_misses_total{vm=\"vm0\"}"));
-    assert_eq!(vm["traps"].as_u64().unwrap(), metric(&text, "cxlfs_pool_traps_total{vm=\"vm0\"}"));
-    assert_eq!((vm["hits"].as_u64(), vm["misses"].as_u64()), (Some(64), Some(128)));
-    assert_eq!(vm["pinned_bytes"], json!(0), "the host's pins are not the VM's");
+    assert_eq!(
+        vm["hits"].as_u64().unwrap(),
+        metric(&text, "cxlfs_device_hits_total{vm=\"vm0\"}")
+    );
+    assert_eq!(
+        vm["misses"].as_u64().unwrap(),
+        metric(&text, "cxlfs_device_misses_total{vm=\"vm0\"}")
+    );
+    assert_eq!(
+        vm["traps"].as_u64().unwrap(),
+        metric(&text, "cxlfs_pool_traps_total{vm=\"vm0\"}")
+    );
+    assert_eq!(
+        (vm["hits"].as_u64(), vm["misses"].as_u64()),
+        (Some(64), Some(128))
+    );
+    assert_eq!(
+        vm["pinned_bytes"],
+        json!(0),
+        "the host's pins are not the VM's"
+    );
     let total = &st["total"];
-    assert_eq!(total["hits"].as_u64().unwrap(), metric(&text, "cxlfs_device_hits_all_total"));
-    assert_eq!(total["misses"].as_u64().unwrap(), metric(&text, "cxlfs_device_misses_all_total"));
+    assert_eq!(
+        total["hits"].as_u64().unwrap(),
+        metric(&text, "cxlfs_device_hits_all_total")
+    );
+    assert_eq!(
+        total["misses"].as_u64().unwrap(),
+        metric(&text, "cxlfs_device_misses_all_total")
+    );
     assert_eq!(total["pinned_bytes"], json!(8192));
     assert_eq!(st["policy"], json!("fifo"));
     let one = c.ok(json!({"cmd": "query_stats", "vm": "vm0"}));
@@ -610,13 +690,20 @@ fn query_stats_agrees_with_prometheus_and_reset_zeroes_both() {
     assert_eq!(st["vms"]["vm0"]["hits"], json!(0));
     assert_eq!(metric(&text, "cxlfs_device_hits_total{vm=\"vm0\"}"), 0);
     assert_eq!(metric(&text, "cxlfs_device_misses_all_total"), 0);
-    assert_eq!(st["total"]["pinned_bytes"], json!(8192), "a reset keeps the pins");
+    assert_eq!(
+        st["total"]["pinned_bytes"],
+        json!(8192),
+        "a reset keeps the pins"
+    );
     let cfg = c.ok(json!({"cmd": "get_config"}));
     assert_eq!(cfg["device"]["cache"]["size_bytes"], json!(1 << 20));
     assert_eq!(cfg["protocol_version"], json!(1));
     assert_eq!(cfg["vms"][0]["name"], json!("vm0"));
     assert!(cfg["device_toml"].as_str().unwrap().contains("policy"));
-    c.err(json!({"cmd": "set_cxl_ratio", "percent": 30}), "not_supported");
+    c.err(
+        json!({"cmd": "set_cxl_ratio", "percent": 30}),
+        "not_supported",
+    );
 }
 
 #[test]
@@ -641,14 +728,42 @@ fn malformed_oversized_and_escaping_requests_change_nothing() {
     check(&mut c, b"{not json", "parse_error");
     check(&mut c, b"[1,2]", "bad_request");
     check(&mut c, br#"{"id":1,"cmd":"get_config"}"#, "bad_request");
-    check(&mut c, br#"{"v":2,"id":1,"cmd":"get_config"}"#, "unsupported_version");
-    check(&mut c, br#"{"v":1,"id":{"a":1},"cmd":"get_config"}"#, "bad_request");
+    check(
+        &mut c,
+        br#"{"v":2,"id":1,"cmd":"get_config"}"#,
+        "unsupported_version",
+    );
+    check(
+        &mut c,
+        br#"{"v":1,"id":{"a":1},"cmd":"get_config"}"#,
+        "bad_request",
+    );
     check(&mut c, br#"{"v":1,"id":1}"#, "bad_request");
-    check(&mut c, br#"{"v":1,"id":1,"cmd":"format_disk"}"#, "unknown_command");
-    check(&mut c, br#"{"v":1,"id":1,"cmd":"pin","file":"ok.bin","lenn":5}"#, "bad_request");
-    check(&mut c, br#"{"v":1,"id":1,"cmd":"pin","file":"ok.bin","pool_offset":0}"#, "bad_request");
-    check(&mut c, br#"{"v":1,"id":1,"cmd":"pin","len":-1,"file":"ok.bin"}"#, "bad_request");
-    check(&mut c, br#"{"v":1,"id":1,"cmd":"set_prefetch","degree":"x"}"#, "bad_request");
+    check(
+        &mut c,
+        br#"{"v":1,"id":1,"cmd":"format_disk"}"#,
+        "unknown_command",
+    );
+    check(
+        &mut c,
+        br#"{"v":1,"id":1,"cmd":"pin","file":"ok.bin","lenn":5}"#,
+        "bad_request",
+    );
+    check(
+        &mut c,
+        br#"{"v":1,"id":1,"cmd":"pin","file":"ok.bin","pool_offset":0}"#,
+        "bad_request",
+    );
+    check(
+        &mut c,
+        br#"{"v":1,"id":1,"cmd":"pin","len":-1,"file":"ok.bin"}"#,
+        "bad_request",
+    );
+    check(
+        &mut c,
+        br#"{"v":1,"id":1,"cmd":"set_prefetch","degree":"x"}"#,
+        "bad_request",
+    );
     // Oversized: refused, and the connection still serves.
     let mut big = br#"{"v":1,"id":1,"cmd":"get_config","pad":""#.to_vec();
     big.extend(std::iter::repeat_n(b'a', control::MAX_REQUEST_LINE + 10));
@@ -674,11 +789,23 @@ fn malformed_oversized_and_escaping_requests_change_nothing() {
         }
     }
     // Ranges outside the file or the pool.
-    c.err(json!({"cmd": "pin", "file": "ok.bin", "offset": 1 << 20}), "bad_request");
-    c.err(json!({"cmd": "pin", "file": "ok.bin", "offset": u64::MAX, "len": 10}), "bad_request");
-    c.err(json!({"cmd": "pin", "pool_offset": u64::MAX - 4096, "len": 8192}), "bad_request");
+    c.err(
+        json!({"cmd": "pin", "file": "ok.bin", "offset": 1 << 20}),
+        "bad_request",
+    );
+    c.err(
+        json!({"cmd": "pin", "file": "ok.bin", "offset": u64::MAX, "len": 10}),
+        "bad_request",
+    );
+    c.err(
+        json!({"cmd": "pin", "pool_offset": u64::MAX - 4096, "len": 8192}),
+        "bad_request",
+    );
     c.err(json!({"cmd": "pin", "pool_offset": 0}), "bad_request");
-    c.err(json!({"cmd": "pin", "pool_offset": 0, "len": 0}), "bad_request");
+    c.err(
+        json!({"cmd": "pin", "pool_offset": 0, "len": 0}),
+        "bad_request",
+    );
     assert_eq!(r.device(), before, "nothing changed");
     // A file in a subdirectory is fine.
     let ok = c.ok(json!({"cmd": "prefetch", "file": "sub/in.bin"}));
@@ -686,7 +813,10 @@ fn malformed_oversized_and_escaping_requests_change_nothing() {
     // Pinning more than the cache holds fails cleanly and pins nothing.
     std::fs::write(r.share.join("huge.bin"), vec![0u8; 2 << 20]).unwrap();
     let before = r.device();
-    c.err(json!({"cmd": "pin", "file": "huge.bin"}), "cache_fully_pinned");
+    c.err(
+        json!({"cmd": "pin", "file": "huge.bin"}),
+        "cache_fully_pinned",
+    );
     assert_eq!(r.device().1, before.1, "a refused pin is rolled back");
 }
 
@@ -697,7 +827,11 @@ fn the_socket_is_owner_only_by_default() {
     assert_eq!(mode, 0o600);
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
-        assert_eq!(connect_as(&r.sock, 65534), libc::EACCES, "another uid is refused");
+        assert_eq!(
+            connect_as(&r.sock, 65534),
+            libc::EACCES,
+            "another uid is refused"
+        );
         assert_eq!(connect_as(&r.sock, 0), 0, "the owner connects");
     } else {
         eprintln!("not root: skipping the connect-as-another-uid check");
