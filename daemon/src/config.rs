@@ -504,6 +504,51 @@ mod tests {
     }
 
     #[test]
+    fn control_settings_from_file_and_flags() {
+        let file: FileConfig = toml::from_str(
+            r#"
+            shared_dir = "/a"
+            control_socket = "/run/c.sock"
+            control_socket_mode = "0660"
+            pin_quota_bytes = "16MiB"
+            guest_device_control = true
+            "#,
+        )
+        .unwrap();
+        let c = DaemonConfig::merge(&cli(&[]), file.clone()).unwrap();
+        assert_eq!(c.control.socket, Some(PathBuf::from("/run/c.sock")));
+        assert_eq!(c.control.socket_mode, 0o660);
+        assert_eq!(c.control.pin_quota_bytes, Some(16 << 20));
+        assert!(c.control.guest_device_control);
+        let c = DaemonConfig::merge(
+            &cli(&["--control-socket-mode", "600", "--pin-quota-bytes", "4096"]),
+            file,
+        )
+        .unwrap();
+        assert_eq!(c.control.socket_mode, 0o600);
+        assert_eq!(c.control.pin_quota_bytes, Some(4096));
+        let d = DaemonConfig::merge(&cli(&["--shared-dir", "/a"]), FileConfig::default()).unwrap();
+        assert_eq!(d.control.socket, None);
+        assert_eq!(d.control.socket_mode, 0o600);
+        assert!(!d.control.guest_device_control);
+        for bad in ["0999", "0066", "1777", "rw"] {
+            assert!(
+                DaemonConfig::merge(
+                    &cli(&["--shared-dir", "/a", "--control-socket-mode", bad]),
+                    FileConfig::default()
+                )
+                .is_err(),
+                "{bad}"
+            );
+        }
+        assert!(DaemonConfig::merge(
+            &cli(&["--shared-dir", "/a", "--pin-quota-bytes", "lots"]),
+            FileConfig::default()
+        )
+        .is_err());
+    }
+
+    #[test]
     fn inline_device_table() {
         let file: FileConfig = toml::from_str(
             r#"
