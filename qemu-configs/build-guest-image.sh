@@ -3,7 +3,8 @@
 # (vmlinuz, and vmlinux: the same kernel uncompressed, for QEMU's PVH boot) and
 # an initramfs (initramfs.cpio.gz, and the same archive as initramfs.cpio.lz4)
 # holding busybox-static, fio with every shared library it links, the virtio /
-# virtio-fs kernel modules and guest-init.sh as /init. manifest.txt lists the
+# virtio-fs kernel modules, guest-init.sh as /init and cxlfs-hint (the cache-hint
+# tool, ../hint/cxlfs-hint.c, built here with gcc -static). manifest.txt lists the
 # package versions, modules and libraries.
 #
 #   qemu-configs/build-guest-image.sh [--force] [--key]
@@ -27,7 +28,8 @@
 #   CXLFS_EXTRA_PKGS_BIN   extra "package:/path/to/binary" items to copy with their
 #                          libraries (space separated), e.g. "strace:/usr/bin/strace"
 #
-# The cache key is a SHA-256 over this script, guest-init.sh, the settings above
+# The cache key is a SHA-256 over this script, guest-init.sh, the cxlfs-hint
+# sources (../hint/cxlfs-hint.c, ../hint/include/cxlfs_hint.h), the settings above
 # and the candidate versions (apt-cache policy) of the kernel, busybox-static,
 # fio and every package in their dependency closures. A rebuild happens only
 # when one of these changes.
@@ -35,6 +37,8 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 init_script="$here/guest-init.sh"
+hint_src="$here/../hint/cxlfs-hint.c"
+hint_hdr="$here/../hint/include/cxlfs_hint.h"
 self="$here/$(basename "${BASH_SOURCE[0]}")"
 
 log() { printf 'build-guest-image: %s\n' "$*" >&2; }
@@ -53,6 +57,7 @@ for a in "$@"; do
 done
 
 [[ -f "$init_script" ]] || die "missing $init_script"
+[[ -f "$hint_src" && -f "$hint_hdr" ]] || die "missing the cxlfs-hint sources ($hint_src, $hint_hdr)"
 [[ "$(uname -m)" == x86_64 ]] || die "only x86_64 hosts are supported (host is $(uname -m))"
 
 cache_root="${CXLFS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cxlfs}"
@@ -68,13 +73,15 @@ modules+=($extra_modules)
 ensure_host_tools() {
     local -A want=([cpio]=cpio [gzip]=gzip [lz4]=lz4 [xz]=xz-utils [depmod]=kmod [readelf]=binutils
         [apt-get]=apt [dpkg-deb]=dpkg [sha256sum]=coreutils [ldconfig]=libc-bin
-        [qemu-system-x86_64]=qemu-system-x86)
+        [qemu-system-x86_64]=qemu-system-x86 [gcc]=gcc)
     local -a need=()
     local t
     for t in "${!want[@]}"; do
         command -v "$t" >/dev/null 2>&1 || PATH="$PATH:/sbin:/usr/sbin" command -v "$t" >/dev/null 2>&1 \
             || need+=("${want[$t]}")
     done
+    # cxlfs-hint is linked statically: it needs libc.a.
+    [[ -f /usr/lib/x86_64-linux-gnu/libc.a ]] || need+=(libc6-dev)
     ((${#need[@]})) || return 0
     [[ $(id -u) -eq 0 ]] || die "missing host packages (${need[*]}); run as root or install them"
     log "installing host packages: ${need[*]}"
@@ -111,6 +118,8 @@ quick_key() {
         echo "format 1"
         sha256sum <"$self"
         sha256sum <"$init_script"
+        sha256sum <"$hint_src"
+        sha256sum <"$hint_hdr"
         echo "kernel=$kernel_meta modules=${modules[*]} extra_bins=$extra_bins"
         stat -c '%n %s %Y' /var/lib/apt/lists/*_Packages* 2>/dev/null | sort
     } | sha256sum | cut -c1-16
@@ -156,6 +165,8 @@ key="$( {
     echo "format 1"
     sha256sum <"$self"
     sha256sum <"$init_script"
+    sha256sum <"$hint_src"
+    sha256sum <"$hint_hdr"
     echo "kernel=$kernel_pkg modules=${modules[*]} extra_bins=$extra_bins"
     echo "$versions"
 } | sha256sum | cut -c1-16)"
@@ -344,8 +355,15 @@ install -m 0755 "$ld_so" "$root/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
 ln -sf ../usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 "$root/lib64/ld-linux-x86-64.so.2"
 echo /usr/lib/x86_64-linux-gnu >"$root/etc/ld.so.conf"
 ldconfig -r "$root" -X 2>/dev/null || die "ldconfig -r failed"
-printf 'root:x:0:0:root:/tmp:/bin/sh\n' >"$root/etc/passwd"
-printf 'root:x:0:\n' >"$root/etc/group"
+printf 'root:x:0:0:root:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/tmp:/bin/sh\n' >"$root/etc/passwd"
+printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
+
+# cxlfs-hint: static, so it needs nothing from the image.
+gcc -static -O2 -Wall -Wextra -Werror -I"$(dirname "$hint_hdr")" -o "$root/usr/bin/cxlfs-hint" "$hint_src" \
+    || die "cannot build cxlfs-hint (gcc -static; needs libc6-dev)"
+hint_rc=0
+"$root/usr/bin/cxlfs-hint" 2>/dev/null || hint_rc=$?
+((hint_rc == 2)) || die "cxlfs-hint does not run (usage should exit 2, got $hint_rc)"
 
 # Check on the host that fio runs from the image's own libraries only.
 if ! out="$("$root/lib64/ld-linux-x86-64.so.2" --library-path "$root/usr/lib/x86_64-linux-gnu" \
@@ -421,6 +439,7 @@ install -m 0755 "$init_script" "$root/init"
     echo "modules=${load_order[*]}"
     echo "modules_skipped=${skipped_modules[*]}"
     echo "fio=$fio_version"
+    echo "cxlfs-hint=$(sha256sum <"$hint_src" | cut -c1-16) (hint/cxlfs-hint.c)"
     echo "packages:"
     for p in $(printf '%s\n' "${!fetched[@]}" | sort); do echo "  $p ${fetched[$p]}"; done
     echo "libraries:"

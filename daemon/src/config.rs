@@ -11,6 +11,8 @@
 //! # cache.size_bytes = "64MiB"
 //!
 //! dax = "off"                   # DAX window (default on); dax_window, pool_dir
+//! control_socket = "/run/cxlfsd/control.sock"  # cache control (docs/control-api.md)
+//! # control_socket_mode = "0600", pin_quota_bytes = "16MiB", guest_device_control = false
 //!
 //! [[vm]]
 //! name = "vm0"
@@ -92,9 +94,35 @@ pub struct Cli {
     /// Where to mount the pool (default: /run/cxlfsd/pool-PID).
     #[arg(long, value_name = "DIR")]
     pub pool_dir: Option<PathBuf>,
+    /// Serve cache-control commands (JSON lines) on this Unix socket.
+    #[arg(long, value_name = "PATH")]
+    pub control_socket: Option<PathBuf>,
+    /// Permissions of the control socket, octal (default 0600: owner only).
+    #[arg(long, value_name = "MODE")]
+    pub control_socket_mode: Option<String>,
+    /// Bytes each VM may pin in the device cache (default: 25 % of it).
+    #[arg(long, value_name = "BYTES")]
+    pub pin_quota_bytes: Option<String>,
+    /// Let guests change the whole device (set_policy, set_prefetch,
+    /// set_cxl_ratio, reset_stats) through cache hints.
+    #[arg(long)]
+    pub guest_device_control: bool,
     /// Print the effective configuration and exit.
     #[arg(long)]
     pub print_config: bool,
+}
+
+/// Control socket and cache-hint settings (see [`crate::control`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlConfig {
+    /// Socket path (`None`: no control socket; guest hints still work).
+    pub socket: Option<PathBuf>,
+    /// Socket permissions.
+    pub socket_mode: u32,
+    /// Per-VM pin quota in bytes (`None`: 25 % of the device cache).
+    pub pin_quota_bytes: Option<u64>,
+    /// Guests may run device-wide commands.
+    pub guest_device_control: bool,
 }
 
 /// A switch (`on` / `off`).
@@ -156,6 +184,14 @@ pub struct FileConfig {
     pub dax_window: Option<String>,
     /// Pool mountpoint.
     pub pool_dir: Option<PathBuf>,
+    /// Control socket path.
+    pub control_socket: Option<PathBuf>,
+    /// Control socket permissions, octal text (e.g. "0660").
+    pub control_socket_mode: Option<String>,
+    /// Per-VM pin quota (e.g. "16MiB").
+    pub pin_quota_bytes: Option<String>,
+    /// Guests may change the whole device.
+    pub guest_device_control: Option<bool>,
     /// VMs.
     #[serde(default)]
     pub vm: Vec<VmSpec>,
@@ -184,6 +220,8 @@ pub struct DaemonConfig {
     pub max_readahead: Option<u32>,
     /// DAX window.
     pub dax: DaxOptions,
+    /// Control socket and cache hints.
+    pub control: ControlConfig,
 }
 
 /// Why the configuration could not be built.
@@ -255,6 +293,42 @@ fn device_from_value(v: &toml::Value) -> Result<(DeviceConfig, String), LoadDaem
     }
 }
 
+fn control_config(cli: &Cli, file: &FileConfig) -> Result<ControlConfig, LoadDaemonConfigError> {
+    let mode_text = cli
+        .control_socket_mode
+        .clone()
+        .or(file.control_socket_mode.clone());
+    let socket_mode = match mode_text {
+        Some(t) => {
+            let digits = t.trim_start_matches("0o");
+            match u32::from_str_radix(digits, 8) {
+                Ok(m) if m <= 0o777 && m & 0o600 == 0o600 => m,
+                _ => {
+                    return Err(LoadDaemonConfigError::Invalid(format!(
+                        "control_socket_mode `{t}` must be octal permissions <= 0777 that keep the owner's rw (e.g. 0600, 0660)"
+                    )))
+                }
+            }
+        }
+        None => crate::control::DEFAULT_SOCKET_MODE,
+    };
+    let quota_text = cli.pin_quota_bytes.clone().or(file.pin_quota_bytes.clone());
+    let pin_quota_bytes =
+        match quota_text {
+            Some(t) => Some(cxlfs_device_model::units::parse_size(&t).map_err(|e| {
+                LoadDaemonConfigError::Invalid(format!("pin_quota_bytes `{t}`: {e}"))
+            })?),
+            None => None,
+        };
+    Ok(ControlConfig {
+        socket: cli.control_socket.clone().or(file.control_socket.clone()),
+        socket_mode,
+        pin_quota_bytes,
+        guest_device_control: cli.guest_device_control
+            || file.guest_device_control.unwrap_or(false),
+    })
+}
+
 impl DaemonConfig {
     /// File (if any), then flags.
     pub fn load(cli: &Cli) -> Result<Self, LoadDaemonConfigError> {
@@ -279,6 +353,7 @@ impl DaemonConfig {
 
     /// Merges an already parsed file with the flags.
     pub fn merge(cli: &Cli, file: FileConfig) -> Result<Self, LoadDaemonConfigError> {
+        let control = control_config(cli, &file)?;
         let (base, mut origin) = match (&cli.preset, &file.device) {
             (Some(name), _) => (preset(name)?, format!("preset {name}")),
             (None, Some(v)) => device_from_value(v)?,
@@ -355,6 +430,7 @@ impl DaemonConfig {
             pool_dir: cli.pool_dir.clone().or(file.pool_dir),
         };
         Ok(DaemonConfig {
+            control,
             dax,
             device,
             device_origin: origin,
@@ -425,6 +501,51 @@ mod tests {
             c.vms.iter().map(|v| v.name.as_str()).collect::<Vec<_>>(),
             ["x", "y"]
         );
+    }
+
+    #[test]
+    fn control_settings_from_file_and_flags() {
+        let file: FileConfig = toml::from_str(
+            r#"
+            shared_dir = "/a"
+            control_socket = "/run/c.sock"
+            control_socket_mode = "0660"
+            pin_quota_bytes = "16MiB"
+            guest_device_control = true
+            "#,
+        )
+        .unwrap();
+        let c = DaemonConfig::merge(&cli(&[]), file.clone()).unwrap();
+        assert_eq!(c.control.socket, Some(PathBuf::from("/run/c.sock")));
+        assert_eq!(c.control.socket_mode, 0o660);
+        assert_eq!(c.control.pin_quota_bytes, Some(16 << 20));
+        assert!(c.control.guest_device_control);
+        let c = DaemonConfig::merge(
+            &cli(&["--control-socket-mode", "600", "--pin-quota-bytes", "4096"]),
+            file,
+        )
+        .unwrap();
+        assert_eq!(c.control.socket_mode, 0o600);
+        assert_eq!(c.control.pin_quota_bytes, Some(4096));
+        let d = DaemonConfig::merge(&cli(&["--shared-dir", "/a"]), FileConfig::default()).unwrap();
+        assert_eq!(d.control.socket, None);
+        assert_eq!(d.control.socket_mode, 0o600);
+        assert!(!d.control.guest_device_control);
+        for bad in ["0999", "0066", "1777", "rw"] {
+            assert!(
+                DaemonConfig::merge(
+                    &cli(&["--shared-dir", "/a", "--control-socket-mode", bad]),
+                    FileConfig::default()
+                )
+                .is_err(),
+                "{bad}"
+            );
+        }
+        assert!(DaemonConfig::merge(
+            &cli(&["--shared-dir", "/a", "--pin-quota-bytes", "lots"]),
+            FileConfig::default()
+        )
+        .is_err());
     }
 
     #[test]

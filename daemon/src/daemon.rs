@@ -50,6 +50,7 @@ pub struct DaemonState {
     /// Session settings.
     pub opts: SessionOptions,
     dax: OnceLock<Arc<DaxPlane>>,
+    control: OnceLock<Arc<crate::control::Controller>>,
     shutdown: AtomicBool,
     live: Mutex<Vec<(String, ShutdownHandle)>>,
     sessions: Mutex<Vec<(String, Arc<FsBackend>)>>,
@@ -96,6 +97,7 @@ impl DaemonState {
             shared,
             opts,
             dax: OnceLock::new(),
+            control: OnceLock::new(),
             shutdown: AtomicBool::new(false),
             live: Mutex::new(Vec::new()),
             sessions: Mutex::new(Vec::new()),
@@ -129,6 +131,17 @@ impl DaemonState {
                 false
             }
         }
+    }
+
+    /// Lets sessions started from now on take guest cache hints
+    /// (`FUSE_IOCTL`) through `control`. Once only.
+    pub fn set_control(&self, control: Arc<crate::control::Controller>) {
+        let _ = self.control.set(control);
+    }
+
+    /// The cache-control executor, once set.
+    pub fn control(&self) -> Option<&Arc<crate::control::Controller>> {
+        self.control.get()
     }
 
     /// The DAX window's plane, when DAX is on.
@@ -296,7 +309,9 @@ impl DaemonState {
             .get()
             .map(|d| Arc::new(DaxSession::new(d.clone(), vm_metrics.clone())));
         let server = Arc::new(
-            FuseServer::new(fs, self.shared.clone(), vm_metrics, self.opts.server).with_dax(dax),
+            FuseServer::new(fs, self.shared.clone(), vm_metrics, self.opts.server)
+                .with_dax(dax)
+                .with_control(self.control.get().cloned()),
         );
         let mem: GuestMem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
         let backend = Arc::new(FsBackend::new(

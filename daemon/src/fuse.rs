@@ -133,6 +133,7 @@ pub struct FuseServer {
     opts: ServerOptions,
     initialized: AtomicBool,
     dax: Option<Arc<DaxSession>>,
+    control: Option<Arc<crate::control::Controller>>,
 }
 
 type OpResult = Result<Vec<u8>, Errno>;
@@ -178,7 +179,14 @@ impl FuseServer {
             opts,
             initialized: AtomicBool::new(false),
             dax: None,
+            control: None,
         }
+    }
+
+    /// Takes cache hints from the guest (`FUSE_IOCTL`, see [`crate::hint_ioctl`]).
+    pub fn with_control(mut self, control: Option<Arc<crate::control::Controller>>) -> Self {
+        self.control = control;
+        self
     }
 
     /// Serves the DAX window of this VM through `dax` (SETUPMAPPING,
@@ -321,6 +329,17 @@ impl FuseServer {
             opcode::STATFS => self.statfs(&h),
             opcode::SETUPMAPPING => self.setup_mapping(h.nodeid, &mut args),
             opcode::REMOVEMAPPING => self.remove_mapping(&mut args),
+            opcode::IOCTL => match &self.control {
+                Some(c) => {
+                    crate::hint_ioctl::handle_ioctl(c, &self.fs, &self.metrics.name, &mut args).map(
+                        |r| {
+                            completes_at = r.completes_at_ns;
+                            r.payload
+                        },
+                    )
+                }
+                None => Err(Errno::NOTTY),
+            },
             _ => Err(Errno::NOSYS),
         };
         self.finish(&h, result, out_cap, completes_at, in_place)

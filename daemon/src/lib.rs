@@ -11,6 +11,8 @@
 //! * [`metrics`] — per-VM counters and the Prometheus endpoint;
 //! * [`backend`] — the vhost-user back-end of one connection: vring workers and the pacer;
 //! * [`config`] — command line and `daemon.toml`;
+//! * [`control`] — cache control at run time: the control socket and its executor;
+//! * [`hint_ioctl`] — `FUSE_IOCTL` cache hints from guest applications;
 //! * [`daemon`] — one serving thread per VM, reconnects, shutdown;
 //! * [`signals`] — SIGINT / SIGTERM.
 
@@ -18,10 +20,12 @@ pub mod abi;
 pub mod backend;
 pub mod chain;
 pub mod config;
+pub mod control;
 pub mod daemon;
 pub mod dax;
 pub mod fs;
 pub mod fuse;
+pub mod hint_ioctl;
 pub mod metrics;
 pub mod pool;
 pub mod signals;

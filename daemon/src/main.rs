@@ -6,7 +6,7 @@ use cxlfsd::config::{Cli, DaemonConfig};
 use cxlfsd::daemon::{DaemonState, SessionOptions};
 use cxlfsd::fuse::ServerOptions;
 use cxlfsd::pool::SharedDevice;
-use cxlfsd::{metrics, signals};
+use cxlfsd::{control, metrics, signals};
 use std::process::ExitCode;
 use std::sync::Arc;
 use tracing_subscriber::EnvFilter;
@@ -74,6 +74,7 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         tracing::info!("DAX window off (--dax off)");
     }
+    let control_socket = control::start(&cfg, &state)?;
     if let Some(addr) = cfg.metrics_addr {
         let bound = metrics::serve(addr, cfg.metrics_allow_remote, state.metrics.clone())?;
         tracing::info!(addr = %bound, "metrics endpoint up");
@@ -89,6 +90,9 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
         if t.join().is_err() {
             tracing::error!("a VM thread panicked");
         }
+    }
+    if let Some(c) = &control_socket {
+        c.shutdown();
     }
     state.flush_all();
     // Before exit: the pool must not be open on our own mount when our

@@ -131,6 +131,9 @@ pub struct Metrics {
     vms: Mutex<Vec<Arc<VmMetrics>>>,
     shared: Arc<SharedDevice>,
     dax: std::sync::OnceLock<Arc<crate::dax::DaxPlane>>,
+    /// Plane trap counts at the last `reset_stats` (the plane's own
+    /// counters never go back), by VM id (`None`: unknown threads).
+    trap_baseline: Mutex<std::collections::BTreeMap<Option<kvm_ept::VmId>, u64>>,
 }
 
 impl Metrics {
@@ -140,6 +143,58 @@ impl Metrics {
             vms: Mutex::new(Vec::new()),
             shared,
             dax: std::sync::OnceLock::new(),
+            trap_baseline: Mutex::new(std::collections::BTreeMap::new()),
+        }
+    }
+
+    /// The counters of VM `name`, if it was ever configured or seen.
+    pub fn vm_if_known(&self, name: &str) -> Option<Arc<VmMetrics>> {
+        lock(&self.vms).iter().find(|v| v.name == name).cloned()
+    }
+
+    /// Names of the VMs with counters.
+    pub fn vm_names(&self) -> Vec<String> {
+        lock(&self.vms).iter().map(|v| v.name.clone()).collect()
+    }
+
+    /// Pool traps of `vm` since start or the last reset (0 without DAX);
+    /// the value of `cxlfs_pool_traps_total{vm}`.
+    pub fn traps_of(&self, vm: &str) -> u64 {
+        let Some(d) = self.dax.get() else { return 0 };
+        let Some(id) = d.find_vm_id(vm) else { return 0 };
+        let snap = d.plane_metrics().unwrap_or_default();
+        self.traps_since_reset(Some(id), &snap)
+    }
+
+    /// All pool traps (VMs and unknown threads) since start or the last reset.
+    pub fn traps_total(&self) -> u64 {
+        let Some(d) = self.dax.get() else { return 0 };
+        let snap = d.plane_metrics().unwrap_or_default();
+        snap.traps_by_vm
+            .keys()
+            .map(|&k| self.traps_since_reset(k, &snap))
+            .sum()
+    }
+
+    fn traps_since_reset(
+        &self,
+        vm: Option<kvm_ept::VmId>,
+        snap: &kvm_ept::PlaneMetricsSnapshot,
+    ) -> u64 {
+        let now = snap.traps_by_vm.get(&vm).copied().unwrap_or(0);
+        let base = lock(&self.trap_baseline).get(&vm).copied().unwrap_or(0);
+        now.saturating_sub(base)
+    }
+
+    /// `reset_stats`: zeroes every VM's device hit and miss counters and
+    /// restarts the trap counts (Prometheus sees a counter reset).
+    pub fn reset_device_counters(&self) {
+        for v in lock(&self.vms).iter() {
+            v.device_hits.store(0, Ordering::Relaxed);
+            v.device_misses.store(0, Ordering::Relaxed);
+        }
+        if let Some(snap) = self.dax.get().and_then(|d| d.plane_metrics()) {
+            *lock(&self.trap_baseline) = snap.traps_by_vm.clone();
         }
     }
 
@@ -292,11 +347,10 @@ impl Metrics {
         for v in vms {
             let n = dax
                 .and_then(|d| d.find_vm_id(&v.name))
-                .and_then(|id| snap.traps_by_vm.get(&Some(id)).copied())
-                .unwrap_or(0);
+                .map_or(0, |id| self.traps_since_reset(Some(id), &snap));
             let _ = writeln!(s, "cxlfs_pool_traps_total{{vm=\"{}\"}} {n}", v.name);
         }
-        let unknown = snap.traps_by_vm.get(&None).copied().unwrap_or(0);
+        let unknown = self.traps_since_reset(None, &snap);
         let _ = writeln!(s, "cxlfs_pool_traps_total{{vm=\"unknown\"}} {unknown}");
         let _ = writeln!(
             s,

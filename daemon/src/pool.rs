@@ -339,8 +339,16 @@ impl SharedDevice {
         }
     }
 
-    fn plane(&self) -> Option<Arc<dyn ResidencyPlane>> {
+    /// The residency plane of the DAX window, while one is attached.
+    pub fn plane(&self) -> Option<Arc<dyn ResidencyPlane>> {
         self.plane.get().and_then(Weak::upgrade)
+    }
+
+    /// Hands pages the caller drained from the device's eviction log
+    /// ([`Device::drain_evictions`]) to the plane, as the data path does
+    /// (control commands that run the device directly).
+    pub fn mirror_evicted_pages(&self, evicted: Vec<u64>) {
+        self.mirror_evictions(evicted);
     }
 
     /// Hands the device's evicted pages (those of DAX-mapped extents) to

@@ -607,6 +607,35 @@ impl Device {
         self.cfg.cache.policy = kind;
     }
 
+    /// Switches the eviction policy and its tuning at run time (the
+    /// `set_policy` control command); resident pages and pins stay. The
+    /// parameters are checked like a config file's.
+    pub fn set_policy_with_params(
+        &mut self,
+        kind: PolicyKind,
+        params: crate::config::PolicyParams,
+    ) -> Result<(), LoadConfigError> {
+        let mut cfg = self.cfg.clone();
+        cfg.cache.params = params;
+        cfg.cache.policy = kind;
+        cfg.validate()?;
+        self.cfg.cache.params = cfg.cache.params;
+        self.set_policy(kind);
+        Ok(())
+    }
+
+    /// Whether the page holding `addr` is resident (ready or being filled).
+    pub fn is_resident(&self, addr: u64) -> bool {
+        self.cache.lookup(addr >> PAGE_SHIFT).is_some()
+    }
+
+    /// Whether the page holding `addr` is resident and pinned.
+    pub fn is_pinned(&self, addr: u64) -> bool {
+        self.cache
+            .lookup(addr >> PAGE_SHIFT)
+            .is_some_and(|slot| self.cache.state(slot).pinned)
+    }
+
     /// Changes the prefetcher (degree 0 = off).
     pub fn set_prefetch(&mut self, degree: u32, stride_pages: u32) {
         self.cfg.prefetch.degree = degree;

@@ -258,6 +258,27 @@ fn policy_switch_keeps_residency() {
 }
 
 #[test]
+fn policy_switch_with_params_is_validated_and_keeps_pins() {
+    let mut dev = device(&[]);
+    let t = dev.pin(0, 0, 2 * PAGE).unwrap().completes_at_ns;
+    assert!(dev.is_pinned(0) && dev.is_pinned(PAGE) && !dev.is_pinned(2 * PAGE));
+    assert!(dev.is_resident(PAGE) && !dev.is_resident(2 * PAGE));
+    let mut params = dev.config().cache.params.clone();
+    params.s3fifo_small_ratio = 0.3;
+    dev.set_policy_with_params(PolicyKind::S3Fifo, params.clone())
+        .unwrap();
+    assert_eq!(dev.config().cache.policy, PolicyKind::S3Fifo);
+    assert_eq!(dev.config().cache.params.s3fifo_small_ratio, 0.3);
+    assert!(dev.is_pinned(0) && dev.access(t, Op::Read, 0, 64).unwrap().hit);
+    // An out-of-range parameter changes nothing.
+    params.s3fifo_small_ratio = 3.0;
+    assert!(dev.set_policy_with_params(PolicyKind::Lru, params).is_err());
+    assert_eq!(dev.config().cache.policy, PolicyKind::S3Fifo);
+    assert_eq!(dev.config().cache.params.s3fifo_small_ratio, 0.3);
+    assert_eq!(dev.stats().policy, "s3fifo");
+}
+
+#[test]
 fn invisible_hits_change_lru_into_fifo() {
     // With hits invisible, LRU never learns that page 0 is hot.
     let run = |visible: &str| {

@@ -5,8 +5,10 @@
 //! * `cxlfs trace convert|gen` — trace file tools;
 //! * `cxlfs presets` — the named device configurations;
 //! * `cxlfs config` — print an effective device config;
-//! * `cxlfs image build` — build (or find cached) the test-guest image.
+//! * `cxlfs image build` — build (or find cached) the test-guest image;
+//! * `cxlfs ctl` — cache control of a running `cxlfsd` (its control socket).
 
+mod ctl_cmd;
 mod device_args;
 mod image_cmd;
 mod replay_cmd;
@@ -42,6 +44,9 @@ enum Command {
     /// The test-guest image (kernel + initramfs with fio and busybox).
     #[command(subcommand)]
     Image(image_cmd::ImageCommand),
+    /// Cache control of a running cxlfsd: prefetch, pin, unpin, evict,
+    /// set-policy, set-prefetch, set-cxl-ratio, stats, reset-stats, config.
+    Ctl(ctl_cmd::CtlArgs),
 }
 
 fn list_presets() -> anyhow::Result<()> {
@@ -84,6 +89,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Trace(cmd) => trace_cmd::run(&cmd),
         Command::Presets => list_presets(),
         Command::Image(cmd) => Ok(image_cmd::run(&cmd)?),
+        Command::Ctl(args) => ctl_cmd::run(&args),
         Command::Config(args) => {
             let (cfg, _) = args.load(&[])?;
             std::io::stdout()

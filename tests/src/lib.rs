@@ -169,6 +169,44 @@ pub fn patched_qemu() -> &'static Path {
     })
 }
 
+/// The `cxlfs` command (for `cxlfs ctl`): `$CXLFS` if set, else the release
+/// binary built once (per test binary) with `cargo build --release -p cxlfs`.
+pub fn cxlfs_cli() -> &'static Path {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    once_path(&BIN, || {
+        if let Some(p) = std::env::var_os("CXLFS").filter(|p| !p.is_empty()) {
+            return Ok(PathBuf::from(p));
+        }
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let out = Command::new(&cargo)
+            .current_dir(repo_root())
+            .args([
+                "build",
+                "--quiet",
+                "--release",
+                "--locked",
+                "-p",
+                "cxlfs",
+                "--bin",
+                "cxlfs",
+            ])
+            .arg("--message-format=json-render-diagnostics")
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| format!("cannot run cargo: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("cargo build -p cxlfs failed ({})", out.status));
+        }
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "cxlfs")
+            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+            .ok_or_else(|| "cargo build -p cxlfs reported no cxlfs executable".to_string())
+    })
+}
+
 /// Options of one guest (see `qemu-configs/run-vm.sh`).
 #[derive(Debug, Clone)]
 pub struct VmOptions {
