@@ -105,11 +105,25 @@ fn write_back_programs_nand_without_touching_the_cache() {
     assert_eq!(before.dirty_pages, 1);
     let done = dev.write_back(1_000_000, 0, 2 * PAGE).unwrap();
     let after = dev.stats();
-    assert_eq!(after.nand.programs() - before.nand.programs(), 2, "one program per page");
-    assert!(done >= 1_000_000 + 200_000, "a program takes tProg: done at {done}");
+    assert_eq!(
+        after.nand.programs() - before.nand.programs(),
+        2,
+        "one program per page"
+    );
+    assert!(
+        done >= 1_000_000 + 200_000,
+        "a program takes tProg: done at {done}"
+    );
     assert_eq!(after.dirty_pages, 0, "the resident page is clean now");
-    assert_eq!(after.resident_pages, before.resident_pages, "nothing filled");
-    assert_eq!((after.hits, after.misses), (before.hits, before.misses), "no access counted");
+    assert_eq!(
+        after.resident_pages, before.resident_pages,
+        "nothing filled"
+    );
+    assert_eq!(
+        (after.hits, after.misses),
+        (before.hits, before.misses),
+        "no access counted"
+    );
     // Programmed: the resident page is still a hit; the other still a miss.
     assert!(dev.access(2_000_000, Op::Read, 0, 64).unwrap().hit);
     assert!(!dev.access(2_000_000, Op::Read, PAGE, 64).unwrap().hit);
