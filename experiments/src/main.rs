@@ -5,11 +5,22 @@
 //! * `cxlfs trace convert|gen` — trace file tools;
 //! * `cxlfs presets` — the named device configurations;
 //! * `cxlfs config` — print an effective device config;
-//! * `cxlfs image build` — build (or find cached) the test-guest image.
+//! * `cxlfs image build` — build (or find cached) the test-guest image;
+//! * `cxlfs run SPEC.toml --out DIR` — an experiment: `cxlfsd` + N guests
+//!   running fio over a sweep, results as CSV/JSON/PNG; `cxlfs plot DIR`
+//!   and `cxlfs table DIR` re-read a results directory.
 
+mod daemon_metrics;
 mod device_args;
+mod fio_json;
+mod guest_script;
 mod image_cmd;
+mod plot;
+mod procs;
 mod replay_cmd;
+mod results;
+mod run_cmd;
+mod spec;
 mod trace_cmd;
 mod trace_io;
 mod workload_args;
@@ -42,6 +53,12 @@ enum Command {
     /// The test-guest image (kernel + initramfs with fio and busybox).
     #[command(subcommand)]
     Image(image_cmd::ImageCommand),
+    /// Run an experiment: cxlfsd + N guests running fio, over a sweep; write a results directory.
+    Run(Box<run_cmd::RunArgs>),
+    /// Re-draw the PNG plots of a results directory.
+    Plot(run_cmd::ResultsDirArgs),
+    /// Print a results directory as a text table.
+    Table(run_cmd::ResultsDirArgs),
 }
 
 fn list_presets() -> anyhow::Result<()> {
@@ -84,6 +101,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Trace(cmd) => trace_cmd::run(&cmd),
         Command::Presets => list_presets(),
         Command::Image(cmd) => Ok(image_cmd::run(&cmd)?),
+        Command::Run(args) => run_cmd::run(&args),
+        Command::Plot(args) => run_cmd::plot_cmd(&args),
+        Command::Table(args) => run_cmd::table_cmd(&args),
         Command::Config(args) => {
             let (cfg, _) = args.load(&[])?;
             std::io::stdout()
