@@ -126,6 +126,9 @@ fn main() -> ExitCode {
             if !broken_pipe {
                 eprintln!("error: {err:#}");
             }
+            if err.downcast_ref::<run_cmd::Interrupted>().is_some() {
+                return ExitCode::from(130);
+            }
             ExitCode::FAILURE
         }
     }

@@ -87,6 +87,7 @@ pub fn default_plots(res: &ResultsFile) -> Vec<PlotSpec> {
                     x: x.clone(),
                     y: y.to_string(),
                     series: None,
+                    vm: None,
                     title: None,
                     log_x: false,
                     file: None,
@@ -150,6 +151,11 @@ pub fn render(res: &ResultsFile, p: &PlotSpec, path: &Path) -> Result<bool, Plot
         .filter(|r| r.get("status").and_then(Value::as_str) == Some("ok"))
         .filter(|r| r.get(&p.y).and_then(Value::as_f64).is_some())
         .filter(|r| r.get(&p.x).is_some_and(|v| !v.is_null()))
+        .filter(|r| {
+            p.vm.as_ref().map_or(true, |vm| {
+                r.get("vm").and_then(Value::as_str) == Some(vm.as_str())
+            })
+        })
         .collect();
     if ok.is_empty() {
         return Ok(false);
@@ -374,6 +380,7 @@ mod tests {
             x: "daemon.device.cache.policy".into(),
             y: "device_misses".into(),
             series: Some(vec!["vm".into()]),
+            vm: Some("vm0".into()),
             title: Some("misses".into()),
             log_x: true,
             file: Some("m.png".into()),

@@ -27,13 +27,14 @@ pub const LEADING_COLUMNS: [&str; 10] = [
 ];
 
 /// Figures that come right after the swept parameters, in this order.
-pub const MAIN_FIGURES: [&str; 18] = [
+pub const MAIN_FIGURES: [&str; 19] = [
     "read_bw_bytes_per_sec",
     "write_bw_bytes_per_sec",
     "read_iops",
     "write_iops",
     "device_hits",
     "device_misses",
+    "device_hit_rate",
     "read_clat_mean_ns",
     "read_clat_p50_ns",
     "read_clat_p90_ns",
@@ -218,18 +219,24 @@ fn csv_field(s: &str) -> String {
 /// A compact text table of the results (what `make demo` prints).
 pub fn text_table(res: &ResultsFile) -> String {
     let f = |r: &Row, k: &str| r.get(k).and_then(Value::as_f64);
+    let short = |p: &str| p.rsplit('.').next().unwrap_or(p).to_string();
+    // The policy column only when no swept key already shows it.
+    let show_policy = !res.param_columns.iter().any(|p| short(p) == "policy");
     let mut header: Vec<String> = ["run", "phase", "vm", "status"].map(String::from).to_vec();
     for p in &res.param_columns {
-        header.push(p.rsplit('.').next().unwrap_or(p).to_string());
+        header.push(short(p));
+    }
+    if show_policy {
+        header.push("policy".into());
     }
     for h in [
-        "policy",
         "read MB/s",
         "write MB/s",
         "kIOPS",
         "rd p99 us",
         "dev hits",
         "dev misses",
+        "hit %",
     ] {
         header.push(h.into());
     }
@@ -237,11 +244,17 @@ pub fn text_table(res: &ResultsFile) -> String {
     let mut errors = Vec::new();
     for r in &res.rows {
         let text = |k: &str| r.get(k).map(cell_text).unwrap_or_default();
+        // With one guest the aggregate row repeats it.
+        if text("vm") == "all" && text("vms") == "1" {
+            continue;
+        }
         let mut line = vec![text("run"), text("phase"), text("vm"), text("status")];
         for p in &res.param_columns {
             line.push(text(p));
         }
-        line.push(text("policy"));
+        if show_policy {
+            line.push(text("policy"));
+        }
         let mb = |k: &str| {
             f(r, k)
                 .map(|x| format!("{:.1}", x / 1e6))
@@ -261,6 +274,11 @@ pub fn text_table(res: &ResultsFile) -> String {
         );
         line.push(text("device_hits"));
         line.push(text("device_misses"));
+        line.push(
+            f(r, "device_hit_rate")
+                .map(|x| format!("{:.1}", x * 100.0))
+                .unwrap_or_default(),
+        );
         let failed = r.get("status").and_then(Value::as_str) != Some("ok");
         let line_err = format!("run {}: {}", text("run"), text("error"));
         if failed

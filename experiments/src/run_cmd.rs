@@ -34,6 +34,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// `cxlfs run` stopped by SIGINT / SIGTERM (exit status 130).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Interrupted(pub String);
+
 /// `cxlfs run` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
@@ -690,17 +695,13 @@ fn rows_of(plan: &RunPlan, out: &RunOutput) -> Vec<Row> {
         .flatten()
         .filter_map(|p| p.error.clone())
         .collect();
-    let run_error = out
-        .error
-        .clone()
-        .or_else(|| phase_errors.first().cloned())
-        .map(|e| {
-            if phase_errors.len() > 1 {
-                format!("{e} (and {} more)", phase_errors.len() - 1)
-            } else {
-                e
-            }
-        });
+    // The run's own error wins; else the first guest error (and how many more).
+    let run_error = out.error.clone().or_else(|| {
+        phase_errors.first().map(|e| match phase_errors.len() {
+            1 => e.clone(),
+            n => format!("{e} (and {} more)", n - 1),
+        })
+    });
     let status = if out.interrupted {
         "interrupted"
     } else if run_error.is_some() {
@@ -803,6 +804,14 @@ fn rows_of(plan: &RunPlan, out: &RunOutput) -> Vec<Row> {
             k + 1 == n_phases,
         );
         rows.push(all);
+    }
+    for r in &mut rows {
+        let get = |k: &str| r.get(k).and_then(Value::as_f64);
+        if let (Some(h), Some(m)) = (get("device_hits"), get("device_misses")) {
+            if h + m > 0.0 {
+                r.insert("device_hit_rate".into(), num(h / (h + m)));
+            }
+        }
     }
     rows
 }
@@ -1038,11 +1047,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
         args.out.display()
     );
     if interrupted {
-        bail!(
+        return Err(Interrupted(format!(
             "interrupted after {done} of {} runs; partial results kept in {}",
             plans.len(),
             args.out.display()
-        );
+        ))
+        .into());
     }
     Ok(())
 }
@@ -1268,6 +1278,7 @@ name = "b"
         assert_eq!(r0["policy"], plans[0].device.cache.policy.name());
         assert_eq!(r0["device_hits"], 10);
         assert_eq!(r0["device_misses"], 20);
+        assert_eq!(r0["device_hit_rate"], num(1.0 / 3.0));
         assert_eq!(r0["elapsed_s"], 2);
         assert_eq!(r0["read_bw_bytes_per_sec"], 48_884_483);
         let all = &rows[2];

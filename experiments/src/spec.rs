@@ -275,6 +275,9 @@ pub struct PlotSpec {
     /// Columns whose values make one line each (default: `vm` and `phase`).
     #[serde(default)]
     pub series: Option<Vec<String>>,
+    /// Only rows of this VM (`all` for the aggregate); default: every row.
+    #[serde(default)]
+    pub vm: Option<String>,
     /// Title (default: "Y vs X").
     #[serde(default)]
     pub title: Option<String>,
@@ -415,7 +418,14 @@ fn parse_tree(path: &str, tree: &toml::Value, context: &str) -> Result<Spec, Loa
             } else {
                 key
             } + context,
-            message: e.into_inner().to_string(),
+            // toml appends "in `KEY`" lines; the key is already named.
+            message: e
+                .into_inner()
+                .to_string()
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string(),
         }
     })?;
     let key_err = |key: &str, message: String| LoadSpecError::Key {
