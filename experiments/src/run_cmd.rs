@@ -948,6 +948,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
     }
     fs::create_dir_all(args.out.join("runs"))
         .with_context(|| format!("creating {}", args.out.display()))?;
+    // Absolute: cxlfsd writes its metrics series into the run directory.
+    let out_dir =
+        fs::canonicalize(&args.out).with_context(|| format!("resolving {}", args.out.display()))?;
     let dax = plans.iter().any(|p| p.spec.daemon.dax);
     let tools = resolve_tools(args, dax)?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -956,7 +959,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
             .context("installing the Ctrl-C handler")?;
     }
     let spec_text = fs::read_to_string(&args.spec).unwrap_or_default();
-    let _ = fs::write(args.out.join("spec.toml"), &spec_text);
+    let _ = fs::write(out_dir.join("spec.toml"), &spec_text);
     let started = unix_ms();
     let mut provenance = json!({
         "command": std::env::args().collect::<Vec<_>>(),
@@ -971,7 +974,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     });
     let write_provenance = |p: &Value| -> Result<()> {
         crate::results::write_atomic(
-            &args.out.join("provenance.json"),
+            &out_dir.join("provenance.json"),
             serde_json::to_string_pretty(p)?.as_bytes(),
         )?;
         Ok(())
@@ -980,7 +983,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
 
     let param_columns: Vec<String> = loaded.spec.sweep.keys().cloned().collect();
     let mut results = ResultsFile::new(&loaded.spec.name, param_columns);
-    results.write(&args.out)?;
+    results.write(&out_dir)?;
     let bar = Progress::new(plans.len() as u64, args.no_progress);
     let t0 = Instant::now();
     let mut done = 0;
@@ -990,7 +993,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
             interrupted = true;
             break;
         }
-        let run_dir = args.out.join("runs").join(format!("{:03}", plan.run));
+        let run_dir = out_dir.join("runs").join(format!("{:03}", plan.run));
         fs::create_dir_all(&run_dir)?;
         fs::write(
             run_dir.join("plan.json"),
@@ -1030,7 +1033,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
             t.elapsed().as_secs_f64()
         ));
         results.push(rows);
-        results.write(&args.out)?;
+        results.write(&out_dir)?;
         done += 1;
         if output.interrupted {
             interrupted = true;
@@ -1043,11 +1046,11 @@ pub fn run(args: &RunArgs) -> Result<()> {
     provenance["interrupted"] = json!(interrupted);
     write_provenance(&provenance)?;
     if !args.no_plots {
-        match plot::render_all(&results, &loaded.spec.plots, &args.out) {
+        match plot::render_all(&results, &loaded.spec.plots, &out_dir) {
             Ok(files) => eprintln!(
                 "cxlfs run: {} plot(s) in {}",
                 files.len(),
-                args.out.display()
+                out_dir.display()
             ),
             Err(e) => eprintln!("cxlfs run: plots not drawn: {e}"),
         }
@@ -1057,13 +1060,13 @@ pub fn run(args: &RunArgs) -> Result<()> {
         "cxlfs run: {done} of {} run(s) in {:.0}s; results in {}",
         plans.len(),
         t0.elapsed().as_secs_f64(),
-        args.out.display()
+        out_dir.display()
     );
     if interrupted {
         return Err(Interrupted(format!(
             "interrupted after {done} of {} runs; partial results kept in {}",
             plans.len(),
-            args.out.display()
+            out_dir.display()
         ))
         .into());
     }
