@@ -3,22 +3,18 @@ CARGO ?= cargo
 CXLFS := target/release/cxlfs
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test bench lint unit e2e image qemu toolchain build clean
+.PHONY: demo test bench lint unit e2e image qemu toolchain fonts build clean
 
-## The main job. Until the daemon lands (issue 3) it is a trace-replay study:
-## every eviction policy on a zipf(0.99) working set twice the cache, then the
-## prefetch degree on a strided scan (Cylon's two tables), on the cylon preset.
-demo: build
-	@echo "== eviction policies: zipf(0.99), working set 2x cache (Cylon preset, 64 MiB cache) =="
-	$(CXLFS) replay --preset cylon --set cache.size_bytes=64MiB \
-	  --workload zipf:0.99 --wss 128MiB --accesses 2000000 --access-size 64 --warmup 500000 \
-	  --sweep cache.policy=fifo,lifo,lru,clock,s3fifo,2q,lfru \
-	  --sweep cache.hits_visible=true,false
-	@echo
-	@echo "== prefetch degree: stride-4KiB scan, working set 2x cache (Cylon preset, s3fifo) =="
-	$(CXLFS) replay --preset cylon --set cache.size_bytes=64MiB --set cache.policy=s3fifo \
-	  --workload stride:4KiB --wss 128MiB --passes 2 --access-size 64 \
-	  --sweep prefetch.degree=0,1,2,4,8
+## The main job: the virtiofs-on-CXL ratio sweep, small (experiments/demo.toml):
+## cxlfsd with a DAX window, two guests sharing four files, fio zipf random reads,
+## 0 / 50 / 100 % of the file pages on the CXL-SSD tier, first and second touch.
+## Builds what it needs (cxlfs + cxlfsd release, the guest image, the patched QEMU
+## for DAX: ~5 min cold, cached after), then prints the results table; the
+## results directory (CSV, JSON, plots, logs, provenance) is $(DEMO_OUT).
+DEMO_OUT ?= results/demo
+demo: build fonts image qemu
+	$(CARGO) build --release --locked -p cxlfsd
+	$(CXLFS) run experiments/demo.toml --out $(DEMO_OUT) --force
 
 ## Every test: formatting, clippy with -D warnings, unit, property, golden and CLI tests,
 ## then the end-to-end tests with real QEMU guests (tests/, see tests/README.md).
@@ -28,13 +24,13 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
-unit:
+unit: fonts
 	$(CARGO) test --workspace --locked --exclude cxlfs-e2e
 
 ## Real guests on cxlfsd: builds the guest image (cached; installs QEMU etc. with
 ## apt-get when missing) and cxlfsd in release mode, then runs the guests one
 ## test at a time (2 cores, TCG).
-e2e: toolchain image qemu
+e2e: toolchain image qemu fonts
 	$(CARGO) build --release --locked -p cxlfsd
 	$(CARGO) test --locked -p cxlfs-e2e -- --test-threads=1
 
@@ -60,10 +56,14 @@ bench: toolchain
 	$(CARGO) bench --locked -p cxlfs-kvm-ept --bench pool_latency
 
 build: toolchain
-	$(CARGO) build --release --locked --bin cxlfs
+	$(CARGO) build --release --locked -p cxlfs --bin cxlfs
 
 toolchain:
 	@.ci/ensure-toolchain.sh
+
+## The TrueType font plots are drawn with (fonts-dejavu-core; apt-get when missing).
+fonts:
+	@.ci/ensure-plot-font.sh
 
 clean:
 	$(CARGO) clean

@@ -7,11 +7,22 @@
 //! * `cxlfs config` — print an effective device config;
 //! * `cxlfs image build` — build (or find cached) the test-guest image;
 //! * `cxlfs ctl` — cache control of a running `cxlfsd` (its control socket).
+//! * `cxlfs run SPEC.toml --out DIR` — an experiment: `cxlfsd` + N guests
+//!   running fio over a sweep, results as CSV/JSON/PNG; `cxlfs plot DIR`
+//!   and `cxlfs table DIR` re-read a results directory.
 
 mod ctl_cmd;
+mod daemon_metrics;
 mod device_args;
+mod fio_json;
+mod guest_script;
 mod image_cmd;
+mod plot;
+mod procs;
 mod replay_cmd;
+mod results;
+mod run_cmd;
+mod spec;
 mod trace_cmd;
 mod trace_io;
 mod workload_args;
@@ -47,6 +58,12 @@ enum Command {
     /// Cache control of a running cxlfsd: prefetch, pin, unpin, evict,
     /// set-policy, set-prefetch, set-cxl-ratio, stats, reset-stats, config.
     Ctl(ctl_cmd::CtlArgs),
+    /// Run an experiment: cxlfsd + N guests running fio, over a sweep; write a results directory.
+    Run(Box<run_cmd::RunArgs>),
+    /// Re-draw the PNG plots of a results directory.
+    Plot(run_cmd::ResultsDirArgs),
+    /// Print a results directory as a text table.
+    Table(run_cmd::ResultsDirArgs),
 }
 
 fn list_presets() -> anyhow::Result<()> {
@@ -90,6 +107,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Presets => list_presets(),
         Command::Image(cmd) => Ok(image_cmd::run(&cmd)?),
         Command::Ctl(args) => ctl_cmd::run(&args),
+        Command::Run(args) => run_cmd::run(&args),
+        Command::Plot(args) => run_cmd::plot_cmd(&args),
+        Command::Table(args) => run_cmd::table_cmd(&args),
         Command::Config(args) => {
             let (cfg, _) = args.load(&[])?;
             std::io::stdout()
@@ -111,6 +131,9 @@ fn main() -> ExitCode {
                 .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe);
             if !broken_pipe {
                 eprintln!("error: {err:#}");
+            }
+            if err.downcast_ref::<run_cmd::Interrupted>().is_some() {
+                return ExitCode::from(130);
             }
             ExitCode::FAILURE
         }

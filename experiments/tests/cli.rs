@@ -569,3 +569,114 @@ fn image_build_reports_failures() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("set CXLFS_REPO"), "{err}");
 }
+
+/// Every shipped experiment spec parses, and expands with and without
+/// `--quick` to the same sweep points.
+#[test]
+fn shipped_experiment_specs_expand() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let specs = [
+        ("demo.toml", 3),
+        ("virtiofs-cxl-ratio.toml", 8 * 2),
+        ("policy-hit-rate.toml", 7),
+        ("prefetch-degree.toml", 5),
+        ("bandwidth-vs-wss.toml", 5),
+    ];
+    for (name, runs) in specs {
+        let path = dir.join(name);
+        let p = path.to_str().unwrap();
+        let full = ok(&["run", p, "--out", "/nonexistent", "--dry-run"]);
+        let quick = ok(&["run", p, "--out", "/nonexistent", "--dry-run", "--quick"]);
+        let heads = |s: &str| -> Vec<String> {
+            s.lines()
+                .filter(|l| l.starts_with("run "))
+                .map(|l| l.split(" | ").next().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(heads(&full).len(), runs, "{name}:\n{full}");
+        assert_eq!(
+            heads(&full),
+            heads(&quick),
+            "{name}: --quick changed the points"
+        );
+        assert_ne!(full, quick, "{name}: --quick changed nothing");
+    }
+}
+
+#[test]
+fn run_rejects_bad_specs_by_file_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("bad.toml");
+    std::fs::write(
+        &spec,
+        "name = \"x\"\n[vms]\ncount = 2\nmemroy = \"1G\"\n[[phases]]\nname = \"p\"\n",
+    )
+    .unwrap();
+    let p = spec.to_str().unwrap();
+    let e = fails(&["run", p, "--out", "/nonexistent", "--dry-run"]);
+    assert!(
+        e.contains("bad.toml: vms.memroy: unknown field `memroy`"),
+        "{e}"
+    );
+    std::fs::write(&spec, "name = \"x\"\n[[phases]]\nname = \"p\"\n").unwrap();
+    let e = fails(&[
+        "run",
+        p,
+        "--out",
+        "/nonexistent",
+        "--dry-run",
+        "--set",
+        "daemon.device.cache.polcy=lru",
+    ]);
+    assert!(
+        e.contains("bad.toml: daemon.device") && e.contains("polcy"),
+        "{e}"
+    );
+    let out = ok(&[
+        "run",
+        p,
+        "--out",
+        "/nonexistent",
+        "--dry-run",
+        "--set",
+        "sweep.vms.count=[1,2]",
+    ]);
+    assert!(
+        out.contains("run 2 (point 1, repeat 0): vms.count=2 | 2 VM(s)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn table_and_plot_read_a_results_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let results = serde_json::json!({
+        "experiment": "t",
+        "param_columns": ["daemon.cxl_ratio"],
+        "columns": [],
+        "rows": [
+            {"run": 1, "status": "ok", "vm": "all", "phase": "p", "vms": 2, "daemon.cxl_ratio": 0, "read_bw_bytes_per_sec": 2e8},
+            {"run": 2, "status": "ok", "vm": "all", "phase": "p", "vms": 2, "daemon.cxl_ratio": 100, "read_bw_bytes_per_sec": 1e8},
+        ]
+    });
+    std::fs::write(dir.path().join("results.json"), results.to_string()).unwrap();
+    let d = dir.path().to_str().unwrap();
+    let table = ok(&["table", d]);
+    assert!(
+        table.contains("cxl_ratio") && table.contains("200.0") && table.contains("100.0"),
+        "{table}"
+    );
+    let files = ok(&["plot", d]);
+    assert!(
+        files.contains("read_bw_bytes_per_sec-vs-daemon_cxl_ratio.png"),
+        "{files}"
+    );
+    let png = std::fs::read(
+        dir.path()
+            .join("read_bw_bytes_per_sec-vs-daemon_cxl_ratio.png"),
+    )
+    .unwrap();
+    assert!(png.starts_with(b"\x89PNG") && png.len() > 1000);
+    let e = fails(&["table", "/nonexistent-results"]);
+    assert!(e.contains("results.json"), "{e}");
+}
