@@ -94,43 +94,48 @@ pub fn guest_image() -> &'static Path {
 /// into the current target dir.
 pub fn cxlfsd() -> &'static Path {
     static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    once_path(&BIN, || {
-        if let Some(p) = std::env::var_os("CXLFSD").filter(|p| !p.is_empty()) {
-            let p = PathBuf::from(p);
-            return if p.is_file() {
-                Ok(p)
-            } else {
-                Err(format!("CXLFSD={} is not a file", p.display()))
-            };
-        }
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let out = Command::new(&cargo)
-            .current_dir(repo_root())
-            .args([
-                "build",
-                "--quiet",
-                "--release",
-                "--locked",
-                "-p",
-                "cxlfsd",
-                "--bin",
-                "cxlfsd",
-            ])
-            .arg("--message-format=json-render-diagnostics")
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit())
-            .output()
-            .map_err(|e| format!("cannot run cargo: {e}"))?;
-        if !out.status.success() {
-            return Err(format!("cargo build -p cxlfsd failed ({})", out.status));
-        }
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "cxlfsd")
-            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-            .ok_or_else(|| "cargo build -p cxlfsd reported no cxlfsd executable".to_string())
-    })
+    once_path(&BIN, || release_binary("CXLFSD", "cxlfsd", "cxlfsd"))
+}
+
+/// `$ENV` if set (it must be a file), else `cargo build --release --locked
+/// -p PACKAGE --bin BIN` into the current target dir, with the executable's
+/// path taken from cargo's JSON messages (so any `CARGO_TARGET_DIR` works).
+fn release_binary(env: &str, package: &str, bin: &str) -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os(env).filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("{env}={} is not a file", p.display()))
+        };
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(&cargo)
+        .current_dir(repo_root())
+        .args([
+            "build",
+            "--quiet",
+            "--release",
+            "--locked",
+            "-p",
+            package,
+            "--bin",
+            bin,
+        ])
+        .arg("--message-format=json-render-diagnostics")
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("cargo build -p {package} failed ({})", out.status));
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == bin)
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .ok_or_else(|| format!("cargo build -p {package} reported no {bin} executable"))
 }
 
 /// The QEMU with a virtio-fs DAX window, built (or found in the cache) by
@@ -173,38 +178,7 @@ pub fn patched_qemu() -> &'static Path {
 /// binary built once (per test binary) with `cargo build --release -p cxlfs`.
 pub fn cxlfs_cli() -> &'static Path {
     static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    once_path(&BIN, || {
-        if let Some(p) = std::env::var_os("CXLFS").filter(|p| !p.is_empty()) {
-            return Ok(PathBuf::from(p));
-        }
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let out = Command::new(&cargo)
-            .current_dir(repo_root())
-            .args([
-                "build",
-                "--quiet",
-                "--release",
-                "--locked",
-                "-p",
-                "cxlfs",
-                "--bin",
-                "cxlfs",
-            ])
-            .arg("--message-format=json-render-diagnostics")
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit())
-            .output()
-            .map_err(|e| format!("cannot run cargo: {e}"))?;
-        if !out.status.success() {
-            return Err(format!("cargo build -p cxlfs failed ({})", out.status));
-        }
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "cxlfs")
-            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-            .ok_or_else(|| "cargo build -p cxlfs reported no cxlfs executable".to_string())
-    })
+    once_path(&BIN, || release_binary("CXLFS", "cxlfs", "cxlfs"))
 }
 
 /// Options of one guest (see `qemu-configs/run-vm.sh`).

@@ -5,47 +5,10 @@
 //! recorded as failed, with fio's complaint, without stopping the sweep.
 #![allow(clippy::unwrap_used)]
 
-use cxlfs_e2e::{cxlfsd, exclusive, guest_image, repo_root};
+use cxlfs_e2e::{cxlfs_cli, cxlfsd, exclusive, guest_image};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 use std::time::Instant;
-
-/// The `cxlfs` binary, built once (release, like `cxlfsd`).
-fn cxlfs() -> &'static PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Some(p) = std::env::var_os("CXLFS").filter(|p| !p.is_empty()) {
-            return PathBuf::from(p);
-        }
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let out = Command::new(cargo)
-            .current_dir(repo_root())
-            .args([
-                "build",
-                "--quiet",
-                "--release",
-                "--locked",
-                "-p",
-                "cxlfs",
-                "--bin",
-                "cxlfs",
-            ])
-            .arg("--message-format=json-render-diagnostics")
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "cargo build -p cxlfs failed");
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "cxlfs")
-            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-            .expect("cargo reported no cxlfs executable")
-    })
-}
 
 const SPEC: &str = r#"
 name = "e2e-tiny"
@@ -111,7 +74,7 @@ fn read_csv(path: &std::path::Path) -> (Vec<String>, Vec<Row>) {
 #[test]
 fn a_tiny_sweep_on_two_guests_with_one_failing_point() {
     let _serial = exclusive();
-    let (bin, daemon, image) = (cxlfs(), cxlfsd(), guest_image());
+    let (bin, daemon, image) = (cxlfs_cli(), cxlfsd(), guest_image());
     let dir = tempfile::Builder::new()
         .prefix("cxlfs-e2e-run.")
         .tempdir()
