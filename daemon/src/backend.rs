@@ -281,10 +281,12 @@ impl FsBackend {
             if local[i].deadline_ns <= now {
                 let h = local.swap_remove(i);
                 any |= self.complete(&h.vring, h.head, h.len);
+                let done = self.shared.now_ns();
                 metrics.record_pacing_error(
-                    self.shared.now_ns() as i64 - h.deadline_ns as i64,
+                    done as i64 - h.deadline_ns as i64,
                     h.deadline_ns.saturating_sub(h.arrival_ns),
                 );
+                metrics.record_fuse_latency(done.saturating_sub(h.arrival_ns));
             } else {
                 i += 1;
             }
@@ -359,16 +361,20 @@ impl FsBackend {
             None => 0,
         };
         let Some(deadline) = handled.completes_at_ns else {
-            return self.complete(vring, head, len);
+            let done = self.complete(vring, head, len);
+            metrics.record_fuse_latency(self.shared.now_ns().saturating_sub(arrival));
+            return done;
         };
         let now = self.shared.now_ns();
         if now >= deadline {
             // Already due (zero latency, or a hit): reply inline.
             let done = self.complete(vring, head, len);
+            let at = self.shared.now_ns();
             metrics.record_pacing_error(
-                self.shared.now_ns() as i64 - deadline as i64,
+                at as i64 - deadline as i64,
                 deadline.saturating_sub(arrival),
             );
+            metrics.record_fuse_latency(at.saturating_sub(arrival));
             return done;
         }
         let held = Held {
@@ -484,6 +490,7 @@ fn run_pacer(
                 done - h.deadline_ns as i64,
                 h.deadline_ns.saturating_sub(h.arrival_ns),
             );
+            vm.record_fuse_latency((done as u64).saturating_sub(h.arrival_ns));
         }
     }
 }
