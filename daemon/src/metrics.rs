@@ -68,10 +68,17 @@ pub struct VmMetrics {
     pub dax_unmaps: AtomicU64,
     /// Record the latency histograms (FUSE requests, traps, pacing).
     record_latency: AtomicBool,
-    pacing: Mutex<Histogram<u64>>,
-    pacing_long: Mutex<Histogram<u64>>,
-    fuse_latency: Mutex<Histogram<u64>>,
+    /// The reply-side histograms share one lock: a request records two or
+    /// three values at once ([`VmMetrics::record_reply`]).
+    replies: Mutex<ReplyHistograms>,
     trap_latency: Mutex<Histogram<u64>>,
+}
+
+#[derive(Debug)]
+struct ReplyHistograms {
+    pacing: Histogram<u64>,
+    pacing_long: Histogram<u64>,
+    fuse: Histogram<u64>,
 }
 
 /// Modeled latencies from which on pacing is held to its target (issue 3:
@@ -88,11 +95,12 @@ fn new_histogram() -> Histogram<u64> {
 }
 
 fn record(m: &Mutex<Histogram<u64>>, v: u64) {
-    let mut h = lock(m);
-    if h.record(v.max(1)).is_err() {
-        let high = h.high();
-        let _ = h.record(high);
-    }
+    put(&mut lock(m), v);
+}
+
+fn put(h: &mut Histogram<u64>, v: u64) {
+    // Out of range (> 100 s) counts as the highest value.
+    h.saturating_record(v.max(1));
 }
 
 /// Quantiles of one latency histogram, in ns.
@@ -112,23 +120,6 @@ pub struct LatencySummary {
     pub max: u64,
     /// Mean (ns).
     pub mean: f64,
-}
-
-impl LatencySummary {
-    fn of(h: &Histogram<u64>) -> Self {
-        if h.is_empty() {
-            return LatencySummary::default();
-        }
-        LatencySummary {
-            count: h.len(),
-            p50: h.value_at_quantile(0.5),
-            p90: h.value_at_quantile(0.9),
-            p99: h.value_at_quantile(0.99),
-            p999: h.value_at_quantile(0.999),
-            max: h.max(),
-            mean: h.mean(),
-        }
-    }
 }
 
 /// Upper bounds (ns) of the Prometheus histogram buckets (`le`), then +Inf.
@@ -162,22 +153,82 @@ pub struct LatencyExport {
     pub buckets: Vec<u64>,
 }
 
+/// The recorded values of a histogram: `(highest equivalent value, count)`
+/// per non-empty bucket, ascending. Cheap (only non-empty buckets are
+/// visited), so the lock is held briefly and rows can be merged without
+/// allocating whole histograms.
+fn recorded(h: &Histogram<u64>) -> Vec<(u64, u64)> {
+    h.iter_recorded()
+        .map(|v| (v.value_iterated_to(), v.count_since_last_iteration()))
+        .collect()
+}
+
 impl LatencyExport {
-    fn of(h: &Histogram<u64>) -> Self {
+    /// Quantiles (as HDR's `value_at_quantile`: the highest equivalent
+    /// value of the bucket holding the rank) and buckets of `values`
+    /// (ascending `(value, count)` pairs, as [`recorded`] gives them).
+    fn from_recorded(values: &[(u64, u64)]) -> Self {
+        let count: u64 = values.iter().map(|&(_, n)| n).sum();
+        if count == 0 {
+            return LatencyExport {
+                summary: LatencySummary::default(),
+                buckets: vec![0; BUCKETS_NS.len()],
+            };
+        }
+        let qs = [0.5, 0.9, 0.99, 0.999];
+        let mut at = [0u64; 4];
+        let targets: Vec<u64> = qs
+            .iter()
+            .map(|q| ((q * count as f64).ceil() as u64).clamp(1, count))
+            .collect();
+        let mut buckets = vec![0u64; BUCKETS_NS.len()];
+        let (mut seen, mut sum, mut qi) = (0u64, 0f64, 0usize);
+        for &(v, n) in values {
+            seen += n;
+            sum += v as f64 * n as f64;
+            while qi < qs.len() && seen >= targets[qi] {
+                at[qi] = v;
+                qi += 1;
+            }
+            if let Some(b) = BUCKETS_NS.iter().position(|&le| v <= le) {
+                buckets[b] += n;
+            }
+        }
+        for i in 1..buckets.len() {
+            buckets[i] += buckets[i - 1];
+        }
         LatencyExport {
-            summary: LatencySummary::of(h),
-            buckets: BUCKETS_NS
-                .iter()
-                .map(|&le| {
-                    if h.is_empty() {
-                        0
-                    } else {
-                        h.count_between(0, le)
-                    }
-                })
-                .collect(),
+            summary: LatencySummary {
+                count,
+                p50: at[0],
+                p90: at[1],
+                p99: at[2],
+                p999: at[3],
+                max: values.last().map_or(0, |&(v, _)| v),
+                mean: sum / count as f64,
+            },
+            buckets,
         }
     }
+
+    fn of(h: &Histogram<u64>) -> Self {
+        Self::from_recorded(&recorded(h))
+    }
+}
+
+/// Merges ascending `(value, count)` lists into one ascending list.
+fn merge_recorded(lists: &[Vec<(u64, u64)>]) -> Vec<(u64, u64)> {
+    let mut all: Vec<(u64, u64)> = lists.iter().flatten().copied().collect();
+    all.sort_unstable_by_key(|&(v, _)| v);
+    all.dedup_by(|b, a| {
+        if a.0 == b.0 {
+            a.1 += b.1;
+            true
+        } else {
+            false
+        }
+    });
+    all
 }
 
 impl VmMetrics {
@@ -204,9 +255,11 @@ impl VmMetrics {
             dax_maps: z(),
             dax_unmaps: z(),
             record_latency: AtomicBool::new(true),
-            pacing: Mutex::new(new_histogram()),
-            pacing_long: Mutex::new(new_histogram()),
-            fuse_latency: Mutex::new(new_histogram()),
+            replies: Mutex::new(ReplyHistograms {
+                pacing: new_histogram(),
+                pacing_long: new_histogram(),
+                fuse: new_histogram(),
+            }),
             trap_latency: Mutex::new(new_histogram()),
         }
     }
@@ -246,6 +299,26 @@ impl VmMetrics {
         self.record_latency.load(Ordering::Relaxed)
     }
 
+    /// Records one reply put on the used ring at `done_ns` for a request
+    /// that arrived at `arrival_ns`: its FUSE latency and, for a data-path
+    /// reply held until `deadline_ns`, its pacing error (actual minus
+    /// modeled release; early releases, which pacing prevents, count as 0).
+    /// One lock for all of it.
+    pub fn record_reply(&self, arrival_ns: u64, deadline_ns: Option<u64>, done_ns: u64) {
+        if !self.recording() {
+            return;
+        }
+        let mut h = lock(&self.replies);
+        put(&mut h.fuse, done_ns.saturating_sub(arrival_ns));
+        if let Some(deadline) = deadline_ns {
+            let error = done_ns.saturating_sub(deadline);
+            put(&mut h.pacing, error);
+            if deadline.saturating_sub(arrival_ns) >= LONG_MODELED_NS {
+                put(&mut h.pacing_long, error);
+            }
+        }
+    }
+
     /// Records one pacing error: actual minus modeled completion, in ns
     /// (early completions, which pacing prevents, count as 0), for a reply
     /// whose modeled latency was `modeled_ns`.
@@ -254,16 +327,17 @@ impl VmMetrics {
             return;
         }
         let v = error_ns.max(1) as u64;
-        record(&self.pacing, v);
+        let mut h = lock(&self.replies);
+        put(&mut h.pacing, v);
         if modeled_ns >= LONG_MODELED_NS {
-            record(&self.pacing_long, v);
+            put(&mut h.pacing_long, v);
         }
     }
 
     /// Records one FUSE request's latency: arrival to the reply on the used ring.
     pub fn record_fuse_latency(&self, ns: u64) {
         if self.recording() {
-            record(&self.fuse_latency, ns);
+            put(&mut lock(&self.replies).fuse, ns);
         }
     }
 
@@ -278,11 +352,8 @@ impl VmMetrics {
     /// `(count, [p50, p90, p99, p999, max])` of the pacing error in ns, over
     /// all data-path replies or (`long_only`) those modeled at >= 20 µs.
     pub fn pacing_summary(&self, long_only: bool) -> (u64, [u64; 5]) {
-        let s = LatencySummary::of(&lock(if long_only {
-            &self.pacing_long
-        } else {
-            &self.pacing
-        }));
+        let h = lock(&self.replies);
+        let s = LatencyExport::of(if long_only { &h.pacing_long } else { &h.pacing }).summary;
         (s.count, [s.p50, s.p90, s.p99, s.p999, s.max])
     }
 }
@@ -648,10 +719,8 @@ impl Metrics {
             traps: device.traps,
             ..VmRow::default()
         };
-        let mut h_fuse = new_histogram();
-        let mut h_trap = new_histogram();
-        let mut h_pacing = new_histogram();
-        let mut h_long = new_histogram();
+        // Per histogram kind: every VM's recorded values, merged for `all`.
+        let mut merged: [Vec<Vec<(u64, u64)>>; 4] = Default::default();
         let mut rows = Vec::with_capacity(vms.len());
         for v in &vms {
             let mut fuse_ops = BTreeMap::new();
@@ -674,10 +743,19 @@ impl Metrics {
                 .and_then(|d| d.find_vm_id(&v.name))
                 .and_then(|id| plane.traps_by_vm.get(&Some(id)).copied())
                 .unwrap_or(0);
-            let export = |m: &Mutex<Histogram<u64>>, into: &mut Histogram<u64>| {
-                let h = lock(m);
-                let _ = into.add(&*h);
-                LatencyExport::of(&h)
+            let (fuse, pacing, long) = {
+                let h = lock(&v.replies);
+                (
+                    recorded(&h.fuse),
+                    recorded(&h.pacing),
+                    recorded(&h.pacing_long),
+                )
+            };
+            let trap = recorded(&lock(&v.trap_latency));
+            let mut export = |values: Vec<(u64, u64)>, kind: usize| {
+                let e = LatencyExport::from_recorded(&values);
+                merged[kind].push(values);
+                e
             };
             rows.push(VmRow {
                 vm: v.name.clone(),
@@ -685,10 +763,10 @@ impl Metrics {
                 counters,
                 traps,
                 host_programs,
-                fuse_latency: export(&v.fuse_latency, &mut h_fuse),
-                trap_latency: export(&v.trap_latency, &mut h_trap),
-                pacing_error: export(&v.pacing, &mut h_pacing),
-                pacing_error_long: export(&v.pacing_long, &mut h_long),
+                fuse_latency: export(fuse, 0),
+                trap_latency: export(trap, 1),
+                pacing_error: export(pacing, 2),
+                pacing_error_long: export(long, 3),
             });
         }
         for (i, c) in VM_COUNTERS.iter().enumerate() {
@@ -696,10 +774,12 @@ impl Metrics {
                 all.counters[i] = f(&device);
             }
         }
-        all.fuse_latency = LatencyExport::of(&h_fuse);
-        all.trap_latency = LatencyExport::of(&h_trap);
-        all.pacing_error = LatencyExport::of(&h_pacing);
-        all.pacing_error_long = LatencyExport::of(&h_long);
+        let [fuse, trap, pacing, long] =
+            merged.map(|l| LatencyExport::from_recorded(&merge_recorded(&l)));
+        all.fuse_latency = fuse;
+        all.trap_latency = trap;
+        all.pacing_error = pacing;
+        all.pacing_error_long = long;
         Snapshot {
             vms: rows,
             all,
@@ -1130,6 +1210,43 @@ mod tests {
             assert!(value.parse::<f64>().is_ok(), "bad sample line {line}");
         }
         assert!(Arc::ptr_eq(&m.vm("vm0"), &v));
+    }
+
+    #[test]
+    fn quantiles_and_buckets_match_hdr() {
+        let mut a = new_histogram();
+        let mut b = new_histogram();
+        let mut both = new_histogram();
+        let mut x = 12345u64;
+        for i in 0..20_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let v = 500 + x % 3_000_000;
+            let h = if i % 3 == 0 { &mut a } else { &mut b };
+            h.record(v).unwrap();
+            both.record(v).unwrap();
+        }
+        let merged = LatencyExport::from_recorded(&merge_recorded(&[recorded(&a), recorded(&b)]));
+        for e in [LatencyExport::of(&both), merged] {
+            let s = e.summary;
+            assert_eq!(s.count, 20_000);
+            assert_eq!(s.p50, both.value_at_quantile(0.5));
+            assert_eq!(s.p90, both.value_at_quantile(0.9));
+            assert_eq!(s.p99, both.value_at_quantile(0.99));
+            assert_eq!(s.p999, both.value_at_quantile(0.999));
+            assert_eq!(s.max, both.max());
+            assert!((s.mean - both.mean()).abs() / both.mean() < 0.01);
+            // `le` counts the buckets whose every value is <= le: HDR's
+            // count up to le, less at most the bucket that straddles le.
+            for (&le, &n) in BUCKETS_NS.iter().zip(&e.buckets) {
+                let below = both.count_between(0, both.lowest_equivalent(le) - 1);
+                assert!(below <= n && n <= both.count_between(0, le), "le {le}: {n}");
+            }
+        }
+        let empty = LatencyExport::of(&new_histogram());
+        assert_eq!(empty.summary, LatencySummary::default());
+        assert!(empty.buckets.iter().all(|&n| n == 0));
     }
 
     #[test]

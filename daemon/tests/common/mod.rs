@@ -33,6 +33,8 @@ pub struct Guest {
     used_seen: u16,
     next_desc: u16,
     unique: u64,
+    /// Busy-poll the used ring instead of sleeping between polls (benchmarks).
+    pub spin: bool,
 }
 
 impl Guest {
@@ -93,6 +95,7 @@ impl Guest {
             used_seen: 0,
             next_desc: 0,
             unique: 1,
+            spin: false,
         }
     }
 
@@ -144,7 +147,11 @@ impl Guest {
             if start.elapsed() > timeout {
                 return None;
             }
-            std::thread::sleep(Duration::from_micros(20));
+            if self.spin {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(20));
+            }
         }
     }
 
