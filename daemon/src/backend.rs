@@ -261,10 +261,7 @@ impl FsBackend {
             if local[i].deadline_ns <= now {
                 let h = local.swap_remove(i);
                 any |= self.complete(&h.vring, h.head, h.len);
-                metrics.record_pacing_error(
-                    self.shared.now_ns() as i64 - h.deadline_ns as i64,
-                    h.deadline_ns.saturating_sub(h.arrival_ns),
-                );
+                metrics.record_reply(h.arrival_ns, Some(h.deadline_ns), self.shared.now_ns());
             } else {
                 i += 1;
             }
@@ -339,16 +336,15 @@ impl FsBackend {
             None => 0,
         };
         let Some(deadline) = handled.completes_at_ns else {
-            return self.complete(vring, head, len);
+            let done = self.complete(vring, head, len);
+            metrics.record_reply(arrival, None, self.shared.now_ns());
+            return done;
         };
         let now = self.shared.now_ns();
         if now >= deadline {
             // Already due (zero latency, or a hit): reply inline.
             let done = self.complete(vring, head, len);
-            metrics.record_pacing_error(
-                self.shared.now_ns() as i64 - deadline as i64,
-                deadline.saturating_sub(arrival),
-            );
+            metrics.record_reply(arrival, Some(deadline), self.shared.now_ns());
             return done;
         }
         let held = Held {
@@ -415,12 +411,9 @@ fn run_pacer(
             for (_, r) in &rings {
                 signal(r, event_idx.load(Ordering::Relaxed), &vm.name);
             }
-            let done = clock.now_ns() as i64;
+            let done = clock.now_ns();
             for h in &due {
-                vm.record_pacing_error(
-                    done - h.deadline_ns as i64,
-                    h.deadline_ns.saturating_sub(h.arrival_ns),
-                );
+                vm.record_reply(h.arrival_ns, Some(h.deadline_ns), done);
             }
         },
     );

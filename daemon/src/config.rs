@@ -13,6 +13,8 @@
 //! dax = "off"                   # DAX window (default on); dax_window, pool_dir
 //! control_socket = "/run/cxlfsd/control.sock"  # cache control (docs/control-api.md)
 //! # control_socket_mode = "0600", pin_quota_bytes = "16MiB", guest_device_control = false
+//! cxl_ratio = 50                # % of file pages on the CXL-SSD (default 100)
+//! metrics_file = "/tmp/m.jsonl" # JSON-lines time series; metrics_interval = "1s"
 //!
 //! [[vm]]
 //! name = "vm0"
@@ -107,6 +109,17 @@ pub struct Cli {
     /// set_cxl_ratio, reset_stats) through cache hints.
     #[arg(long)]
     pub guest_device_control: bool,
+    /// Share of file pages on the CXL-SSD tier, 0..=100 (default 100); the
+    /// rest live in a DRAM tier: always resident, never charged.
+    #[arg(long, value_name = "PERCENT")]
+    pub cxl_ratio: Option<u64>,
+    /// Append a JSON-lines metrics time series to this file (one object per
+    /// VM and one with "vm":"all" per sample, and a final sample at shutdown).
+    #[arg(long, value_name = "PATH")]
+    pub metrics_file: Option<PathBuf>,
+    /// Interval of --metrics-file samples, e.g. `1s`, `250ms` (default 1s).
+    #[arg(long, value_name = "DURATION")]
+    pub metrics_interval: Option<String>,
     /// Print the effective configuration and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -192,6 +205,12 @@ pub struct FileConfig {
     pub pin_quota_bytes: Option<String>,
     /// Guests may change the whole device.
     pub guest_device_control: Option<bool>,
+    /// Percent of file pages on the CXL tier (0..=100).
+    pub cxl_ratio: Option<u64>,
+    /// JSON-lines metrics file.
+    pub metrics_file: Option<PathBuf>,
+    /// Its sampling interval (e.g. "1s").
+    pub metrics_interval: Option<String>,
     /// VMs.
     #[serde(default)]
     pub vm: Vec<VmSpec>,
@@ -222,6 +241,12 @@ pub struct DaemonConfig {
     pub dax: DaxOptions,
     /// Control socket and cache hints.
     pub control: ControlConfig,
+    /// Percent of file pages on the CXL tier.
+    pub cxl_ratio: u8,
+    /// JSON-lines metrics file.
+    pub metrics_file: Option<PathBuf>,
+    /// Its sampling interval.
+    pub metrics_interval: std::time::Duration,
 }
 
 /// Why the configuration could not be built.
@@ -429,8 +454,31 @@ impl DaemonConfig {
             window,
             pool_dir: cli.pool_dir.clone().or(file.pool_dir),
         };
+        let cxl_ratio = match cli.cxl_ratio.or(file.cxl_ratio) {
+            Some(r) => crate::placement::check_ratio(r)
+                .map_err(|e| LoadDaemonConfigError::Invalid(e.to_string()))?,
+            None => crate::placement::DEFAULT_CXL_RATIO,
+        };
+        let interval_text = cli.metrics_interval.clone().or(file.metrics_interval);
+        let metrics_interval = match interval_text {
+            Some(t) => {
+                let ns = cxlfs_device_model::units::parse_duration_ns(&t).map_err(|e| {
+                    LoadDaemonConfigError::Invalid(format!("metrics_interval `{t}`: {e}"))
+                })?;
+                if ns < 1_000_000 {
+                    return Err(LoadDaemonConfigError::Invalid(format!(
+                        "metrics_interval must be at least 1ms, got `{t}`"
+                    )));
+                }
+                std::time::Duration::from_nanos(ns)
+            }
+            None => crate::metrics_file::DEFAULT_INTERVAL,
+        };
         Ok(DaemonConfig {
             control,
+            cxl_ratio,
+            metrics_file: cli.metrics_file.clone().or(file.metrics_file),
+            metrics_interval,
             dax,
             device,
             device_origin: origin,
@@ -456,6 +504,52 @@ mod tests {
 
     fn cli(args: &[&str]) -> Cli {
         Cli::try_parse_from(std::iter::once("cxlfsd").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn cxl_ratio_and_metrics_file() {
+        let file: FileConfig = toml::from_str(
+            r#"
+            shared_dir = "/a"
+            cxl_ratio = 30
+            metrics_file = "/tmp/m.jsonl"
+            metrics_interval = "250ms"
+            "#,
+        )
+        .unwrap();
+        let c = DaemonConfig::merge(&cli(&[]), file.clone()).unwrap();
+        assert_eq!(c.cxl_ratio, 30);
+        assert_eq!(c.metrics_file, Some(PathBuf::from("/tmp/m.jsonl")));
+        assert_eq!(c.metrics_interval, std::time::Duration::from_millis(250));
+        let c = DaemonConfig::merge(
+            &cli(&["--cxl-ratio", "0", "--metrics-interval", "2s"]),
+            file.clone(),
+        )
+        .unwrap();
+        assert_eq!(c.cxl_ratio, 0);
+        assert_eq!(c.metrics_interval, std::time::Duration::from_secs(2));
+        let d = DaemonConfig::merge(&cli(&["--shared-dir", "/a"]), FileConfig::default()).unwrap();
+        assert_eq!(d.cxl_ratio, 100);
+        assert_eq!(d.metrics_file, None);
+        assert_eq!(d.metrics_interval, std::time::Duration::from_secs(1));
+        for bad in [
+            &["--cxl-ratio", "101"][..],
+            &["--metrics-interval", "10us"],
+            &["--metrics-interval", "soon"],
+        ] {
+            let e = DaemonConfig::merge(&cli(bad), file.clone()).unwrap_err();
+            assert!(
+                matches!(e, LoadDaemonConfigError::Invalid(_)),
+                "{bad:?}: {e}"
+            );
+        }
+        let e = DaemonConfig::merge(
+            &cli(&[]),
+            toml::from_str("shared_dir = \"/a\"\ncxl_ratio = 250").unwrap(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("cxl_ratio must be 0..=100"), "{e}");
+        assert!(Cli::try_parse_from(["cxlfsd", "--cxl-ratio", "-1"]).is_err());
     }
 
     #[test]

@@ -98,9 +98,6 @@ pub enum ControlCommandError {
         /// Its quota.
         quota_bytes: u64,
     },
-    /// This build cannot do it (e.g. `set_cxl_ratio` without placement).
-    #[error("{0}")]
-    NotSupported(String),
     /// The device model refused it.
     #[error("device: {0}")]
     Device(#[from] AccessError),
@@ -122,7 +119,6 @@ impl ControlCommandError {
             ControlCommandError::NotFound(_) => "not_found",
             ControlCommandError::Forbidden(_) => "forbidden",
             ControlCommandError::QuotaExceeded { .. } => "quota_exceeded",
-            ControlCommandError::NotSupported(_) => "not_supported",
             ControlCommandError::Device(AccessError::SetFullyPinned { .. }) => "cache_fully_pinned",
             ControlCommandError::Device(_) => "device_error",
             ControlCommandError::Io { .. } => "io_error",
@@ -136,7 +132,6 @@ impl ControlCommandError {
             ControlCommandError::NotFound(_) => Errno::NOENT,
             ControlCommandError::Forbidden(_) => Errno::PERM,
             ControlCommandError::QuotaExceeded { .. } => Errno::DQUOT,
-            ControlCommandError::NotSupported(_) => Errno::OPNOTSUPP,
             ControlCommandError::Device(AccessError::SetFullyPinned { .. }) => Errno::NOSPC,
             ControlCommandError::Device(_) | ControlCommandError::Io { .. } => Errno::IO,
         }
@@ -150,34 +145,45 @@ fn bad(msg: impl Into<String>) -> ControlCommandError {
 /// Why the DRAM/CXL ratio could not be set.
 #[derive(Debug, thiserror::Error)]
 pub enum SetCxlRatioError {
-    /// This build has no DRAM/CXL placement.
-    #[error("set_cxl_ratio is not supported in this build (no DRAM/CXL placement)")]
-    NotSupported,
     /// Out of range or refused by the placement code.
     #[error("{0}")]
     Invalid(String),
 }
 
-/// The DRAM/CXL placement the daemon may have (issue 5): `set_cxl_ratio`
-/// goes here.
+/// The DRAM/CXL placement behind `set_cxl_ratio` (a trait so that the
+/// controller can be tested without a daemon).
 pub trait PlacementControl: Send + Sync {
-    /// Sets the share of memory placed on the CXL device, in percent;
+    /// Sets the share of file pages placed on the CXL-SSD, in percent;
     /// returns what to report.
     fn set_cxl_ratio(&self, percent: u32) -> Result<Value, SetCxlRatioError>;
-    /// The ratio in force, if placement exists.
+    /// The ratio in force.
     fn cxl_ratio(&self) -> Option<u32>;
 }
 
-/// Placement of a build without one: every `set_cxl_ratio` is refused.
-#[derive(Debug, Default)]
-pub struct NoPlacement;
+/// The shared device's placement (`SharedDevice::set_cxl_ratio`): pages
+/// that move to DRAM leave the device cache, pages that move to the
+/// CXL-SSD leave the residency plane (their next access traps).
+#[derive(Debug)]
+pub struct DevicePlacement(pub Arc<SharedDevice>);
 
-impl PlacementControl for NoPlacement {
-    fn set_cxl_ratio(&self, _percent: u32) -> Result<Value, SetCxlRatioError> {
-        Err(SetCxlRatioError::NotSupported)
+impl PlacementControl for DevicePlacement {
+    fn set_cxl_ratio(&self, percent: u32) -> Result<Value, SetCxlRatioError> {
+        let ratio = crate::placement::check_ratio(u64::from(percent))
+            .map_err(|e| SetCxlRatioError::Invalid(e.to_string()))?;
+        let c = self
+            .0
+            .set_cxl_ratio(ratio)
+            .map_err(|e| SetCxlRatioError::Invalid(e.to_string()))?;
+        tracing::info!(old = c.old, new = c.new, "cxl_ratio changed");
+        Ok(json!({
+            "old_cxl_ratio": c.old,
+            "cxl_ratio": c.new,
+            "discarded_device_pages": c.discarded_device_pages,
+            "plane_evicted_pages": c.plane_evicted_pages,
+        }))
     }
     fn cxl_ratio(&self) -> Option<u32> {
-        None
+        Some(u32::from(self.0.cxl_ratio()))
     }
 }
 
@@ -570,14 +576,10 @@ impl Controller {
             }
             Command::SetPolicy { name, params } => self.set_policy(&name, params),
             Command::SetPrefetch { degree, stride } => self.set_prefetch(degree, stride),
-            Command::SetCxlRatio { percent } => {
-                self.placement.set_cxl_ratio(percent).map_err(|e| match e {
-                    SetCxlRatioError::NotSupported => {
-                        ControlCommandError::NotSupported(e.to_string())
-                    }
-                    SetCxlRatioError::Invalid(m) => bad(m),
-                })
-            }
+            Command::SetCxlRatio { percent } => self
+                .placement
+                .set_cxl_ratio(percent)
+                .map_err(|SetCxlRatioError::Invalid(m)| bad(m)),
             Command::QueryStats { vm } => self.query_stats(vm.as_deref()),
             Command::ResetStats => {
                 self.shared.device().reset_stats();
@@ -1396,7 +1398,7 @@ pub fn start(
         state.shared.clone(),
         state.metrics.clone(),
         state.dax().cloned(),
-        Arc::new(NoPlacement),
+        Arc::new(DevicePlacement(state.shared.clone())),
         &cfg.shared_dir,
         ControlOptions {
             pin_quota_bytes: quota,

@@ -157,6 +157,21 @@ impl DaemonState {
         }
     }
 
+    /// Changes the share of file pages on the CXL-SSD tier (0..=100 %) at
+    /// run time; see [`SharedDevice::set_cxl_ratio`] for how pages move.
+    /// Never call it from a residency-plane thread.
+    pub fn set_cxl_ratio(
+        &self,
+        cxl_ratio: u8,
+    ) -> Result<crate::pool::RatioChange, crate::placement::SetCxlRatioError> {
+        self.shared.set_cxl_ratio(cxl_ratio)
+    }
+
+    /// The ratio in force.
+    pub fn cxl_ratio(&self) -> u8 {
+        self.shared.cxl_ratio()
+    }
+
     /// Whether shutdown was requested.
     pub fn shutting_down(&self) -> bool {
         self.shutdown.load(Ordering::Acquire)
@@ -304,10 +319,11 @@ impl DaemonState {
     ) -> Result<(Arc<FsBackend>, VhostUserDaemon<Arc<FsBackend>>), Box<dyn std::error::Error>> {
         let fs = PassthroughFs::new(&self.opts.shared_dir, self.opts.cache, self.shared.clone())?;
         let vm_metrics = self.metrics.vm(&vm.name);
-        let dax = self
-            .dax
-            .get()
-            .map(|d| Arc::new(DaxSession::new(d.clone(), vm_metrics.clone())));
+        let dax = self.dax.get().map(|d| {
+            let session = Arc::new(DaxSession::new(d.clone(), vm_metrics.clone()));
+            d.register_session(&session);
+            session
+        });
         let server = Arc::new(
             FuseServer::new(fs, self.shared.clone(), vm_metrics, self.opts.server)
                 .with_dax(dax)

@@ -75,11 +75,22 @@ type VmTable = Mutex<Vec<Arc<VmMetrics>>>;
 struct DaemonPoolBackend {
     shared: Arc<SharedDevice>,
     vms: Arc<VmTable>,
+    /// The VMM pid of each VM (write-backs come with the writer's pid).
+    vmm_pids: Arc<Mutex<Vec<(u32, VmId)>>>,
 }
 
 impl DaemonPoolBackend {
     fn vm_metrics(&self, vm: Option<VmId>) -> Option<Arc<VmMetrics>> {
         vm.and_then(|id| lock(&self.vms).get(id as usize).cloned())
+    }
+
+    /// The VM whose VMM process is `pid` (write-backs are usually written
+    /// by the kernel on behalf of the VMM, with its tgid or 0).
+    fn vm_of_pid(&self, pid: u32) -> Option<VmId> {
+        lock(&self.vmm_pids)
+            .iter()
+            .find(|(p, _)| *p == pid && pid != 0)
+            .map(|(_, v)| *v)
     }
 }
 
@@ -99,9 +110,8 @@ impl PoolBackend for DaemonPoolBackend {
             .charge_pool(miss.arrival_ns, Op::Read, miss.pool_offset, len.max(1))
             .map_err(|e| ServeMissError::Device(e.to_string()))?;
         if let Some(m) = self.vm_metrics(miss.vm) {
-            m.device_hits.fetch_add(charge.page_hits, Ordering::Relaxed);
-            m.device_misses
-                .fetch_add(charge.page_misses, Ordering::Relaxed);
+            m.record_charge(&charge);
+            m.record_trap_latency(charge.completes_at_ns.saturating_sub(miss.arrival_ns));
         }
         let data = match owner.and_then(|o| o.file.map(|f| (f, o.chunk))) {
             Some((file, chunk)) => MissData::File {
@@ -121,7 +131,7 @@ impl PoolBackend for DaemonPoolBackend {
         &self,
         pool_offset: u64,
         data: &[u8],
-        _pid: u32,
+        pid: u32,
         arrival_ns: u64,
     ) -> Result<u64, WritebackError> {
         let mut done = arrival_ns;
@@ -141,15 +151,14 @@ impl PoolBackend for DaemonPoolBackend {
                     file.write_all_at(&data[pos..pos + keep], at)?;
                 }
             }
-            // Stores through the window never reached the model (hits are
-            // invisible): the write-back is a bare NAND program of pages
-            // the device is dropping or cleaning, not a cache write.
             let c = self
                 .shared
-                .device()
-                .write_back(arrival_ns, off, n as u64)
+                .write_back_pool(arrival_ns, off, n as u64)
                 .map_err(|e| WritebackError::Device(e.to_string()))?;
-            done = done.max(c);
+            if let Some(m) = self.vm_metrics(self.vm_of_pid(pid)) {
+                m.record_charge(&c);
+            }
+            done = done.max(c.completes_at_ns);
             pos += n;
         }
         Ok(done)
@@ -164,6 +173,9 @@ pub struct DaxPlane {
     created_dir: bool,
     window: u64,
     vms: Arc<VmTable>,
+    vmm_pids: Arc<Mutex<Vec<(u32, VmId)>>>,
+    /// Every VM session's window, for the pages mapped by several VMs.
+    sessions: Mutex<Vec<std::sync::Weak<DaxSession>>>,
 }
 
 impl std::fmt::Debug for DaxPlane {
@@ -207,9 +219,11 @@ impl DaxPlane {
         })?;
         let size = shared.pool().capacity_extents() * EXTENT_SIZE;
         let vms: Arc<VmTable> = Arc::new(Mutex::new(Vec::new()));
+        let vmm_pids = Arc::new(Mutex::new(Vec::new()));
         let backend = Arc::new(DaemonPoolBackend {
             shared: shared.clone(),
             vms: vms.clone(),
+            vmm_pids: vmm_pids.clone(),
         });
         let plane = match FusePoolPlane::mount(&mountpoint, size, backend, PlaneOptions::default())
         {
@@ -231,6 +245,8 @@ impl DaxPlane {
             created_dir,
             window,
             vms,
+            vmm_pids,
+            sessions: Mutex::new(Vec::new()),
         }))
     }
 
@@ -291,6 +307,11 @@ impl DaxPlane {
 
     /// A VM's VMM process connected: its threads' traps count for it.
     pub fn register_vmm(&self, vm: VmId, pid: u32) {
+        {
+            let mut pids = lock(&self.vmm_pids);
+            pids.retain(|(_, v)| *v != vm);
+            pids.push((pid, vm));
+        }
         if let Some(p) = self.plane() {
             p.register_vmm(vm, pid);
         }
@@ -298,9 +319,46 @@ impl DaxPlane {
 
     /// A VM's VMM disconnected.
     pub fn unregister_vmm(&self, vm: VmId) {
+        lock(&self.vmm_pids).retain(|(_, v)| *v != vm);
         if let Some(p) = self.plane() {
             p.unregister_vmm(vm);
         }
+    }
+
+    /// Tracks `session`'s window for [`DaxPlane::shared_pages`].
+    pub fn register_session(&self, session: &Arc<DaxSession>) {
+        let mut s = lock(&self.sessions);
+        s.retain(|w| w.strong_count() > 0);
+        s.push(Arc::downgrade(session));
+    }
+
+    /// Pool pages mapped by the windows of two or more VMs now.
+    pub fn shared_pages(&self) -> u64 {
+        let sessions: Vec<Arc<DaxSession>> = lock(&self.sessions)
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect();
+        // extent -> (vm, bytes mapped from the extent's start), largest per VM.
+        let mut by_extent: std::collections::HashMap<u64, Vec<(VmId, u64)>> =
+            std::collections::HashMap::new();
+        for s in &sessions {
+            for slot in lock(&s.slots).values() {
+                let vms = by_extent.entry(slot.extent).or_default();
+                match vms.iter_mut().find(|(v, _)| *v == s.vm) {
+                    Some((_, len)) => *len = (*len).max(slot.len),
+                    None => vms.push((s.vm, slot.len)),
+                }
+            }
+        }
+        by_extent
+            .values()
+            .map(|vms| {
+                // Pages [0, second-largest len) are mapped by >= 2 VMs.
+                let mut lens: Vec<u64> = vms.iter().map(|(_, l)| *l).collect();
+                lens.sort_unstable_by(|a, b| b.cmp(a));
+                lens.get(1).copied().unwrap_or(0) / kvm_ept::PAGE_SIZE
+            })
+            .sum()
     }
 }
 

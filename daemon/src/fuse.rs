@@ -256,6 +256,15 @@ impl FuseServer {
             }
         };
         self.metrics.count_request(h.opcode);
+        // One span per request (cheap when debug is off: a static check).
+        let span = tracing::debug_span!(
+            "fuse_request",
+            vm = %self.metrics.name,
+            opcode = opcode::name(h.opcode),
+            unique = h.unique,
+            nodeid = h.nodeid
+        );
+        let _entered = span.enter();
         let hlen = h.len as usize;
         let supplied = if h.opcode == opcode::WRITE {
             req_total.max(req.len())
@@ -641,12 +650,7 @@ impl FuseServer {
         }
         match self.shared.charge(arrival_ns, op, key, offset, len as u64) {
             Ok(c) => {
-                self.metrics
-                    .device_hits
-                    .fetch_add(c.page_hits, Ordering::Relaxed);
-                self.metrics
-                    .device_misses
-                    .fetch_add(c.page_misses, Ordering::Relaxed);
+                self.metrics.record_charge(&c);
                 Some(c.completes_at_ns)
             }
             Err(e) => {
@@ -801,10 +805,17 @@ mod tests {
     use cxlfs_device_model::{Device, DeviceConfig};
 
     fn server(dir: &std::path::Path) -> FuseServer {
+        server_at(dir, 100)
+    }
+
+    fn server_at(dir: &std::path::Path, cxl_ratio: u8) -> FuseServer {
         let cfg = DeviceConfig::default()
             .with_overrides(&["cache.size_bytes=1MiB", "nand.read_ns=30us"])
             .unwrap();
-        let shared = Arc::new(SharedDevice::new(Device::new(cfg).unwrap()));
+        let shared = Arc::new(SharedDevice::with_placement(
+            Device::new(cfg).unwrap(),
+            crate::placement::Placement::new(cxl_ratio).unwrap(),
+        ));
         let fs = PassthroughFs::new(dir, CacheMode::Never, shared.clone()).unwrap();
         FuseServer::new(
             fs,
@@ -914,11 +925,88 @@ mod tests {
     }
 
     #[test]
+    fn each_request_runs_in_a_span_with_vm_opcode_and_unique() {
+        #[derive(Clone, Default)]
+        struct Buf(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let out = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || out.clone())
+            .finish();
+        let dir = tempfile::tempdir().unwrap();
+        let s = server(dir.path());
+        tracing::subscriber::with_default(subscriber, || {
+            s.handle(0, &req(opcode::INIT, 1, 0, &init_args()), 4096);
+            // A truncated LOOKUP: its "malformed" debug event is logged
+            // inside the request's span.
+            s.handle(0, &req(opcode::LOOKUP, 77, 1, b"x"), 4096);
+        });
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        assert!(
+            text.contains("fuse_request{vm=t opcode=\"lookup\" unique=77 nodeid=1}"),
+            "{text}"
+        );
+        assert!(text.contains("opcode=\"init\" unique=1"), "{text}");
+    }
+
+    #[test]
     fn requests_before_init_fail() {
         let dir = tempfile::tempdir().unwrap();
         let s = server(dir.path());
         let r = s.handle(0, &req(opcode::LOOKUP, 1, 1, b"x\0"), 4096);
         assert_eq!(reply_header(&r).error, -libc::EIO);
+    }
+
+    #[test]
+    fn reads_of_dram_tier_pages_are_not_delayed() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), vec![7u8; 64 * 1024]).unwrap();
+        let s = server_at(dir.path(), 0);
+        let (nodeid, fh) = open_f(&s);
+        let a = read_args(fh, 0, 64 * 1024);
+        for t in [1000, 2000] {
+            let r = s.handle(t, &req(opcode::READ, 4, nodeid, &a), 128 * 1024);
+            assert_eq!(r.reply.as_ref().unwrap().len(), 16 + 64 * 1024);
+            assert_eq!(r.completes_at_ns, Some(t), "DRAM tier: no device delay");
+        }
+        let m = s.metrics();
+        assert_eq!(m.device_misses.load(Ordering::Relaxed), 0);
+        assert_eq!(m.device_hits.load(Ordering::Relaxed), 0);
+        assert_eq!(m.dram_pages.load(Ordering::Relaxed), 32);
+        assert_eq!(m.nand_reads.load(Ordering::Relaxed), 0);
+    }
+
+    fn open_f(s: &FuseServer) -> (u64, u64) {
+        s.handle(0, &req(opcode::INIT, 1, 0, &init_args()), 4096);
+        let r = s.handle(0, &req(opcode::LOOKUP, 2, 1, b"f\0"), 4096);
+        let reply = r.reply.unwrap();
+        let nodeid = u64::from_le_bytes(reply[16..24].try_into().unwrap());
+        let r = s.handle(0, &req(opcode::OPEN, 3, nodeid, &[0u8; 8]), 4096);
+        let reply = r.reply.unwrap();
+        (
+            nodeid,
+            u64::from_le_bytes(reply[16..24].try_into().unwrap()),
+        )
+    }
+
+    fn read_args(fh: u64, offset: u64, size: u32) -> Vec<u8> {
+        let mut a = Vec::new();
+        a.extend_from_slice(&fh.to_le_bytes());
+        a.extend_from_slice(&offset.to_le_bytes());
+        a.extend_from_slice(&size.to_le_bytes());
+        a.extend_from_slice(&[0u8; 20]);
+        a
     }
 
     #[test]

@@ -5,6 +5,8 @@ use cxlfs_device_model::Device;
 use cxlfsd::config::{Cli, DaemonConfig};
 use cxlfsd::daemon::{DaemonState, SessionOptions};
 use cxlfsd::fuse::ServerOptions;
+use cxlfsd::metrics_file::MetricsFileWriter;
+use cxlfsd::placement::Placement;
 use cxlfsd::pool::SharedDevice;
 use cxlfsd::{control, metrics, signals};
 use std::process::ExitCode;
@@ -40,6 +42,7 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
     if cli.print_config {
         println!("# device: {}", cfg.device_origin);
         println!("# shared_dir: {}", cfg.shared_dir.display());
+        println!("# cxl_ratio: {}", cfg.cxl_ratio);
         for vm in &cfg.vms {
             println!("# vm {} = {}", vm.name, vm.socket.display());
         }
@@ -57,7 +60,9 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
 
     let device = Device::new(cfg.device.clone())?;
     tracing::info!(device = %cfg.device_origin, capacity = device.capacity_bytes(), "device model ready");
-    let shared = Arc::new(SharedDevice::new(device));
+    let placement = Placement::new(cfg.cxl_ratio)?;
+    let shared = Arc::new(SharedDevice::with_placement(device, placement));
+    tracing::info!(cxl_ratio = cfg.cxl_ratio, "DRAM/CXL placement");
     let state = DaemonState::new(
         shared,
         SessionOptions {
@@ -79,6 +84,14 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
         let bound = metrics::serve(addr, cfg.metrics_allow_remote, state.metrics.clone())?;
         tracing::info!(addr = %bound, "metrics endpoint up");
     }
+    let metrics_file = match &cfg.metrics_file {
+        Some(path) => {
+            let w = MetricsFileWriter::start(path, cfg.metrics_interval, state.metrics.clone())?;
+            tracing::info!(path = %path.display(), interval = ?cfg.metrics_interval, "metrics time series on");
+            Some(w)
+        }
+        None => None,
+    };
     let mut threads = Vec::new();
     for vm in &cfg.vms {
         threads.push(state.spawn_vm(vm.clone())?);
@@ -95,6 +108,13 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
         c.shutdown();
     }
     state.flush_all();
+    // After the flush (its NAND programs count), before the plane goes
+    // (its trap counters are read).
+    if let Some(w) = metrics_file {
+        if let Err(e) = w.finish() {
+            tracing::error!(error = %e, "cannot write the final metrics sample");
+        }
+    }
     // Before exit: the pool must not be open on our own mount when our
     // FUSE threads die (see DaxPlane::shutdown).
     state.stop_dax();

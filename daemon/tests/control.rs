@@ -700,9 +700,17 @@ fn query_stats_agrees_with_prometheus_and_reset_zeroes_both() {
     assert_eq!(cfg["protocol_version"], json!(1));
     assert_eq!(cfg["vms"][0]["name"], json!("vm0"));
     assert!(cfg["device_toml"].as_str().unwrap().contains("policy"));
-    c.err(
-        json!({"cmd": "set_cxl_ratio", "percent": 30}),
-        "not_supported",
+    let r = c.ok(json!({"cmd": "set_cxl_ratio", "percent": 30}));
+    assert_eq!(
+        (r["old_cxl_ratio"].clone(), r["cxl_ratio"].clone()),
+        (json!(100), json!(30))
+    );
+    c.err(json!({"cmd": "set_cxl_ratio", "percent": 101}), "0..=100");
+    let cfg = c.ok(json!({"cmd": "get_config"}));
+    assert_eq!(
+        cfg["cxl_ratio"],
+        json!(30),
+        "get_config reports the ratio in force"
     );
 }
 

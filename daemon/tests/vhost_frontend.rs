@@ -878,3 +878,128 @@ fn device_evictions_make_pool_pages_trap_again() {
         t.join().unwrap();
     }
 }
+
+/// DRAM/CXL placement under DAX: at cxl_ratio 50 every page of a slot traps
+/// once, but only the CXL-tier half is charged to (and cached by) the
+/// device; raising the ratio to 100 evicts the moved pages from the plane,
+/// so they trap again and miss; lowering it to 0 empties the device cache
+/// and leaves the pages resident (no new traps).
+#[test]
+fn dram_tier_pages_under_dax_are_uncharged_and_ratio_changes_move_them() {
+    use std::os::unix::fs::MetadataExt;
+    use std::sync::atomic::Ordering::Relaxed;
+    let share = tempfile::tempdir().unwrap();
+    let content: Vec<u8> = (0..(2u32 << 20)).map(|i| (i * 11 % 233) as u8).collect();
+    let path = share.path().join("p.bin");
+    std::fs::write(&path, &content).unwrap();
+    let socks = tempfile::tempdir().unwrap();
+    let pool_dir = tempfile::tempdir().unwrap();
+    let mut dax_on = false;
+    let extra = [
+        "cache.size_bytes=16MiB",
+        "nand.read_ns=1us",
+        "prefetch.degree=2",
+    ];
+    let (state, threads) = start_daemon_with(share.path(), socks.path(), &["p"], &extra, |st| {
+        st.set_cxl_ratio(50).unwrap();
+        dax_on = st.enable_dax(Some(pool_dir.path()), WINDOW);
+    });
+    let _stop_dax = StopDax(state.clone());
+    if !dax_on {
+        eprintln!("SKIP: the residency plane cannot be mounted here");
+        state.request_shutdown();
+        for t in threads {
+            t.join().unwrap();
+        }
+        return;
+    }
+    let window = Window::new(WINDOW);
+    let mut g = Guest::connect_with(&socks.path().join("p.sock"), Some(window.clone()));
+    g.init();
+    let node = g.lookup("p.bin");
+    let fh = g.open(node);
+    assert_eq!(setupmapping(&mut g, fh, 0, MIB2, 2, 0), 0);
+    let pages = (MIB2 / 4096) as usize;
+    for p in 0..pages {
+        assert_eq!(
+            window.read(p as u64 * 4096, 4096),
+            &content[p * 4096..][..4096]
+        );
+    }
+    let dax = state.dax().unwrap();
+    let m = state.metrics.vm("p");
+    let meta = std::fs::metadata(&path).unwrap();
+    let key = cxlfsd::pool::FileKey {
+        dev: meta.dev(),
+        ino: meta.ino(),
+    };
+    let extent = state.shared.pool().extent_of(key, 0).unwrap();
+    let first = extent * MIB2 / 4096;
+    let cxl_at = |r: u8| {
+        (first..first + pages as u64)
+            .filter(|&p| cxlfsd::placement::tier_at(r, p) == cxlfsd::placement::Tier::Cxl)
+            .count() as u64
+    };
+    let cxl = cxl_at(50);
+    assert!(cxl.abs_diff(256) <= 3, "{cxl}");
+    let snap = dax.plane_metrics().unwrap();
+    assert_eq!(snap.traps, pages as u64, "every page traps once");
+    // Only CXL pages reach the device (some as hits on prefetched pages).
+    let (misses, hits) = (m.device_misses.load(Relaxed), m.device_hits.load(Relaxed));
+    assert_eq!(misses + hits, cxl);
+    assert_eq!(m.dram_pages.load(Relaxed), pages as u64 - cxl);
+    assert!(m.prefetch_issued.load(Relaxed) > 0);
+    let resident = state.shared.device().resident_page_list();
+    assert!(resident.len() as u64 >= cxl);
+    for p in resident {
+        assert_eq!(
+            cxlfsd::placement::tier_at(50, p),
+            cxlfsd::placement::Tier::Cxl,
+            "DRAM page {p} in the device cache"
+        );
+    }
+
+    // 50 -> 100: the DRAM half moves to CXL; it traps and misses again.
+    let ch = state.set_cxl_ratio(100).unwrap();
+    assert_eq!(ch.plane_evicted_pages, pages as u64 - cxl);
+    for p in 0..pages {
+        assert_eq!(
+            window.read(p as u64 * 4096, 4096),
+            &content[p * 4096..][..4096]
+        );
+    }
+    let snap2 = dax.plane_metrics().unwrap();
+    assert_eq!(snap2.traps, snap.traps + (pages as u64 - cxl));
+    let moved = m.device_misses.load(Relaxed) + m.device_hits.load(Relaxed) - misses - hits;
+    assert_eq!(moved, pages as u64 - cxl, "the moved pages are charged");
+    assert!(m.device_misses.load(Relaxed) > misses, "and miss");
+    let resident = state.shared.stats().resident_pages;
+
+    // 100 -> 0: the device cache empties; the pages stay resident.
+    let ch = state.set_cxl_ratio(0).unwrap();
+    assert_eq!(ch.discarded_device_pages, resident);
+    assert_eq!(ch.plane_evicted_pages, 0);
+    assert_eq!(state.shared.stats().resident_pages, 0);
+    for p in 0..pages {
+        assert_eq!(
+            window.read(p as u64 * 4096, 4096),
+            &content[p * 4096..][..4096]
+        );
+    }
+    assert_eq!(
+        dax.plane_metrics().unwrap().traps,
+        snap2.traps,
+        "no new traps"
+    );
+    let text = state.metrics.render();
+    assert!(text.contains("cxlfs_cxl_ratio_percent 0\n"), "{text}");
+    assert!(
+        text.contains(&format!("cxlfs_placed_pages{{tier=\"dram\"}} {pages}\n")),
+        "{text}"
+    );
+    drop(g);
+    state.request_shutdown();
+    for t in threads {
+        t.join().unwrap();
+    }
+}

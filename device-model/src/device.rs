@@ -18,6 +18,19 @@ use crate::{PAGE_SHIFT, PAGE_SIZE};
 use serde::Serialize;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
+
+/// Says whether a device page holds no host data (the host placed that
+/// page elsewhere, e.g. in a DRAM tier): the prefetcher skips such pages.
+/// Must be deterministic for the model to stay so.
+#[derive(Clone)]
+pub struct PageFilter(pub Arc<dyn Fn(u64) -> bool + Send + Sync>);
+
+impl fmt::Debug for PageFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PageFilter(..)")
+    }
+}
 
 /// Load or store.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -221,6 +234,8 @@ pub struct Device {
     /// Pages that left the cache (policy victims and explicit evictions),
     /// kept only while a caller asked for them ([`Device::log_evictions`]).
     eviction_log: Option<Vec<u64>>,
+    /// Pages the prefetcher must not fetch ([`Device::set_prefetch_skip`]).
+    prefetch_skip: Option<PageFilter>,
 }
 
 impl Device {
@@ -234,6 +249,7 @@ impl Device {
             capacity_pages,
             stats: DeviceStats::default(),
             eviction_log: None,
+            prefetch_skip: None,
             cfg,
         })
     }
@@ -402,6 +418,9 @@ impl Device {
                 break;
             }
             if self.cache.lookup(target).is_some() {
+                continue;
+            }
+            if self.prefetch_skip.as_ref().is_some_and(|f| (f.0)(target)) {
                 continue;
             }
             if self.fill_prefetch(now, target, out)?.is_none() {
@@ -668,6 +687,30 @@ impl Device {
             .as_mut()
             .map(std::mem::take)
             .unwrap_or_default()
+    }
+
+    /// Makes the next-N prefetcher skip the pages `skip` names (pages that
+    /// hold no data on this device: the host placed them in another tier);
+    /// `None` prefetches every page again. The explicit
+    /// [`Device::prefetch`] command is not filtered.
+    pub fn set_prefetch_skip(&mut self, skip: Option<PageFilter>) {
+        self.prefetch_skip = skip;
+    }
+
+    /// `(prefetch_issued, prefetch_used)` so far: cheap, unlike
+    /// [`Device::stats`] (no cache walk, no allocation).
+    pub fn prefetch_counts(&self) -> (u64, u64) {
+        (self.stats.prefetch_issued, self.stats.prefetch_used)
+    }
+
+    /// Every page resident in the cache, in slot order (O(capacity)).
+    pub fn resident_page_list(&self) -> Vec<u64> {
+        self.cache.resident_page_list()
+    }
+
+    /// The NAND counters (cheap: a copy of a few integers).
+    pub fn nand_stats(&self) -> NandStats {
+        self.nand.stats()
     }
 
     /// Zeroes the counters; cache contents, pins and NAND state stay.

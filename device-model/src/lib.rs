@@ -33,7 +33,7 @@ pub mod units;
 pub mod workload;
 
 pub use config::{DeviceConfig, LoadConfigError, PolicyKind};
-pub use device::{AccessError, Device, DeviceStats, Op, Outcome};
+pub use device::{AccessError, Device, DeviceStats, Op, Outcome, PageFilter};
 
 /// Size of a cache page and of a NAND page.
 pub const PAGE_SIZE: u64 = 4096;

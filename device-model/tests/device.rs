@@ -155,6 +155,27 @@ fn prefetch_costs_nand_reads_and_is_accounted() {
 }
 
 #[test]
+fn prefetch_skips_pages_the_filter_names() {
+    let mut dev = device(&["prefetch.degree=4", "prefetch.stride_pages=1"]);
+    // Odd pages hold no data on the device.
+    dev.set_prefetch_skip(Some(cxlfs_device_model::PageFilter(std::sync::Arc::new(
+        |p| p % 2 == 1,
+    ))));
+    let miss = dev.access(0, Op::Read, 0, 64).unwrap();
+    assert_eq!(miss.nand_reads, 3, "demand page + pages 2 and 4");
+    assert_eq!(dev.prefetch_counts(), (2, 0));
+    assert_eq!(dev.nand_stats().reads(), 3);
+    let odd = dev
+        .access(miss.completes_at_ns, Op::Read, PAGE, 64)
+        .unwrap();
+    assert!(!odd.hit, "a skipped page was not fetched");
+    dev.set_prefetch_skip(None);
+    let t = odd.completes_at_ns;
+    let next = dev.access(t, Op::Read, 20 * PAGE, 64).unwrap();
+    assert_eq!(next.nand_reads, 5, "no filter: every page is prefetched");
+}
+
+#[test]
 fn prefetch_turns_a_sequential_scan_into_mostly_hits() {
     let hit_rate = |degree: &str| {
         let mut dev = device(&[degree]);

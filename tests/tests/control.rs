@@ -266,8 +266,8 @@ handshake 7
         );
         let err = ctl(&sock, &["pin", "--file", "../etc/passwd"]).unwrap_err();
         assert!(err.contains("forbidden"), "{err}");
-        let err = ctl(&sock, &["set-cxl-ratio", "30"]).unwrap_err();
-        assert!(err.contains("not_supported"), "{err}");
+        let err = ctl(&sock, &["set-cxl-ratio", "130"]).unwrap_err();
+        assert!(err.contains("0..=100"), "{err}");
     });
     let run = vm.wait();
     assert!(run.ok(), "{}\n{}", run.describe(), d.diagnostics());

@@ -1,0 +1,204 @@
+//! What metrics cost: FUSE READ throughput with every metric on against
+//! every metric off, alternating in one process, through the real
+//! vhost-user back-end (a front-end in this test, no VM).
+//!
+//! Worst case for the relative cost: 4 KiB READs of a host-cached file with
+//! a zero-latency device (every reply released inline), one request in
+//! flight, so a request costs only the daemon's own work (~10 µs here).
+//! "On" = latency histograms (FUSE, pacing) recorded, a JSON-lines writer
+//! sampling every 100 ms (10× the default rate) and a Prometheus scrape
+//! every second. "Off" = histograms off, no writer, no scrapes. Counters
+//! (plain relaxed atomics) count in both.
+//!
+//! Wall-clock throughput on this shared 2-core host moves by ±30 % from
+//! round to round (other processes take the cores), so the target (< 2 %)
+//! is checked on the daemon's CPU time per request (process CPU less this
+//! front-end thread's), which is what throughput is made of on a CPU-bound
+//! daemon; both are printed.
+//!
+//! ```sh
+//! cargo test --release -p cxlfsd --test metrics_overhead -- --ignored --nocapture
+//! ```
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::Guest;
+use cxlfs_device_model::{Device, DeviceConfig};
+use cxlfsd::backend::QueueOptions;
+use cxlfsd::config::VmSpec;
+use cxlfsd::daemon::{DaemonState, SessionOptions};
+use cxlfsd::fs::CacheMode;
+use cxlfsd::fuse::ServerOptions;
+use cxlfsd::metrics_file::MetricsFileWriter;
+use cxlfsd::pool::SharedDevice;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const REQUESTS: u64 = 40_000;
+const ROUNDS: usize = 12;
+const READ: u32 = 4096;
+const FILE: u64 = 4 << 20;
+
+fn cpu_ns(clock: libc::clockid_t) -> u64 {
+    // SAFETY: timespec is plain data; clock_gettime only writes into it.
+    let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: `t` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(clock, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// One round: `(requests per second, daemon CPU ns per request)`. Daemon
+/// CPU = the whole process's CPU time (queue worker, pacer, metrics writer,
+/// scraper) less this front-end thread's.
+fn round(g: &mut Guest, node: u64, fh: u64) -> (f64, f64) {
+    let t = Instant::now();
+    let process = cpu_ns(libc::CLOCK_PROCESS_CPUTIME_ID);
+    let me = cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID);
+    for i in 0..REQUESTS {
+        g.read(node, fh, (i * u64::from(READ)) % FILE, READ);
+    }
+    let me = cpu_ns(libc::CLOCK_THREAD_CPUTIME_ID) - me;
+    let process = cpu_ns(libc::CLOCK_PROCESS_CPUTIME_ID) - process;
+    (
+        REQUESTS as f64 / t.elapsed().as_secs_f64(),
+        process.saturating_sub(me) as f64 / REQUESTS as f64,
+    )
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+#[test]
+#[ignore = "a benchmark: run with --release --ignored --nocapture"]
+fn metrics_cost_under_two_percent_of_read_throughput() {
+    let share = tempfile::tempdir().unwrap();
+    std::fs::write(share.path().join("f"), vec![5u8; FILE as usize]).unwrap();
+    let socks = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let cfg = DeviceConfig::default()
+        .with_overrides(&[
+            "cache.size_bytes=64MiB",
+            "nand.read_ns=0",
+            "nand.program_ns=0",
+            "nand.erase_ns=0",
+            "cache.hit_latency_ns=0",
+            "link.latency_ns=0",
+        ])
+        .unwrap();
+    let shared = Arc::new(SharedDevice::new(Device::new(cfg).unwrap()));
+    let state = DaemonState::new(
+        shared,
+        SessionOptions {
+            shared_dir: share.path().to_path_buf(),
+            cache: CacheMode::Never,
+            queues: QueueOptions::default(),
+            server: ServerOptions {
+                max_readahead: None,
+            },
+        },
+    );
+    let t = state
+        .spawn_vm(VmSpec {
+            name: "b".into(),
+            socket: socks.path().join("b.sock"),
+        })
+        .unwrap();
+    let mut g = Guest::connect(&socks.path().join("b.sock"));
+    g.spin = true;
+    g.init();
+    let node = g.lookup("f");
+    let fh = g.open(node);
+    round(&mut g, node, fh); // warm up: page cache, device cache, allocations
+    {
+        let t = Instant::now();
+        for _ in 0..100 {
+            std::hint::black_box(state.metrics.snapshot());
+        }
+        let snap = t.elapsed() / 100;
+        let t = Instant::now();
+        for _ in 0..100 {
+            std::hint::black_box(state.metrics.device_totals());
+        }
+        let dev = t.elapsed() / 100;
+        let s = state.metrics.snapshot();
+        let t = Instant::now();
+        for _ in 0..100 {
+            std::hint::black_box(cxlfsd::metrics::render_prometheus(&s));
+        }
+        let prom = t.elapsed() / 100;
+        eprintln!(
+            "export cost: one snapshot {snap:?} (device totals {dev:?}), one Prometheus render {prom:?}"
+        );
+    }
+
+    let (mut on, mut off, mut pairs) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut cpu_on, mut cpu_off) = (Vec::new(), Vec::new());
+    for r in 0..ROUNDS {
+        // Pairs of adjacent rounds, in alternating order, so that drift and
+        // order effects cancel; the ratio of each pair is one sample.
+        let mut pair = [(0.0f64, 0.0f64); 2];
+        for k in 0..2 {
+            let metrics_on = (r + k) % 2 == 0;
+            if !metrics_on {
+                state.metrics.set_latency_recording(false);
+                pair[1] = round(&mut g, node, fh);
+                continue;
+            }
+            state.metrics.set_latency_recording(true);
+            let writer = MetricsFileWriter::start(
+                &out.path().join(format!("m{r}.jsonl")),
+                Duration::from_millis(100),
+                state.metrics.clone(),
+            )
+            .unwrap();
+            let stop = Arc::new(AtomicBool::new(false));
+            let scraper = {
+                let (stop, metrics) = (stop.clone(), state.metrics.clone());
+                std::thread::spawn(move || {
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        n += metrics.render().len() as u64;
+                        std::thread::sleep(Duration::from_millis(1000));
+                    }
+                    n
+                })
+            };
+            pair[0] = round(&mut g, node, fh);
+            stop.store(true, Ordering::Relaxed);
+            assert!(scraper.join().unwrap() > 0);
+            writer.finish().unwrap();
+        }
+        on.push(pair[0].0);
+        off.push(pair[1].0);
+        cpu_on.push(pair[0].1);
+        cpu_off.push(pair[1].1);
+        pairs.push(pair[0].0 / pair[1].0);
+    }
+    let ratio = median(pairs.clone());
+    let (m_on, m_off) = (median(on.clone()), median(off.clone()));
+    let (c_on, c_off) = (median(cpu_on.clone()), median(cpu_off.clone()));
+    let cpu_ratio = c_on / c_off;
+    eprintln!(
+        "metrics on / off ({ROUNDS} pairs of rounds, {REQUESTS} 4 KiB READs each):\n  \
+         throughput: median of paired ratios {ratio:.4}; medians {m_on:.0} / {m_off:.0} req/s = {:.4}\n  \
+         daemon CPU per request: medians {c_on:.0} / {c_off:.0} ns = {cpu_ratio:.4}\n  \
+         pair ratios: {pairs:.3?}",
+        m_on / m_off
+    );
+    let samples = std::fs::read_to_string(out.path().join(format!("m{}.jsonl", 0))).unwrap();
+    assert!(samples.lines().count() >= 2, "the writer ran");
+    drop(g);
+    state.request_shutdown();
+    t.join().unwrap();
+    // CPU per request is what throughput is made of on a CPU-bound daemon,
+    // and unlike wall-clock rates it does not move when another process
+    // takes the core away, so it carries the 2 % target on a shared host.
+    assert!(
+        cpu_ratio < 1.02,
+        "metrics cost more than 2 % CPU per READ: on/off = {cpu_ratio:.4}"
+    );
+}
