@@ -4,21 +4,12 @@
 //! per VM per sample, plus `"vm":"all"`; fields the runner does not know
 //! become columns as they are, fields that are missing give empty cells).
 
+use cxlfs::prometheus::{Metrics, ParseMetricsError, Sample};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// Figures per VM (`""` for samples without a `vm` label).
 pub type ByVm = BTreeMap<String, BTreeMap<String, f64>>;
-
-/// Why a Prometheus text could not be parsed.
-#[derive(Debug, thiserror::Error)]
-#[error("metrics text line {line}: {message}")]
-pub struct ParsePromError {
-    /// 1-based line.
-    pub line: usize,
-    /// What is wrong.
-    pub message: String,
-}
 
 /// One scrape of `/metrics`, reduced to counters and plain gauges by VM:
 /// `cxlfs_device_hits_total{vm="vm0"}` → `["vm0"]["device_hits"]`; samples
@@ -32,73 +23,21 @@ pub struct PromSnapshot {
     pub gauges: ByVm,
 }
 
-fn parse_labels(s: &str) -> Result<(BTreeMap<String, String>, &str), String> {
-    let mut labels = BTreeMap::new();
-    let mut rest = s;
-    loop {
-        rest = rest.trim_start_matches([' ', ',']);
-        if let Some(r) = rest.strip_prefix('}') {
-            return Ok((labels, r));
-        }
-        let eq = rest.find('=').ok_or("label without '='")?;
-        let key = rest[..eq].trim().to_string();
-        let mut chars = rest[eq + 1..].char_indices();
-        if !matches!(chars.next(), Some((_, '"'))) {
-            return Err(format!("label {key}: value not quoted"));
-        }
-        let mut value = String::new();
-        let mut end = None;
-        while let Some((i, c)) = chars.next() {
-            match c {
-                '\\' => match chars.next() {
-                    Some((_, 'n')) => value.push('\n'),
-                    Some((_, c)) => value.push(c),
-                    None => break,
-                },
-                '"' => {
-                    end = Some(eq + 1 + i + 1);
-                    break;
-                }
-                c => value.push(c),
-            }
-        }
-        let end = end.ok_or_else(|| format!("label {key}: unterminated value"))?;
-        labels.insert(key, value);
-        rest = &rest[end..];
-    }
-}
-
 impl PromSnapshot {
-    /// Parses the text exposition format.
-    pub fn parse(text: &str) -> Result<PromSnapshot, ParsePromError> {
+    /// Parses the text exposition format and reduces it.
+    pub fn parse(text: &str) -> Result<PromSnapshot, ParseMetricsError> {
+        Ok(PromSnapshot::from_metrics(&Metrics::parse(text)?))
+    }
+
+    /// Reduces the samples of one scrape to counters and gauges by VM.
+    pub fn from_metrics(metrics: &Metrics) -> PromSnapshot {
         let mut snap = PromSnapshot::default();
-        for (n, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let err = |message: String| ParsePromError {
-                line: n + 1,
-                message,
-            };
-            let name_end = line
-                .find(['{', ' '])
-                .ok_or_else(|| err("no value".into()))?;
-            let name = &line[..name_end];
-            let (labels, rest) = if line[name_end..].starts_with('{') {
-                parse_labels(&line[name_end + 1..]).map_err(err)?
-            } else {
-                (BTreeMap::new(), &line[name_end..])
-            };
-            let v = rest
-                .split_whitespace()
-                .next()
-                .ok_or_else(|| err("no value".into()))?;
-            let value: f64 = match v {
-                "+Inf" => f64::INFINITY,
-                "-Inf" => f64::NEG_INFINITY,
-                v => v.parse().map_err(|e| err(format!("value {v:?}: {e}")))?,
-            };
+        for Sample {
+            name,
+            labels,
+            value,
+        } in &metrics.samples
+        {
             if labels.contains_key("quantile")
                 || labels.contains_key("le")
                 || name.ends_with("_count")
@@ -120,7 +59,7 @@ impl PromSnapshot {
                 .entry(key.to_string())
                 .or_default() += value;
         }
-        Ok(snap)
+        snap
     }
 
     /// Every figure of `vm` between `self` (earlier) and `later`: counter

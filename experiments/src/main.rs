@@ -18,7 +18,6 @@ mod fio_json;
 mod guest_script;
 mod image_cmd;
 mod plot;
-mod procs;
 mod replay_cmd;
 mod results;
 mod run_cmd;

@@ -14,11 +14,11 @@ use crate::daemon_metrics::{parse_series, sample_at, PromSnapshot, SeriesSample}
 use crate::fio_json::{self, FioSummary};
 use crate::guest_script;
 use crate::plot;
-use crate::procs::{http_get, tail, terminate_tree, wait_timeout};
 use crate::results::{num, text_table, ResultsFile, Row};
 use crate::spec::{self, size_value, value_text, RunPlan, DEFAULT_CXL_RATIO, DEFAULT_PRESET};
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use cxlfs::procs::{http_get, signal, tail, terminate_tree, wait_timeout};
 use cxlfs_device_model::units::parse_duration_ns;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{json, Value};
@@ -345,7 +345,7 @@ struct DaemonProc {
 
 impl DaemonProc {
     fn scrape(&self) -> Result<(String, PromSnapshot), String> {
-        let text = http_get(self.metrics, "/metrics")?;
+        let text = http_get(self.metrics, "/metrics").map_err(|e| e.to_string())?;
         let snap = PromSnapshot::parse(&text).map_err(|e| e.to_string())?;
         Ok((text, snap))
     }
@@ -353,7 +353,7 @@ impl DaemonProc {
     /// SIGTERM and wait; with DAX on never SIGKILL (a killed daemon can leave
     /// the pool mount hanging), so a daemon that does not stop is left running.
     fn stop(mut self) -> Result<(), String> {
-        crate::procs::signal(self.child.id(), libc::SIGTERM);
+        signal(self.child.id(), libc::SIGTERM);
         let limit = Duration::from_secs(if self.dax { 60 } else { 30 });
         match wait_timeout(&mut self.child, limit) {
             Some(st) if st.success() => Ok(()),

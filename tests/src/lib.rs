@@ -13,13 +13,16 @@
 //!   on a failing test the temp dir is kept and its path printed, and
 //!   [`Daemon::diagnostics`] puts the logs' tails into the failure message.
 //!
+//! Process trees, the HTTP GET and the Prometheus parser ([`Metrics`]) come
+//! from the `cxlfs` library (`cxlfs::procs`, `cxlfs::prometheus`), shared
+//! with the `cxlfs run` experiment runner.
+//!
 //! Guests under TCG need a host core per busy vCPU: tests take
 //! [`exclusive`] so that the tests of one binary never overlap.
 
-use std::collections::BTreeMap;
+use cxlfs::procs::{kill_tree, signal, wait_timeout};
 use std::fmt::Write as _;
 use std::fs;
-use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::process::CommandExt;
@@ -27,6 +30,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
+
+pub use cxlfs::procs::{http_get, tail};
+pub use cxlfs::prometheus::{Metrics, Sample};
 
 /// The checkout's root directory.
 pub fn repo_root() -> PathBuf {
@@ -229,78 +235,6 @@ impl Default for VmOptions {
     }
 }
 
-/// Sends `sig` to `pid`.
-fn signal(pid: u32, sig: libc::c_int) {
-    if let Ok(pid) = libc::pid_t::try_from(pid) {
-        // SAFETY: kill(2) takes plain integers and touches no memory of ours;
-        // the pid is that of a child we have not reaped yet (or of one of its
-        // descendants), so it cannot name a recycled process of someone else's.
-        unsafe {
-            libc::kill(pid, sig);
-        }
-    }
-}
-
-/// Every descendant of `root`, found through `/proc/*/stat`.
-fn descendants(root: u32) -> Vec<u32> {
-    let mut parent = Vec::new();
-    if let Ok(dir) = fs::read_dir("/proc") {
-        for e in dir.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                continue;
-            };
-            let Ok(stat) = fs::read_to_string(e.path().join("stat")) else {
-                continue;
-            };
-            // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-            let ppid = stat
-                .rfind(')')
-                .and_then(|i| stat[i + 1..].split_whitespace().nth(1))
-                .and_then(|s| s.parse::<u32>().ok());
-            if let Some(ppid) = ppid {
-                parent.push((pid, ppid));
-            }
-        }
-    }
-    let mut out = Vec::new();
-    let mut frontier = vec![root];
-    while let Some(p) = frontier.pop() {
-        for &(c, pp) in &parent {
-            if pp == p && !out.contains(&c) {
-                out.push(c);
-                frontier.push(c);
-            }
-        }
-    }
-    out
-}
-
-/// Kills `child` and all its descendants, and reaps it.
-fn kill_tree(child: &mut Child) {
-    if matches!(child.try_wait(), Ok(Some(_))) {
-        return;
-    }
-    let pid = child.id();
-    signal(pid, libc::SIGSTOP);
-    for d in descendants(pid) {
-        signal(d, libc::SIGKILL);
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-/// The last `n` lines of a log file, carriage returns and escape sequences removed.
-pub fn tail(path: &Path, n: usize) -> String {
-    let Ok(bytes) = fs::read(path) else {
-        return format!("({} unreadable)", path.display());
-    };
-    let text = String::from_utf8_lossy(&bytes)
-        .replace('\r', "")
-        .replace('\u{1b}', "^[");
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
 /// A running `cxlfsd` on a temp dir: `share/` (the shared directory, with
 /// `share/.cxlfs/` for guest scripts and exit files), one socket per VM, and
 /// the logs. Killed on drop if still running.
@@ -477,14 +411,7 @@ impl Daemon {
             panic!("cxlfsd already stopped");
         };
         signal(child.id(), libc::SIGKILL);
-        let t = Instant::now();
-        while t.elapsed() < limit {
-            if let Ok(Some(st)) = child.try_wait() {
-                return Some(st);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
+        wait_timeout(&mut child, limit)
     }
 
     /// SIGTERM, then waits (up to 20 s) for the clean shutdown; returns the
@@ -494,22 +421,14 @@ impl Daemon {
             panic!("cxlfsd already stopped");
         };
         signal(child.id(), libc::SIGTERM);
-        let t = Instant::now();
-        loop {
-            match child.try_wait() {
-                Ok(Some(st)) => return st,
-                Ok(None) if t.elapsed() < Duration::from_secs(20) => {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                _ => {
-                    kill_tree(&mut child);
-                    panic!(
-                        "cxlfsd did not stop within 20 s of SIGTERM\n{}",
-                        self.diagnostics()
-                    );
-                }
-            }
+        if let Some(st) = wait_timeout(&mut child, Duration::from_secs(20)) {
+            return st;
         }
+        kill_tree(&mut child);
+        panic!(
+            "cxlfsd did not stop within 20 s of SIGTERM\n{}",
+            self.diagnostics()
+        );
     }
 
     /// Tails of the daemon log and of every guest's serial and run-vm logs,
@@ -544,13 +463,7 @@ impl Drop for Daemon {
             // daemon itself is killed after that, never its pool exit guard
             // (a child process), which must outlive it to abort the pool.
             signal(c.id(), libc::SIGTERM);
-            let t = Instant::now();
-            while t.elapsed() < Duration::from_secs(10) {
-                if let Ok(Some(_)) = c.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            let _ = wait_timeout(&mut c, Duration::from_secs(10));
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -645,19 +558,11 @@ impl Vm {
     pub fn wait(mut self) -> GuestRun {
         let mut code = None;
         if let Some(mut child) = self.child.take() {
-            loop {
-                match child.try_wait() {
-                    Ok(Some(st)) => {
-                        code = st.code();
-                        break;
-                    }
-                    Ok(None) if self.started.elapsed() < self.limit => {
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                    _ => {
-                        kill_tree(&mut child);
-                        break;
-                    }
+            let left = self.limit.saturating_sub(self.started.elapsed());
+            match wait_timeout(&mut child, left) {
+                Some(st) => code = st.code(),
+                None => {
+                    kill_tree(&mut child);
                 }
             }
         }
@@ -679,154 +584,6 @@ impl Drop for Vm {
         if let Some(mut c) = self.child.take() {
             kill_tree(&mut c);
         }
-    }
-}
-
-/// A plain HTTP/1.0 GET; returns the body.
-pub fn http_get(addr: SocketAddr, path: &str) -> Result<String, String> {
-    let mut s =
-        TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").map_err(|e| e.to_string())?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).map_err(|e| e.to_string())?;
-    let (head, body) = resp
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("no end of headers in {resp:?}"))?;
-    if !head.starts_with("HTTP/1.") || !head.split_whitespace().nth(1).is_some_and(|c| c == "200") {
-        return Err(format!("bad response: {head}"));
-    }
-    Ok(body.to_string())
-}
-
-/// One sample of a Prometheus text exposition.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Sample {
-    /// Metric name (with any `_count`/`_sum` suffix).
-    pub name: String,
-    /// Labels.
-    pub labels: BTreeMap<String, String>,
-    /// Value.
-    pub value: f64,
-}
-
-/// A parsed Prometheus text exposition (format 0.0.4).
-#[derive(Debug, Clone, Default)]
-pub struct Metrics {
-    /// Every sample, in order.
-    pub samples: Vec<Sample>,
-}
-
-fn parse_labels(s: &str) -> Result<(BTreeMap<String, String>, &str), String> {
-    // `s` starts right after '{'.
-    let mut labels = BTreeMap::new();
-    let mut rest = s;
-    loop {
-        rest = rest.trim_start_matches([' ', ',']);
-        if let Some(r) = rest.strip_prefix('}') {
-            return Ok((labels, r));
-        }
-        let eq = rest.find('=').ok_or("label without '='")?;
-        let key = rest[..eq].trim().to_string();
-        let mut chars = rest[eq + 1..].char_indices();
-        if !matches!(chars.next(), Some((_, '"'))) {
-            return Err(format!("label {key}: value not quoted"));
-        }
-        let mut value = String::new();
-        let mut end = None;
-        while let Some((i, c)) = chars.next() {
-            match c {
-                '\\' => match chars.next() {
-                    Some((_, 'n')) => value.push('\n'),
-                    Some((_, c)) => value.push(c),
-                    None => break,
-                },
-                '"' => {
-                    end = Some(eq + 1 + i + 1);
-                    break;
-                }
-                c => value.push(c),
-            }
-        }
-        let end = end.ok_or_else(|| format!("label {key}: unterminated value"))?;
-        labels.insert(key, value);
-        rest = &rest[end..];
-    }
-}
-
-impl Metrics {
-    /// Parses the text format: comments and blank lines are skipped; every
-    /// other line is `name[{labels}] value [timestamp]`.
-    pub fn parse(text: &str) -> Result<Metrics, String> {
-        let mut samples = Vec::new();
-        for (n, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let err = |e: String| format!("line {}: {e}: {line}", n + 1);
-            let name_end = line
-                .find(['{', ' '])
-                .ok_or_else(|| err("no value".into()))?;
-            let name = line[..name_end].to_string();
-            let (labels, rest) = if line[name_end..].starts_with('{') {
-                parse_labels(&line[name_end + 1..]).map_err(err)?
-            } else {
-                (BTreeMap::new(), &line[name_end..])
-            };
-            let v = rest
-                .split_whitespace()
-                .next()
-                .ok_or_else(|| err("no value".into()))?;
-            let value = match v {
-                "+Inf" => f64::INFINITY,
-                "-Inf" => f64::NEG_INFINITY,
-                v => v
-                    .parse::<f64>()
-                    .map_err(|e| err(format!("value {v:?}: {e}")))?,
-            };
-            samples.push(Sample {
-                name,
-                labels,
-                value,
-            });
-        }
-        Ok(Metrics { samples })
-    }
-
-    fn matching<'a>(
-        &'a self,
-        name: &'a str,
-        labels: &'a [(&str, &str)],
-    ) -> impl Iterator<Item = &'a Sample> + 'a {
-        self.samples.iter().filter(move |s| {
-            s.name == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| s.labels.get(*k).is_some_and(|x| x == v))
-        })
-    }
-
-    /// The first sample of `name` whose labels include `labels`.
-    pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-        self.matching(name, labels).next().map(|s| s.value)
-    }
-
-    /// The sum over every sample of `name` whose labels include `labels`
-    /// (0 if there is none).
-    pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
-        self.matching(name, labels).map(|s| s.value).sum()
-    }
-
-    /// `sum` as an integer counter.
-    pub fn count(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
-        self.sum(name, labels).round() as u64
-    }
-
-    /// Whether any sample of `name` exists.
-    pub fn has(&self, name: &str) -> bool {
-        self.samples.iter().any(|s| s.name == name)
     }
 }
 
@@ -962,28 +719,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_prometheus_text() {
-        let text = "# HELP a_total A.\n# TYPE a_total counter\na_total{vm=\"vm0\",opcode=\"read\"} 12\n\
-                    a_total{vm=\"vm1\",opcode=\"read\"} 3\na_total{vm=\"vm1\",opcode=\"write\"} 4 1700000000\n\
-                    g 1.5e3\nq{x=\"a\\\"b\\\\c\",y=\"\"} +Inf\n\n";
-        let m = Metrics::parse(text).unwrap();
-        assert_eq!(m.samples.len(), 5);
-        assert_eq!(m.get("a_total", &[("vm", "vm0")]), Some(12.0));
-        assert_eq!(m.sum("a_total", &[("vm", "vm1")]), 7.0);
-        assert_eq!(m.count("a_total", &[]), 19);
-        assert_eq!(m.get("g", &[]), Some(1500.0));
-        assert_eq!(
-            m.get("q", &[("x", "a\"b\\c"), ("y", "")]),
-            Some(f64::INFINITY)
-        );
-        assert_eq!(m.get("a_total", &[("vm", "vm2")]), None);
-        assert!(m.has("g") && !m.has("nope"));
-        assert!(Metrics::parse("x{vm=\"a} 1").is_err());
-        assert!(Metrics::parse("x 1 2\ny").is_err());
-        assert!(Metrics::parse("x abc").is_err());
-    }
-
-    #[test]
     fn offset_pattern_matches_fio() {
         let p = offset_pattern(3 * 16 + 4, 16);
         assert_eq!(&p[..16], &[0u8; 16]);
@@ -995,28 +730,5 @@ mod tests {
         let mut q = p.clone();
         q[33] ^= 1;
         assert_eq!(first_difference(&p, &q), Some(33));
-    }
-
-    #[test]
-    fn finds_and_kills_a_process_tree() {
-        let mut child = Command::new("sh")
-            .args(["-c", "sleep 300 & sleep 300 & wait"])
-            .process_group(0)
-            .spawn()
-            .unwrap();
-        let t = Instant::now();
-        let mut kids = Vec::new();
-        while kids.len() < 2 && t.elapsed() < Duration::from_secs(5) {
-            kids = descendants(child.id());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        assert_eq!(kids.len(), 2, "{kids:?}");
-        kill_tree(&mut child);
-        std::thread::sleep(Duration::from_millis(100));
-        for k in kids {
-            let alive =
-                fs::read_to_string(format!("/proc/{k}/stat")).is_ok_and(|s| !s.contains(") Z "));
-            assert!(!alive, "{k} survived");
-        }
     }
 }

@@ -1,0 +1,11 @@
+//! The library half of the `cxlfs` package: host-side pieces shared by the
+//! `cxlfs run` experiment runner and the end-to-end test harness
+//! (`cxlfs-e2e`), which both start `cxlfsd` and QEMU guests and read the
+//! daemon's metrics.
+//!
+//! * [`procs`]: signals, process trees through `/proc`, waiting with a
+//!   limit, a plain HTTP GET, log tails;
+//! * [`prometheus`]: the Prometheus text exposition as samples with labels.
+
+pub mod procs;
+pub mod prometheus;
