@@ -32,7 +32,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -875,8 +875,8 @@ impl Controller {
                 file: Some(file),
                 ..
             },
-            Some(plane),
-        ) = (target, self.shared.plane())
+            Some(dax),
+        ) = (target, self.dax.as_ref())
         else {
             return 0;
         };
@@ -897,56 +897,27 @@ impl Controller {
                 }
             }
         }
-        let mut filled = 0u64;
+        // Runs of consecutive pages within one extent the file owns; the
+        // plane stores them only where that cannot race a guest store
+        // (`DaxPlane::fill_from_file`).
         let mut sorted = pages.to_vec();
         sorted.sort_unstable();
-        for (first, count) in runs(&sorted) {
-            let extent = first * PAGE_SIZE / EXTENT_SIZE;
-            let Some(&chunk) = by_extent.get(&extent) else {
-                continue;
-            };
-            // Within one extent (runs may cross extents: split).
-            let mut p = first;
-            while p < first + count {
-                let ext = p * PAGE_SIZE / EXTENT_SIZE;
-                let ext_end = (ext + 1) * EXTENT_SIZE / PAGE_SIZE;
-                let n = (first + count).min(ext_end) - p;
-                let chunk = if ext == extent {
-                    chunk
-                } else if let Some(&c) = by_extent.get(&ext) {
-                    c
-                } else {
-                    p += n;
-                    continue;
-                };
-                let pool_off = p * PAGE_SIZE;
-                let file_off = chunk * EXTENT_SIZE + pool_off % EXTENT_SIZE;
-                let len = n * PAGE_SIZE;
-                // Anything stale (a dirty page on its way back) goes first.
-                if let Ok(t) = plane.evict(pool_off, len) {
-                    let _ = t.wait();
-                }
-                let mut data = vec![0u8; len as usize];
-                let mut got = 0usize;
-                while got < data.len() {
-                    match file.read_at(&mut data[got..], file_off + got as u64) {
-                        Ok(0) => break,
-                        Ok(k) => got += k,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => {
-                            tracing::warn!(error = %e, "cannot read file data for the plane");
-                            break;
-                        }
-                    }
-                }
-                match plane.fill(pool_off, data).map(|t| t.wait()) {
-                    Ok(Ok(_)) => filled += n,
-                    Ok(Err(e)) | Err(e) => {
-                        tracing::warn!(error = %e, pool_off, len, "plane fill failed")
-                    }
-                }
-                p += n;
+        sorted.dedup();
+        let mut filled = 0u64;
+        let mut i = 0;
+        while i < sorted.len() {
+            let extent = sorted[i] * PAGE_SIZE / EXTENT_SIZE;
+            let mut j = i + 1;
+            while j < sorted.len()
+                && sorted[j] == sorted[j - 1] + 1
+                && sorted[j] * PAGE_SIZE / EXTENT_SIZE == extent
+            {
+                j += 1;
             }
+            if by_extent.contains_key(&extent) {
+                filled += dax.fill_from_file(sorted[i], (j - i) as u64);
+            }
+            i = j;
         }
         filled
     }

@@ -15,6 +15,7 @@
 
 use crate::fs::PassthroughFs;
 use crate::metrics::VmMetrics;
+use crate::placement::Tier;
 use crate::pool::{FileKey, SharedDevice, EXTENT_SIZE};
 use cxlfs_device_model::Op;
 use kvm_ept::{
@@ -66,6 +67,9 @@ pub enum StartDaxError {
     /// The window size is not a positive multiple of 2 MiB.
     #[error("DAX window size {0:#x} is not a positive multiple of 2 MiB")]
     BadWindow(u64),
+    /// The prefetch filler thread could not be started.
+    #[error("cannot start the pool-prefetch thread")]
+    SpawnFiller(#[source] std::io::Error),
 }
 
 /// The per-VM counters the plane's traps are charged to, indexed by [`VmId`].
@@ -176,6 +180,8 @@ pub struct DaxPlane {
     vmm_pids: Arc<Mutex<Vec<(u32, VmId)>>>,
     /// Every VM session's window, for the pages mapped by several VMs.
     sessions: Mutex<Vec<std::sync::Weak<DaxSession>>>,
+    /// Prefetched pages pushed into the plane (no trap when first touched).
+    prefetch_pushed: AtomicU64,
 }
 
 impl std::fmt::Debug for DaxPlane {
@@ -238,7 +244,9 @@ impl DaxPlane {
         let weak: std::sync::Weak<dyn ResidencyPlane> =
             Arc::downgrade(&(plane.clone() as Arc<dyn ResidencyPlane>));
         shared.attach_plane(weak);
-        Ok(Arc::new(DaxPlane {
+        let (fill_tx, fill_rx) = std::sync::mpsc::channel::<Vec<(u64, u64)>>();
+        shared.attach_prefetch_filler(fill_tx);
+        let dax = Arc::new(DaxPlane {
             plane: Mutex::new(Some(plane)),
             shared,
             mountpoint,
@@ -247,7 +255,116 @@ impl DaxPlane {
             vms,
             vmm_pids,
             sessions: Mutex::new(Vec::new()),
-        }))
+            prefetch_pushed: AtomicU64::new(0),
+        });
+        let weak = Arc::downgrade(&dax);
+        std::thread::Builder::new()
+            .name("pool-prefetch".into())
+            .spawn(move || prefetch_filler(&weak, &fill_rx))
+            .map_err(StartDaxError::SpawnFiller)?;
+        Ok(dax)
+    }
+
+    /// Prefetched pages pushed into the plane so far.
+    pub fn prefetch_pushed(&self) -> u64 {
+        self.prefetch_pushed.load(Ordering::Relaxed)
+    }
+
+    /// Whether any VM maps pool extent `extent` writable (its pages may
+    /// then hold guest stores the host file does not have yet).
+    fn mapped_writable(&self, extent: u64) -> bool {
+        let sessions: Vec<Arc<DaxSession>> = lock(&self.sessions)
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect();
+        sessions.iter().any(|s| {
+            lock(&s.slots)
+                .values()
+                .any(|slot| slot.writable && slot.extent == extent)
+        })
+    }
+
+    /// Pushes the host file's bytes of `count` pool pages from `first_page`
+    /// (one extent) into the plane with NOTIFY_STORE, so a guest
+    /// reaches them without a trap; waits until the kernel has them. Only
+    /// pages the device holds (or DRAM-tier ones) are stored, and nothing
+    /// while a VM maps the extent writable. Under the fill guard the file's
+    /// bytes cannot change and no guest can store into the pages, so a
+    /// store that races a trap of the same page writes what the page holds
+    /// anyway. Returns the pages stored. Never call it from a plane thread.
+    pub fn fill_from_file(&self, first_page: u64, count: u64) -> u64 {
+        let Some(plane) = self.plane() else { return 0 };
+        let page = kvm_ept::PAGE_SIZE;
+        let extent = first_page * page / EXTENT_SIZE;
+        if count == 0 || (first_page + count - 1) * page / EXTENT_SIZE != extent {
+            return 0;
+        }
+        let _guard = self.shared.plane_fill_guard();
+        if self.mapped_writable(extent) {
+            return 0;
+        }
+        let Some((file, chunk)) = self
+            .shared
+            .pool()
+            .owner_of(extent)
+            .and_then(|o| o.file.map(|f| (f, o.chunk)))
+        else {
+            return 0;
+        };
+        let pool_off = first_page * page;
+        let file_off = chunk * EXTENT_SIZE + pool_off % EXTENT_SIZE;
+        let mut data = vec![0u8; (count * page) as usize];
+        let mut got = 0usize;
+        while got < data.len() {
+            match file.read_at(&mut data[got..], file_off + got as u64) {
+                Ok(0) => break, // zeros past the end of the file
+                Ok(k) => got += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read file bytes to fill the plane");
+                    return 0;
+                }
+            }
+        }
+        // Queue the stores under the device lock, page run by page run:
+        // an eviction the device makes after this check queues its INVAL
+        // behind our STORE, so the plane never keeps a page the device
+        // dropped.
+        let mut tickets = Vec::new();
+        let mut stored = 0;
+        {
+            let dev = self.shared.device();
+            let mut p = first_page;
+            while p < first_page + count {
+                let held = |p: u64| {
+                    dev.is_resident(p * page) || self.shared.placement().tier(p) == Tier::Dram
+                };
+                if !held(p) {
+                    p += 1;
+                    continue;
+                }
+                let mut q = p + 1;
+                while q < first_page + count && held(q) {
+                    q += 1;
+                }
+                let at = ((p - first_page) * page) as usize;
+                let bytes = data[at..at + ((q - p) * page) as usize].to_vec();
+                match plane.fill(p * page, bytes) {
+                    Ok(t) => {
+                        tickets.push(t);
+                        stored += q - p;
+                    }
+                    Err(e) => tracing::warn!(error = %e, page = p, "plane fill refused"),
+                }
+                p = q;
+            }
+        }
+        for t in tickets {
+            if let Err(e) = t.wait() {
+                tracing::warn!(error = %e, "plane fill failed");
+            }
+        }
+        stored
     }
 
     /// The residency plane (`None` after [`DaxPlane::shutdown`]).
@@ -499,6 +616,9 @@ impl DaxSession {
         let writable = m.flags & SETUPMAPPING_FLAG_WRITE != 0;
         let key = inode.key;
         let chunk = m.foffset / SLOT_SIZE;
+        // A writable slot lets the guest store into pool pages: no plane
+        // fill of them may be in flight (see `DaxPlane::fill_from_file`).
+        let _fill_guard = writable.then(|| self.dax.shared.plane_fill_guard());
         let mut slots = lock(&self.slots);
         if let Some(old) = slots.get(&m.moffset).copied() {
             if (old.key, old.foffset, old.len) != (key, m.foffset, m.len) {
@@ -628,5 +748,49 @@ impl DaxPlane {
     /// [`crate::pool::Pool::dax_extent`]).
     fn shared_pool_extent(&self, key: FileKey, chunk: u64, file: &Arc<File>) -> Option<u64> {
         self.shared.pool().dax_extent(key, chunk, file)
+    }
+}
+
+/// The `pool-prefetch` thread: pushes the pages the device's prefetcher
+/// filled into the plane once each is ready (its modeled NAND read done).
+/// Ends when the plane is shut down or the daemon drops it.
+fn prefetch_filler(
+    dax: &std::sync::Weak<DaxPlane>,
+    rx: &std::sync::mpsc::Receiver<Vec<(u64, u64)>>,
+) {
+    use std::sync::mpsc::RecvTimeoutError;
+    loop {
+        let mut batch = match rx.recv_timeout(std::time::Duration::from_millis(200)) {
+            Ok(b) => b,
+            Err(RecvTimeoutError::Timeout) => match dax.upgrade() {
+                Some(d) if d.plane().is_some() => continue,
+                _ => return,
+            },
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        let Some(d) = dax.upgrade() else { return };
+        if d.plane().is_none() {
+            return;
+        }
+        batch.sort_unstable_by_key(|&(page, ready)| (ready, page));
+        let mut i = 0;
+        while i < batch.len() {
+            let (first, ready) = batch[i];
+            kvm_ept::pace::wait_until(|| d.shared.now_ns(), ready);
+            // A run of consecutive pages of one extent, all ready by now.
+            let now = d.shared.now_ns();
+            let extent = first * kvm_ept::PAGE_SIZE / EXTENT_SIZE;
+            let mut j = i + 1;
+            while j < batch.len()
+                && batch[j].0 == batch[j - 1].0 + 1
+                && batch[j].1 <= now
+                && batch[j].0 * kvm_ept::PAGE_SIZE / EXTENT_SIZE == extent
+            {
+                j += 1;
+            }
+            let stored = d.fill_from_file(first, (j - i) as u64);
+            d.prefetch_pushed.fetch_add(stored, Ordering::Relaxed);
+            i = j;
+        }
     }
 }

@@ -506,7 +506,9 @@ impl PassthroughFs {
         }
         if valid & fattr::SIZE != 0 {
             // DAX: the pool must not keep bytes of the old size (nor write
-            // them back over the new one). No-op without a residency plane.
+            // them back over the new one), and no plane fill may read the
+            // file meanwhile. No-op without a residency plane.
+            let _fill_guard = self.shared.plane().map(|_| self.shared.plane_fill_guard());
             if let Ok(st) = rustix::fs::fstat(&inode.fd) {
                 let old = st.st_size as u64;
                 let from = old.min(size);

@@ -618,14 +618,17 @@ impl FuseServer {
             return Err(Errno::INVAL);
         }
         let handle = self.fs.handle(fh)?;
-        if self.dax.is_some() {
-            // DAX: the pool may hold (dirty) pages of this range.
+        // DAX: the pool may hold (dirty) pages of this range; no plane fill
+        // may read the file until the new bytes are in it.
+        let fill_guard = self.dax.is_some().then(|| self.shared.plane_fill_guard());
+        if fill_guard.is_some() {
             self.shared
                 .evict_file_range(handle.inode.key, offset, u64::from(size));
         }
         let n = io
             .write_payload(&handle.file, offset, WRITE_PAYLOAD_AT, size as usize)
             .map_err(|e| io_errno(&e))?;
+        drop(fill_guard);
         self.metrics
             .write_bytes
             .fetch_add(n as u64, Ordering::Relaxed);

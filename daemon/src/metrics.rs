@@ -540,6 +540,8 @@ pub struct DeviceTotals {
     pub pool_resident_bytes: u64,
     /// Plane evictions.
     pub pool_evictions: u64,
+    /// Prefetched pages pushed into the plane (they never trap).
+    pub pool_prefetch_stores: u64,
 }
 
 impl DeviceTotals {
@@ -777,6 +779,7 @@ impl Metrics {
             traps_unknown: self.traps_since_reset(None, &plane),
             pool_resident_bytes: plane.resident_bytes,
             pool_evictions: plane.invalidations,
+            pool_prefetch_stores: dax.map_or(0, |d| d.prefetch_pushed()),
         }
     }
 
@@ -995,7 +998,7 @@ pub fn render_prometheus(snap: &Snapshot) -> String {
         |r| &r.trap_latency,
     );
     let d = &snap.device;
-    let global: [(&str, &str, &str, String); 20] = [
+    let global: [(&str, &str, &str, String); 21] = [
         (
             "cxlfs_nand_reads_total",
             "counter",
@@ -1109,6 +1112,12 @@ pub fn render_prometheus(snap: &Snapshot) -> String {
             "counter",
             "Pool ranges evicted from the residency plane.",
             d.pool_evictions.to_string(),
+        ),
+        (
+            "cxlfs_pool_prefetch_stores_total",
+            "counter",
+            "Prefetched pages pushed into the residency plane (NOTIFY_STORE): first touches that do not trap.",
+            d.pool_prefetch_stores.to_string(),
         ),
         (
             "cxlfs_traps_all_total",

@@ -81,6 +81,7 @@ fn row_object(info: &SampleInfo, snap: &Snapshot, row: &VmRow) -> Value {
     o.insert("device_dirty_pages".into(), json!(d.dirty_pages));
     o.insert("device_evictions".into(), json!(d.evictions));
     o.insert("pool_resident_bytes".into(), json!(d.pool_resident_bytes));
+    o.insert("pool_prefetch_stores".into(), json!(d.pool_prefetch_stores));
     o.insert("trap_latency_ns".into(), latency(&row.trap_latency));
     o.insert("fuse_latency_ns".into(), latency(&row.fuse_latency));
     o.insert("pacing_error_ns".into(), latency(&row.pacing_error));

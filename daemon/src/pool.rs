@@ -24,6 +24,7 @@ use cxlfs_device_model::{AccessError, Device, DeviceStats, Op, PageFilter};
 use kvm_ept::ResidencyPlane;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Instant;
 
@@ -368,6 +369,9 @@ pub struct RatioChange {
     pub plane_evicted_pages: u64,
 }
 
+/// Pages the device's prefetcher filled, with when each is ready (ns).
+pub type PrefetchedPages = Vec<(u64, u64)>;
+
 /// The device model, the pool and the daemon's clock, shared by all VMs.
 #[derive(Debug)]
 pub struct SharedDevice {
@@ -382,6 +386,12 @@ pub struct SharedDevice {
     /// the data path and changed under it, so an access is classified by
     /// one ratio.
     placement: Arc<Placement>,
+    /// Serializes pushing file bytes into the plane (NOTIFY_STORE) against
+    /// every change of those bytes behind it: FUSE WRITE, truncation, a VM
+    /// mapping an extent writable. See [`SharedDevice::plane_fill_guard`].
+    plane_fill: Mutex<()>,
+    /// Where the prefetcher's fills go to be pushed into the plane (DAX).
+    prefetch_fills: OnceLock<Mutex<Sender<PrefetchedPages>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -444,6 +454,8 @@ impl SharedDevice {
             start: Instant::now(),
             plane: OnceLock::new(),
             placement,
+            plane_fill: Mutex::new(()),
+            prefetch_fills: OnceLock::new(),
         }
     }
 
@@ -583,6 +595,44 @@ impl SharedDevice {
         }
     }
 
+    /// Held across anything that pushes host-file bytes into the plane, and
+    /// across anything that changes a file's bytes behind the plane (FUSE
+    /// WRITE, truncation) or lets a guest store into them (a writable DAX
+    /// slot): a fill then always stores what the page holds anyway, so it
+    /// can race a trap of the same page without losing a store.
+    pub fn plane_fill_guard(&self) -> MutexGuard<'_, ()> {
+        lock(&self.plane_fill)
+    }
+
+    /// From now on the pages the device's prefetcher fills (with their ready
+    /// times) are sent to `tx`, to be pushed into the plane. Once only.
+    pub fn attach_prefetch_filler(&self, tx: Sender<PrefetchedPages>) {
+        if self.prefetch_fills.set(Mutex::new(tx)).is_ok() {
+            self.device().log_prefetches(true);
+        }
+    }
+
+    /// Sends the prefetched pages of DAX-mapped extents to the filler.
+    fn mirror_prefetches(&self, filled: Vec<(u64, u64)>) {
+        if filled.is_empty() {
+            return;
+        }
+        let Some(tx) = self.prefetch_fills.get() else {
+            return;
+        };
+        let filled: Vec<(u64, u64)> = {
+            let pool = self.pool();
+            filled
+                .into_iter()
+                .filter(|&(p, _)| pool.is_dax_extent(p * PAGE / EXTENT_SIZE))
+                .collect()
+        };
+        if !filled.is_empty() {
+            // The filler gone (shutting down): nothing to push.
+            let _ = lock(tx).send(filled);
+        }
+    }
+
     /// The residency plane of the DAX window, while one is attached.
     pub fn plane(&self) -> Option<Arc<dyn ResidencyPlane>> {
         self.plane.get().and_then(Weak::upgrade)
@@ -642,7 +692,7 @@ impl SharedDevice {
             ..Charge::default()
         };
         self.pool().touch(addr, u64::from(len));
-        let evicted = {
+        let (evicted, prefetched) = {
             let mut dev = self.device();
             let before = DeviceActivity::read(&dev);
             let ratio = self.placement.cxl_ratio();
@@ -656,9 +706,10 @@ impl SharedDevice {
                 &mut charge,
             )?;
             charge.activity = DeviceActivity::between(&before, &DeviceActivity::read(&dev));
-            dev.drain_evictions()
+            (dev.drain_evictions(), dev.drain_prefetches())
         };
         self.mirror_evictions(evicted);
+        self.mirror_prefetches(prefetched);
         Ok(charge)
     }
 
@@ -723,7 +774,7 @@ impl SharedDevice {
             }
             segments
         };
-        let evicted = {
+        let (evicted, prefetched) = {
             let mut dev = self.device();
             let before = DeviceActivity::read(&dev);
             let ratio = self.placement.cxl_ratio();
@@ -739,9 +790,10 @@ impl SharedDevice {
                 )?;
             }
             charge.activity = DeviceActivity::between(&before, &DeviceActivity::read(&dev));
-            dev.drain_evictions()
+            (dev.drain_evictions(), dev.drain_prefetches())
         };
         self.mirror_evictions(evicted);
+        self.mirror_prefetches(prefetched);
         Ok(charge)
     }
 

@@ -234,6 +234,9 @@ pub struct Device {
     /// Pages that left the cache (policy victims and explicit evictions),
     /// kept only while a caller asked for them ([`Device::log_evictions`]).
     eviction_log: Option<Vec<u64>>,
+    /// Pages the prefetcher filled and when each is ready, kept only while
+    /// a caller asked for them ([`Device::log_prefetches`]).
+    prefetch_log: Option<Vec<(u64, u64)>>,
     /// Pages the prefetcher must not fetch ([`Device::set_prefetch_skip`]).
     prefetch_skip: Option<PageFilter>,
 }
@@ -249,6 +252,7 @@ impl Device {
             capacity_pages,
             stats: DeviceStats::default(),
             eviction_log: None,
+            prefetch_log: None,
             prefetch_skip: None,
             cfg,
         })
@@ -423,8 +427,13 @@ impl Device {
             if self.prefetch_skip.as_ref().is_some_and(|f| (f.0)(target)) {
                 continue;
             }
-            if self.fill_prefetch(now, target, out)?.is_none() {
-                break;
+            match self.fill_prefetch(now, target, out)? {
+                Some((_, ready)) => {
+                    if let Some(log) = self.prefetch_log.as_mut() {
+                        log.push((target, ready));
+                    }
+                }
+                None => break,
             }
         }
         Ok(())
@@ -678,6 +687,21 @@ impl Device {
     /// (the daemon's residency plane). Off by default; stopping drops the log.
     pub fn log_evictions(&mut self, on: bool) {
         self.eviction_log = on.then(|| self.eviction_log.take().unwrap_or_default());
+    }
+
+    /// Starts (or stops) logging the pages the next-N prefetcher fills, for
+    /// a caller that mirrors residency elsewhere (the DAX residency plane).
+    pub fn log_prefetches(&mut self, on: bool) {
+        self.prefetch_log = on.then(|| self.prefetch_log.take().unwrap_or_default());
+    }
+
+    /// Takes the `(page, ready_at_ns)` pairs the prefetcher filled since the
+    /// last call (in fill order); empty when logging is off.
+    pub fn drain_prefetches(&mut self) -> Vec<(u64, u64)> {
+        self.prefetch_log
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Takes the evicted page numbers logged since the last call (oldest

@@ -131,6 +131,26 @@ fn write_back_programs_nand_without_touching_the_cache() {
 }
 
 #[test]
+fn prefetch_log_names_the_prefetched_pages_and_when_they_are_ready() {
+    let mut dev = device(&["prefetch.degree=2", "prefetch.stride_pages=1"]);
+    dev.access(0, Op::Read, 0, 64).unwrap();
+    assert!(dev.drain_prefetches().is_empty(), "not logged unless asked");
+    dev.log_prefetches(true);
+    dev.access(1_000_000, Op::Read, 10 * PAGE, 64).unwrap();
+    let log = dev.drain_prefetches();
+    let pages: Vec<u64> = log.iter().map(|&(p, _)| p).collect();
+    assert_eq!(pages, [11, 12]);
+    assert!(
+        log.iter().all(|&(_, ready)| ready >= 1_000_000 + 40_000),
+        "{log:?}"
+    );
+    assert!(dev.drain_prefetches().is_empty(), "drained");
+    // A hit prefetches nothing.
+    dev.access(2_000_000, Op::Read, 11 * PAGE, 64).unwrap();
+    assert!(dev.drain_prefetches().is_empty());
+}
+
+#[test]
 fn prefetch_costs_nand_reads_and_is_accounted() {
     let mut dev = device(&["prefetch.degree=2", "prefetch.stride_pages=1"]);
     let miss = dev.access(0, Op::Read, 0, 64).unwrap();
