@@ -928,42 +928,6 @@ mod tests {
     }
 
     #[test]
-    fn each_request_runs_in_a_span_with_vm_opcode_and_unique() {
-        #[derive(Clone, Default)]
-        struct Buf(Arc<std::sync::Mutex<Vec<u8>>>);
-        impl std::io::Write for Buf {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let buf = Buf::default();
-        let out = buf.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::DEBUG)
-            .with_ansi(false)
-            .with_writer(move || out.clone())
-            .finish();
-        let dir = tempfile::tempdir().unwrap();
-        let s = server(dir.path());
-        tracing::subscriber::with_default(subscriber, || {
-            s.handle(0, &req(opcode::INIT, 1, 0, &init_args()), 4096);
-            // A truncated LOOKUP: its "malformed" debug event is logged
-            // inside the request's span.
-            s.handle(0, &req(opcode::LOOKUP, 77, 1, b"x"), 4096);
-        });
-        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
-        assert!(
-            text.contains("fuse_request{vm=t opcode=\"lookup\" unique=77 nodeid=1}"),
-            "{text}"
-        );
-        assert!(text.contains("opcode=\"init\" unique=1"), "{text}");
-    }
-
-    #[test]
     fn requests_before_init_fail() {
         let dir = tempfile::tempdir().unwrap();
         let s = server(dir.path());
