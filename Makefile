@@ -1,6 +1,8 @@
 # cxlfs — the two set-up commands are `make demo` (the main job) and `make test`.
 CARGO ?= cargo
-CXLFS := target/release/cxlfs
+# Honours CARGO_TARGET_DIR, like cargo itself.
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+CXLFS := $(TARGET_DIR)/release/cxlfs
 export CARGO_TERM_COLOR ?= never
 
 .PHONY: demo test bench lint unit e2e image qemu toolchain fonts build clean
