@@ -51,11 +51,14 @@ qemu:
 ## pacing error on NAND misses (daemon/bench/virtiofsd-comparison.sh, ~6 min here);
 ## then the residency plane without a VM (kvm-ept/benches/pool_latency.rs, ~20 s):
 ## hit latency through the pool vs a memfd page, miss-path floor, achieved vs
-## modeled miss latency, NOTIFY_STORE / NOTIFY_INVAL_INODE costs.
+## modeled miss latency, NOTIFY_STORE / NOTIFY_INVAL_INODE costs; then what
+## metrics cost (daemon/benches/metrics_overhead.rs, ~1 min): 4 KiB READ
+## throughput and daemon CPU per request, metrics on vs off, ratios printed.
 bench: toolchain
 	$(CARGO) bench --locked -p cxlfs-device-model --bench replay_throughput
 	daemon/bench/virtiofsd-comparison.sh
 	$(CARGO) bench --locked -p cxlfs-kvm-ept --bench pool_latency
+	$(CARGO) bench --locked -p cxlfsd --bench metrics_overhead
 
 build: toolchain
 	$(CARGO) build --release --locked -p cxlfs --bin cxlfs

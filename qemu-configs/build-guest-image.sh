@@ -28,7 +28,7 @@
 #   CXLFS_EXTRA_PKGS_BIN   extra "package:/path/to/binary" items to copy with their
 #                          libraries (space separated), e.g. "strace:/usr/bin/strace"
 #
-# The cache key is a SHA-256 over this script, guest-init.sh, the cxlfs-hint
+# The cache key is a SHA-256 over this script, lib.sh, guest-init.sh, the cxlfs-hint
 # sources (../hint/cxlfs-hint.c, ../hint/include/cxlfs_hint.h), the settings above
 # and the candidate versions (apt-cache policy) of the kernel, busybox-static,
 # fio and every package in their dependency closures. A rebuild happens only
@@ -40,27 +40,16 @@ init_script="$here/guest-init.sh"
 hint_src="$here/../hint/cxlfs-hint.c"
 hint_hdr="$here/../hint/include/cxlfs_hint.h"
 self="$here/$(basename "${BASH_SOURCE[0]}")"
-
-log() { printf 'build-guest-image: %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$here/lib.sh"
 
 orig_args=("$@")
-force=0
-key_only=0
-for a in "$@"; do
-    case "$a" in
-        --force) force=1 ;;
-        --key) key_only=1 ;;
-        -h | --help) sed -n '2,/^set -euo/p' "$self" | sed '$d; s/^# \{0,1\}//' >&2; exit 0 ;;
-        *) die "unknown argument: $a (try --help)" ;;
-    esac
-done
+parse_build_args "$@"
 
 [[ -f "$init_script" ]] || die "missing $init_script"
 [[ -f "$hint_src" && -f "$hint_hdr" ]] || die "missing the cxlfs-hint sources ($hint_src, $hint_hdr)"
-[[ "$(uname -m)" == x86_64 ]] || die "only x86_64 hosts are supported (host is $(uname -m))"
+require_x86_64
 
-cache_root="${CXLFS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cxlfs}"
 kernel_meta="${CXLFS_KERNEL_PKG:-linux-image-amd64}"
 extra_modules="${CXLFS_EXTRA_MODULES:-}"
 extra_bins="${CXLFS_EXTRA_PKGS_BIN:-}"
@@ -83,25 +72,12 @@ ensure_host_tools() {
     # cxlfs-hint is linked statically: it needs libc.a.
     [[ -f /usr/lib/x86_64-linux-gnu/libc.a ]] || need+=(libc6-dev)
     ((${#need[@]})) || return 0
-    [[ $(id -u) -eq 0 ]] || die "missing host packages (${need[*]}); run as root or install them"
-    log "installing host packages: ${need[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -q --no-install-recommends "${need[@]}" >&2 \
-        || { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends "${need[@]}" >&2; } \
-        || die "apt-get install ${need[*]} failed"
+    apt_install "${need[@]}"
 }
 PATH="$PATH:/sbin:/usr/sbin"
 ensure_host_tools
 
 # ------------------------------------------------------- package versions
-apt_updated=0
-apt_update_once() {
-    ((apt_updated)) && return 0
-    apt_updated=1
-    log "apt-get update"
-    apt-get update -q >&2 || die "apt-get update failed"
-}
-
 declare -A ver_of=()     # pkg -> candidate version, filled in one apt-cache call
 candidate() { # pkg -> candidate version ("" if none)
     if [[ -z "${ver_of[$1]+x}" ]]; then
@@ -110,13 +86,11 @@ candidate() { # pkg -> candidate version ("" if none)
     echo "${ver_of[$1]}"
 }
 
-# Quick key: the inputs plus the state of apt's package lists. It names the full
-# key of the last build made from the same state, so a warm run costs no apt-cache
-# work at all.
+# Quick key (see lib.sh): the inputs plus the state of apt's package lists.
 quick_key() {
     {
         echo "format 1"
-        sha256sum <"$self"
+        script_hashes
         sha256sum <"$init_script"
         sha256sum <"$hint_src"
         sha256sum <"$hint_hdr"
@@ -125,14 +99,9 @@ quick_key() {
     } | sha256sum | cut -c1-16
 }
 if ((force == 0 && key_only == 0)); then
-    qk="$(quick_key)"
-    if [[ -f "$cache_root/keys/$qk" ]]; then
-        k="$(cat "$cache_root/keys/$qk")"
-        if [[ -f "$cache_root/images/$k/.complete" ]]; then
-            log "up to date: $cache_root/images/$k"
-            echo "$cache_root/images/$k"
-            exit 0
-        fi
+    k="$(remembered_key)"
+    if [[ -n "$k" && -f "$cache_root/images/$k/.complete" ]]; then
+        up_to_date "$cache_root/images/$k" "$cache_root/images/$k"
     fi
 fi
 
@@ -163,7 +132,7 @@ done <<<"$versions"
 
 key="$( {
     echo "format 1"
-    sha256sum <"$self"
+    script_hashes
     sha256sum <"$init_script"
     sha256sum <"$hint_src"
     sha256sum <"$hint_hdr"
@@ -178,13 +147,9 @@ fi
 
 img="$cache_root/images/$key"
 debs="$cache_root/debs"
-remember_key() { mkdir -p "$cache_root/keys" && echo "$key" >"$cache_root/keys/$(quick_key)"; }
 if [[ -f "$img/.complete" && $force -eq 0 ]]; then
     remember_key
-    log "up to date: $img"
-    remember_key
-echo "$img"
-    exit 0
+    up_to_date "$img" "$img"
 fi
 
 mkdir -p "$cache_root/images" "$debs"

@@ -16,7 +16,7 @@
 #
 # The binary's path is the LAST line of stdout; progress goes to stderr.
 # Cache: $CXLFS_CACHE_DIR/qemu/<key>/qemu-system-x86_64, where the key is a
-# hash of this script, the patch and the Debian source version of qemu; the
+# hash of this script, lib.sh, the patch and the Debian source version of qemu; the
 # patched source tree and its build directory stay in
 # $CXLFS_CACHE_DIR/qemu-src/<version>/, so a changed patch rebuilds only the
 # files it touches. A run with nothing changed does no apt work (about 10 ms).
@@ -37,27 +37,16 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 self="$here/$(basename "${BASH_SOURCE[0]}")"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$here/lib.sh"
 
-log() { printf 'build-qemu: %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+parse_build_args "$@"
 
-force=0
-key_only=0
-for a in "$@"; do
-    case "$a" in
-        --force) force=1 ;;
-        --key) key_only=1 ;;
-        -h | --help) sed -n '2,/^set -euo/p' "$self" | sed '$d; s/^# \{0,1\}//' >&2; exit 0 ;;
-        *) die "unknown argument: $a (try --help)" ;;
-    esac
-done
-
-cache_root="${CXLFS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cxlfs}"
 patch_file="${CXLFS_QEMU_PATCH:-$here/patches/qemu-7.2-vhost-user-fs-dax.patch}"
 jobs="${CXLFS_QEMU_JOBS:-2}"
 [[ -f "$patch_file" ]] || die "no patch at $patch_file"
 [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || die "CXLFS_QEMU_JOBS must be a positive number"
-[[ "$(uname -m)" == x86_64 ]] || die "only x86_64 hosts are supported (host is $(uname -m))"
+require_x86_64
 
 # Never installed: the prefix only has to differ from /usr, so that QEMU does
 # not relocate the firmware path below next to the binary.
@@ -72,32 +61,25 @@ runtime_deps=(qemu-system-data seabios)
 nice_cmd=(nice -n 19 ionice -c3)
 
 # ---------------------------------------------------------------- warm path
-# The quick key: the inputs plus the state of apt's source lists. It names the
-# full key (which needs the Debian source version, i.e. apt-cache) of the last
-# build made from the same state.
+# The quick key (see lib.sh): the inputs plus the state of apt's source lists;
+# the full key needs the Debian source version (apt-cache).
+key_file_prefix=qemu-
 quick_key() {
     {
         echo "format 1"
-        sha256sum <"$self"
+        script_hashes
         sha256sum <"$patch_file"
         stat -c '%n %s %Y' /var/lib/apt/lists/*_Sources* 2>/dev/null | sort
     } | sha256sum | cut -c1-16
 }
 if ((force == 0 && key_only == 0)); then
-    qk="$(quick_key)"
-    if [[ -f "$cache_root/keys/qemu-$qk" ]]; then
-        k="$(cat "$cache_root/keys/qemu-$qk")"
-        if [[ -x "$cache_root/qemu/$k/qemu-system-x86_64" && -f "$cache_root/qemu/$k/.complete" ]]; then
-            log "up to date: $cache_root/qemu/$k"
-            echo "$cache_root/qemu/$k/qemu-system-x86_64"
-            exit 0
-        fi
+    k="$(remembered_key)"
+    if [[ -n "$k" && -x "$cache_root/qemu/$k/qemu-system-x86_64" && -f "$cache_root/qemu/$k/.complete" ]]; then
+        up_to_date "$cache_root/qemu/$k" "$cache_root/qemu/$k/qemu-system-x86_64"
     fi
 fi
 
 # ------------------------------------------------------------ apt sources
-need_root() { [[ $(id -u) -eq 0 ]] || die "need root to $*"; }
-export DEBIAN_FRONTEND=noninteractive
 
 have_deb_src() {
     grep -qsE '^[[:space:]]*deb-src[[:space:]]' /etc/apt/sources.list /etc/apt/sources.list.d/*.list \
@@ -171,15 +153,6 @@ EOF
     log "added $out"
 }
 
-apt_updated=0
-apt_update_once() {
-    ((apt_updated)) && return 0
-    apt_updated=1
-    need_root "run apt-get update"
-    log "apt-get update"
-    apt-get update -q >&2 || die "apt-get update failed"
-}
-
 if ! have_deb_src; then
     add_deb_src
     apt_update_once
@@ -205,7 +178,7 @@ version="${full_version#*:}"
 
 key="$( {
     echo "format 1"
-    sha256sum <"$self"
+    script_hashes
     sha256sum <"$patch_file"
     echo "qemu source $full_version"
 } | sha256sum | cut -c1-16)"
@@ -216,12 +189,9 @@ fi
 
 out="$cache_root/qemu/$key"
 bin="$out/qemu-system-x86_64"
-remember_key() { mkdir -p "$cache_root/keys" && echo "$key" >"$cache_root/keys/qemu-$(quick_key)"; }
 if [[ -f "$out/.complete" && -x "$bin" && $force -eq 0 ]]; then
     remember_key
-    log "up to date: $out"
-    echo "$bin"
-    exit 0
+    up_to_date "$out" "$bin"
 fi
 
 # ------------------------------------------------------------ packages
@@ -233,11 +203,7 @@ missing_pkgs() {
 }
 mapfile -t need < <(missing_pkgs "${build_deps[@]}" "${runtime_deps[@]}")
 if ((${#need[@]})); then
-    need_root "apt-get install ${need[*]}"
-    log "installing host packages: ${need[*]}"
-    apt-get install -y -q --no-install-recommends "${need[@]}" >&2 \
-        || { apt_update_once && apt-get install -y -q --no-install-recommends "${need[@]}" >&2; } \
-        || die "apt-get install ${need[*]} failed"
+    apt_install "${need[@]}"
 fi
 
 # ------------------------------------------------------------ source tree

@@ -12,441 +12,12 @@
 //! daemon through the residency plane's FUSE mount).
 #![allow(clippy::unwrap_used)]
 
-use cxlfs_device_model::{Device, DeviceConfig};
-use cxlfsd::abi::{self, opcode, Cursor, InHeader, OutHeader};
-use cxlfsd::backend::QueueOptions;
-use cxlfsd::config::VmSpec;
-use cxlfsd::daemon::{DaemonState, SessionOptions};
-use cxlfsd::fs::CacheMode;
-use cxlfsd::fuse::ServerOptions;
-use cxlfsd::pool::SharedDevice;
-use std::collections::BTreeMap;
-use std::fs::File;
-use std::os::fd::AsRawFd;
-use std::path::Path;
-use std::sync::Arc;
-use std::sync::Mutex;
+mod common;
+
+use common::{start_daemon, DaxDaemon, Guest, MEM_SIZE, NAND_READ_NS, REP, WINDOW};
+use cxlfsd::abi::{self, opcode};
 use std::time::{Duration, Instant};
-use vhost::vhost_user::message::{VhostUserMMap, VhostUserProtocolFeatures};
-use vhost::vhost_user::{
-    Frontend, FrontendReqHandler, HandlerResult, VhostUserFrontend, VhostUserFrontendReqHandler,
-};
-use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
-use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
-use vmm_sys_util::eventfd::EventFd;
-
-const MEM_SIZE: u64 = 4 << 20;
-const QSIZE: u16 = 16;
-const DESC: u64 = 0x0;
-const AVAIL: u64 = 0x1000;
-const USED: u64 = 0x2000;
-const REQ: u64 = 0x10_0000;
-const REP: u64 = 0x20_0000;
-const SLOT: u64 = 0x2_0000;
-const REQUEST_QUEUE: usize = 1;
-const NAND_READ_NS: u64 = 300_000;
-
-/// The front-end's DAX window: a PROT_NONE reservation that SHMEM_MAP fills
-/// with `MAP_SHARED | MAP_FIXED` mappings of the fd it is sent, as QEMU does.
-struct Window {
-    base: usize,
-    size: u64,
-    /// shm_offset → (len, writable).
-    maps: Mutex<BTreeMap<u64, (u64, bool)>>,
-}
-
-impl Window {
-    fn new(size: u64) -> Arc<Window> {
-        // SAFETY: a fresh anonymous reservation; no existing memory is touched.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                size as usize,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        Arc::new(Window {
-            base: p as usize,
-            size,
-            maps: Mutex::new(BTreeMap::new()),
-        })
-    }
-
-    fn reserve(&self, off: u64, len: u64) -> bool {
-        // SAFETY: the range lies inside our own reservation.
-        let p = unsafe {
-            libc::mmap(
-                (self.base + off as usize) as *mut libc::c_void,
-                len as usize,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
-                -1,
-                0,
-            )
-        };
-        p != libc::MAP_FAILED
-    }
-
-    /// Copies `len` bytes of the window at `off` (faulting them in).
-    fn read(&self, off: u64, len: usize) -> Vec<u8> {
-        assert!(off + len as u64 <= self.size);
-        let mut out = vec![0u8; len];
-        // SAFETY: the caller maps the range first (else SIGSEGV, as a guest).
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                (self.base + off as usize) as *const u8,
-                out.as_mut_ptr(),
-                len,
-            )
-        };
-        out
-    }
-
-    fn write(&self, off: u64, data: &[u8]) {
-        assert!(off + data.len() as u64 <= self.size);
-        // SAFETY: the caller maps the range writable first.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                data.as_ptr(),
-                (self.base + off as usize) as *mut u8,
-                data.len(),
-            )
-        };
-    }
-
-    fn live(&self) -> Vec<(u64, u64, bool)> {
-        self.maps
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(&o, &(l, w))| (o, l, w))
-            .collect()
-    }
-}
-
-impl VhostUserFrontendReqHandler for Window {
-    fn shmem_map(&self, req: &VhostUserMMap, fd: &dyn AsRawFd) -> HandlerResult<u64> {
-        let (off, len, fd_off, flags) = (req.shm_offset, req.len, req.fd_offset, req.flags);
-        let mut maps = self.maps.lock().unwrap();
-        let overlaps = maps
-            .iter()
-            .any(|(&o, &(l, _))| o < off + len && off < o + l);
-        if req.shmid != 0 || off + len > self.size || overlaps {
-            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
-        }
-        let writable = flags & 1 != 0;
-        let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
-        // SAFETY: the range lies inside our own reservation.
-        let p = unsafe {
-            libc::mmap(
-                (self.base + off as usize) as *mut libc::c_void,
-                len as usize,
-                prot,
-                libc::MAP_SHARED | libc::MAP_FIXED,
-                fd.as_raw_fd(),
-                fd_off as libc::off_t,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        maps.insert(off, (len, writable));
-        Ok(0)
-    }
-
-    fn shmem_unmap(&self, req: &VhostUserMMap) -> HandlerResult<u64> {
-        let (off, len) = (req.shm_offset, req.len);
-        let mut maps = self.maps.lock().unwrap();
-        match maps.get(&off) {
-            Some(&(l, _)) if l == len => {}
-            _ => return Err(std::io::Error::from_raw_os_error(libc::EINVAL)),
-        }
-        assert!(self.reserve(off, len));
-        maps.remove(&off);
-        Ok(0)
-    }
-}
-
-/// A front-end with one request queue set up.
-struct Guest {
-    frontend: Frontend,
-    mem: GuestMemoryMmap,
-    kick: EventFd,
-    _call: EventFd,
-    avail_idx: u16,
-    used_seen: u16,
-    next_desc: u16,
-    unique: u64,
-}
-
-impl Guest {
-    fn connect(socket: &Path) -> Guest {
-        Self::connect_with(socket, None)
-    }
-
-    /// Connects; with `window`, also negotiates the DAX window and hands
-    /// the back-end channel over, served by `window` on its own thread.
-    fn connect_with(socket: &Path, window: Option<Arc<Window>>) -> Guest {
-        let mut frontend = Frontend::connect(socket, 2).unwrap();
-        let features = frontend.get_features().unwrap();
-        frontend.set_owner().unwrap();
-        frontend.set_features(features).unwrap();
-        let proto = frontend.get_protocol_features().unwrap();
-        assert!(proto.contains(VhostUserProtocolFeatures::MQ));
-        let dax = VhostUserProtocolFeatures::BACKEND_REQ
-            | VhostUserProtocolFeatures::BACKEND_SEND_FD
-            | VhostUserProtocolFeatures::REPLY_ACK
-            | VhostUserProtocolFeatures::SHMEM;
-        if let Some(window) = window {
-            assert!(
-                proto.contains(dax),
-                "DAX protocol features offered: {proto:?}"
-            );
-            frontend
-                .set_protocol_features(proto & (VhostUserProtocolFeatures::MQ | dax))
-                .unwrap();
-            let mut handler = FrontendReqHandler::new(window).unwrap();
-            handler.set_reply_ack_flag(true);
-            // SAFETY: the handler owns the fd and outlives this borrow.
-            let tx = unsafe { std::os::fd::BorrowedFd::borrow_raw(handler.get_tx_raw_fd()) };
-            frontend.set_backend_request_fd(&tx).unwrap();
-            std::thread::spawn(move || while handler.handle_request().is_ok() {});
-        } else {
-            frontend
-                .set_protocol_features(proto & VhostUserProtocolFeatures::MQ)
-                .unwrap();
-        }
-        assert_eq!(frontend.get_queue_num().unwrap(), 2);
-
-        let fd = rustix::fs::memfd_create("guest-ram", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
-        let file = File::from(fd);
-        file.set_len(MEM_SIZE).unwrap();
-        let mem = GuestMemoryMmap::<()>::from_ranges_with_files(&[(
-            GuestAddress(0),
-            MEM_SIZE as usize,
-            Some(FileOffset::new(file, 0)),
-        )])
-        .unwrap();
-        let va = mem.get_host_address(GuestAddress(0)).unwrap() as u64;
-        let region = mem.find_region(GuestAddress(0)).unwrap();
-        frontend
-            .set_mem_table(&[VhostUserMemoryRegionInfo::from_guest_region(region).unwrap()])
-            .unwrap();
-        frontend.set_vring_num(REQUEST_QUEUE, QSIZE).unwrap();
-        frontend
-            .set_vring_addr(
-                REQUEST_QUEUE,
-                &VringConfigData {
-                    queue_max_size: QSIZE,
-                    queue_size: QSIZE,
-                    flags: 0,
-                    desc_table_addr: va + DESC,
-                    used_ring_addr: va + USED,
-                    avail_ring_addr: va + AVAIL,
-                    log_addr: None,
-                },
-            )
-            .unwrap();
-        frontend.set_vring_base(REQUEST_QUEUE, 0).unwrap();
-        let kick = EventFd::new(0).unwrap();
-        let call = EventFd::new(0).unwrap();
-        frontend.set_vring_call(REQUEST_QUEUE, &call).unwrap();
-        frontend.set_vring_kick(REQUEST_QUEUE, &kick).unwrap();
-        frontend.set_vring_enable(REQUEST_QUEUE, true).unwrap();
-        Guest {
-            frontend,
-            mem,
-            kick,
-            _call: call,
-            avail_idx: 0,
-            used_seen: 0,
-            next_desc: 0,
-            unique: 1,
-        }
-    }
-
-    /// Queues a chain of `(gpa, len, device-writable)` and kicks; returns the head.
-    fn submit(&mut self, descs: &[(u64, u32, bool)]) -> u16 {
-        let head = self.next_desc;
-        for (i, &(addr, len, writable)) in descs.iter().enumerate() {
-            let idx = (head + i as u16) % QSIZE;
-            let next = (idx + 1) % QSIZE;
-            let mut flags = 0u16;
-            if i + 1 < descs.len() {
-                flags |= 1; // NEXT
-            }
-            if writable {
-                flags |= 2; // WRITE
-            }
-            let base = GuestAddress(DESC + 16 * u64::from(idx));
-            self.mem.write_obj(addr, base).unwrap();
-            self.mem.write_obj(len, GuestAddress(base.0 + 8)).unwrap();
-            self.mem
-                .write_obj(flags, GuestAddress(base.0 + 12))
-                .unwrap();
-            self.mem.write_obj(next, GuestAddress(base.0 + 14)).unwrap();
-        }
-        self.next_desc = (head + descs.len() as u16) % QSIZE;
-        let slot = AVAIL + 4 + 2 * u64::from(self.avail_idx % QSIZE);
-        self.mem.write_obj(head, GuestAddress(slot)).unwrap();
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        self.avail_idx = self.avail_idx.wrapping_add(1);
-        self.mem
-            .write_obj(self.avail_idx, GuestAddress(AVAIL + 2))
-            .unwrap();
-        self.kick.write(1).unwrap();
-        head
-    }
-
-    /// Waits for the next used element: `(id, len)`.
-    fn wait_used(&mut self, timeout: Duration) -> Option<(u32, u32)> {
-        let start = Instant::now();
-        loop {
-            let idx: u16 = self.mem.read_obj(GuestAddress(USED + 2)).unwrap();
-            if idx != self.used_seen {
-                let e = USED + 4 + 8 * u64::from(self.used_seen % QSIZE);
-                let id: u32 = self.mem.read_obj(GuestAddress(e)).unwrap();
-                let len: u32 = self.mem.read_obj(GuestAddress(e + 4)).unwrap();
-                self.used_seen = self.used_seen.wrapping_add(1);
-                return Some((id, len));
-            }
-            if start.elapsed() > timeout {
-                return None;
-            }
-            std::thread::sleep(Duration::from_micros(20));
-        }
-    }
-
-    fn request_bytes(&mut self, op: u32, nodeid: u64, args: &[u8]) -> Vec<u8> {
-        let mut b = Vec::new();
-        InHeader {
-            len: (abi::IN_HEADER_LEN + args.len()) as u32,
-            opcode: op,
-            unique: self.unique,
-            nodeid,
-            ..Default::default()
-        }
-        .encode(&mut b);
-        self.unique += 1;
-        b.extend_from_slice(args);
-        b
-    }
-
-    /// Sends raw request bytes; returns (out header, payload, elapsed).
-    fn raw(&mut self, req: &[u8], reply_cap: u32) -> (OutHeader, Vec<u8>, Duration) {
-        let slot = u64::from(self.next_desc);
-        let req_at = REQ + slot * SLOT / 2;
-        let rep_at = REP + slot * SLOT;
-        self.mem.write_slice(req, GuestAddress(req_at)).unwrap();
-        let t0 = Instant::now();
-        let head = self.submit(&[(req_at, req.len() as u32, false), (rep_at, reply_cap, true)]);
-        let (id, len) = self.wait_used(Duration::from_secs(10)).expect("no reply");
-        let elapsed = t0.elapsed();
-        assert_eq!(id, u32::from(head));
-        assert!(len as usize >= abi::OUT_HEADER_LEN, "reply of {len} bytes");
-        let mut out = vec![0u8; len as usize];
-        self.mem.read_slice(&mut out, GuestAddress(rep_at)).unwrap();
-        let h = OutHeader::parse(&mut Cursor::new(&out)).unwrap();
-        assert_eq!(h.len, len);
-        (h, out[abi::OUT_HEADER_LEN..].to_vec(), elapsed)
-    }
-
-    fn call(&mut self, op: u32, nodeid: u64, args: &[u8]) -> (OutHeader, Vec<u8>, Duration) {
-        let req = self.request_bytes(op, nodeid, args);
-        self.raw(&req, 64 * 1024)
-    }
-
-    fn init(&mut self) {
-        let mut a = Vec::new();
-        for v in [7u32, 31, 4096, 0] {
-            a.extend_from_slice(&v.to_le_bytes());
-        }
-        a.extend_from_slice(&[0u8; 48]);
-        let (h, out, _) = self.call(opcode::INIT, 0, &a);
-        assert_eq!(h.error, 0);
-        assert_eq!(u32::from_le_bytes(out[0..4].try_into().unwrap()), 7);
-    }
-
-    fn lookup(&mut self, name: &str) -> u64 {
-        let mut a = name.as_bytes().to_vec();
-        a.push(0);
-        let (h, out, _) = self.call(opcode::LOOKUP, abi::ROOT_ID, &a);
-        assert_eq!(h.error, 0, "lookup {name}");
-        u64::from_le_bytes(out[0..8].try_into().unwrap())
-    }
-
-    fn open(&mut self, nodeid: u64) -> u64 {
-        let (h, out, _) = self.call(opcode::OPEN, nodeid, &[0u8; 8]);
-        assert_eq!(h.error, 0);
-        u64::from_le_bytes(out[0..8].try_into().unwrap())
-    }
-
-    fn read(&mut self, nodeid: u64, fh: u64, off: u64, size: u32) -> (Vec<u8>, Duration) {
-        let mut a = Vec::new();
-        a.extend_from_slice(&fh.to_le_bytes());
-        a.extend_from_slice(&off.to_le_bytes());
-        a.extend_from_slice(&size.to_le_bytes());
-        a.extend_from_slice(&[0u8; 20]);
-        let (h, out, t) = self.call(opcode::READ, nodeid, &a);
-        assert_eq!(h.error, 0);
-        (out, t)
-    }
-}
-
-fn start_daemon(
-    share: &Path,
-    sockets: &Path,
-) -> (Arc<DaemonState>, Vec<std::thread::JoinHandle<()>>) {
-    start_daemon_with(share, sockets, &["a", "b"], &[], |_| {})
-}
-
-fn start_daemon_with(
-    share: &Path,
-    sockets: &Path,
-    vms: &[&str],
-    extra: &[&str],
-    before_vms: impl FnOnce(&DaemonState),
-) -> (Arc<DaemonState>, Vec<std::thread::JoinHandle<()>>) {
-    let mut overrides = vec![
-        "cache.size_bytes=4MiB".to_string(),
-        format!("nand.read_ns={NAND_READ_NS}"),
-    ];
-    overrides.extend(extra.iter().map(|s| s.to_string()));
-    let cfg = DeviceConfig::default().with_overrides(&overrides).unwrap();
-    let shared = Arc::new(SharedDevice::new(Device::new(cfg).unwrap()));
-    let state = DaemonState::new(
-        shared,
-        SessionOptions {
-            shared_dir: share.to_path_buf(),
-            cache: CacheMode::Never,
-            queues: QueueOptions {
-                request_queues: 1,
-                queue_size: 256,
-                realtime_priority: None,
-            },
-            server: ServerOptions {
-                max_readahead: None,
-            },
-        },
-    );
-    before_vms(&state);
-    let threads = vms
-        .iter()
-        .map(|n| {
-            state
-                .spawn_vm(VmSpec {
-                    name: n.to_string(),
-                    socket: sockets.join(format!("{n}.sock")),
-                })
-                .unwrap()
-        })
-        .collect();
-    (state, threads)
-}
+use vhost::vhost_user::VhostUserFrontend;
 
 #[test]
 fn frontend_drives_two_vms_and_survives_bad_input() {
@@ -553,17 +124,6 @@ fn frontend_drives_two_vms_and_survives_bad_input() {
     state.flush_all();
 }
 
-const WINDOW: u64 = 16 << 20;
-
-/// Unmounts the plane when the test ends, panicking or not: a process that
-/// exits with the pool still mounted by itself hangs in the kernel.
-struct StopDax(Arc<DaemonState>);
-
-impl Drop for StopDax {
-    fn drop(&mut self) {
-        self.0.stop_dax();
-    }
-}
 const MIB2: u64 = 2 << 20;
 
 /// SETUPMAPPING with a file handle (node 1: only `fh` names the file).
@@ -605,26 +165,12 @@ fn dax_window_maps_the_pool_and_refuses_bad_mappings() {
     let content: Vec<u8> = (0..len as u32).map(|i| (i * 13 % 241) as u8).collect();
     let path = share.path().join("dax.bin");
     std::fs::write(&path, &content).unwrap();
-    let socks = tempfile::tempdir().unwrap();
-    let pool_dir = tempfile::tempdir().unwrap();
-    let mut dax_on = false;
     let extra = ["cache.size_bytes=64MiB", "nand.read_ns=20us"];
-    let (state, threads) = start_daemon_with(share.path(), socks.path(), &["d"], &extra, |st| {
-        dax_on = st.enable_dax(Some(pool_dir.path()), WINDOW);
-    });
-    let _stop_dax = StopDax(state.clone());
-    if !dax_on {
-        eprintln!(
-            "SKIP: the residency plane cannot be mounted here (no /dev/fuse or no permission)"
-        );
-        state.request_shutdown();
-        for t in threads {
-            t.join().unwrap();
-        }
+    let Some(mut daemon) = DaxDaemon::start(share.path(), &["d"], &extra, |_| {}) else {
         return;
-    }
-    let window = Window::new(WINDOW);
-    let mut g = Guest::connect_with(&socks.path().join("d.sock"), Some(window.clone()));
+    };
+    let state = daemon.state.clone();
+    let (window, mut g) = daemon.connect("d");
     let shm = g.frontend.get_shmem_config().unwrap();
     assert_eq!(shm.nregions, 1);
     assert_eq!({ shm.memory_sizes }[0], WINDOW);
@@ -795,10 +341,7 @@ fn dax_window_maps_the_pool_and_refuses_bad_mappings() {
     assert_eq!(g.call(opcode::DESTROY, 0, &[]).0.error, 0);
     assert!(window.live().is_empty());
     drop(g);
-    state.request_shutdown();
-    for t in threads {
-        t.join().unwrap();
-    }
+    daemon.shutdown();
     state.flush_all();
 }
 
@@ -807,9 +350,6 @@ fn device_evictions_make_pool_pages_trap_again() {
     let share = tempfile::tempdir().unwrap();
     let content: Vec<u8> = (0..(2u32 << 20)).map(|i| (i * 7 % 239) as u8).collect();
     std::fs::write(share.path().join("e.bin"), &content).unwrap();
-    let socks = tempfile::tempdir().unwrap();
-    let pool_dir = tempfile::tempdir().unwrap();
-    let mut dax_on = false;
     // A 256 KiB fully associative FIFO device cache (64 pages) under a 2 MiB slot.
     let extra = [
         "cache.size_bytes=256KiB",
@@ -818,20 +358,11 @@ fn device_evictions_make_pool_pages_trap_again() {
         "cache.policy=fifo",
         "cache.ways=0",
     ];
-    let (state, threads) = start_daemon_with(share.path(), socks.path(), &["e"], &extra, |st| {
-        dax_on = st.enable_dax(Some(pool_dir.path()), WINDOW);
-    });
-    let _stop_dax = StopDax(state.clone());
-    if !dax_on {
-        eprintln!("SKIP: the residency plane cannot be mounted here");
-        state.request_shutdown();
-        for t in threads {
-            t.join().unwrap();
-        }
+    let Some(mut daemon) = DaxDaemon::start(share.path(), &["e"], &extra, |_| {}) else {
         return;
-    }
-    let window = Window::new(WINDOW);
-    let mut g = Guest::connect_with(&socks.path().join("e.sock"), Some(window.clone()));
+    };
+    let state = daemon.state.clone();
+    let (window, mut g) = daemon.connect("e");
     g.init();
     let node = g.lookup("e.bin");
     let fh = g.open(node);
@@ -873,10 +404,7 @@ fn device_evictions_make_pool_pages_trap_again() {
     let text = state.metrics.render();
     assert!(!text.contains("cxlfs_pool_evictions_total 0\n"), "{text}");
     drop(g);
-    state.request_shutdown();
-    for t in threads {
-        t.join().unwrap();
-    }
+    daemon.shutdown();
 }
 
 /// DRAM/CXL placement under DAX: at cxl_ratio 50 every page of a slot traps
@@ -892,9 +420,6 @@ fn dram_tier_pages_under_dax_are_uncharged_and_ratio_changes_move_them() {
     let content: Vec<u8> = (0..(2u32 << 20)).map(|i| (i * 11 % 233) as u8).collect();
     let path = share.path().join("p.bin");
     std::fs::write(&path, &content).unwrap();
-    let socks = tempfile::tempdir().unwrap();
-    let pool_dir = tempfile::tempdir().unwrap();
-    let mut dax_on = false;
     let extra = [
         "cache.size_bytes=16MiB",
         "nand.read_ns=1us",
@@ -904,21 +429,13 @@ fn dram_tier_pages_under_dax_are_uncharged_and_ratio_changes_move_them() {
         // unit tests).
         "prefetch.degree=0",
     ];
-    let (state, threads) = start_daemon_with(share.path(), socks.path(), &["p"], &extra, |st| {
+    let Some(mut daemon) = DaxDaemon::start(share.path(), &["p"], &extra, |st| {
         st.set_cxl_ratio(50).unwrap();
-        dax_on = st.enable_dax(Some(pool_dir.path()), WINDOW);
-    });
-    let _stop_dax = StopDax(state.clone());
-    if !dax_on {
-        eprintln!("SKIP: the residency plane cannot be mounted here");
-        state.request_shutdown();
-        for t in threads {
-            t.join().unwrap();
-        }
+    }) else {
         return;
-    }
-    let window = Window::new(WINDOW);
-    let mut g = Guest::connect_with(&socks.path().join("p.sock"), Some(window.clone()));
+    };
+    let state = daemon.state.clone();
+    let (window, mut g) = daemon.connect("p");
     g.init();
     let node = g.lookup("p.bin");
     let fh = g.open(node);
@@ -1001,10 +518,7 @@ fn dram_tier_pages_under_dax_are_uncharged_and_ratio_changes_move_them() {
         "{text}"
     );
     drop(g);
-    state.request_shutdown();
-    for t in threads {
-        t.join().unwrap();
-    }
+    daemon.shutdown();
 }
 
 #[test]
@@ -1012,9 +526,6 @@ fn prefetched_pages_are_pushed_into_the_plane_unless_mapped_writable() {
     let share = tempfile::tempdir().unwrap();
     let content: Vec<u8> = (0..(4u32 << 20)).map(|i| (i * 13 % 251) as u8).collect();
     std::fs::write(share.path().join("p.bin"), &content).unwrap();
-    let socks = tempfile::tempdir().unwrap();
-    let pool_dir = tempfile::tempdir().unwrap();
-    let mut dax_on = false;
     // Every miss prefetches the next 4 pages (1 us NAND reads).
     let extra = [
         "cache.size_bytes=8MiB",
@@ -1022,21 +533,12 @@ fn prefetched_pages_are_pushed_into_the_plane_unless_mapped_writable() {
         "prefetch.degree=4",
         "prefetch.stride_pages=1",
     ];
-    let (state, threads) = start_daemon_with(share.path(), socks.path(), &["p"], &extra, |st| {
-        dax_on = st.enable_dax(Some(pool_dir.path()), WINDOW);
-    });
-    let _stop_dax = StopDax(state.clone());
-    if !dax_on {
-        eprintln!("SKIP: the residency plane cannot be mounted here");
-        state.request_shutdown();
-        for t in threads {
-            t.join().unwrap();
-        }
+    let Some(mut daemon) = DaxDaemon::start(share.path(), &["p"], &extra, |_| {}) else {
         return;
-    }
+    };
+    let state = daemon.state.clone();
     let dax = state.dax().unwrap();
-    let window = Window::new(WINDOW);
-    let mut g = Guest::connect_with(&socks.path().join("p.sock"), Some(window.clone()));
+    let (window, mut g) = daemon.connect("p");
     g.init();
     let node = g.lookup("p.bin");
     let fh = g.open(node);
@@ -1093,8 +595,5 @@ fn prefetched_pages_are_pushed_into_the_plane_unless_mapped_writable() {
         "each page trapped"
     );
     drop(g);
-    state.request_shutdown();
-    for t in threads {
-        t.join().unwrap();
-    }
+    daemon.shutdown();
 }

@@ -639,6 +639,20 @@ pub fn fio_stats(path: &Path, dir: &str) -> Result<FioStats, String> {
     })
 }
 
+/// `len` pseudo-random bytes (xorshift64), the same for the same `seed`:
+/// file contents that no two files or offsets share by accident.
+pub fn seeded_bytes(len: u64, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
 /// The content fio writes and checks with `--verify=pattern
 /// --verify_pattern=%o --bs=BS`: every `bs` block filled with its own file
 /// offset as a little-endian u64, repeated.

@@ -17,7 +17,9 @@
 //! * `cxlfs ctl stats --json` agrees with the Prometheus counters.
 #![allow(clippy::unwrap_used)]
 
-use cxlfs_e2e::{cxlfs_cli, exclusive, handshake, Daemon, Metrics, VmOptions, GUEST_PRELUDE};
+use cxlfs_e2e::{
+    cxlfs_cli, exclusive, handshake, seeded_bytes, Daemon, Metrics, VmOptions, GUEST_PRELUDE,
+};
 use serde_json::Value;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -27,18 +29,6 @@ use std::time::{Duration, Instant};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1 << 20;
-
-fn data(len: u64, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
 
 /// `cxlfs ctl --socket S ARGS --json`: the result, or the error text.
 fn ctl(sock: &Path, args: &[&str]) -> Result<Value, String> {
@@ -71,7 +61,7 @@ fn host_and_guest_cache_control_change_what_the_device_does() {
     let sock_dir = tempfile::tempdir().unwrap();
     let sock = sock_dir.path().join("ctl.sock");
     let sock_arg = sock.display().to_string();
-    let scan = data(8 * MIB, 3);
+    let scan = seeded_bytes(8 * MIB, 3);
     let mut d = Daemon::start(
         &["vm0"],
         &[
@@ -95,11 +85,11 @@ fn host_and_guest_cache_control_change_what_the_device_does() {
             &sock_arg,
         ],
         |share| {
-            fs::write(share.join("pf.bin"), data(MIB, 1)).unwrap();
-            fs::write(share.join("hot.bin"), data(MIB, 2)).unwrap();
+            fs::write(share.join("pf.bin"), seeded_bytes(MIB, 1)).unwrap();
+            fs::write(share.join("hot.bin"), seeded_bytes(MIB, 2)).unwrap();
             fs::write(share.join("scan.bin"), &scan).unwrap();
-            fs::write(share.join("g.bin"), data(MIB, 4)).unwrap();
-            fs::write(share.join("secret.bin"), data(64 * KIB, 5)).unwrap();
+            fs::write(share.join("g.bin"), seeded_bytes(MIB, 4)).unwrap();
+            fs::write(share.join("secret.bin"), seeded_bytes(64 * KIB, 5)).unwrap();
             fs::set_permissions(share.join("secret.bin"), fs::Permissions::from_mode(0o600))
                 .unwrap();
         },

@@ -13,7 +13,8 @@
 #![allow(clippy::unwrap_used)]
 
 use cxlfs_e2e::{
-    exclusive, fio_stats, handshake, Daemon, FioStats, Metrics, VmOptions, GUEST_PRELUDE,
+    exclusive, fio_stats, handshake, seeded_bytes, Daemon, FioStats, Metrics, VmOptions,
+    GUEST_PRELUDE,
 };
 use std::fs;
 
@@ -24,18 +25,6 @@ const CACHE: u64 = 8 * MIB;
 const FILE_A: u64 = 6 * MIB;
 const FILE_B: u64 = 8 * MIB;
 const NAND_READ_NS: u64 = 90_000;
-
-fn deterministic(len: u64, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
 
 fn device_args() -> Vec<String> {
     [
@@ -82,8 +71,8 @@ fn second_pass_hits_the_device_cache_and_misses_agree_with_the_model() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut d = Daemon::start(&["vm0"], &args, |share| {
         // Written on the host, not through the daemon: the device has never seen them.
-        fs::write(share.join("a.bin"), deterministic(FILE_A, 1)).unwrap();
-        fs::write(share.join("b.bin"), deterministic(FILE_B, 2)).unwrap();
+        fs::write(share.join("a.bin"), seeded_bytes(FILE_A, 1)).unwrap();
+        fs::write(share.join("b.bin"), seeded_bytes(FILE_B, 2)).unwrap();
     });
     let mut script = format!(
         "{GUEST_PRELUDE}
@@ -224,8 +213,8 @@ fn another_file_does_not_hit_a_forgotten_files_pages() {
     let args = device_args();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut d = Daemon::start(&["vm0"], &args, |share| {
-        fs::write(share.join("a.bin"), deterministic(FILE_A, 1)).unwrap();
-        fs::write(share.join("b.bin"), deterministic(FILE_A, 2)).unwrap();
+        fs::write(share.join("a.bin"), seeded_bytes(FILE_A, 1)).unwrap();
+        fs::write(share.join("b.bin"), seeded_bytes(FILE_A, 2)).unwrap();
     });
     d.write_guest_script(&format!(
         "{GUEST_PRELUDE}

@@ -15,24 +15,14 @@
 //!   achieved CXL share is the ratio.
 #![allow(clippy::unwrap_used)]
 
-use cxlfs_e2e::{exclusive, fio_stats, handshake, sha256_hex, Daemon, VmOptions, GUEST_PRELUDE};
+use cxlfs_e2e::{
+    exclusive, fio_stats, handshake, seeded_bytes, sha256_hex, Daemon, VmOptions, GUEST_PRELUDE,
+};
 use std::fs;
 
 const PAGE: u64 = 4096;
 const FILE: u64 = 4 << 20;
 const PAGES: u64 = FILE / PAGE;
-
-fn deterministic(len: u64, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
 
 struct Outcome {
     ratio: u8,
@@ -67,7 +57,7 @@ fn run_at(ratio: u8) -> Outcome {
         "500ms",
     ];
     let mut d = Daemon::start(&["vm0"], &args, |share| {
-        fs::write(share.join("data.bin"), deterministic(FILE, 7)).unwrap();
+        fs::write(share.join("data.bin"), seeded_bytes(FILE, 7)).unwrap();
     });
     d.write_guest_script(&format!(
         "{GUEST_PRELUDE}

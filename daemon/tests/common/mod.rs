@@ -1,31 +1,179 @@
-//! A vhost-user virtio-fs front-end for tests, no VM: memfd-backed guest
-//! memory and a split virtqueue whose descriptors the test writes itself
-//! (the same as `vhost_frontend.rs`'s, without the DAX window).
+//! A vhost-user virtio-fs front-end for tests and benchmarks, no VM:
+//! memfd-backed guest memory, a split virtqueue whose descriptors the test
+//! writes itself, FUSE requests in guest memory; optionally the DAX window
+//! (SHMEM_MAP / SHMEM_UNMAP served by really mmapping the pool file into a
+//! window the front-end owns, as QEMU does).
 #![allow(clippy::unwrap_used, dead_code)]
 
+use cxlfs_device_model::{Device, DeviceConfig};
 use cxlfsd::abi::{self, opcode, Cursor, InHeader, OutHeader};
+use cxlfsd::backend::QueueOptions;
+use cxlfsd::config::VmSpec;
+use cxlfsd::daemon::{DaemonState, SessionOptions};
+use cxlfsd::fs::CacheMode;
+use cxlfsd::fuse::ServerOptions;
+use cxlfsd::pool::SharedDevice;
+use std::collections::BTreeMap;
 use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use vhost::vhost_user::message::VhostUserProtocolFeatures;
-use vhost::vhost_user::{Frontend, VhostUserFrontend};
+use vhost::vhost_user::message::{VhostUserMMap, VhostUserProtocolFeatures};
+use vhost::vhost_user::{
+    Frontend, FrontendReqHandler, HandlerResult, VhostUserFrontend, VhostUserFrontendReqHandler,
+};
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
 use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 use vmm_sys_util::eventfd::EventFd;
 
-const MEM_SIZE: u64 = 4 << 20;
+/// Guest RAM size.
+pub const MEM_SIZE: u64 = 4 << 20;
 const QSIZE: u16 = 16;
 const DESC: u64 = 0x0;
 const AVAIL: u64 = 0x1000;
 const USED: u64 = 0x2000;
 const REQ: u64 = 0x10_0000;
-const REP: u64 = 0x20_0000;
+/// Where replies go in guest memory.
+pub const REP: u64 = 0x20_0000;
 const SLOT: u64 = 0x2_0000;
 const REQUEST_QUEUE: usize = 1;
+/// The NAND read time of [`start_daemon`]'s device.
+pub const NAND_READ_NS: u64 = 300_000;
+/// The DAX window size of [`DaxDaemon`].
+pub const WINDOW: u64 = 16 << 20;
+
+/// The front-end's DAX window: a PROT_NONE reservation that SHMEM_MAP fills
+/// with `MAP_SHARED | MAP_FIXED` mappings of the fd it is sent, as QEMU does.
+pub struct Window {
+    base: usize,
+    size: u64,
+    /// shm_offset → (len, writable).
+    maps: Mutex<BTreeMap<u64, (u64, bool)>>,
+}
+
+impl Window {
+    pub fn new(size: u64) -> Arc<Window> {
+        // SAFETY: a fresh anonymous reservation; no existing memory is touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size as usize,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        Arc::new(Window {
+            base: p as usize,
+            size,
+            maps: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    fn reserve(&self, off: u64, len: u64) -> bool {
+        // SAFETY: the range lies inside our own reservation.
+        let p = unsafe {
+            libc::mmap(
+                (self.base + off as usize) as *mut libc::c_void,
+                len as usize,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        p != libc::MAP_FAILED
+    }
+
+    /// Copies `len` bytes of the window at `off` (faulting them in).
+    pub fn read(&self, off: u64, len: usize) -> Vec<u8> {
+        assert!(off + len as u64 <= self.size);
+        let mut out = vec![0u8; len];
+        // SAFETY: the caller maps the range first (else SIGSEGV, as a guest).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (self.base + off as usize) as *const u8,
+                out.as_mut_ptr(),
+                len,
+            )
+        };
+        out
+    }
+
+    pub fn write(&self, off: u64, data: &[u8]) {
+        assert!(off + data.len() as u64 <= self.size);
+        // SAFETY: the caller maps the range writable first.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                (self.base + off as usize) as *mut u8,
+                data.len(),
+            )
+        };
+    }
+
+    pub fn live(&self) -> Vec<(u64, u64, bool)> {
+        self.maps
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(&o, &(l, w))| (o, l, w))
+            .collect()
+    }
+}
+
+impl VhostUserFrontendReqHandler for Window {
+    fn shmem_map(&self, req: &VhostUserMMap, fd: &dyn AsRawFd) -> HandlerResult<u64> {
+        let (off, len, fd_off, flags) = (req.shm_offset, req.len, req.fd_offset, req.flags);
+        let mut maps = self.maps.lock().unwrap();
+        let overlaps = maps
+            .iter()
+            .any(|(&o, &(l, _))| o < off + len && off < o + l);
+        if req.shmid != 0 || off + len > self.size || overlaps {
+            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let writable = flags & 1 != 0;
+        let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
+        // SAFETY: the range lies inside our own reservation.
+        let p = unsafe {
+            libc::mmap(
+                (self.base + off as usize) as *mut libc::c_void,
+                len as usize,
+                prot,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                fd.as_raw_fd(),
+                fd_off as libc::off_t,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        maps.insert(off, (len, writable));
+        Ok(0)
+    }
+
+    fn shmem_unmap(&self, req: &VhostUserMMap) -> HandlerResult<u64> {
+        let (off, len) = (req.shm_offset, req.len);
+        let mut maps = self.maps.lock().unwrap();
+        match maps.get(&off) {
+            Some(&(l, _)) if l == len => {}
+            _ => return Err(std::io::Error::from_raw_os_error(libc::EINVAL)),
+        }
+        assert!(self.reserve(off, len));
+        maps.remove(&off);
+        Ok(0)
+    }
+}
 
 /// A front-end with one request queue set up.
 pub struct Guest {
-    frontend: Frontend,
+    /// The vhost-user connection (for requests this module does not wrap).
+    pub frontend: Frontend,
     mem: GuestMemoryMmap,
     kick: EventFd,
     _call: EventFd,
@@ -40,15 +188,41 @@ pub struct Guest {
 impl Guest {
     /// Connects and sets up the request queue (no DAX window).
     pub fn connect(socket: &Path) -> Guest {
+        Self::connect_with(socket, None)
+    }
+
+    /// Connects; with `window`, also negotiates the DAX window and hands
+    /// the back-end channel over, served by `window` on its own thread.
+    pub fn connect_with(socket: &Path, window: Option<Arc<Window>>) -> Guest {
         let mut frontend = Frontend::connect(socket, 2).unwrap();
         let features = frontend.get_features().unwrap();
         frontend.set_owner().unwrap();
         frontend.set_features(features).unwrap();
         let proto = frontend.get_protocol_features().unwrap();
         assert!(proto.contains(VhostUserProtocolFeatures::MQ));
-        frontend
-            .set_protocol_features(proto & VhostUserProtocolFeatures::MQ)
-            .unwrap();
+        let dax = VhostUserProtocolFeatures::BACKEND_REQ
+            | VhostUserProtocolFeatures::BACKEND_SEND_FD
+            | VhostUserProtocolFeatures::REPLY_ACK
+            | VhostUserProtocolFeatures::SHMEM;
+        if let Some(window) = window {
+            assert!(
+                proto.contains(dax),
+                "DAX protocol features offered: {proto:?}"
+            );
+            frontend
+                .set_protocol_features(proto & (VhostUserProtocolFeatures::MQ | dax))
+                .unwrap();
+            let mut handler = FrontendReqHandler::new(window).unwrap();
+            handler.set_reply_ack_flag(true);
+            // SAFETY: the handler owns the fd and outlives this borrow.
+            let tx = unsafe { std::os::fd::BorrowedFd::borrow_raw(handler.get_tx_raw_fd()) };
+            frontend.set_backend_request_fd(&tx).unwrap();
+            std::thread::spawn(move || while handler.handle_request().is_ok() {});
+        } else {
+            frontend
+                .set_protocol_features(proto & VhostUserProtocolFeatures::MQ)
+                .unwrap();
+        }
         assert_eq!(frontend.get_queue_num().unwrap(), 2);
 
         let fd = rustix::fs::memfd_create("guest-ram", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
@@ -228,5 +402,129 @@ impl Guest {
         let (h, out, t) = self.call(opcode::READ, nodeid, &a);
         assert_eq!(h.error, 0);
         (out, t)
+    }
+}
+
+/// A daemon with VMs `a` and `b` (4 MiB device cache, NAND reads of
+/// [`NAND_READ_NS`]).
+pub fn start_daemon(
+    share: &Path,
+    sockets: &Path,
+) -> (Arc<DaemonState>, Vec<std::thread::JoinHandle<()>>) {
+    start_daemon_with(share, sockets, &["a", "b"], &[], |_| {})
+}
+
+/// A daemon with `vms`, device overrides `extra` on top of
+/// [`start_daemon`]'s, and `before_vms` run before the VMs' sockets open.
+pub fn start_daemon_with(
+    share: &Path,
+    sockets: &Path,
+    vms: &[&str],
+    extra: &[&str],
+    before_vms: impl FnOnce(&DaemonState),
+) -> (Arc<DaemonState>, Vec<std::thread::JoinHandle<()>>) {
+    let mut overrides = vec![
+        "cache.size_bytes=4MiB".to_string(),
+        format!("nand.read_ns={NAND_READ_NS}"),
+    ];
+    overrides.extend(extra.iter().map(|s| s.to_string()));
+    let cfg = DeviceConfig::default().with_overrides(&overrides).unwrap();
+    let shared = Arc::new(SharedDevice::new(Device::new(cfg).unwrap()));
+    let state = DaemonState::new(
+        shared,
+        SessionOptions {
+            shared_dir: share.to_path_buf(),
+            cache: CacheMode::Never,
+            queues: QueueOptions {
+                request_queues: 1,
+                queue_size: 256,
+                realtime_priority: None,
+            },
+            server: ServerOptions {
+                max_readahead: None,
+            },
+        },
+    );
+    before_vms(&state);
+    let threads = vms
+        .iter()
+        .map(|n| {
+            state
+                .spawn_vm(VmSpec {
+                    name: n.to_string(),
+                    socket: sockets.join(format!("{n}.sock")),
+                })
+                .unwrap()
+        })
+        .collect();
+    (state, threads)
+}
+
+/// A daemon with the DAX window enabled (the residency plane mounted in a
+/// pool directory of its own). Dropping it unmounts the plane, panicking or
+/// not: a process that exits with the pool still mounted by itself hangs in
+/// the kernel.
+pub struct DaxDaemon {
+    pub state: Arc<DaemonState>,
+    threads: Vec<JoinHandle<()>>,
+    sockets: tempfile::TempDir,
+    _pool_dir: tempfile::TempDir,
+}
+
+impl DaxDaemon {
+    /// [`start_daemon_with`] (sockets in a directory of its own) plus
+    /// `enable_dax` (a [`WINDOW`]-sized window) after `before_dax`; `None`,
+    /// with a SKIP line and the daemon shut down, where the residency plane
+    /// cannot be mounted (no /dev/fuse or no permission).
+    pub fn start(
+        share: &Path,
+        vms: &[&str],
+        extra: &[&str],
+        before_dax: impl FnOnce(&DaemonState),
+    ) -> Option<DaxDaemon> {
+        let sockets = tempfile::tempdir().unwrap();
+        let pool_dir = tempfile::tempdir().unwrap();
+        let mut dax_on = false;
+        let (state, threads) = start_daemon_with(share, sockets.path(), vms, extra, |st| {
+            before_dax(st);
+            dax_on = st.enable_dax(Some(pool_dir.path()), WINDOW);
+        });
+        let mut daemon = DaxDaemon {
+            state,
+            threads,
+            sockets,
+            _pool_dir: pool_dir,
+        };
+        if !dax_on {
+            eprintln!(
+                "SKIP: the residency plane cannot be mounted here (no /dev/fuse or no permission)"
+            );
+            daemon.shutdown();
+            return None;
+        }
+        Some(daemon)
+    }
+
+    /// A front-end for `vm` with a [`WINDOW`]-sized DAX window of its own.
+    pub fn connect(&self, vm: &str) -> (Arc<Window>, Guest) {
+        let window = Window::new(WINDOW);
+        let socket = self.sockets.path().join(format!("{vm}.sock"));
+        let guest = Guest::connect_with(&socket, Some(window.clone()));
+        (window, guest)
+    }
+
+    /// Stops the VMs' threads and waits for them (the plane stays mounted
+    /// until the drop).
+    pub fn shutdown(&mut self) {
+        self.state.request_shutdown();
+        for t in self.threads.drain(..) {
+            t.join().unwrap();
+        }
+    }
+}
+
+impl Drop for DaxDaemon {
+    fn drop(&mut self) {
+        self.state.stop_dax();
     }
 }

@@ -1,6 +1,6 @@
 //! What metrics cost: FUSE READ throughput with every metric on against
 //! every metric off, alternating in one process, through the real
-//! vhost-user back-end (a front-end in this test, no VM).
+//! vhost-user back-end (a front-end in this program, no VM).
 //!
 //! Worst case for the relative cost: 4 KiB READs of a host-cached file with
 //! a zero-latency device (every reply released inline), one request in
@@ -10,17 +10,20 @@
 //! every second. "Off" = histograms off, no writer, no scrapes. Counters
 //! (plain relaxed atomics) count in both.
 //!
-//! Wall-clock throughput on this shared 2-core host moves by ±30 % from
-//! round to round (other processes take the cores), so the target (< 2 %)
-//! is checked on the daemon's CPU time per request (process CPU less this
-//! front-end thread's), which is what throughput is made of on a CPU-bound
-//! daemon; both are printed.
+//! Wall-clock throughput on a shared 2-core host moves by ±30 % from round
+//! to round (other processes take the cores), so the figure that carries
+//! the 2 % target is the daemon's CPU time per request (process CPU less
+//! this front-end thread's), which is what throughput is made of on a
+//! CPU-bound daemon; both are printed.
+//!
+//! Measures and prints; asserts nothing about timing. Run:
 //!
 //! ```sh
-//! cargo test --release -p cxlfsd --test metrics_overhead -- --ignored --nocapture
+//! cargo bench -p cxlfsd --bench metrics_overhead
 //! ```
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, missing_docs)]
 
+#[path = "../tests/common/mod.rs"]
 mod common;
 
 use common::Guest;
@@ -72,9 +75,15 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-#[test]
-#[ignore = "a benchmark: run with --release --ignored --nocapture"]
-fn metrics_cost_under_two_percent_of_read_throughput() {
+const RERUN: &str = "cargo bench -p cxlfsd --bench metrics_overhead";
+/// The target for the daemon's CPU per request, metrics on / off.
+const TARGET_CPU_RATIO: f64 = 1.02;
+
+fn main() {
+    // `cargo test --benches` lists the targets; there is nothing to list.
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
     let share = tempfile::tempdir().unwrap();
     std::fs::write(share.path().join("f"), vec![5u8; FILE as usize]).unwrap();
     let socks = tempfile::tempdir().unwrap();
@@ -130,7 +139,7 @@ fn metrics_cost_under_two_percent_of_read_throughput() {
             std::hint::black_box(cxlfsd::metrics::render_prometheus(&s));
         }
         let prom = t.elapsed() / 100;
-        eprintln!(
+        println!(
             "export cost: one snapshot {snap:?} (device totals {dev:?}), one Prometheus render {prom:?}"
         );
     }
@@ -169,7 +178,7 @@ fn metrics_cost_under_two_percent_of_read_throughput() {
             };
             pair[0] = round(&mut g, node, fh);
             stop.store(true, Ordering::Relaxed);
-            assert!(scraper.join().unwrap() > 0);
+            assert!(scraper.join().unwrap() > 0, "the scraper rendered nothing");
             writer.finish().unwrap();
         }
         on.push(pair[0].0);
@@ -179,26 +188,26 @@ fn metrics_cost_under_two_percent_of_read_throughput() {
         pairs.push(pair[0].0 / pair[1].0);
     }
     let ratio = median(pairs.clone());
-    let (m_on, m_off) = (median(on.clone()), median(off.clone()));
-    let (c_on, c_off) = (median(cpu_on.clone()), median(cpu_off.clone()));
+    let (m_on, m_off) = (median(on), median(off));
+    let (c_on, c_off) = (median(cpu_on), median(cpu_off));
     let cpu_ratio = c_on / c_off;
-    eprintln!(
-        "metrics on / off ({ROUNDS} pairs of rounds, {REQUESTS} 4 KiB READs each):\n  \
-         throughput: median of paired ratios {ratio:.4}; medians {m_on:.0} / {m_off:.0} req/s = {:.4}\n  \
-         daemon CPU per request: medians {c_on:.0} / {c_off:.0} ns = {cpu_ratio:.4}\n  \
-         pair ratios: {pairs:.3?}",
-        m_on / m_off
+    // The "on" rounds really exported: otherwise the ratios compare nothing.
+    let samples = std::fs::read_to_string(out.path().join("m0.jsonl")).unwrap();
+    assert!(
+        samples.lines().count() >= 2,
+        "the metrics writer did not run"
     );
-    let samples = std::fs::read_to_string(out.path().join(format!("m{}.jsonl", 0))).unwrap();
-    assert!(samples.lines().count() >= 2, "the writer ran");
     drop(g);
     state.request_shutdown();
     t.join().unwrap();
-    // CPU per request is what throughput is made of on a CPU-bound daemon,
-    // and unlike wall-clock rates it does not move when another process
-    // takes the core away, so it carries the 2 % target on a shared host.
-    assert!(
-        cpu_ratio < 1.02,
-        "metrics cost more than 2 % CPU per READ: on/off = {cpu_ratio:.4}"
+    println!(
+        "metrics on / off ({ROUNDS} pairs of rounds, {REQUESTS} 4 KiB READs each):\n  \
+         throughput: median of paired ratios {ratio:.4}; medians {m_on:.0} / {m_off:.0} req/s = {:.4}\n  \
+         daemon CPU per request: medians {c_on:.0} / {c_off:.0} ns = {cpu_ratio:.4} \
+         (target < {TARGET_CPU_RATIO}: {})\n  \
+         pair ratios: {pairs:.3?}\n\
+         rerun: {RERUN}",
+        m_on / m_off,
+        if cpu_ratio < TARGET_CPU_RATIO { "met" } else { "NOT met" },
     );
 }
