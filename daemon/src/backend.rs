@@ -57,6 +57,8 @@ pub struct QueueOptions {
     /// normal scheduling). On a busy host this keeps other threads from
     /// preempting a worker or pacer while it spins for a deadline.
     pub realtime_priority: Option<u8>,
+    /// The virtio-fs tag in the device config space.
+    pub tag: FsTag,
 }
 
 impl Default for QueueOptions {
@@ -65,8 +67,67 @@ impl Default for QueueOptions {
             request_queues: 1,
             queue_size: 1024,
             realtime_priority: None,
+            tag: FsTag::default(),
         }
     }
+}
+
+/// A virtio-fs tag: 1 to 36 bytes, no NUL (`struct virtio_fs_config.tag`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsTag {
+    bytes: [u8; FS_TAG_LEN],
+    len: usize,
+}
+
+/// `sizeof(virtio_fs_config.tag)`.
+pub const FS_TAG_LEN: usize = 36;
+
+/// Why a tag was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("virtio-fs tag `{0}` must be 1 to 36 bytes with no NUL")]
+pub struct ParseFsTagError(String);
+
+impl std::str::FromStr for FsTag {
+    type Err = ParseFsTagError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.is_empty() || s.len() > FS_TAG_LEN || s.contains('\0') {
+            return Err(ParseFsTagError(s.to_string()));
+        }
+        let mut bytes = [0u8; FS_TAG_LEN];
+        bytes[..s.len()].copy_from_slice(s.as_bytes());
+        Ok(FsTag {
+            bytes,
+            len: s.len(),
+        })
+    }
+}
+
+impl Default for FsTag {
+    /// `cxlfs`, the tag the guest images mount.
+    fn default() -> Self {
+        let mut bytes = [0u8; FS_TAG_LEN];
+        bytes[..5].copy_from_slice(b"cxlfs");
+        FsTag { bytes, len: 5 }
+    }
+}
+
+impl FsTag {
+    /// The tag text.
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or("")
+    }
+}
+
+/// `struct virtio_fs_config`: the tag (NUL padded) and the number of
+/// request queues (little endian). Front-ends that take the config space
+/// from the back-end (`VHOST_USER_GET_CONFIG`, e.g. QEMU >= 11.1's
+/// `vhost-user-test-device-pci,virtio-id=26`) show this to the guest;
+/// `vhost-user-fs-pci` builds its own from its `tag=` property.
+pub fn virtio_fs_config(tag: &FsTag, request_queues: usize) -> [u8; FS_TAG_LEN + 4] {
+    let mut c = [0u8; FS_TAG_LEN + 4];
+    c[..FS_TAG_LEN].copy_from_slice(&tag.bytes);
+    c[FS_TAG_LEN..].copy_from_slice(&(request_queues as u32).to_le_bytes());
+    c
 }
 
 struct Held {
@@ -438,10 +499,26 @@ impl VhostUserBackend for FsBackend {
             | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
     }
 
+    fn get_config(&self, offset: u32, size: u32) -> Vec<u8> {
+        let c = virtio_fs_config(&self.queues.tag, self.queues.request_queues);
+        let (start, end) = (offset as usize, offset as usize + size as usize);
+        if end > c.len() {
+            // Out of range: an empty reply, which the front-end reports.
+            tracing::debug!(
+                offset,
+                size,
+                "GET_CONFIG outside the virtio-fs config space"
+            );
+            return Vec::new();
+        }
+        c[start..end].to_vec()
+    }
+
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
         let base = VhostUserProtocolFeatures::MQ
             | VhostUserProtocolFeatures::REPLY_ACK
-            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS;
+            | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+            | VhostUserProtocolFeatures::CONFIG;
         if self.server.dax().is_some() {
             // The DAX window: SHMEM_MAP / SHMEM_UNMAP on the back-end channel.
             base | VhostUserProtocolFeatures::BACKEND_REQ

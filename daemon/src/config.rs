@@ -84,6 +84,12 @@ pub struct Cli {
     /// preempt a reply being paced.
     #[arg(long, value_name = "PRIO")]
     pub realtime_priority: Option<u8>,
+    /// virtio-fs tag in the device config space (default `cxlfs`), for
+    /// front-ends that read it from the back-end (VHOST_USER_GET_CONFIG,
+    /// e.g. QEMU >= 11.1 `vhost-user-test-device-pci,virtio-id=26`);
+    /// `vhost-user-fs-pci` uses its own `tag=`.
+    #[arg(long, value_name = "TAG")]
+    pub tag: Option<String>,
     /// DAX window: on | off (default on). On: the pool is mounted as a
     /// host FUSE file (needs /dev/fuse and CAP_SYS_ADMIN); if that fails the
     /// daemon logs why and serves without DAX.
@@ -191,6 +197,8 @@ pub struct FileConfig {
     pub max_readahead: Option<u32>,
     /// SCHED_FIFO priority of queue workers and pacers.
     pub realtime_priority: Option<u8>,
+    /// virtio-fs tag of the device config space.
+    pub tag: Option<String>,
     /// DAX window on / off.
     pub dax: Option<OnOff>,
     /// DAX window size (e.g. "1GiB").
@@ -414,6 +422,12 @@ impl DaemonConfig {
                 .or(file.queue_size)
                 .unwrap_or(QueueOptions::default().queue_size),
             realtime_priority: cli.realtime_priority.or(file.realtime_priority),
+            tag: match cli.tag.clone().or(file.tag) {
+                Some(t) => t.parse().map_err(|e: crate::backend::ParseFsTagError| {
+                    LoadDaemonConfigError::Invalid(e.to_string())
+                })?,
+                None => crate::backend::FsTag::default(),
+            },
         };
         if queues.request_queues == 0 || queues.request_queues > 62 {
             return Err(LoadDaemonConfigError::Invalid(format!(

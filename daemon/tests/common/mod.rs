@@ -438,7 +438,7 @@ pub fn start_daemon_with(
             queues: QueueOptions {
                 request_queues: 1,
                 queue_size: 256,
-                realtime_priority: None,
+                ..QueueOptions::default()
             },
             server: ServerOptions {
                 max_readahead: None,
