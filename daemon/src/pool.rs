@@ -677,9 +677,33 @@ impl SharedDevice {
         }
     }
 
-    /// Charges a pool (device) range directly: a residency-plane trap or
-    /// write-back at `addr` (never crosses an extent). DRAM-tier pages cost
-    /// nothing and never enter the device cache.
+    /// Runs `f` on the locked device (with the ratio in force), puts the
+    /// device activity it caused into the charge, then hands the evictions
+    /// and prefetches it logged to the residency plane, outside the lock.
+    fn charged(
+        &self,
+        now_ns: u64,
+        f: impl FnOnce(&mut Device, u8, &mut Charge) -> Result<(), AccessError>,
+    ) -> Result<Charge, ChargeAccessError> {
+        let mut charge = Charge {
+            completes_at_ns: now_ns,
+            ..Charge::default()
+        };
+        let (evicted, prefetched) = {
+            let mut dev = self.device();
+            let before = DeviceActivity::read(&dev);
+            f(&mut dev, self.placement.cxl_ratio(), &mut charge)?;
+            charge.activity = DeviceActivity::between(&before, &DeviceActivity::read(&dev));
+            (dev.drain_evictions(), dev.drain_prefetches())
+        };
+        self.mirror_evictions(evicted);
+        self.mirror_prefetches(prefetched);
+        Ok(charge)
+    }
+
+    /// Charges a pool (device) range directly: a residency-plane trap at
+    /// `addr` (never crosses an extent). DRAM-tier pages cost nothing and
+    /// never enter the device cache.
     pub fn charge_pool(
         &self,
         now_ns: u64,
@@ -687,30 +711,10 @@ impl SharedDevice {
         addr: u64,
         len: u32,
     ) -> Result<Charge, ChargeAccessError> {
-        let mut charge = Charge {
-            completes_at_ns: now_ns,
-            ..Charge::default()
-        };
         self.pool().touch(addr, u64::from(len));
-        let (evicted, prefetched) = {
-            let mut dev = self.device();
-            let before = DeviceActivity::read(&dev);
-            let ratio = self.placement.cxl_ratio();
-            charge_locked(
-                &mut dev,
-                ratio,
-                now_ns,
-                op,
-                addr,
-                u64::from(len),
-                &mut charge,
-            )?;
-            charge.activity = DeviceActivity::between(&before, &DeviceActivity::read(&dev));
-            (dev.drain_evictions(), dev.drain_prefetches())
-        };
-        self.mirror_evictions(evicted);
-        self.mirror_prefetches(prefetched);
-        Ok(charge)
+        self.charged(now_ns, |dev, ratio, charge| {
+            charge_locked(dev, ratio, now_ns, op, addr, u64::from(len), charge)
+        })
     }
 
     /// A residency-plane write-back of pool bytes `[addr, addr+len)` (never
@@ -724,30 +728,24 @@ impl SharedDevice {
         addr: u64,
         len: u64,
     ) -> Result<Charge, ChargeAccessError> {
-        let mut charge = Charge {
-            completes_at_ns: now_ns,
-            ..Charge::default()
-        };
-        if len == 0 {
-            return Ok(charge);
-        }
-        let end = addr + len;
-        let mut dev = self.device();
-        let before = DeviceActivity::read(&dev);
-        let ratio = self.placement.cxl_ratio();
-        for (first, pages, tier) in placement::runs(ratio, addr / PAGE, (end - 1) / PAGE) {
-            match tier {
-                Tier::Dram => charge.dram_pages += pages,
-                Tier::Cxl => {
-                    let from = (first * PAGE).max(addr);
-                    let to = ((first + pages) * PAGE).min(end);
-                    let done = dev.write_back(now_ns, from, to - from)?;
-                    charge.completes_at_ns = charge.completes_at_ns.max(done);
+        self.charged(now_ns, |dev, ratio, charge| {
+            if len == 0 {
+                return Ok(());
+            }
+            let end = addr + len;
+            for (first, pages, tier) in placement::runs(ratio, addr / PAGE, (end - 1) / PAGE) {
+                match tier {
+                    Tier::Dram => charge.dram_pages += pages,
+                    Tier::Cxl => {
+                        let from = (first * PAGE).max(addr);
+                        let to = ((first + pages) * PAGE).min(end);
+                        let done = dev.write_back(now_ns, from, to - from)?;
+                        charge.completes_at_ns = charge.completes_at_ns.max(done);
+                    }
                 }
             }
-        }
-        charge.activity = DeviceActivity::between(&before, &DeviceActivity::read(&dev));
-        Ok(charge)
+            Ok(())
+        })
     }
 
     /// Charges file bytes `[offset, offset+len)` of `key` arriving at `now_ns`.
@@ -759,12 +757,11 @@ impl SharedDevice {
         offset: u64,
         len: u64,
     ) -> Result<Charge, ChargeAccessError> {
-        let mut charge = Charge {
-            completes_at_ns: now_ns,
-            ..Charge::default()
-        };
         if len == 0 {
-            return Ok(charge);
+            return Ok(Charge {
+                completes_at_ns: now_ns,
+                ..Charge::default()
+            });
         }
         let segments = {
             let mut pool = self.pool();
@@ -774,27 +771,12 @@ impl SharedDevice {
             }
             segments
         };
-        let (evicted, prefetched) = {
-            let mut dev = self.device();
-            let before = DeviceActivity::read(&dev);
-            let ratio = self.placement.cxl_ratio();
+        self.charged(now_ns, |dev, ratio, charge| {
             for s in segments {
-                charge_locked(
-                    &mut dev,
-                    ratio,
-                    now_ns,
-                    op,
-                    s.addr,
-                    u64::from(s.len),
-                    &mut charge,
-                )?;
+                charge_locked(dev, ratio, now_ns, op, s.addr, u64::from(s.len), charge)?;
             }
-            charge.activity = DeviceActivity::between(&before, &DeviceActivity::read(&dev));
-            (dev.drain_evictions(), dev.drain_prefetches())
-        };
-        self.mirror_evictions(evicted);
-        self.mirror_prefetches(prefetched);
-        Ok(charge)
+            Ok(())
+        })
     }
 
     /// Makes the residency plane drop file bytes `[offset, offset + len)` of

@@ -68,31 +68,40 @@ fn once_path(
 pub fn guest_image() -> &'static Path {
     static IMAGE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     once_path(&IMAGE, || {
-        let script = repo_root().join("qemu-configs/build-guest-image.sh");
-        let t = Instant::now();
-        let out = Command::new(&script)
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit())
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-        if !out.status.success() {
-            return Err(format!(
-                "{} failed ({}): see its log on stderr",
-                script.display(),
-                out.status
-            ));
-        }
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let dir = PathBuf::from(stdout.lines().last().unwrap_or("").trim());
-        if !dir.join("vmlinuz").is_file() {
-            return Err(format!(
-                "{} printed {stdout:?}: no image there",
-                script.display()
-            ));
-        }
-        eprintln!("e2e: guest image {} ({:.1?})", dir.display(), t.elapsed());
-        Ok(dir)
+        script_result("qemu-configs/build-guest-image.sh", "guest image", |dir| {
+            dir.join("vmlinuz").is_file()
+        })
     })
+}
+
+/// Runs one of the project's build scripts (`rel` from the repo root; its
+/// log goes to stderr) and returns the path it prints as its last line,
+/// which `ok` must accept.
+fn script_result(rel: &str, what: &str, ok: impl Fn(&Path) -> bool) -> Result<PathBuf, String> {
+    let script = repo_root().join(rel);
+    let t = Instant::now();
+    let out = Command::new(&script)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed ({}): see its log on stderr",
+            script.display(),
+            out.status
+        ));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let path = PathBuf::from(stdout.lines().last().unwrap_or("").trim());
+    if !ok(&path) {
+        return Err(format!(
+            "{} printed {stdout:?}: no {what} there",
+            script.display()
+        ));
+    }
+    eprintln!("e2e: {what} {} ({:.1?})", path.display(), t.elapsed());
+    Ok(path)
 }
 
 /// The `cxlfsd` binary under test: `$CXLFSD` if set, else the release
@@ -153,30 +162,7 @@ pub fn patched_qemu() -> &'static Path {
         if let Some(p) = std::env::var_os("CXLFS_QEMU").filter(|p| !p.is_empty()) {
             return Ok(PathBuf::from(p));
         }
-        let script = repo_root().join("qemu-configs/build-qemu.sh");
-        let t = Instant::now();
-        let out = Command::new(&script)
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit())
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-        if !out.status.success() {
-            return Err(format!(
-                "{} failed ({}): see its log on stderr",
-                script.display(),
-                out.status
-            ));
-        }
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let bin = PathBuf::from(stdout.lines().last().unwrap_or("").trim());
-        if !bin.is_file() {
-            return Err(format!(
-                "{} printed {stdout:?}: no binary there",
-                script.display()
-            ));
-        }
-        eprintln!("e2e: patched QEMU {} ({:.1?})", bin.display(), t.elapsed());
-        Ok(bin)
+        script_result("qemu-configs/build-qemu.sh", "patched QEMU", Path::is_file)
     })
 }
 
