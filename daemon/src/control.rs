@@ -897,27 +897,23 @@ impl Controller {
                 }
             }
         }
-        // Runs of consecutive pages within one extent the file owns; the
-        // plane stores them only where that cannot race a guest store
-        // (`DaxPlane::fill_from_file`).
+        // Runs of consecutive pages, cut at extent ends, in extents the
+        // file owns; the plane stores them only where that cannot race a
+        // guest store (`DaxPlane::fill_from_file`).
         let mut sorted = pages.to_vec();
         sorted.sort_unstable();
         sorted.dedup();
+        let per_extent = EXTENT_SIZE / PAGE_SIZE;
         let mut filled = 0u64;
-        let mut i = 0;
-        while i < sorted.len() {
-            let extent = sorted[i] * PAGE_SIZE / EXTENT_SIZE;
-            let mut j = i + 1;
-            while j < sorted.len()
-                && sorted[j] == sorted[j - 1] + 1
-                && sorted[j] * PAGE_SIZE / EXTENT_SIZE == extent
-            {
-                j += 1;
+        for (first, count) in runs(&sorted) {
+            let mut p = first;
+            while p < first + count {
+                let n = (first + count).min((p / per_extent + 1) * per_extent) - p;
+                if by_extent.contains_key(&(p / per_extent)) {
+                    filled += dax.fill_from_file(p, n);
+                }
+                p += n;
             }
-            if by_extent.contains_key(&extent) {
-                filled += dax.fill_from_file(sorted[i], (j - i) as u64);
-            }
-            i = j;
         }
         filled
     }

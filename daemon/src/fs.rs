@@ -627,13 +627,7 @@ impl PassthroughFs {
         let name = check_name(name)?;
         let dir = self.inode(parent)?;
         rustix::fs::mkdirat(&dir.fd, name, Mode::from_raw_mode(mode & !umask & 0o7777))?;
-        let _ = rustix::fs::chownat(
-            &dir.fd,
-            name,
-            Some(rustix::fs::Uid::from_raw_unchecked(caller.uid)),
-            Some(rustix::fs::Gid::from_raw_unchecked(caller.gid)),
-            AtFlags::SYMLINK_NOFOLLOW,
-        );
+        give_to_caller(&dir.fd, name, caller);
         self.lookup(parent, name)
     }
 
@@ -648,13 +642,7 @@ impl PassthroughFs {
         let name = check_name(name)?;
         let dir = self.inode(parent)?;
         rustix::fs::symlinkat(target, &dir.fd, name)?;
-        let _ = rustix::fs::chownat(
-            &dir.fd,
-            name,
-            Some(rustix::fs::Uid::from_raw_unchecked(caller.uid)),
-            Some(rustix::fs::Gid::from_raw_unchecked(caller.gid)),
-            AtFlags::SYMLINK_NOFOLLOW,
-        );
+        give_to_caller(&dir.fd, name, caller);
         self.lookup(parent, name)
     }
 
@@ -822,6 +810,18 @@ impl PassthroughFs {
         h.file.write_all_at(data, offset).map_err(|e| errno(&e))?;
         Ok(h)
     }
+}
+
+/// Hands a node the daemon just created to the guest caller's uid/gid
+/// (best effort: the node exists either way).
+fn give_to_caller(dir: &OwnedFd, name: &[u8], caller: Caller) {
+    let _ = rustix::fs::chownat(
+        dir,
+        name,
+        Some(rustix::fs::Uid::from_raw_unchecked(caller.uid)),
+        Some(rustix::fs::Gid::from_raw_unchecked(caller.gid)),
+        AtFlags::SYMLINK_NOFOLLOW,
+    );
 }
 
 #[cfg(test)]

@@ -391,7 +391,7 @@ pub struct SharedDevice {
     /// mapping an extent writable. See [`SharedDevice::plane_fill_guard`].
     plane_fill: Mutex<()>,
     /// Where the prefetcher's fills go to be pushed into the plane (DAX).
-    prefetch_fills: OnceLock<Mutex<Sender<PrefetchedPages>>>,
+    prefetch_fills: OnceLock<Sender<PrefetchedPages>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -607,7 +607,7 @@ impl SharedDevice {
     /// From now on the pages the device's prefetcher fills (with their ready
     /// times) are sent to `tx`, to be pushed into the plane. Once only.
     pub fn attach_prefetch_filler(&self, tx: Sender<PrefetchedPages>) {
-        if self.prefetch_fills.set(Mutex::new(tx)).is_ok() {
+        if self.prefetch_fills.set(tx).is_ok() {
             self.device().log_prefetches(true);
         }
     }
@@ -629,7 +629,7 @@ impl SharedDevice {
         };
         if !filled.is_empty() {
             // The filler gone (shutting down): nothing to push.
-            let _ = lock(tx).send(filled);
+            let _ = tx.send(filled);
         }
     }
 
