@@ -57,7 +57,7 @@ qemu:
 bench: toolchain
 	$(CARGO) bench --locked -p cxlfs-device-model --bench replay_throughput
 	daemon/bench/virtiofsd-comparison.sh
-	$(CARGO) bench --locked -p cxlfs-kvm-ept --bench pool_latency
+	$(CARGO) bench --locked -p cxlfs-residency --bench pool_latency
 	$(CARGO) bench --locked -p cxlfsd --bench metrics_overhead
 
 build: toolchain

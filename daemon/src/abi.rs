@@ -1,5 +1,5 @@
 //! The FUSE kernel ABI, shared with the residency plane: it lives in
-//! [`kvm_ept::fuse_abi`] (the pool file's host-side FUSE server speaks the
+//! [`residency::fuse_abi`] (the pool file's host-side FUSE server speaks the
 //! same protocol) and is re-exported here so `crate::abi::…` paths keep working.
 
-pub use kvm_ept::fuse_abi::*;
+pub use residency::fuse_abi::*;

@@ -44,7 +44,7 @@ type Vring = VringRwLock<GuestMem>;
 
 // A reply due within INLINE_SPIN_NS is kept by the queue worker, which
 // spins for it while polling its ring, instead of going to the pacer.
-use kvm_ept::pace::{self, INLINE_SPIN_NS};
+use residency::pace::{self, INLINE_SPIN_NS};
 
 /// Queue geometry.
 #[derive(Debug, Clone, Copy)]

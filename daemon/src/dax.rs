@@ -1,5 +1,5 @@
 //! The DAX window: guests map the shared pool through the virtio-fs cache
-//! window, backed by the residency plane (`kvm_ept::FusePoolPlane`).
+//! window, backed by the residency plane (`residency::FusePoolPlane`).
 //!
 //! * [`DaxPlane`] (one per daemon): mounts the plane's pool file and
 //!   implements its [`PoolBackend`]: a trap at pool offset X finds the file
@@ -18,7 +18,7 @@ use crate::metrics::VmMetrics;
 use crate::placement::Tier;
 use crate::pool::{FileKey, SharedDevice, EXTENT_SIZE};
 use cxlfs_device_model::Op;
-use kvm_ept::{
+use residency::{
     FusePoolPlane, Miss, MissData, MissReply, PlaneOptions, PoolBackend, ResidencyPlane,
     ServeMissError, VmId, WritebackError,
 };
@@ -63,7 +63,7 @@ pub enum StartDaxError {
     },
     /// The plane could not be mounted (no /dev/fuse, no permission, ...).
     #[error("cannot mount the residency plane")]
-    Mount(#[from] kvm_ept::MountPlaneError),
+    Mount(#[from] residency::MountPlaneError),
     /// The window size is not a positive multiple of 2 MiB.
     #[error("DAX window size {0:#x} is not a positive multiple of 2 MiB")]
     BadWindow(u64),
@@ -294,7 +294,7 @@ impl DaxPlane {
     /// anyway. Returns the pages stored. Never call it from a plane thread.
     pub fn fill_from_file(&self, first_page: u64, count: u64) -> u64 {
         let Some(plane) = self.plane() else { return 0 };
-        let page = kvm_ept::PAGE_SIZE;
+        let page = residency::PAGE_SIZE;
         let extent = first_page * page / EXTENT_SIZE;
         if count == 0 || (first_page + count - 1) * page / EXTENT_SIZE != extent {
             return 0;
@@ -418,7 +418,7 @@ impl DaxPlane {
     }
 
     /// Plane counters (`None` once shut down).
-    pub fn plane_metrics(&self) -> Option<kvm_ept::PlaneMetricsSnapshot> {
+    pub fn plane_metrics(&self) -> Option<residency::PlaneMetricsSnapshot> {
         self.plane().map(|p| p.metrics())
     }
 
@@ -473,7 +473,7 @@ impl DaxPlane {
                 // Pages [0, second-largest len) are mapped by >= 2 VMs.
                 let mut lens: Vec<u64> = vms.iter().map(|(_, l)| *l).collect();
                 lens.sort_unstable_by(|a, b| b.cmp(a));
-                lens.get(1).copied().unwrap_or(0) / kvm_ept::PAGE_SIZE
+                lens.get(1).copied().unwrap_or(0) / residency::PAGE_SIZE
             })
             .sum()
     }
@@ -593,7 +593,7 @@ impl DaxSession {
         if m.moffset % SLOT_SIZE != 0 || m.foffset % SLOT_SIZE != 0 {
             return Err(bad("misaligned"));
         }
-        if m.len == 0 || m.len > SLOT_SIZE || m.len % kvm_ept::PAGE_SIZE != 0 {
+        if m.len == 0 || m.len > SLOT_SIZE || m.len % residency::PAGE_SIZE != 0 {
             return Err(bad("bad length"));
         }
         if !m
@@ -776,15 +776,15 @@ fn prefetch_filler(
         let mut i = 0;
         while i < batch.len() {
             let (first, ready) = batch[i];
-            kvm_ept::pace::wait_until(|| d.shared.now_ns(), ready);
+            residency::pace::wait_until(|| d.shared.now_ns(), ready);
             // A run of consecutive pages of one extent, all ready by now.
             let now = d.shared.now_ns();
-            let extent = first * kvm_ept::PAGE_SIZE / EXTENT_SIZE;
+            let extent = first * residency::PAGE_SIZE / EXTENT_SIZE;
             let mut j = i + 1;
             while j < batch.len()
                 && batch[j].0 == batch[j - 1].0 + 1
                 && batch[j].1 <= now
-                && batch[j].0 * kvm_ept::PAGE_SIZE / EXTENT_SIZE == extent
+                && batch[j].0 * residency::PAGE_SIZE / EXTENT_SIZE == extent
             {
                 j += 1;
             }

@@ -3,7 +3,7 @@
 //!
 //! Module map:
 //! * [`abi`] — FUSE kernel ABI structs, decoded without `unsafe` (re-exported
-//!   from `kvm_ept::fuse_abi`, shared with the residency plane);
+//!   from `residency::fuse_abi`, shared with the residency plane);
 //! * [`fs`] — the passthrough filesystem over the shared directory (one per VM session);
 //! * [`fuse`] — the FUSE request dispatcher (bytes in, reply bytes + release time out);
 //! * [`pool`] — the pool address allocator and the one shared device model;

@@ -621,7 +621,7 @@ pub struct Metrics {
     record_latency: AtomicBool,
     /// Plane trap counts at the last `reset_stats` (the plane's own
     /// counters never go back), by VM id (`None`: unknown threads).
-    trap_baseline: Mutex<BTreeMap<Option<kvm_ept::VmId>, u64>>,
+    trap_baseline: Mutex<BTreeMap<Option<residency::VmId>, u64>>,
 }
 
 impl Metrics {
@@ -662,7 +662,7 @@ impl Metrics {
         self.all_traps_since_reset(&snap)
     }
 
-    fn all_traps_since_reset(&self, snap: &kvm_ept::PlaneMetricsSnapshot) -> u64 {
+    fn all_traps_since_reset(&self, snap: &residency::PlaneMetricsSnapshot) -> u64 {
         snap.traps_by_vm
             .keys()
             .map(|&k| self.traps_since_reset(k, snap))
@@ -671,8 +671,8 @@ impl Metrics {
 
     fn traps_since_reset(
         &self,
-        vm: Option<kvm_ept::VmId>,
-        snap: &kvm_ept::PlaneMetricsSnapshot,
+        vm: Option<residency::VmId>,
+        snap: &residency::PlaneMetricsSnapshot,
     ) -> u64 {
         let now = snap.traps_by_vm.get(&vm).copied().unwrap_or(0);
         let base = lock(&self.trap_baseline).get(&vm).copied().unwrap_or(0);

@@ -21,7 +21,7 @@
 use crate::placement::{self, Placement, SetCxlRatioError, Tier, TierCensus};
 use cxlfs_device_model::nand::NandStats;
 use cxlfs_device_model::{AccessError, Device, DeviceStats, Op, PageFilter};
-use kvm_ept::ResidencyPlane;
+use residency::ResidencyPlane;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::sync::mpsc::Sender;
@@ -351,7 +351,7 @@ pub struct SyncPoolError {
     pub len: u64,
     /// The plane's error.
     #[source]
-    pub source: kvm_ept::SendNotifyError,
+    pub source: residency::SendNotifyError,
 }
 
 /// What a change of `cxl_ratio` did.
@@ -652,7 +652,7 @@ impl SharedDevice {
             return;
         }
         let Some(plane) = self.plane() else { return };
-        let page = kvm_ept::PAGE_SIZE;
+        let page = residency::PAGE_SIZE;
         let mut pages: Vec<u64> = {
             let pool = self.pool();
             evicted
@@ -825,7 +825,7 @@ impl SharedDevice {
         if len == 0 {
             return Vec::new();
         }
-        let page = kvm_ept::PAGE_SIZE;
+        let page = residency::PAGE_SIZE;
         let start = offset / page * page;
         let end = offset
             .saturating_add(len)

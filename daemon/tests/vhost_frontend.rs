@@ -293,7 +293,7 @@ fn dax_window_maps_the_pool_and_refuses_bad_mappings() {
     };
     let extent = state.shared.pool().extent_of(key, 0).unwrap();
     let plane = dax.plane().unwrap();
-    kvm_ept::ResidencyPlane::evict(&*plane, extent * MIB2, MIB2)
+    residency::ResidencyPlane::evict(&*plane, extent * MIB2, MIB2)
         .unwrap()
         .wait()
         .unwrap();

@@ -8,11 +8,11 @@
 //! (c) achieved vs modeled miss latency with NAND reads of 3, 20, 40 µs;
 //! (d) the cost of NOTIFY_STORE and NOTIFY_INVAL_INODE.
 //!
-//! Measures and prints; asserts nothing. Run: `cargo bench -p cxlfs-kvm-ept
+//! Measures and prints; asserts nothing. Run: `cargo bench -p cxlfs-residency
 //! --bench pool_latency` (root, `/dev/fuse`).
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use kvm_ept::{
+use residency::{
     FusePoolPlane, Miss, MissData, MissReply, PlaneOptions, PoolBackend, ReaderMode,
     ResidencyPlane, ServeMissError, WritebackError, PAGE_SIZE,
 };

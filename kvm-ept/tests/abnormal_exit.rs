@@ -12,7 +12,7 @@
 //! machine is not left with a wedged process) and fails.
 #![allow(clippy::unwrap_used)]
 
-use kvm_ept::{
+use residency::{
     FusePoolPlane, Miss, MissData, MissReply, PlaneOptions, PoolBackend, ResidencyPlane,
     ServeMissError, WritebackError, PAGE_SIZE,
 };

@@ -4,7 +4,7 @@
 //! mount is not permitted.
 #![allow(clippy::unwrap_used)]
 
-use kvm_ept::{
+use residency::{
     FusePoolPlane, MapTarget, Miss, MissData, MissReply, PlaneOptions, PoolBackend, ResidencyPlane,
     ServeMissError, WritebackError, PAGE_SIZE,
 };
@@ -141,7 +141,7 @@ fn plane(b: &Arc<TestBackend>) -> Option<Fixture> {
     let dir = tempfile::tempdir().unwrap();
     match FusePoolPlane::mount(dir.path(), POOL, b.clone(), PlaneOptions::default()) {
         Ok(p) => Some(Fixture { p, dir }),
-        Err(kvm_ept::MountPlaneError::Mount { source, .. })
+        Err(residency::MountPlaneError::Mount { source, .. })
             if source.raw_os_error() == Some(libc::EPERM) =>
         {
             eprintln!("SKIPPED: mounting FUSE is not permitted here ({source})");
@@ -184,7 +184,7 @@ fn first_touch_traps_once_per_page_with_the_right_data() {
     for miss in &misses {
         assert_eq!(u64::from(miss.len), PAGE_SIZE);
         assert_eq!(miss.pid, gettid(), "the faulting thread");
-        assert_eq!(kvm_ept::vm::tgid_of(miss.pid), Some(std::process::id()));
+        assert_eq!(residency::vm::tgid_of(miss.pid), Some(std::process::id()));
         assert_eq!(miss.vm, Some(3));
     }
     // Resident: no more traps.

@@ -1,0 +1,1 @@
+//! The control socket protocol (JSON lines): requests, replies, error codes.

@@ -1,0 +1,10 @@
+//! The daemon's public wire types, shared by `cxlfsd` and its clients
+//! (`cxlfs ctl`, `cxlfs run`, the e2e harness), so that no client keeps a
+//! second copy of a command list or parses the daemon's output back from text.
+//!
+//! * [`control`] — the control socket's JSON-lines protocol;
+//! * [`metrics`] — the metrics snapshot (the `/metrics.json` endpoint and
+//!   the `--metrics-file` JSON lines).
+
+pub mod control;
+pub mod metrics;

@@ -1,0 +1,1 @@
+//! The metrics snapshot as JSON: what `/metrics.json` and `--metrics-file` carry.
