@@ -1,21 +1,28 @@
 //! The daemon: one shared device, one listener thread per VM, reconnects,
 //! and a clean shutdown.
 //!
-//! Per VM, a serving thread loops: wait for a connection on the VM's
-//! socket (polling, so shutdown is noticed), build a fresh session (a new
-//! [`PassthroughFs`] + [`FuseServer`] + [`FsBackend`] and a new
-//! `VhostUserDaemon` with its vring workers), serve it until the front-end
-//! goes away, tear it down, and listen again. Nothing is shared between VMs
-//! except the [`SharedDevice`] (device model + pool, each behind its own
-//! mutex) and the metrics registry, so one VM dying never disturbs another.
+//! This is the one module (with `main.rs`) that knows every type: it wires
+//! the layers together. Per VM, a serving thread loops: wait for a
+//! connection on the VM's socket (polling, so shutdown is noticed), build a
+//! fresh session — a [`PassthroughFs`] wrapped by the timing layer
+//! ([`TimedFs`]) under a [`Server`], with the VM's [`DaxSession`] as its DAX
+//! mapper and the controller's hint handler as its ioctl seam, behind an
+//! [`FsBackend`] and a new `VhostUserDaemon` with its vring workers — serve
+//! it until the front-end goes away, tear it down, and listen again.
+//! Nothing is shared between VMs except the [`SharedDevice`] (device model
+//! + pool, each behind its own mutex), the DAX plane and the metrics
+//! registry, so one VM dying never disturbs another.
 
-use crate::backend::{FsBackend, GuestMem, QueueOptions};
+use crate::backend::{CacheWindow, FsBackend, GuestMem, QueueOptions};
 use crate::config::VmSpec;
-use crate::dax::{DaxPlane, DaxSession};
-use crate::fs::{CacheMode, PassthroughFs};
-use crate::fuse::{FuseServer, ServerOptions};
-use crate::metrics::Metrics;
-use crate::pool::SharedDevice;
+use crate::dax::{DaxPlane, DaxSession, StartDaxError};
+use crate::device::SharedDevice;
+use crate::ids::FileKey;
+use crate::metrics::{Metrics, VmMetrics};
+use crate::passthrough::{CacheMode, InodeObserver, OpenSharedDirError, PassthroughFs};
+use crate::server::{DaxMapper, IoctlHandler, Server, ServerOptions};
+use crate::timing::{Coherence, TimedFs};
+use residency::{FusePoolPlane, PlaneOptions, PoolBackend, ResidencyPlane};
 use rustix::event::{PollFd, PollFlags};
 use std::collections::HashSet;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -41,6 +48,107 @@ pub struct SessionOptions {
     pub server: ServerOptions,
 }
 
+/// What each VM session's FUSE server serves: the share, timed by the device.
+pub type VmFs = TimedFs<PassthroughFs>;
+/// One VM session's FUSE server.
+pub type VmServer = Server<VmFs>;
+
+/// The pool's references follow the sessions' inodes.
+struct PoolRefs(Arc<SharedDevice>);
+
+impl InodeObserver for PoolRefs {
+    fn inode_added(&self, key: FileKey) {
+        self.0.acquire_file(key);
+    }
+
+    fn inode_dropped(&self, key: FileKey, deleted: bool) {
+        self.0.release_file(key, deleted);
+    }
+}
+
+/// The residency plane as mounted on the host: the FUSE pool file, and the
+/// mountpoint removed after it goes when the daemon created it.
+struct MountedPlane {
+    plane: Option<FusePoolPlane>,
+    dir: PathBuf,
+    created_dir: bool,
+}
+
+impl MountedPlane {
+    fn plane(&self) -> &FusePoolPlane {
+        // Set from construction until Drop.
+        self.plane.as_ref().unwrap_or_else(|| unreachable!("plane taken before drop"))
+    }
+}
+
+impl ResidencyPlane for MountedPlane {
+    fn map_target(&self) -> &residency::MapTarget {
+        self.plane().map_target()
+    }
+    fn fill(&self, off: u64, data: Vec<u8>) -> Result<residency::NotifyTicket, residency::SendNotifyError> {
+        self.plane().fill(off, data)
+    }
+    fn evict(&self, off: u64, len: u64) -> Result<residency::NotifyTicket, residency::SendNotifyError> {
+        self.plane().evict(off, len)
+    }
+    fn sync(&self, off: u64, len: u64) -> Result<(), residency::SendNotifyError> {
+        self.plane().sync(off, len)
+    }
+    fn register_vmm(&self, vm: residency::VmId, pid: u32) {
+        self.plane().register_vmm(vm, pid);
+    }
+    fn unregister_vmm(&self, vm: residency::VmId) {
+        self.plane().unregister_vmm(vm);
+    }
+    fn metrics(&self) -> residency::PlaneMetricsSnapshot {
+        self.plane().metrics()
+    }
+}
+
+impl Drop for MountedPlane {
+    fn drop(&mut self) {
+        drop(self.plane.take());
+        if self.created_dir {
+            let _ = std::fs::remove_dir(&self.dir);
+        }
+    }
+}
+
+/// Mounts the residency plane at `dir` (`None`: a fresh directory under
+/// `/run/cxlfsd`), created if missing.
+fn mount_plane(
+    dir: Option<&Path>,
+    size: u64,
+    backend: Arc<dyn PoolBackend>,
+) -> Result<Arc<dyn ResidencyPlane>, StartDaxError> {
+    let dir = dir.map_or_else(crate::dax::default_pool_dir, Path::to_path_buf);
+    let created_dir = !dir.exists();
+    std::fs::create_dir_all(&dir).map_err(|source| StartDaxError::CreateDir {
+        path: dir.clone(),
+        source,
+    })?;
+    match FusePoolPlane::mount(&dir, size, backend, PlaneOptions::default()) {
+        Ok(p) => Ok(Arc::new(MountedPlane {
+            plane: Some(p),
+            dir,
+            created_dir,
+        })),
+        Err(e) => {
+            if created_dir {
+                let _ = std::fs::remove_dir(&dir);
+            }
+            Err(e.into())
+        }
+    }
+}
+
+/// One VM connection's parts.
+struct Session {
+    server: Arc<VmServer>,
+    backend: Arc<FsBackend>,
+    dax: Option<Arc<DaxSession>>,
+}
+
 /// State shared by the VM threads and the shutdown path.
 pub struct DaemonState {
     /// The device and the pool.
@@ -53,7 +161,7 @@ pub struct DaemonState {
     control: OnceLock<Arc<crate::control::Controller>>,
     shutdown: AtomicBool,
     live: Mutex<Vec<(String, ShutdownHandle)>>,
-    sessions: Mutex<Vec<(String, Arc<FsBackend>)>>,
+    sessions: Mutex<Vec<(String, Arc<VmServer>)>>,
 }
 
 impl Drop for DaemonState {
@@ -113,7 +221,8 @@ impl DaemonState {
         if self.dax.get().is_some() {
             return true;
         }
-        match DaxPlane::start(pool_dir, self.shared.clone(), window) {
+        let mount = |size, backend| mount_plane(pool_dir, size, backend);
+        match DaxPlane::start(self.shared.clone(), window, mount) {
             Ok(d) => {
                 tracing::info!(window, plane = ?d, "DAX window on: guests may mount with -o dax");
                 self.metrics.attach_dax(d.clone());
@@ -163,7 +272,7 @@ impl DaemonState {
     pub fn set_cxl_ratio(
         &self,
         cxl_ratio: u8,
-    ) -> Result<crate::pool::RatioChange, crate::placement::SetCxlRatioError> {
+    ) -> Result<crate::device::RatioChange, crate::device::placement::SetCxlRatioError> {
         self.shared.set_cxl_ratio(cxl_ratio)
     }
 
@@ -190,8 +299,8 @@ impl DaemonState {
     /// Writes back every dirty page: fsync of open files, syncfs of the share,
     /// and a flush of the device model's dirty cache pages.
     pub fn flush_all(&self) {
-        for (_, b) in lock(&self.sessions).iter() {
-            b.server().fs().sync_all();
+        for (_, s) in lock(&self.sessions).iter() {
+            s.fs().inner().sync_all();
         }
         match rustix::fs::open(
             &self.opts.shared_dir,
@@ -262,7 +371,12 @@ impl DaemonState {
                     continue;
                 }
             };
-            let (backend, mut daemon) = session;
+            let (session, mut daemon) = session;
+            let Session {
+                server,
+                backend,
+                dax,
+            } = session;
             if let Err(e) = daemon.start(&mut listener) {
                 tracing::warn!(vm = %vm.name, error = %e, "connection failed");
                 backend.close();
@@ -271,9 +385,8 @@ impl DaemonState {
             metrics.connections.fetch_add(1, Ordering::Relaxed);
             let peer = peer_pid(&fds_before, &vm.socket);
             tracing::info!(vm = %vm.name, vmm_pid = ?peer, "front-end connected");
-            let dax_vm = backend.server().dax().map(|d| (d.plane().clone(), d.vm()));
-            if let (Some((plane, id)), Some(pid)) = (&dax_vm, peer) {
-                plane.register_vmm(*id, pid);
+            if let (Some(d), Some(pid)) = (&dax, peer) {
+                d.plane().register_vmm(d.vm(), pid);
             }
             if let Some(h) = daemon.shutdown_handle() {
                 lock(&self.live).push((vm.name.clone(), h.clone()));
@@ -281,7 +394,7 @@ impl DaemonState {
                     h.shutdown();
                 }
             }
-            lock(&self.sessions).push((vm.name.clone(), backend.clone()));
+            lock(&self.sessions).push((vm.name.clone(), server.clone()));
             match daemon.wait() {
                 Ok(()) => tracing::info!(vm = %vm.name, "front-end disconnected"),
                 // A guest that powers off closes its socket, possibly mid-message:
@@ -296,49 +409,73 @@ impl DaemonState {
                 h.send_exit_event();
             }
             lock(&self.live).retain(|(n, _)| n != &vm.name);
-            if let Some((plane, id)) = &dax_vm {
-                plane.unregister_vmm(*id);
-            }
-            if let Some(d) = backend.server().dax() {
+            if let Some(d) = &dax {
+                d.plane().unregister_vmm(d.vm());
                 // The front-end drops its maps when the back-end goes.
                 d.forget_all();
             }
             // Release held replies and stop the pacer before the session goes.
             backend.close();
-            backend.server().fs().sync_all();
+            server.fs().inner().sync_all();
             lock(&self.sessions).retain(|(n, _)| n != &vm.name);
             drop(daemon);
         }
         tracing::info!(vm = %vm.name, "stopped listening");
     }
 
-    #[allow(clippy::type_complexity)]
+    /// A FUSE server for VM `vm_metrics.name` over the share: the
+    /// passthrough filesystem (its inodes hold pool references), timed by
+    /// the device (coherent with the DAX plane when DAX is on), with `dax`
+    /// as its DAX mapper and the controller's hint handler as its ioctl seam.
+    pub fn vm_server(
+        &self,
+        vm_metrics: Arc<VmMetrics>,
+        dax: Option<Arc<DaxSession>>,
+    ) -> Result<VmServer, OpenSharedDirError> {
+        let refs: Arc<dyn InodeObserver> = Arc::new(PoolRefs(self.shared.clone()));
+        let fs = PassthroughFs::new(&self.opts.shared_dir, self.opts.cache)?
+            .with_inode_observer(Some(refs));
+        let coherence = self.dax.get().map(|d| d.clone() as Arc<dyn Coherence>);
+        let timed = TimedFs::new(fs, self.shared.clone(), vm_metrics.clone(), coherence);
+        let ioctl = self.control.get().map(|c| {
+            Arc::new(crate::control::hint::HintHandler::new(c.clone(), &vm_metrics.name))
+                as Arc<dyn IoctlHandler>
+        });
+        Ok(Server::new(timed, vm_metrics, self.opts.server)
+            .with_dax(dax.map(|d| d as Arc<dyn DaxMapper>))
+            .with_ioctl(ioctl))
+    }
+
     fn new_session(
         &self,
         vm: &VmSpec,
-    ) -> Result<(Arc<FsBackend>, VhostUserDaemon<Arc<FsBackend>>), Box<dyn std::error::Error>> {
-        let fs = PassthroughFs::new(&self.opts.shared_dir, self.opts.cache, self.shared.clone())?;
+    ) -> Result<(Session, VhostUserDaemon<Arc<FsBackend>>), Box<dyn std::error::Error>> {
         let vm_metrics = self.metrics.vm(&vm.name);
         let dax = self.dax.get().map(|d| {
             let session = Arc::new(DaxSession::new(d.clone(), vm_metrics.clone()));
             d.register_session(&session);
             session
         });
-        let server = Arc::new(
-            FuseServer::new(fs, self.shared.clone(), vm_metrics, self.opts.server)
-                .with_dax(dax)
-                .with_control(self.control.get().cloned()),
-        );
+        let server = Arc::new(self.vm_server(vm_metrics.clone(), dax.clone())?);
         let mem: GuestMem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
         let backend = Arc::new(FsBackend::new(
-            server,
-            self.shared.clone(),
+            server.clone(),
+            vm_metrics,
+            dax.clone().map(|d| d as Arc<dyn CacheWindow>),
+            *self.shared.clock(),
             mem.clone(),
             self.opts.queues,
         )?);
         let daemon = VhostUserDaemon::new(format!("cxlfsd-{}", vm.name), backend.clone(), mem)
             .map_err(|e| format!("vhost-user daemon: {e}"))?;
-        Ok((backend, daemon))
+        Ok((
+            Session {
+                server,
+                backend,
+                dax,
+            },
+            daemon,
+        ))
     }
 }
 

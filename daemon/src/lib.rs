@@ -1,35 +1,38 @@
 //! `cxlfsd`: a multi-VM vhost-user virtio-fs back-end whose data path is
 //! timed by the cxlfs CXL-SSD device model.
 //!
-//! Module map:
-//! * [`abi`] — FUSE kernel ABI structs, decoded without `unsafe` (re-exported
-//!   from `residency::fuse_abi`, shared with the residency plane);
-//! * [`fs`] — the passthrough filesystem over the shared directory (one per VM session);
-//! * [`fuse`] — the FUSE request dispatcher (bytes in, reply bytes + release time out);
-//! * [`pool`] — the pool address allocator and the one shared device model;
-//! * [`placement`] — DRAM / CXL placement of file pages (`cxl_ratio`);
-//! * [`dax`] — the DAX window: the residency plane's back-end and each VM's slot table;
-//! * [`metrics`] — per-VM counters, latency histograms and the Prometheus endpoint;
-//! * [`metrics_file`] — the JSON-lines time series (`--metrics-file`);
-//! * [`backend`] — the vhost-user back-end of one connection: vring workers and the pacer;
-//! * [`config`] — command line and `daemon.toml`;
-//! * [`control`] — cache control at run time: the control socket and its executor;
-//! * [`hint_ioctl`] — `FUSE_IOCTL` cache hints from guest applications;
-//! * [`daemon`] — one serving thread per VM, reconnects, shutdown;
-//! * [`signals`] — SIGINT / SIGTERM.
+//! Layers, each depending only on those below it (`DESIGN.md` has the
+//! picture; `daemon/tests/module_graph.rs` fails on an import cycle):
+//! * [`daemon`] (+ `main.rs`) — the only place that knows every type: wires
+//!   the layers, one serving thread per VM, reconnects, shutdown;
+//! * [`backend`] — the vhost-user transport of one connection: vring
+//!   workers, zero-copy payloads, the pacer;
+//! * [`control`] — cache control at run time: the socket, the executor, the
+//!   guest hint ioctl (the server's ioctl seam);
+//! * [`dax`] — the DAX window: the residency plane's back-end, each VM's
+//!   slot table (the server's DAX mapper), coherence for the timing layer;
+//! * [`timing`] — wraps any [`server::FileSystem`] and charges the device;
+//! * [`passthrough`] — host I/O over the shared directory;
+//! * [`server`] — the FUSE server `Server<F: FileSystem>`: decode,
+//!   dispatch, encode; the `FileSystem` trait and the two seams;
+//! * [`device`] — the pool allocator, placement, the locked device and its
+//!   clock, its events;
+//! * [`metrics`] — counters, histograms, the endpoints (a leaf);
+//! * [`config`] — command line and `daemon.toml`, validated once;
+//! * [`ids`], [`abi`] (the FUSE ABI crate), [`signals`] — leaves.
 
 pub mod abi;
 pub mod backend;
-pub mod chain;
 pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod dax;
-pub mod fs;
-pub mod fuse;
+pub mod device;
 pub mod hint_ioctl;
+pub mod ids;
 pub mod metrics;
 pub mod metrics_file;
-pub mod placement;
-pub mod pool;
+pub mod passthrough;
+pub mod server;
 pub mod signals;
+pub mod timing;

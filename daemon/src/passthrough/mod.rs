@@ -10,12 +10,17 @@
 //!   `O_PATH` fd, so a rename or a swapped-in symlink between lookup and
 //!   open cannot redirect the open (the fd pins the inode, not the path).
 //!
-//! One [`PassthroughFs`] per VM connection (FUSE node ids are per session);
-//! the pool extents behind the files are shared by all VMs through
-//! [`crate::pool::SharedDevice`].
+//! One [`PassthroughFs`] per VM connection (FUSE node ids are per session).
+//! It does host I/O only: device timing, pool extents and DAX coherence
+//! are the timing layer's ([`crate::timing`]). Whoever needs to know when
+//! a regular file's inode comes and goes (the pool's references) registers
+//! an [`InodeObserver`].
 
-use crate::abi::{self, Attr, EntryOut};
-use crate::pool::{FileKey, SharedDevice};
+use crate::abi::{self, fattr, Attr, EntryOut, SetattrIn};
+use crate::ids::FileKey;
+use crate::server::{
+    AttrReply, Context, FileIo, FileSystem, FsResult, HostFile, Opened, Timed, Transfer,
+};
 use rustix::fs::{AtFlags, Mode, OFlags, Stat, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
 use rustix::io::Errno;
 use rustix::path::DecInt;
@@ -149,17 +154,24 @@ pub struct Caller {
     pub gid: u32,
 }
 
-/// A directory entry for READDIR(PLUS).
-#[derive(Debug, Clone)]
-pub struct DirEntry {
-    /// Host inode number.
-    pub ino: u64,
-    /// Cookie of the next entry.
-    pub next_off: u64,
-    /// `DT_*` type.
-    pub typ: u32,
-    /// Name.
-    pub name: Vec<u8>,
+pub use crate::server::DirEntry;
+
+impl From<&Context> for Caller {
+    fn from(ctx: &Context) -> Self {
+        Caller {
+            uid: ctx.uid,
+            gid: ctx.gid,
+        }
+    }
+}
+
+/// Told when a regular file's inode enters and leaves a session's tables
+/// (the pool keeps one reference per session that knows the file).
+pub trait InodeObserver: Send + Sync {
+    /// The session registered the regular file `key`.
+    fn inode_added(&self, key: FileKey);
+    /// The session forgot it; `deleted`: the host file has no links left.
+    fn inode_dropped(&self, key: FileKey, deleted: bool);
 }
 
 /// The passthrough filesystem of one VM session.
@@ -170,7 +182,7 @@ pub struct PassthroughFs {
     tables: Mutex<Tables>,
     next_nodeid: AtomicU64,
     next_fh: AtomicU64,
-    shared: Arc<SharedDevice>,
+    observer: Option<Arc<dyn InodeObserver>>,
     /// Cache mode.
     pub cache: CacheMode,
 }
@@ -232,11 +244,7 @@ fn sanitize_open_flags(flags: u32) -> OFlags {
 
 impl PassthroughFs {
     /// Opens the shared directory as the root inode.
-    pub fn new(
-        shared_dir: &Path,
-        cache: CacheMode,
-        shared: Arc<SharedDevice>,
-    ) -> Result<Self, OpenSharedDirError> {
+    pub fn new(shared_dir: &Path, cache: CacheMode) -> Result<Self, OpenSharedDirError> {
         let open_err = |path: &Path, e: Errno| OpenSharedDirError::Open {
             path: path.display().to_string(),
             source: e.into(),
@@ -261,11 +269,17 @@ impl PassthroughFs {
             tables: Mutex::new(Tables::default()),
             next_nodeid: AtomicU64::new(abi::ROOT_ID + 1),
             next_fh: AtomicU64::new(1),
-            shared,
+            observer: None,
             cache,
         };
         fs.install_root(&st).map_err(|e| open_err(shared_dir, e))?;
         Ok(fs)
+    }
+
+    /// Tells `observer` about every regular file's inode from now on.
+    pub fn with_inode_observer(mut self, observer: Option<Arc<dyn InodeObserver>>) -> Self {
+        self.observer = observer;
+        self
     }
 
     fn install_root(&self, st: &Stat) -> Result<(), Errno> {
@@ -358,8 +372,8 @@ impl PassthroughFs {
             fd,
             kind: st.st_mode & libc::S_IFMT,
         });
-        if inode.is_reg() {
-            self.shared.pool().acquire(key);
+        if let Some(o) = self.observer.as_ref().filter(|_| inode.is_reg()) {
+            o.inode_added(key);
         }
         t.by_key.insert(key, nodeid);
         t.inodes.insert(nodeid, (inode.clone(), 1));
@@ -401,12 +415,12 @@ impl PassthroughFs {
         }
     }
 
-    /// Drops this session's pool reference on a regular file; a file with no
-    /// links left (deleted) gives its device space back.
+    /// Tells the observer this session forgot a regular file (and whether
+    /// the host file is gone: no links left).
     fn release_from_pool(&self, inode: &Inode) {
-        if inode.is_reg() {
+        if let Some(o) = self.observer.as_ref().filter(|_| inode.is_reg()) {
             let deleted = rustix::fs::fstat(&inode.fd).is_ok_and(|st| st.st_nlink == 0);
-            self.shared.release_file(inode.key, deleted);
+            o.inode_dropped(inode.key, deleted);
         }
     }
 
@@ -462,22 +476,13 @@ impl PassthroughFs {
     }
 
     /// SETATTR; returns the new attributes.
-    #[allow(clippy::too_many_arguments)]
-    pub fn setattr(
-        &self,
-        nodeid: u64,
-        valid: u32,
-        fh: Option<u64>,
-        mode: u32,
-        uid: u32,
-        gid: u32,
-        size: u64,
-        atime: (u64, u32),
-        mtime: (u64, u32),
-    ) -> Result<Attr, Errno> {
-        use abi::fattr;
+    pub fn setattr(&self, nodeid: u64, a: &SetattrIn) -> Result<Attr, Errno> {
+        let valid = a.valid;
+        let (mode, uid, gid, size) = (a.mode, a.uid, a.gid, a.size);
+        let atime = (a.atime, a.atimensec);
+        let mtime = (a.mtime, a.mtimensec);
         let inode = self.inode(nodeid)?;
-        let handle = match fh {
+        let handle = match (valid & fattr::FH != 0).then_some(a.fh) {
             Some(fh) => Some(self.handle(fh)?),
             None => None,
         };
@@ -505,17 +510,6 @@ impl PassthroughFs {
             )?;
         }
         if valid & fattr::SIZE != 0 {
-            // DAX: the pool must not keep bytes of the old size (nor write
-            // them back over the new one), and no plane fill may read the
-            // file meanwhile. No-op without a residency plane.
-            let _fill_guard = self.shared.plane().map(|_| self.shared.plane_fill_guard());
-            if let Ok(st) = rustix::fs::fstat(&inode.fd) {
-                let old = st.st_size as u64;
-                let from = old.min(size);
-                let to =
-                    old.max(size).div_ceil(crate::pool::EXTENT_SIZE) * crate::pool::EXTENT_SIZE;
-                self.shared.evict_file_range(inode.key, from, to - from);
-            }
             match &handle {
                 Some(h) => h.file.set_len(size).map_err(|e| errno(&e))?,
                 None => self
@@ -787,21 +781,26 @@ impl PassthroughFs {
         Ok(())
     }
 
-    /// READ: up to `size` bytes at `offset`.
+    /// READ: up to `size` bytes at `offset` into a buffer (tools and tests;
+    /// the FUSE path moves the bytes with [`FileSystem::read`]).
     pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<(Arc<Handle>, Vec<u8>), Errno> {
         let h = self.handle(fh)?;
-        let mut buf = vec![0u8; size as usize];
-        let mut done = 0usize;
-        while done < buf.len() {
-            match h.file.read_at(&mut buf[done..], offset + done as u64) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(errno(&e)),
-            }
-        }
-        buf.truncate(done);
-        Ok((h, buf))
+        let mut io = crate::server::BufferIo {
+            req: &[],
+            data: Vec::new(),
+        };
+        crate::server::PayloadIo::transfer(
+            &mut io,
+            Transfer {
+                direction: crate::server::Direction::FileToReply,
+                file: &h.file,
+                offset,
+                at: 0,
+                len: size as usize,
+            },
+        )
+        .map_err(|e| errno(&e))?;
+        Ok((h, io.data))
     }
 
     /// WRITE: all of `data` at `offset`.
@@ -809,6 +808,179 @@ impl PassthroughFs {
         let h = self.handle(fh)?;
         h.file.write_all_at(data, offset).map_err(|e| errno(&e))?;
         Ok(h)
+    }
+}
+
+impl FileSystem for PassthroughFs {
+    fn init(&self, _kernel_flags: u64) -> Result<u64, Errno> {
+        self.reset();
+        Ok(if self.cache == CacheMode::Auto {
+            abi::init_flags::AUTO_INVAL_DATA
+        } else {
+            0
+        })
+    }
+
+    fn destroy(&self) {
+        self.reset();
+    }
+
+    fn lookup(&self, _ctx: &Context, parent: u64, name: &[u8]) -> FsResult<EntryOut> {
+        PassthroughFs::lookup(self, parent, name).map(Timed::now)
+    }
+
+    fn forget(&self, _ctx: &Context, nodeid: u64, nlookup: u64) {
+        PassthroughFs::forget(self, nodeid, nlookup);
+    }
+
+    fn getattr(&self, _ctx: &Context, nodeid: u64, fh: Option<u64>) -> FsResult<AttrReply> {
+        let attr = PassthroughFs::getattr(self, nodeid, fh)?;
+        Ok(Timed::now(AttrReply {
+            attr,
+            timeout: self.cache.timeout(),
+        }))
+    }
+
+    fn setattr(&self, _ctx: &Context, nodeid: u64, a: &SetattrIn) -> FsResult<AttrReply> {
+        let attr = PassthroughFs::setattr(self, nodeid, a)?;
+        Ok(Timed::now(AttrReply {
+            attr,
+            timeout: self.cache.timeout(),
+        }))
+    }
+
+    fn readlink(&self, _ctx: &Context, nodeid: u64) -> FsResult<Vec<u8>> {
+        PassthroughFs::readlink(self, nodeid).map(Timed::now)
+    }
+
+    fn symlink(&self, ctx: &Context, parent: u64, name: &[u8], target: &[u8]) -> FsResult<EntryOut> {
+        PassthroughFs::symlink(self, ctx.into(), parent, name, target).map(Timed::now)
+    }
+
+    fn mkdir(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+    ) -> FsResult<EntryOut> {
+        PassthroughFs::mkdir(self, ctx.into(), parent, name, mode, umask).map(Timed::now)
+    }
+
+    fn unlink(&self, _ctx: &Context, parent: u64, name: &[u8], dir: bool) -> FsResult<()> {
+        PassthroughFs::unlink(self, parent, name, dir).map(Timed::now)
+    }
+
+    fn rename(&self, _ctx: &Context, from: (u64, &[u8]), to: (u64, &[u8]), flags: u32) -> FsResult<()> {
+        PassthroughFs::rename(self, from.0, from.1, to.0, to.1, flags).map(Timed::now)
+    }
+
+    fn open(&self, _ctx: &Context, nodeid: u64, flags: u32) -> FsResult<Opened> {
+        let (fh, open_flags) = PassthroughFs::open(self, nodeid, flags)?;
+        Ok(Timed::now(Opened { fh, open_flags }))
+    }
+
+    fn create(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        name: &[u8],
+        flags: u32,
+        mode: u32,
+        umask: u32,
+    ) -> FsResult<(EntryOut, Opened)> {
+        let (entry, fh, open_flags) =
+            PassthroughFs::create(self, ctx.into(), parent, name, flags, mode, umask)?;
+        Ok(Timed::now((entry, Opened { fh, open_flags })))
+    }
+
+    fn read(&self, _ctx: &Context, io: FileIo<'_>) -> FsResult<usize> {
+        let h = self.handle(io.fh)?;
+        let n = io
+            .payload
+            .transfer(Transfer {
+                direction: crate::server::Direction::FileToReply,
+                file: &h.file,
+                offset: io.offset,
+                at: io.at,
+                len: io.size as usize,
+            })
+            .map_err(|e| errno(&e))?;
+        Ok(Timed::now(n))
+    }
+
+    fn write(&self, _ctx: &Context, io: FileIo<'_>) -> FsResult<usize> {
+        let h = self.handle(io.fh)?;
+        let n = io
+            .payload
+            .transfer(Transfer {
+                direction: crate::server::Direction::RequestToFile,
+                file: &h.file,
+                offset: io.offset,
+                at: io.at,
+                len: io.size as usize,
+            })
+            .map_err(|e| errno(&e))?;
+        Ok(Timed::now(n))
+    }
+
+    fn flush(&self, _ctx: &Context, _nodeid: u64, _fh: u64) -> FsResult<()> {
+        // Nothing is buffered here: the host file has every byte.
+        Ok(Timed::now(()))
+    }
+
+    fn fsync(&self, _ctx: &Context, _nodeid: u64, fh: u64, datasync: bool) -> FsResult<()> {
+        PassthroughFs::fsync(self, fh, datasync).map(Timed::now)
+    }
+
+    fn release(&self, _ctx: &Context, _nodeid: u64, fh: u64) {
+        PassthroughFs::release(self, fh);
+    }
+
+    fn opendir(&self, _ctx: &Context, nodeid: u64) -> FsResult<Opened> {
+        let (fh, open_flags) = PassthroughFs::opendir(self, nodeid)?;
+        Ok(Timed::now(Opened { fh, open_flags }))
+    }
+
+    fn readdir(
+        &self,
+        _ctx: &Context,
+        fh: u64,
+        offset: u64,
+        emit: &mut dyn FnMut(&DirEntry) -> bool,
+    ) -> FsResult<()> {
+        PassthroughFs::readdir(self, fh, offset, emit).map(Timed::now)
+    }
+
+    fn statfs(&self, _ctx: &Context, nodeid: u64) -> FsResult<abi::Kstatfs> {
+        PassthroughFs::statfs(self, nodeid).map(Timed::now)
+    }
+
+    fn host_file(&self, nodeid: u64, fh: Option<u64>, for_pool: bool) -> Result<HostFile, Errno> {
+        let inode = match fh {
+            Some(fh) => self.handle(fh)?.inode.clone(),
+            None => self.inode(nodeid)?,
+        };
+        let st = rustix::fs::fstat(&inode.fd)?;
+        let pool_file = if for_pool && inode.is_reg() {
+            Some(self.open_for_pool(&inode)?)
+        } else {
+            None
+        };
+        Ok(HostFile {
+            key: inode.key,
+            size: st.st_size as u64,
+            is_dir: inode.is_dir(),
+            pool_file,
+        })
+    }
+
+    fn file_key(&self, nodeid: u64, fh: Option<u64>) -> Result<FileKey, Errno> {
+        match fh {
+            Some(fh) => Ok(self.handle(fh)?.inode.key),
+            None => Ok(self.inode(nodeid)?.key),
+        }
     }
 }
 
@@ -827,14 +999,9 @@ fn give_to_caller(dir: &OwnedFd, name: &[u8], caller: Caller) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cxlfs_device_model::{Device, DeviceConfig};
 
     fn fs(dir: &Path) -> PassthroughFs {
-        let cfg = DeviceConfig::default()
-            .with_overrides(&["cache.size_bytes=1MiB"])
-            .unwrap();
-        let shared = Arc::new(SharedDevice::new(Device::new(cfg).unwrap()));
-        PassthroughFs::new(dir, CacheMode::Auto, shared).unwrap()
+        PassthroughFs::new(dir, CacheMode::Auto).unwrap()
     }
 
     #[test]

@@ -1,27 +1,37 @@
 //! The FUSE server: one request's bytes in, one reply's bytes out, plus the
 //! moment (device time) the reply may be released.
 //!
-//! It knows nothing about virtqueues: [`crate::backend`] copies the readable
-//! part of a descriptor chain into a buffer, calls [`FuseServer::handle`],
-//! writes the reply into the writable part and paces its release. That keeps
-//! the parser testable with plain byte slices.
+//! [`Server<F>`] only decodes, dispatches and encodes (virtiofsd's shape):
+//! every operation goes to the [`FileSystem`] `F` — in `cxlfsd`, the
+//! passthrough filesystem wrapped by the timing layer
+//! ([`crate::timing::TimedFs`]), which charges the device model — and the
+//! two seams, a [`DaxMapper`] (SETUPMAPPING / REMOVEMAPPING) and an
+//! [`IoctlHandler`] (FUSE_IOCTL), are injected. Wire structs are the typed
+//! `#[repr(C)]` structs of the `fuse-abi` crate: no offsets by hand.
 //!
-//! READ and WRITE go through the device model: the file range is mapped to
-//! pool addresses ([`crate::pool`]), charged with `Device::access` at the
-//! request's arrival time, and the reply is held until `completes_at_ns`.
+//! It knows nothing about virtqueues: [`crate::backend`] copies the readable
+//! part of a descriptor chain into a buffer, calls [`Server::handle_io`],
+//! writes the reply into the writable part and paces its release. That keeps
+//! the parser testable with plain byte slices ([`Server::handle`]).
+
+pub mod filesystem;
+pub mod payload;
+pub mod seams;
+
+pub use filesystem::{
+    AttrReply, Context, DirEntry, FileIo, FileSystem, FsResult, HostFile, Opened, Timed,
+};
+pub use payload::{BufferIo, Direction, PayloadIo, Transfer};
+pub use seams::{DaxMapper, IoctlHandler};
 
 use crate::abi::{
-    self, init_flags, opcode, Cursor, EntryOut, InHeader, OutHeader, ParseRequestError,
+    self, init_flags, opcode, BatchForgetIn, CreateIn, Cursor, EntryOut, ForgetIn, ForgetOne,
+    FsyncIn, GetattrIn, InHeader, InitIn, IoctlIn, MkdirIn, OpenIn, OutHeader, ParseRequestError,
+    ReadIn, ReleaseIn, RemoveMappingIn, RemoveMappingOne, Rename2In, RenameIn, SetattrIn,
+    SetupMappingIn, WriteIn,
 };
-use crate::dax::{DaxSession, SetupMapping, MAP_ALIGNMENT_SHIFT, MAX_REMOVEMAPPING};
-use crate::fs::{Caller, PassthroughFs};
 use crate::metrics::VmMetrics;
-use crate::pool::SharedDevice;
-use cxlfs_device_model::Op;
 use rustix::io::Errno;
-use std::fs::File;
-use std::io;
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -32,77 +42,10 @@ pub const MAX_READ: u32 = 1 << 20;
 /// Largest request the transport needs to buffer: a maximal WRITE plus headers.
 pub const MAX_REQUEST: usize = MAX_WRITE as usize + 4096;
 /// Bytes of a WRITE request before its payload (`fuse_in_header` + `fuse_write_in`).
-pub const WRITE_PAYLOAD_AT: usize = abi::IN_HEADER_LEN + 40;
-
-/// Moves READ and WRITE payloads between a host file and the request /
-/// reply buffers, so that the transport can do it without a bounce buffer
-/// (`preadv` / `pwritev` on guest memory, see [`crate::chain`]).
-pub trait PayloadIo {
-    /// READ: reads up to `len` bytes of `file` at `offset` into the reply
-    /// at byte `at`; returns the bytes read (short only at end of file).
-    fn read_payload(
-        &mut self,
-        file: &File,
-        offset: u64,
-        at: usize,
-        len: usize,
-    ) -> io::Result<usize>;
-    /// WRITE: writes the `len` request bytes that start at request byte
-    /// `at` to `file` at `offset`; returns the bytes written (all of them).
-    fn write_payload(
-        &mut self,
-        file: &File,
-        offset: u64,
-        at: usize,
-        len: usize,
-    ) -> io::Result<usize>;
-}
-
-/// [`PayloadIo`] over plain byte buffers: the request in `req`, READ data
-/// collected in `data` (then appended to the reply). Used by
-/// [`FuseServer::handle`].
-struct BufferIo<'a> {
-    req: &'a [u8],
-    data: Vec<u8>,
-}
-
-impl PayloadIo for BufferIo<'_> {
-    fn read_payload(
-        &mut self,
-        file: &File,
-        offset: u64,
-        _at: usize,
-        len: usize,
-    ) -> io::Result<usize> {
-        self.data.resize(len, 0);
-        let mut done = 0usize;
-        while done < len {
-            match file.read_at(&mut self.data[done..], offset + done as u64) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        self.data.truncate(done);
-        Ok(done)
-    }
-
-    fn write_payload(
-        &mut self,
-        file: &File,
-        offset: u64,
-        at: usize,
-        len: usize,
-    ) -> io::Result<usize> {
-        let data = at
-            .checked_add(len)
-            .and_then(|end| self.req.get(at..end))
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
-        file.write_all_at(data, offset)?;
-        Ok(len)
-    }
-}
+pub const WRITE_PAYLOAD_AT: usize =
+    std::mem::size_of::<InHeader>() + std::mem::size_of::<WriteIn>();
+/// Bytes of `fuse_out_header`.
+const OUT_HEADER_LEN: usize = std::mem::size_of::<OutHeader>();
 
 /// Server options.
 #[derive(Debug, Clone, Copy)]
@@ -119,34 +62,59 @@ pub struct Handled {
     /// Device time at which the reply may be released (data path only).
     pub completes_at_ns: Option<u64>,
     /// READ data already placed in the reply buffers right after `reply`
-    /// (by [`PayloadIo::read_payload`]); the reply's length is
-    /// `reply.len() + in_place`. Always 0 from [`FuseServer::handle`].
+    /// (by [`PayloadIo::transfer`]); the reply's length is
+    /// `reply.len() + in_place`. Always 0 from [`Server::handle`].
     pub in_place: usize,
 }
 
-/// A FUSE server for one VM session.
-#[derive(Debug)]
-pub struct FuseServer {
-    fs: PassthroughFs,
-    shared: Arc<SharedDevice>,
+/// What the transport asks of a FUSE server (object safe, so the
+/// vhost-user back-end needs no filesystem type).
+pub trait FuseHandler: Send + Sync {
+    /// See [`Server::handle_io`].
+    fn handle_io(
+        &self,
+        arrival_ns: u64,
+        req: &[u8],
+        req_total: usize,
+        out_cap: usize,
+        io: &mut dyn PayloadIo,
+    ) -> Handled;
+}
+
+/// A FUSE server for one VM session over the filesystem `F`.
+pub struct Server<F: FileSystem> {
+    fs: F,
     metrics: Arc<VmMetrics>,
     opts: ServerOptions,
     initialized: AtomicBool,
-    dax: Option<Arc<DaxSession>>,
-    control: Option<Arc<crate::control::Controller>>,
+    dax: Option<Arc<dyn DaxMapper>>,
+    ioctl: Option<Arc<dyn IoctlHandler>>,
 }
 
-type OpResult = Result<Vec<u8>, Errno>;
+impl<F: FileSystem> std::fmt::Debug for Server<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("vm", &self.metrics.name)
+            .field("dax", &self.dax.is_some())
+            .field("ioctl", &self.ioctl.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A payload of an operation that went through: the reply's bytes after
+/// the header, and its release time.
+type OpResult = Result<Timed<Vec<u8>>, Errno>;
 
 fn parse_err(e: ParseRequestError) -> Errno {
     tracing::debug!(error = %e, "malformed FUSE request");
     Errno::INVAL
 }
 
-fn out_with_header(unique: u64, error: i32, payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(abi::OUT_HEADER_LEN + payload.len());
+/// A reply: header (`len` computed) then `payload`.
+fn reply_bytes(unique: u64, error: i32, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(OUT_HEADER_LEN + payload.len());
     OutHeader {
-        len: (abi::OUT_HEADER_LEN + payload.len()) as u32,
+        len: (OUT_HEADER_LEN + payload.len()) as u32,
         error,
         unique,
     }
@@ -155,54 +123,61 @@ fn out_with_header(unique: u64, error: i32, payload: &[u8]) -> Vec<u8> {
     out
 }
 
-fn io_errno(e: &io::Error) -> Errno {
-    Errno::from_io_error(e).unwrap_or(Errno::IO)
-}
-
 /// An error reply.
 pub fn error_reply(unique: u64, e: Errno) -> Vec<u8> {
-    out_with_header(unique, -e.raw_os_error(), &[])
+    reply_bytes(unique, -e.raw_os_error(), &[])
 }
 
-impl FuseServer {
-    /// A server over `fs`.
-    pub fn new(
-        fs: PassthroughFs,
-        shared: Arc<SharedDevice>,
-        metrics: Arc<VmMetrics>,
-        opts: ServerOptions,
-    ) -> Self {
-        FuseServer {
+fn now(bytes: Vec<u8>) -> OpResult {
+    Ok(Timed::now(bytes))
+}
+
+fn entry_bytes(e: &EntryOut) -> Vec<u8> {
+    let mut b = Vec::with_capacity(abi::ENTRY_OUT_LEN);
+    e.encode(&mut b);
+    b
+}
+
+fn attr_bytes(a: &AttrReply) -> Vec<u8> {
+    let mut b = Vec::with_capacity(16 + abi::ATTR_LEN);
+    abi::encode_attr_out(a.timeout.as_secs(), a.timeout.subsec_nanos(), &a.attr, &mut b);
+    b
+}
+
+fn open_bytes(o: &Opened) -> Vec<u8> {
+    let mut b = Vec::with_capacity(16);
+    abi::encode_open_out(o.fh, o.open_flags, &mut b);
+    b
+}
+
+impl<F: FileSystem> Server<F> {
+    /// A server over `fs`, counting into `metrics`.
+    pub fn new(fs: F, metrics: Arc<VmMetrics>, opts: ServerOptions) -> Self {
+        Server {
             fs,
-            shared,
             metrics,
             opts,
             initialized: AtomicBool::new(false),
             dax: None,
-            control: None,
+            ioctl: None,
         }
     }
 
-    /// Takes cache hints from the guest (`FUSE_IOCTL`, see [`crate::hint_ioctl`]).
-    pub fn with_control(mut self, control: Option<Arc<crate::control::Controller>>) -> Self {
-        self.control = control;
+    /// Serves FUSE_IOCTL through `handler` (otherwise `ENOTTY`).
+    pub fn with_ioctl(mut self, handler: Option<Arc<dyn IoctlHandler>>) -> Self {
+        self.ioctl = handler;
         self
     }
 
-    /// Serves the DAX window of this VM through `dax` (SETUPMAPPING,
-    /// REMOVEMAPPING, the map alignment in INIT).
-    pub fn with_dax(mut self, dax: Option<Arc<DaxSession>>) -> Self {
-        self.dax = dax;
+    /// Serves the DAX window through `mapper` (SETUPMAPPING,
+    /// REMOVEMAPPING, the map alignment in INIT; otherwise `ENOSYS`).
+    pub fn with_dax(mut self, mapper: Option<Arc<dyn DaxMapper>>) -> Self {
+        self.dax = mapper;
         self
-    }
-
-    /// The DAX window of this session, if the daemon has one.
-    pub fn dax(&self) -> Option<&Arc<DaxSession>> {
-        self.dax.as_ref()
     }
 
     /// The filesystem.
-    pub fn fs(&self) -> &PassthroughFs {
+    pub fn fs(&self) -> &F {
         &self.fs
     }
 
@@ -243,13 +218,13 @@ impl FuseServer {
         io: &mut dyn PayloadIo,
     ) -> Handled {
         let mut c = Cursor::new(req);
-        let h = match InHeader::parse(&mut c) {
+        let h = match c.read::<InHeader>() {
             Ok(h) => h,
             Err(e) => {
                 tracing::debug!(error = %e, "request shorter than a FUSE header");
                 self.metrics.count_request(opcode::MAX);
                 return Handled {
-                    reply: (out_cap >= abi::OUT_HEADER_LEN).then(|| error_reply(0, Errno::INVAL)),
+                    reply: (out_cap >= OUT_HEADER_LEN).then(|| error_reply(0, Errno::INVAL)),
                     completes_at_ns: None,
                     in_place: 0,
                 };
@@ -271,26 +246,32 @@ impl FuseServer {
         } else {
             req.len()
         };
-        if hlen > supplied || hlen < abi::IN_HEADER_LEN {
+        let header_len = std::mem::size_of::<InHeader>();
+        if hlen > supplied || hlen < header_len {
             tracing::debug!(
                 error = %ParseRequestError::LengthMismatch { header: h.len, actual: supplied },
                 "bad FUSE request length"
             );
-            return self.finish(&h, Err(Errno::INVAL), out_cap, None, 0);
+            return self.finish(&h, Err(Errno::INVAL), out_cap, 0);
         }
         // Arguments are what the header claims, not what the chain holds.
-        let mut args = Cursor::new(&req[abi::IN_HEADER_LEN..hlen.min(req.len())]);
-        let mut completes_at = None;
+        let mut args = Cursor::new(&req[header_len..hlen.min(req.len())]);
+        let ctx = Context {
+            uid: h.uid,
+            gid: h.gid,
+            pid: h.pid,
+            arrival_ns,
+        };
         let mut in_place = 0usize;
         let result = match h.opcode {
             opcode::FORGET => {
-                if let Ok(n) = args.u64() {
-                    self.fs.forget(h.nodeid, n);
+                if let Ok(f) = args.read::<ForgetIn>() {
+                    self.fs.forget(&ctx, h.nodeid, f.nlookup);
                 }
                 return Handled::default();
             }
             opcode::BATCH_FORGET => {
-                self.batch_forget(&mut args);
+                self.batch_forget(&ctx, &mut args);
                 return Handled::default();
             }
             opcode::INTERRUPT => return Handled::default(),
@@ -303,71 +284,96 @@ impl FuseServer {
                 if let Some(d) = &self.dax {
                     d.unmap_all();
                 }
-                self.fs.reset();
-                Ok(Vec::new())
+                self.fs.destroy();
+                now(Vec::new())
             }
-            opcode::LOOKUP => self.lookup(&h, &mut args),
-            opcode::GETATTR => self.getattr(&h, &mut args),
-            opcode::SETATTR => self.setattr(&h, &mut args),
-            opcode::OPEN => self.open(&h, &mut args),
-            opcode::CREATE => self.create(&h, &mut args),
-            opcode::READ => self
-                .read(&mut args, arrival_ns, out_cap, io)
-                .map(|(n, at)| {
-                    in_place = n;
-                    completes_at = at;
-                    Vec::new()
-                }),
-            opcode::WRITE => self.write(&mut args, hlen, arrival_ns, &mut completes_at, io),
-            opcode::RELEASE | opcode::RELEASEDIR => args.u64().map_err(parse_err).map(|fh| {
-                self.fs.release(fh);
-                Vec::new()
+            opcode::LOOKUP => {
+                let name = args.name().map_err(parse_err);
+                name.and_then(|n| self.fs.lookup(&ctx, h.nodeid, n))
+                    .map(|e| e.map(|e| entry_bytes(&e)))
+            }
+            opcode::GETATTR => {
+                // A short GETATTR (old kernels) is a plain getattr.
+                let fh = args
+                    .read::<GetattrIn>()
+                    .ok()
+                    .filter(|g| g.getattr_flags & abi::GETATTR_FH != 0)
+                    .map(|g| g.fh);
+                self.fs
+                    .getattr(&ctx, h.nodeid, fh)
+                    .map(|a| a.map(|a| attr_bytes(&a)))
+            }
+            opcode::SETATTR => args.read::<SetattrIn>().map_err(parse_err).and_then(|s| {
+                self.fs
+                    .setattr(&ctx, h.nodeid, &s)
+                    .map(|a| a.map(|a| attr_bytes(&a)))
             }),
-            opcode::FLUSH => Ok(Vec::new()),
-            opcode::FSYNC | opcode::FSYNCDIR => self.fsync(&mut args),
-            opcode::OPENDIR => self.opendir(&h),
-            opcode::READDIR => self.readdir(&mut args, false, out_cap),
-            opcode::READDIRPLUS => self.readdir(&mut args, true, out_cap),
-            opcode::MKDIR => self.mkdir(&h, &mut args),
-            opcode::SYMLINK => self.symlink(&h, &mut args),
-            opcode::READLINK => self.fs.readlink(h.nodeid),
-            opcode::UNLINK => self.unlink(&h, &mut args, false),
-            opcode::RMDIR => self.unlink(&h, &mut args, true),
-            opcode::RENAME => self.rename(&h, &mut args, false),
-            opcode::RENAME2 => self.rename(&h, &mut args, true),
-            opcode::STATFS => self.statfs(&h),
+            opcode::OPEN => args.read::<OpenIn>().map_err(parse_err).and_then(|o| {
+                self.fs
+                    .open(&ctx, h.nodeid, o.flags)
+                    .map(|o| o.map(|o| open_bytes(&o)))
+            }),
+            opcode::CREATE => self.create(&ctx, &h, &mut args),
+            opcode::READ => self.read(&ctx, &h, &mut args, out_cap, io).map(|r| {
+                in_place = r.value;
+                r.map(|_| Vec::new())
+            }),
+            opcode::WRITE => self.write(&ctx, &h, &mut args, hlen, io),
+            opcode::RELEASE | opcode::RELEASEDIR => {
+                args.read::<ReleaseIn>().map_err(parse_err).and_then(|r| {
+                    self.fs.release(&ctx, h.nodeid, r.fh);
+                    now(Vec::new())
+                })
+            }
+            opcode::FLUSH => {
+                // fuse_flush_in starts with the handle.
+                let fh = args.read::<u64>().map_err(parse_err);
+                fh.and_then(|fh| self.fs.flush(&ctx, h.nodeid, fh))
+                    .map(|t| t.map(|()| Vec::new()))
+            }
+            opcode::FSYNC | opcode::FSYNCDIR => {
+                args.read::<FsyncIn>().map_err(parse_err).and_then(|f| {
+                    self.fs
+                        .fsync(&ctx, h.nodeid, f.fh, f.fsync_flags & 1 != 0)
+                        .map(|t| t.map(|()| Vec::new()))
+                })
+            }
+            opcode::OPENDIR => self
+                .fs
+                .opendir(&ctx, h.nodeid)
+                .map(|o| o.map(|o| open_bytes(&o))),
+            opcode::READDIR => self.readdir(&ctx, &h, &mut args, false, out_cap),
+            opcode::READDIRPLUS => self.readdir(&ctx, &h, &mut args, true, out_cap),
+            opcode::MKDIR => self.mkdir(&ctx, &h, &mut args),
+            opcode::SYMLINK => self.symlink(&ctx, &h, &mut args),
+            opcode::READLINK => self.fs.readlink(&ctx, h.nodeid),
+            opcode::UNLINK => self.unlink(&ctx, &h, &mut args, false),
+            opcode::RMDIR => self.unlink(&ctx, &h, &mut args, true),
+            opcode::RENAME => self.rename(&ctx, &h, &mut args, false),
+            opcode::RENAME2 => self.rename(&ctx, &h, &mut args, true),
+            opcode::STATFS => self.fs.statfs(&ctx, h.nodeid).map(|s| {
+                s.map(|st| {
+                    let mut b = Vec::with_capacity(80);
+                    st.encode(&mut b);
+                    b
+                })
+            }),
             opcode::SETUPMAPPING => self.setup_mapping(h.nodeid, &mut args),
             opcode::REMOVEMAPPING => self.remove_mapping(&mut args),
-            opcode::IOCTL => match &self.control {
-                Some(c) => {
-                    crate::hint_ioctl::handle_ioctl(c, &self.fs, &self.metrics.name, &mut args).map(
-                        |r| {
-                            completes_at = r.completes_at_ns;
-                            r.payload
-                        },
-                    )
-                }
-                None => Err(Errno::NOTTY),
-            },
+            opcode::IOCTL => self.ioctl(&ctx, &mut args),
             _ => Err(Errno::NOSYS),
         };
-        self.finish(&h, result, out_cap, completes_at, in_place)
+        self.finish(&h, result, out_cap, in_place)
     }
 
-    fn finish(
-        &self,
-        h: &InHeader,
-        result: OpResult,
-        out_cap: usize,
-        completes_at_ns: Option<u64>,
-        in_place: usize,
-    ) -> Handled {
+    fn finish(&self, h: &InHeader, result: OpResult, out_cap: usize, in_place: usize) -> Handled {
+        let completes_at_ns = result.as_ref().ok().and_then(|t| t.completes_at_ns);
         if in_place > 0 {
             // READ data is already in the reply buffers; only the header is
             // left to write (the size was clamped to the room).
-            let mut out = Vec::with_capacity(abi::OUT_HEADER_LEN);
+            let mut out = Vec::with_capacity(OUT_HEADER_LEN);
             OutHeader {
-                len: (abi::OUT_HEADER_LEN + in_place) as u32,
+                len: (OUT_HEADER_LEN + in_place) as u32,
                 error: 0,
                 unique: h.unique,
             }
@@ -379,13 +385,13 @@ impl FuseServer {
             };
         }
         let reply = match result {
-            Ok(payload) if abi::OUT_HEADER_LEN + payload.len() <= out_cap => {
-                out_with_header(h.unique, 0, &payload)
+            Ok(t) if OUT_HEADER_LEN + t.value.len() <= out_cap => {
+                reply_bytes(h.unique, 0, &t.value)
             }
-            Ok(payload) => {
+            Ok(t) => {
                 tracing::debug!(
                     opcode = h.opcode,
-                    need = abi::OUT_HEADER_LEN + payload.len(),
+                    need = OUT_HEADER_LEN + t.value.len(),
                     out_cap,
                     "reply does not fit the writable buffers"
                 );
@@ -400,21 +406,21 @@ impl FuseServer {
         }
     }
 
-    fn batch_forget(&self, args: &mut Cursor<'_>) {
-        let Ok(count) = args.u32() else { return };
-        if args.skip(4).is_err() {
+    fn batch_forget(&self, ctx: &Context, args: &mut Cursor<'_>) {
+        let Ok(b) = args.read::<BatchForgetIn>() else {
             return;
-        }
-        for _ in 0..count {
-            let (Ok(nodeid), Ok(n)) = (args.u64(), args.u64()) else {
+        };
+        // Bounded by the request: each entry is read before it is acted on.
+        for _ in 0..b.count {
+            let Ok(one) = args.read::<ForgetOne>() else {
                 return;
             };
-            self.fs.forget(nodeid, n);
+            self.fs.forget(ctx, one.nodeid, one.nlookup);
         }
     }
 
     fn init(&self, args: &mut Cursor<'_>) -> OpResult {
-        let init = abi::InitIn::parse(args).map_err(parse_err)?;
+        let init = InitIn::parse(args).map_err(parse_err)?;
         if init.major < abi::KERNEL_VERSION
             || (init.major == abi::KERNEL_VERSION && init.minor < abi::MIN_KERNEL_MINOR_VERSION)
         {
@@ -425,10 +431,8 @@ impl FuseServer {
             );
             return Err(Errno::PROTO);
         }
-        if self.initialized.swap(false, Ordering::AcqRel) {
-            // A new session on the same connection (guest reboot): start over.
-            self.fs.reset();
-        }
+        // A new session on the same connection (guest reboot) starts over.
+        self.initialized.store(false, Ordering::Release);
         if let Some(d) = &self.dax {
             // Slots of an earlier FUSE session on this connection.
             d.unmap_all();
@@ -442,13 +446,11 @@ impl FuseServer {
             | init_flags::PARALLEL_DIROPS
             | init_flags::MAX_PAGES
             | init_flags::INIT_EXT;
-        if self.fs.cache == crate::fs::CacheMode::Auto {
-            supported |= init_flags::AUTO_INVAL_DATA;
-        }
+        supported |= self.fs.init(init.flags)?;
         // The guest asks for MAP_ALIGNMENT only when it has a DAX window;
-        // grant it when the front-end gave us the back-end channel to fill it.
-        let window = self.dax.as_ref().is_some_and(|d| d.window_offered());
-        if window {
+        // grant it when the front-end gave us the channel to fill it.
+        let window = self.dax.as_ref().filter(|d| d.window_offered());
+        if window.is_some() {
             supported |= init_flags::MAP_ALIGNMENT;
         }
         let max_readahead = match self.opts.max_readahead {
@@ -465,10 +467,9 @@ impl FuseServer {
             max_write: MAX_WRITE,
             time_gran: 1,
             max_pages: (MAX_READ / 4096) as u16,
-            map_alignment: if window && init.flags & init_flags::MAP_ALIGNMENT != 0 {
-                MAP_ALIGNMENT_SHIFT
-            } else {
-                0
+            map_alignment: match window {
+                Some(d) if init.flags & init_flags::MAP_ALIGNMENT != 0 => d.map_alignment_shift(),
+                _ => 0,
             },
         };
         tracing::info!(
@@ -481,253 +482,133 @@ impl FuseServer {
         self.initialized.store(true, Ordering::Release);
         let mut b = Vec::with_capacity(64);
         out.encode(&mut b);
-        Ok(b)
+        now(b)
     }
 
-    fn entry_bytes(e: &EntryOut) -> Vec<u8> {
-        let mut b = Vec::with_capacity(abi::ENTRY_OUT_LEN);
-        e.encode(&mut b);
-        b
-    }
-
-    fn caller(h: &InHeader) -> Caller {
-        Caller {
-            uid: h.uid,
-            gid: h.gid,
-        }
-    }
-
-    fn lookup(&self, h: &InHeader, args: &mut Cursor<'_>) -> OpResult {
-        let name = args.name().map_err(parse_err)?;
-        Ok(Self::entry_bytes(&self.fs.lookup(h.nodeid, name)?))
-    }
-
-    fn attr_bytes(&self, attr: &abi::Attr) -> Vec<u8> {
-        let t = self.fs.cache.timeout();
-        let mut b = Vec::with_capacity(16 + abi::ATTR_LEN);
-        abi::encode_attr_out(t.as_secs(), t.subsec_nanos(), attr, &mut b);
-        b
-    }
-
-    fn getattr(&self, h: &InHeader, args: &mut Cursor<'_>) -> OpResult {
-        // fuse_getattr_in: getattr_flags, dummy, fh.
-        let fh = match (args.u32(), args.u32(), args.u64()) {
-            (Ok(flags), Ok(_), Ok(fh)) if flags & abi::GETATTR_FH != 0 => Some(fh),
-            _ => None,
-        };
-        let attr = self.fs.getattr(h.nodeid, fh)?;
-        Ok(self.attr_bytes(&attr))
-    }
-
-    fn setattr(&self, h: &InHeader, a: &mut Cursor<'_>) -> OpResult {
-        let p = |e| parse_err(e);
-        let valid = a.u32().map_err(p)?;
-        a.skip(4).map_err(p)?;
-        let fh = a.u64().map_err(p)?;
-        let size = a.u64().map_err(p)?;
-        let _lock_owner = a.u64().map_err(p)?;
-        let atime = a.u64().map_err(p)?;
-        let mtime = a.u64().map_err(p)?;
-        let _ctime = a.u64().map_err(p)?;
-        let atimensec = a.u32().map_err(p)?;
-        let mtimensec = a.u32().map_err(p)?;
-        let _ctimensec = a.u32().map_err(p)?;
-        let mode = a.u32().map_err(p)?;
-        a.skip(4).map_err(p)?;
-        let uid = a.u32().map_err(p)?;
-        let gid = a.u32().map_err(p)?;
-        let fh = (valid & abi::fattr::FH != 0).then_some(fh);
-        let attr = self.fs.setattr(
-            h.nodeid,
-            valid,
-            fh,
-            mode,
-            uid,
-            gid,
-            size,
-            (atime, atimensec),
-            (mtime, mtimensec),
-        )?;
-        Ok(self.attr_bytes(&attr))
-    }
-
-    fn open(&self, h: &InHeader, args: &mut Cursor<'_>) -> OpResult {
-        let flags = args.u32().map_err(parse_err)?;
-        let (fh, open_flags) = self.fs.open(h.nodeid, flags)?;
-        let mut b = Vec::with_capacity(16);
-        abi::encode_open_out(fh, open_flags, &mut b);
-        Ok(b)
-    }
-
-    fn create(&self, h: &InHeader, a: &mut Cursor<'_>) -> OpResult {
-        let flags = a.u32().map_err(parse_err)?;
-        let mode = a.u32().map_err(parse_err)?;
-        let umask = a.u32().map_err(parse_err)?;
-        a.skip(4).map_err(parse_err)?;
+    fn create(&self, ctx: &Context, h: &InHeader, a: &mut Cursor<'_>) -> OpResult {
+        let c = a.read::<CreateIn>().map_err(parse_err)?;
         let name = a.name().map_err(parse_err)?;
-        let (entry, fh, open_flags) =
-            self.fs
-                .create(Self::caller(h), h.nodeid, name, flags, mode, umask)?;
-        let mut b = Self::entry_bytes(&entry);
-        abi::encode_open_out(fh, open_flags, &mut b);
-        Ok(b)
+        let t = self
+            .fs
+            .create(ctx, h.nodeid, name, c.flags, c.mode, c.umask)?;
+        Ok(t.map(|(entry, opened)| {
+            let mut b = entry_bytes(&entry);
+            b.extend_from_slice(&open_bytes(&opened));
+            b
+        }))
     }
 
-    /// READ: the data goes straight into the reply through `io`; returns
-    /// `(bytes read, release time)`.
+    /// READ: the data goes straight into the reply through `io`; the
+    /// value is the bytes read.
     fn read(
         &self,
+        ctx: &Context,
+        h: &InHeader,
         a: &mut Cursor<'_>,
-        arrival_ns: u64,
         out_cap: usize,
         io: &mut dyn PayloadIo,
-    ) -> Result<(usize, Option<u64>), Errno> {
-        let fh = a.u64().map_err(parse_err)?;
-        let offset = a.u64().map_err(parse_err)?;
-        let size = a.u32().map_err(parse_err)?;
-        let room = out_cap.saturating_sub(abi::OUT_HEADER_LEN) as u32;
-        let size = size.min(MAX_READ).min(room);
-        let handle = self.fs.handle(fh)?;
-        let n = io
-            .read_payload(&handle.file, offset, abi::OUT_HEADER_LEN, size as usize)
-            .map_err(|e| io_errno(&e))?;
-        self.metrics
-            .read_bytes
-            .fetch_add(n as u64, Ordering::Relaxed);
-        Ok((
-            n,
-            self.charge(arrival_ns, Op::Read, handle.inode.key, offset, n),
-        ))
+    ) -> FsResult<usize> {
+        let r = a.read::<ReadIn>().map_err(parse_err)?;
+        let room = out_cap.saturating_sub(OUT_HEADER_LEN);
+        let size = r.size.min(MAX_READ).min(u32::try_from(room).unwrap_or(u32::MAX));
+        self.fs.read(
+            ctx,
+            FileIo {
+                nodeid: h.nodeid,
+                fh: r.fh,
+                offset: r.offset,
+                size,
+                at: OUT_HEADER_LEN,
+                payload: io,
+            },
+        )
     }
 
     /// WRITE: the payload goes straight from the request to the file through `io`.
     fn write(
         &self,
+        ctx: &Context,
+        h: &InHeader,
         a: &mut Cursor<'_>,
         hlen: usize,
-        arrival_ns: u64,
-        completes_at: &mut Option<u64>,
         io: &mut dyn PayloadIo,
     ) -> OpResult {
-        let fh = a.u64().map_err(parse_err)?;
-        let offset = a.u64().map_err(parse_err)?;
-        let size = a.u32().map_err(parse_err)?;
-        // write_flags, lock_owner, flags, padding.
-        a.skip(4 + 8 + 4 + 4).map_err(parse_err)?;
-        if size > MAX_WRITE || WRITE_PAYLOAD_AT + size as usize > hlen {
+        let w = a.read::<WriteIn>().map_err(parse_err)?;
+        let fits = WRITE_PAYLOAD_AT
+            .checked_add(w.size as usize)
+            .is_some_and(|end| end <= hlen);
+        if w.size > MAX_WRITE || !fits {
             return Err(Errno::INVAL);
         }
-        let handle = self.fs.handle(fh)?;
-        // DAX: the pool may hold (dirty) pages of this range; no plane fill
-        // may read the file until the new bytes are in it.
-        let fill_guard = self.dax.is_some().then(|| self.shared.plane_fill_guard());
-        if fill_guard.is_some() {
-            self.shared
-                .evict_file_range(handle.inode.key, offset, u64::from(size));
-        }
-        let n = io
-            .write_payload(&handle.file, offset, WRITE_PAYLOAD_AT, size as usize)
-            .map_err(|e| io_errno(&e))?;
-        drop(fill_guard);
-        self.metrics
-            .write_bytes
-            .fetch_add(n as u64, Ordering::Relaxed);
-        *completes_at = self.charge(arrival_ns, Op::Write, handle.inode.key, offset, n);
-        let mut b = Vec::with_capacity(8);
-        b.extend_from_slice(&size.to_le_bytes());
-        b.extend_from_slice(&0u32.to_le_bytes());
-        Ok(b)
+        let t = self.fs.write(
+            ctx,
+            FileIo {
+                nodeid: h.nodeid,
+                fh: w.fh,
+                offset: w.offset,
+                size: w.size,
+                at: WRITE_PAYLOAD_AT,
+                payload: io,
+            },
+        )?;
+        Ok(t.map(|n| {
+            let mut b = Vec::with_capacity(8);
+            abi::encode_write_out(n as u32, &mut b);
+            b
+        }))
     }
 
-    /// Charges the device; returns the release time (`None`: nothing to wait for).
-    fn charge(
-        &self,
-        arrival_ns: u64,
-        op: Op,
-        key: crate::pool::FileKey,
-        offset: u64,
-        len: usize,
-    ) -> Option<u64> {
-        if len == 0 {
-            return None;
-        }
-        match self.shared.charge(arrival_ns, op, key, offset, len as u64) {
-            Ok(c) => {
-                self.metrics.record_charge(&c);
-                Some(c.completes_at_ns)
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "device charge failed; reply not delayed");
-                None
-            }
-        }
-    }
-
-    /// SETUPMAPPING: `{fh, foffset, len, flags, moffset}`.
     fn setup_mapping(&self, nodeid: u64, a: &mut Cursor<'_>) -> OpResult {
         let Some(dax) = &self.dax else {
             return Err(Errno::NOSYS);
         };
-        let m = SetupMapping {
-            fh: a.u64().map_err(parse_err)?,
-            foffset: a.u64().map_err(parse_err)?,
-            len: a.u64().map_err(parse_err)?,
-            flags: a.u64().map_err(parse_err)?,
-            moffset: a.u64().map_err(parse_err)?,
-        };
-        dax.setup_mapping(&self.fs, nodeid, m)?;
-        Ok(Vec::new())
+        let m = a.read::<SetupMappingIn>().map_err(parse_err)?;
+        dax.setup_mapping(&self.fs, nodeid, &m)?;
+        now(Vec::new())
     }
 
-    /// REMOVEMAPPING: `{u32 count}` then `count` × `{moffset, len}`.
     fn remove_mapping(&self, a: &mut Cursor<'_>) -> OpResult {
         let Some(dax) = &self.dax else {
             return Err(Errno::NOSYS);
         };
-        let count = a.u32().map_err(parse_err)?;
-        if count == 0 || count > MAX_REMOVEMAPPING {
+        let r = a.read::<RemoveMappingIn>().map_err(parse_err)?;
+        if r.count == 0 || r.count as usize > abi::REMOVEMAPPING_MAX_ENTRY {
             return Err(Errno::INVAL);
         }
-        let mut ranges = Vec::with_capacity(count as usize);
-        for _ in 0..count {
-            ranges.push((a.u64().map_err(parse_err)?, a.u64().map_err(parse_err)?));
+        // Bounded above: at most a page of entries.
+        let mut ranges = Vec::with_capacity(r.count as usize);
+        for _ in 0..r.count {
+            ranges.push(a.read::<RemoveMappingOne>().map_err(parse_err)?);
         }
         dax.remove_mappings(&ranges)?;
-        Ok(Vec::new())
+        now(Vec::new())
     }
 
-    fn fsync(&self, a: &mut Cursor<'_>) -> OpResult {
-        let fh = a.u64().map_err(parse_err)?;
-        let flags = a.u32().map_err(parse_err)?;
-        if self.dax.is_some() {
-            // Stores made through DAX windows sit in the pool until written back.
-            let handle = self.fs.handle(fh)?;
-            if let Err(e) = self.shared.sync_file_range(handle.inode.key, 0, u64::MAX) {
-                tracing::warn!(error = %e, "fsync: cannot write back the file's pool pages");
-                return Err(Errno::IO);
-            }
-        }
-        self.fs.fsync(fh, flags & 1 != 0)?;
-        Ok(Vec::new())
+    fn ioctl(&self, ctx: &Context, a: &mut Cursor<'_>) -> OpResult {
+        let Some(handler) = &self.ioctl else {
+            return Err(Errno::NOTTY);
+        };
+        let ioc = a.read::<IoctlIn>().map_err(|_| Errno::INVAL)?;
+        handler.ioctl(ctx, &self.fs, &ioc, a.rest())
     }
 
-    fn opendir(&self, h: &InHeader) -> OpResult {
-        let (fh, flags) = self.fs.opendir(h.nodeid)?;
-        let mut b = Vec::with_capacity(16);
-        abi::encode_open_out(fh, flags, &mut b);
-        Ok(b)
-    }
-
-    fn readdir(&self, a: &mut Cursor<'_>, plus: bool, out_cap: usize) -> OpResult {
-        let fh = a.u64().map_err(parse_err)?;
-        let offset = a.u64().map_err(parse_err)?;
-        let size = a.u32().map_err(parse_err)? as usize;
-        let size = size
-            .min(out_cap.saturating_sub(abi::OUT_HEADER_LEN))
+    fn readdir(
+        &self,
+        ctx: &Context,
+        h: &InHeader,
+        a: &mut Cursor<'_>,
+        plus: bool,
+        out_cap: usize,
+    ) -> OpResult {
+        let r = a.read::<ReadIn>().map_err(parse_err)?;
+        let size = (r.size as usize)
+            .min(out_cap.saturating_sub(OUT_HEADER_LEN))
             .min(MAX_READ as usize);
-        let dir_nodeid = self.fs.handle(fh)?.inode.nodeid;
+        // The kernel names the directory in the header; a guest that names
+        // another one only gets lookups it could make itself.
+        let dir_nodeid = h.nodeid;
         let mut buf = Vec::with_capacity(size.min(64 * 1024));
-        self.fs.readdir(fh, offset, |e| {
+        let t = self.fs.readdir(ctx, r.fh, r.offset, &mut |e| {
             let dirent = abi::dirent_size(e.name.len());
             let need = if plus {
                 abi::ENTRY_OUT_LEN + dirent
@@ -741,8 +622,8 @@ impl FuseServer {
                 let entry = if e.name == b"." || e.name == b".." {
                     EntryOut::default()
                 } else {
-                    match self.fs.lookup(dir_nodeid, &e.name) {
-                        Ok(entry) => entry,
+                    match self.fs.lookup(ctx, dir_nodeid, &e.name) {
+                        Ok(entry) => entry.value,
                         // Gone since getdents: skip it.
                         Err(_) => return true,
                     }
@@ -752,52 +633,55 @@ impl FuseServer {
             abi::encode_dirent(e.ino, e.next_off, e.typ, &e.name, &mut buf);
             true
         })?;
-        Ok(buf)
+        Ok(t.map(|()| buf))
     }
 
-    fn mkdir(&self, h: &InHeader, a: &mut Cursor<'_>) -> OpResult {
-        let mode = a.u32().map_err(parse_err)?;
-        let umask = a.u32().map_err(parse_err)?;
+    fn mkdir(&self, ctx: &Context, h: &InHeader, a: &mut Cursor<'_>) -> OpResult {
+        let m = a.read::<MkdirIn>().map_err(parse_err)?;
         let name = a.name().map_err(parse_err)?;
-        let e = self
-            .fs
-            .mkdir(Self::caller(h), h.nodeid, name, mode, umask)?;
-        Ok(Self::entry_bytes(&e))
+        let e = self.fs.mkdir(ctx, h.nodeid, name, m.mode, m.umask)?;
+        Ok(e.map(|e| entry_bytes(&e)))
     }
 
-    fn symlink(&self, h: &InHeader, a: &mut Cursor<'_>) -> OpResult {
+    fn symlink(&self, ctx: &Context, h: &InHeader, a: &mut Cursor<'_>) -> OpResult {
         let name = a.name().map_err(parse_err)?;
         let target = a.name().map_err(parse_err)?;
-        let e = self.fs.symlink(Self::caller(h), h.nodeid, name, target)?;
-        Ok(Self::entry_bytes(&e))
+        let e = self.fs.symlink(ctx, h.nodeid, name, target)?;
+        Ok(e.map(|e| entry_bytes(&e)))
     }
 
-    fn unlink(&self, h: &InHeader, a: &mut Cursor<'_>, dir: bool) -> OpResult {
+    fn unlink(&self, ctx: &Context, h: &InHeader, a: &mut Cursor<'_>, dir: bool) -> OpResult {
         let name = a.name().map_err(parse_err)?;
-        self.fs.unlink(h.nodeid, name, dir)?;
-        Ok(Vec::new())
+        let t = self.fs.unlink(ctx, h.nodeid, name, dir)?;
+        Ok(t.map(|()| Vec::new()))
     }
 
-    fn rename(&self, h: &InHeader, a: &mut Cursor<'_>, v2: bool) -> OpResult {
-        let newdir = a.u64().map_err(parse_err)?;
-        let flags = if v2 {
-            let f = a.u32().map_err(parse_err)?;
-            a.skip(4).map_err(parse_err)?;
-            f
+    fn rename(&self, ctx: &Context, h: &InHeader, a: &mut Cursor<'_>, v2: bool) -> OpResult {
+        let (newdir, flags) = if v2 {
+            let r = a.read::<Rename2In>().map_err(parse_err)?;
+            (r.newdir, r.flags)
         } else {
-            0
+            (a.read::<RenameIn>().map_err(parse_err)?.newdir, 0)
         };
         let old = a.name().map_err(parse_err)?;
         let new = a.name().map_err(parse_err)?;
-        self.fs.rename(h.nodeid, old, newdir, new, flags)?;
-        Ok(Vec::new())
+        let t = self
+            .fs
+            .rename(ctx, (h.nodeid, old), (newdir, new), flags)?;
+        Ok(t.map(|()| Vec::new()))
     }
+}
 
-    fn statfs(&self, h: &InHeader) -> OpResult {
-        let st = self.fs.statfs(h.nodeid)?;
-        let mut b = Vec::with_capacity(80);
-        st.encode(&mut b);
-        Ok(b)
+impl<F: FileSystem> FuseHandler for Server<F> {
+    fn handle_io(
+        &self,
+        arrival_ns: u64,
+        req: &[u8],
+        req_total: usize,
+        out_cap: usize,
+        io: &mut dyn PayloadIo,
+    ) -> Handled {
+        Server::handle_io(self, arrival_ns, req, req_total, out_cap, io)
     }
 }
 

@@ -40,7 +40,7 @@ pub const PERIOD: u64 = 100;
 /// `rank(slot) = slot * RANK_STEP mod 100` (41 = 61⁻¹ mod 100).
 const RANK_STEP: u64 = 41;
 /// Pages per pool extent (2 MiB / 4 KiB).
-const EXTENT_PAGES: u64 = crate::pool::EXTENT_SIZE / crate::pool::PAGE;
+const EXTENT_PAGES: u64 = super::pool::EXTENT_SIZE / super::pool::PAGE;
 
 /// The default ratio: every file page on the CXL-SSD.
 pub const DEFAULT_CXL_RATIO: u8 = 100;

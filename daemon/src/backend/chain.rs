@@ -8,8 +8,7 @@
 //! virtiofsd does. `virtio_queue::{Reader, Writer}` do not expose their
 //! slices, hence this module.
 
-use crate::fuse::PayloadIo;
-use std::fs::File;
+use crate::server::{Direction, PayloadIo, Transfer};
 use std::io;
 use std::os::fd::AsRawFd;
 use virtio_queue::DescriptorChain;
@@ -180,55 +179,36 @@ fn transfer_loop(
 }
 
 impl PayloadIo for ChainBufs<'_> {
-    fn read_payload(
-        &mut self,
-        file: &File,
-        offset: u64,
-        at: usize,
-        len: usize,
-    ) -> io::Result<usize> {
-        let len = len.min(self.writable_len.saturating_sub(at));
-        transfer_loop(&self.writable, at, len, offset, false, |iov, pos| {
-            // SAFETY: every iovec points into a guest-memory slice of this
-            // chain's writable part (bounds checked when the chain was
-            // resolved; `mem` outlives `self`), `iov_len` never exceeds the
-            // slice, and the kernel only writes into these ranges.
-            unsafe {
-                libc::preadv(
-                    file.as_raw_fd(),
-                    iov.as_ptr(),
-                    iov.len() as libc::c_int,
-                    pos,
-                )
+    fn transfer(&mut self, t: Transfer<'_>) -> io::Result<usize> {
+        let fd = t.file.as_raw_fd();
+        match t.direction {
+            Direction::FileToReply => {
+                let len = t.len.min(self.writable_len.saturating_sub(t.at));
+                transfer_loop(&self.writable, t.at, len, t.offset, false, |iov, pos| {
+                    // SAFETY: every iovec points into a guest-memory slice of
+                    // this chain's writable part (bounds checked when the
+                    // chain was resolved; `mem` outlives `self`), `iov_len`
+                    // never exceeds the slice, and the kernel only writes
+                    // into these ranges.
+                    unsafe { libc::preadv(fd, iov.as_ptr(), iov.len() as libc::c_int, pos) }
+                })
             }
-        })
-    }
-
-    fn write_payload(
-        &mut self,
-        file: &File,
-        offset: u64,
-        at: usize,
-        len: usize,
-    ) -> io::Result<usize> {
-        if at
-            .checked_add(len)
-            .map_or(true, |end| end > self.readable_len)
-        {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+            Direction::RequestToFile => {
+                if t
+                    .at
+                    .checked_add(t.len)
+                    .map_or(true, |end| end > self.readable_len)
+                {
+                    return Err(io::Error::from_raw_os_error(libc::EINVAL));
+                }
+                transfer_loop(&self.readable, t.at, t.len, t.offset, true, |iov, pos| {
+                    // SAFETY: every iovec points into a guest-memory slice of
+                    // this chain's readable part (bounds checked when the
+                    // chain was resolved; `mem` outlives `self`); the kernel
+                    // only reads them.
+                    unsafe { libc::pwritev(fd, iov.as_ptr(), iov.len() as libc::c_int, pos) }
+                })
+            }
         }
-        transfer_loop(&self.readable, at, len, offset, true, |iov, pos| {
-            // SAFETY: every iovec points into a guest-memory slice of this
-            // chain's readable part (bounds checked when the chain was
-            // resolved; `mem` outlives `self`); the kernel only reads them.
-            unsafe {
-                libc::pwritev(
-                    file.as_raw_fd(),
-                    iov.as_ptr(),
-                    iov.len() as libc::c_int,
-                    pos,
-                )
-            }
-        })
     }
 }

@@ -4,7 +4,7 @@
 //! * the vhost-user protocol thread (owned by `vhost_user_backend::VhostUserDaemon`);
 //! * one vring worker per queue (queue 0 = hiprio, 1.. = request queues):
 //!   it pops descriptor chains, stamps their arrival time, copies the
-//!   request out of guest memory, runs it through [`FuseServer::handle`]
+//!   request out of guest memory, runs it through the FUSE server
 //!   (real I/O + device charge), writes the reply into the chain, and
 //!   either completes it at once or hands it to the pacer;
 //! * the pacer: a deadline heap of held replies; it sleeps until ~50 µs
@@ -14,10 +14,13 @@
 //!   worker never sleeps), and the pacing error (actual − modeled release)
 //!   goes to the VM's histogram.
 
-use crate::abi;
-use crate::chain::ChainBufs;
-use crate::fuse::{FuseServer, MAX_REQUEST, WRITE_PAYLOAD_AT};
-use crate::pool::SharedDevice;
+pub mod chain;
+
+use crate::abi::{self, InHeader};
+use crate::device::Clock;
+use crate::metrics::VmMetrics;
+use crate::server::{FuseHandler, MAX_REQUEST, WRITE_PAYLOAD_AT};
+use chain::ChainBufs;
 use std::io;
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -169,10 +172,24 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A VM's DAX cache window as the transport sees it: the front-end's
+/// back-end request channel goes to it, it has a size, and a device reset
+/// drops its maps.
+pub trait CacheWindow: Send + Sync {
+    /// The front-end handed over its back-end request channel.
+    fn set_backend(&self, backend: Backend);
+    /// The window's size (`GET_SHMEM_CONFIG`).
+    fn window_bytes(&self) -> u64;
+    /// The front-end dropped every map (reset, disconnect).
+    fn forget_all(&self);
+}
+
 /// The virtio-fs back-end of one connection.
 pub struct FsBackend {
-    server: Arc<FuseServer>,
-    shared: Arc<SharedDevice>,
+    server: Arc<dyn FuseHandler>,
+    metrics: Arc<VmMetrics>,
+    window: Option<Arc<dyn CacheWindow>>,
+    clock: Clock,
     mem: GuestMem,
     queues: QueueOptions,
     pacer_tx: Mutex<Option<Sender<Held>>>,
@@ -189,16 +206,18 @@ pub enum CreateBackendError {
 }
 
 impl FsBackend {
-    /// A back-end serving `server` over guest memory `mem`.
+    /// A back-end serving `server` (VM `metrics.name`, DAX `window`) over
+    /// guest memory `mem`, stamping requests with `clock`.
     pub fn new(
-        server: Arc<FuseServer>,
-        shared: Arc<SharedDevice>,
+        server: Arc<dyn FuseHandler>,
+        metrics: Arc<VmMetrics>,
+        window: Option<Arc<dyn CacheWindow>>,
+        clock: Clock,
         mem: GuestMem,
         queues: QueueOptions,
     ) -> Result<Self, CreateBackendError> {
         let (tx, rx) = mpsc::channel();
-        let vm = server.metrics().clone();
-        let clock = shared.clone();
+        let vm = metrics.clone();
         let event_idx = Arc::new(AtomicBool::new(false));
         let pacer_event_idx = event_idx.clone();
         let prio = queues.realtime_priority;
@@ -211,7 +230,9 @@ impl FsBackend {
             .map_err(CreateBackendError::SpawnPacer)?;
         Ok(FsBackend {
             server,
-            shared,
+            metrics,
+            window,
+            clock,
             mem,
             queues,
             pacer_tx: Mutex::new(Some(tx)),
@@ -220,9 +241,9 @@ impl FsBackend {
         })
     }
 
-    /// The FUSE server.
-    pub fn server(&self) -> &Arc<FuseServer> {
-        &self.server
+    /// The VM's counters.
+    pub fn metrics(&self) -> &Arc<VmMetrics> {
+        &self.metrics
     }
 
     /// Stops taking held replies, releases those still held at their
@@ -257,7 +278,7 @@ impl FsBackend {
             loop {
                 let mut urgent = false;
                 if !local.is_empty() {
-                    let now = self.shared.now_ns();
+                    let now = self.clock.now_ns();
                     if local.iter().any(|h| h.deadline_ns <= now) {
                         urgent = self.release_due(&mut local, now);
                         pending |= urgent;
@@ -271,12 +292,12 @@ impl FsBackend {
                             // A broken ring (bad avail index, unmapped ring): serve nothing
                             // more on it, but keep the daemon and the other queues alive.
                             drop(state);
-                            tracing::warn!(vm = %self.server.metrics().name, error = %e, "cannot walk the available ring");
+                            tracing::warn!(vm = %&self.metrics.name, error = %e, "cannot walk the available ring");
                             for h in local.drain(..) {
                                 self.hand_to_pacer(vring, h);
                             }
                             if pending {
-                                signal(vring, event_idx, &self.server.metrics().name);
+                                signal(vring, event_idx, &&self.metrics.name);
                             }
                             return Ok(());
                         }
@@ -287,7 +308,7 @@ impl FsBackend {
                     pending |= self.process_chain(queue, vring, &mem, chain, &mut local);
                 }
                 if pending && (idle || urgent) {
-                    signal(vring, event_idx, &self.server.metrics().name);
+                    signal(vring, event_idx, &&self.metrics.name);
                     pending = false;
                 }
                 if idle {
@@ -315,14 +336,14 @@ impl FsBackend {
 
     /// Puts every reply of `local` due at `now` on the used ring; true if any.
     fn release_due(&self, local: &mut Vec<Held>, now: u64) -> bool {
-        let metrics = self.server.metrics();
+        let metrics = &self.metrics;
         let mut any = false;
         let mut i = 0;
         while i < local.len() {
             if local[i].deadline_ns <= now {
                 let h = local.swap_remove(i);
                 any |= self.complete(&h.vring, h.head, h.len);
-                metrics.record_reply(h.arrival_ns, Some(h.deadline_ns), self.shared.now_ns());
+                metrics.record_reply(h.arrival_ns, Some(h.deadline_ns), self.clock.now_ns());
             } else {
                 i += 1;
             }
@@ -353,9 +374,9 @@ impl FsBackend {
         chain: DescriptorChain<GuestMemoryLoadGuard<GuestMemoryMmap>>,
         local: &mut Vec<Held>,
     ) -> bool {
-        let arrival = self.shared.now_ns();
+        let arrival = self.clock.now_ns();
         let head = chain.head_index();
-        let metrics = self.server.metrics();
+        let metrics = &self.metrics;
         let mut bufs = match ChainBufs::new(mem, chain) {
             Ok(b) => b,
             Err(e) => {
@@ -369,9 +390,11 @@ impl FsBackend {
         // Copy the request out, except a WRITE's payload, which goes from
         // guest memory to the file directly.
         let total = bufs.readable_len();
-        let mut hdr = [0u8; abi::IN_HEADER_LEN];
+        let mut hdr = [0u8; std::mem::size_of::<InHeader>()];
         let is_write = bufs.copy_in(0, &mut hdr) == hdr.len()
-            && u32::from_le_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]) == abi::opcode::WRITE;
+            && abi::Cursor::new(&hdr)
+                .read::<InHeader>()
+                .is_ok_and(|h| h.opcode == abi::opcode::WRITE);
         let want = if is_write {
             total.min(WRITE_PAYLOAD_AT)
         } else {
@@ -398,14 +421,14 @@ impl FsBackend {
         };
         let Some(deadline) = handled.completes_at_ns else {
             let done = self.complete(vring, head, len);
-            metrics.record_reply(arrival, None, self.shared.now_ns());
+            metrics.record_reply(arrival, None, self.clock.now_ns());
             return done;
         };
-        let now = self.shared.now_ns();
+        let now = self.clock.now_ns();
         if now >= deadline {
             // Already due (zero latency, or a hit): reply inline.
             let done = self.complete(vring, head, len);
-            metrics.record_reply(arrival, Some(deadline), self.shared.now_ns());
+            metrics.record_reply(arrival, Some(deadline), self.clock.now_ns());
             return done;
         }
         let held = Held {
@@ -426,7 +449,7 @@ impl FsBackend {
 
     fn complete(&self, vring: &Vring, head: u16, len: u32) -> bool {
         if let Err(e) = vring.add_used(head, len) {
-            tracing::warn!(vm = %self.server.metrics().name, head, error = %e, "cannot add to the used ring");
+            tracing::warn!(vm = %&self.metrics.name, head, error = %e, "cannot add to the used ring");
             return false;
         }
         true
@@ -446,8 +469,8 @@ fn signal(vring: &Vring, event_idx: bool, vm: &str) {
 
 fn run_pacer(
     rx: Receiver<Held>,
-    clock: Arc<SharedDevice>,
-    vm: Arc<crate::metrics::VmMetrics>,
+    clock: Clock,
+    vm: Arc<VmMetrics>,
     event_idx: Arc<AtomicBool>,
 ) {
     // Sleep precision matters: ask for no timer slack on this thread.
@@ -519,7 +542,7 @@ impl VhostUserBackend for FsBackend {
             | VhostUserProtocolFeatures::REPLY_ACK
             | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
             | VhostUserProtocolFeatures::CONFIG;
-        if self.server.dax().is_some() {
+        if self.window.is_some() {
             // The DAX window: SHMEM_MAP / SHMEM_UNMAP on the back-end channel.
             base | VhostUserProtocolFeatures::BACKEND_REQ
                 | VhostUserProtocolFeatures::BACKEND_SEND_FD
@@ -530,9 +553,9 @@ impl VhostUserBackend for FsBackend {
     }
 
     fn set_backend_req_fd(&self, backend: Backend) {
-        match self.server.dax() {
+        match &self.window {
             Some(d) => {
-                tracing::info!(vm = %self.server.metrics().name, "back-end channel up: DAX window can be mapped");
+                tracing::info!(vm = %self.metrics.name, "back-end channel up: DAX window can be mapped");
                 d.set_backend(backend);
             }
             None => tracing::debug!("back-end channel offered without DAX; ignored"),
@@ -540,8 +563,8 @@ impl VhostUserBackend for FsBackend {
     }
 
     fn get_shmem_config(&self) -> io::Result<VhostUserShMemConfig> {
-        match self.server.dax() {
-            Some(d) => Ok(VhostUserShMemConfig::new(1, &[d.plane().window()])),
+        match &self.window {
+            Some(d) => Ok(VhostUserShMemConfig::new(1, &[d.window_bytes()])),
             None => Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 "no DAX window (cxlfsd runs without --dax)",
@@ -551,7 +574,7 @@ impl VhostUserBackend for FsBackend {
 
     fn reset_device(&self) {
         // The front-end drops every mapping of the window on reset.
-        if let Some(d) = self.server.dax() {
+        if let Some(d) = &self.window {
             d.forget_all();
         }
     }
@@ -596,7 +619,7 @@ impl VhostUserBackend for FsBackend {
         for vring in vrings {
             if let Err(e) = self.process_queue(device_event, vring) {
                 // Never let a guest error end the worker: log it and go on.
-                tracing::warn!(vm = %self.server.metrics().name, error = %e, "queue processing failed");
+                tracing::warn!(vm = %&self.metrics.name, error = %e, "queue processing failed");
             }
         }
         Ok(())

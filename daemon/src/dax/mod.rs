@@ -1,0 +1,603 @@
+//! The DAX window: guests map the shared pool through the virtio-fs cache
+//! window, backed by a residency plane (any [`ResidencyPlane`]; the daemon
+//! mounts `residency::FusePoolPlane`).
+//!
+//! * [`DaxPlane`] (one per daemon) owns the plane and:
+//!   - is its [`PoolBackend`] ([`backend`]): a trap at pool offset X finds
+//!     the file extent that owns X, charges the device model at the trap's
+//!     arrival and answers with the host file's bytes (zeros past EOF); a
+//!     write-back goes to the host file (clamped to its size) and is
+//!     charged as NAND programs;
+//!   - subscribes to the device's events ([`DeviceObserver`]): evicted
+//!     pages leave the plane, prefetched pages are pushed into it
+//!     ([`filler`]), a deleted file's extents are dropped before reuse,
+//!     pages moved to the CXL tier are evicted;
+//!   - keeps the pool coherent with host files for the timing layer
+//!     ([`Coherence`]).
+//! * [`DaxSession`] (one per VM connection, [`session`]): the slot table of
+//!   that VM's window, the server's [`crate::server::DaxMapper`].
+
+mod backend;
+mod filler;
+pub mod session;
+
+pub use session::DaxSession;
+
+use crate::device::placement::{self, Tier};
+use crate::device::{DeviceObserver, SharedDevice, EXTENT_SIZE, PAGE};
+use crate::ids::{FileKey, VmId};
+use crate::metrics::VmMetrics;
+use crate::timing::{Coherence, SyncPoolError};
+use backend::DaemonPoolBackend;
+use residency::{PoolBackend, ResidencyPlane};
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// log2 of the window's map alignment and slot size (2 MiB), advertised in
+/// FUSE_INIT (`map_alignment`).
+pub const MAP_ALIGNMENT_SHIFT: u16 = 21;
+/// Bytes of one window slot (= one pool extent).
+pub const SLOT_SIZE: u64 = EXTENT_SIZE;
+/// Default size of the window reported by `GET_SHMEM_CONFIG`.
+pub const DEFAULT_WINDOW_BYTES: u64 = 1 << 30;
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Why the DAX window could not be set up (the daemon then serves without it).
+#[derive(Debug, thiserror::Error)]
+pub enum StartDaxError {
+    /// The mountpoint could not be created.
+    #[error("cannot create the pool mountpoint {path}")]
+    CreateDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The plane could not be mounted (no /dev/fuse, no permission, ...).
+    #[error("cannot mount the residency plane")]
+    Mount(#[from] residency::MountPlaneError),
+    /// The window size is not a positive multiple of 2 MiB.
+    #[error("DAX window size {0:#x} is not a positive multiple of 2 MiB")]
+    BadWindow(u64),
+    /// The prefetch filler thread could not be started.
+    #[error("cannot start the pool-prefetch thread")]
+    SpawnFiller(#[source] std::io::Error),
+}
+
+/// The per-VM counters the plane's traps are charged to, indexed by [`VmId`].
+type VmTable = Mutex<Vec<Arc<VmMetrics>>>;
+
+/// Extents mapped into some DAX window (their pages may be resident in the
+/// plane) and the host files behind them, kept open for traps and
+/// write-backs.
+#[derive(Debug, Default)]
+struct WindowExtents {
+    extents: HashSet<u64>,
+    files: HashMap<FileKey, Arc<File>>,
+}
+
+/// The residency plane of the daemon and the VMs that use it.
+pub struct DaxPlane {
+    plane: Mutex<Option<Arc<dyn ResidencyPlane>>>,
+    shared: Arc<SharedDevice>,
+    window: u64,
+    /// State shared with the plane's backend (its threads answer traps).
+    state: Arc<PlaneState>,
+    /// Every VM session's window, for the pages mapped by several VMs.
+    sessions: Mutex<Vec<std::sync::Weak<DaxSession>>>,
+    /// Prefetched pages pushed into the plane (no trap when first touched).
+    prefetch_pushed: AtomicU64,
+    /// Serializes pushing file bytes into the plane (NOTIFY_STORE) against
+    /// every change of those bytes behind it: FUSE WRITE, truncation, a VM
+    /// mapping an extent writable. See [`Coherence::change_guard`].
+    plane_fill: Mutex<()>,
+    /// Where prefetched pages go to be pushed into the plane.
+    prefetch_tx: Mutex<Option<Sender<Vec<(u64, u64)>>>>,
+}
+
+/// What the plane's backend and the daemon side share.
+#[derive(Debug, Default)]
+struct PlaneState {
+    vms: VmTable,
+    /// The VMM pid of each VM (write-backs come with the writer's pid).
+    vmm_pids: Mutex<Vec<(u32, VmId)>>,
+    windows: Mutex<WindowExtents>,
+}
+
+impl PlaneState {
+    /// The host file and file offset behind pool offset `pool_offset`.
+    fn file_at(&self, shared: &SharedDevice, pool_offset: u64) -> Option<(Arc<File>, u64)> {
+        let owner = shared.pool().owner_of(pool_offset / EXTENT_SIZE)?;
+        let file = lock(&self.windows).files.get(&owner.key).cloned()?;
+        Some((file, owner.chunk * EXTENT_SIZE + pool_offset % EXTENT_SIZE))
+    }
+
+    fn is_window_extent(&self, extent: u64) -> bool {
+        lock(&self.windows).extents.contains(&extent)
+    }
+}
+
+impl std::fmt::Debug for DaxPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DaxPlane")
+            .field("window", &self.window)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A fresh mountpoint name under `/run/cxlfsd` for this process.
+pub fn default_pool_dir() -> std::path::PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let pid = std::process::id();
+    if n == 0 {
+        std::path::PathBuf::from(format!("/run/cxlfsd/pool-{pid}"))
+    } else {
+        std::path::PathBuf::from(format!("/run/cxlfsd/pool-{pid}-{n}"))
+    }
+}
+
+impl DaxPlane {
+    /// Starts the DAX window over `shared`'s pool for windows of `window`
+    /// bytes: `mount` mounts a residency plane of `size` bytes served by
+    /// the given backend (the daemon passes `FusePoolPlane::mount`). The
+    /// plane then follows the device's events.
+    pub fn start<E>(
+        shared: Arc<SharedDevice>,
+        window: u64,
+        mount: impl FnOnce(u64, Arc<dyn PoolBackend>) -> Result<Arc<dyn ResidencyPlane>, E>,
+    ) -> Result<Arc<Self>, StartDaxError>
+    where
+        StartDaxError: From<E>,
+    {
+        if window == 0 || window % SLOT_SIZE != 0 {
+            return Err(StartDaxError::BadWindow(window));
+        }
+        let size = shared.pool().capacity_extents() * EXTENT_SIZE;
+        let state = Arc::new(PlaneState::default());
+        let backend = Arc::new(DaemonPoolBackend {
+            shared: shared.clone(),
+            state: state.clone(),
+        });
+        let plane = mount(size, backend)?;
+        let (fill_tx, fill_rx) = std::sync::mpsc::channel::<Vec<(u64, u64)>>();
+        let dax = Arc::new(DaxPlane {
+            plane: Mutex::new(Some(plane)),
+            shared: shared.clone(),
+            window,
+            state,
+            sessions: Mutex::new(Vec::new()),
+            prefetch_pushed: AtomicU64::new(0),
+            plane_fill: Mutex::new(()),
+            prefetch_tx: Mutex::new(Some(fill_tx)),
+        });
+        let weak = Arc::downgrade(&dax);
+        std::thread::Builder::new()
+            .name("pool-prefetch".into())
+            .spawn(move || filler::run(&weak, &fill_rx))
+            .map_err(StartDaxError::SpawnFiller)?;
+        let observer: Arc<dyn DeviceObserver> = dax.clone();
+        shared.subscribe(Arc::downgrade(&observer));
+        Ok(dax)
+    }
+
+    /// Prefetched pages pushed into the plane so far.
+    pub fn prefetch_pushed(&self) -> u64 {
+        self.prefetch_pushed.load(Ordering::Relaxed)
+    }
+
+    /// Whether any VM maps pool extent `extent` writable (its pages may
+    /// then hold guest stores the host file does not have yet).
+    fn mapped_writable(&self, extent: u64) -> bool {
+        let sessions: Vec<Arc<DaxSession>> = lock(&self.sessions)
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect();
+        sessions.iter().any(|s| {
+            lock(&s.slots)
+                .values()
+                .any(|slot| slot.writable && slot.extent == extent)
+        })
+    }
+
+    /// Pushes the host file's bytes of `count` pool pages from `first_page`
+    /// (one extent) into the plane with NOTIFY_STORE, so a guest
+    /// reaches them without a trap; waits until the kernel has them. Only
+    /// pages the device holds (or DRAM-tier ones) are stored, and nothing
+    /// while a VM maps the extent writable. Under the fill guard the file's
+    /// bytes cannot change and no guest can store into the pages, so a
+    /// store that races a trap of the same page writes what the page holds
+    /// anyway. Returns the pages stored. Never call it from a plane thread.
+    pub fn fill_from_file(&self, first_page: u64, count: u64) -> u64 {
+        let Some(plane) = self.plane() else { return 0 };
+        let page = residency::PAGE_SIZE;
+        let extent = first_page * page / EXTENT_SIZE;
+        if count == 0 || (first_page + count - 1) * page / EXTENT_SIZE != extent {
+            return 0;
+        }
+        let _guard = self.change_guard();
+        if self.mapped_writable(extent) {
+            return 0;
+        }
+        let pool_off = first_page * page;
+        let Some((file, file_off)) = self.state.file_at(&self.shared, pool_off) else {
+            return 0;
+        };
+        let mut data = vec![0u8; (count * page) as usize];
+        let mut got = 0usize;
+        while got < data.len() {
+            match file.read_at(&mut data[got..], file_off + got as u64) {
+                Ok(0) => break, // zeros past the end of the file
+                Ok(k) => got += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read file bytes to fill the plane");
+                    return 0;
+                }
+            }
+        }
+        // Queue the stores under the device lock, page run by page run:
+        // an eviction the device makes after this check queues its INVAL
+        // behind our STORE, so the plane never keeps a page the device
+        // dropped.
+        let mut tickets = Vec::new();
+        let mut stored = 0;
+        {
+            let dev = self.shared.device();
+            let mut p = first_page;
+            while p < first_page + count {
+                let held = |p: u64| {
+                    dev.is_resident(p * page) || self.shared.placement().tier(p) == Tier::Dram
+                };
+                if !held(p) {
+                    p += 1;
+                    continue;
+                }
+                let mut q = p + 1;
+                while q < first_page + count && held(q) {
+                    q += 1;
+                }
+                let at = ((p - first_page) * page) as usize;
+                let bytes = data[at..at + ((q - p) * page) as usize].to_vec();
+                match plane.fill(p * page, bytes) {
+                    Ok(t) => {
+                        tickets.push(t);
+                        stored += q - p;
+                    }
+                    Err(e) => tracing::warn!(error = %e, page = p, "plane fill refused"),
+                }
+                p = q;
+            }
+        }
+        for t in tickets {
+            if let Err(e) = t.wait() {
+                tracing::warn!(error = %e, "plane fill failed");
+            }
+        }
+        stored
+    }
+
+    /// The residency plane (`None` after [`DaxPlane::shutdown`]).
+    pub fn plane(&self) -> Option<Arc<dyn ResidencyPlane>> {
+        lock(&self.plane).clone()
+    }
+
+    /// Unmounts the plane now, whoever still holds this `DaxPlane` (it must
+    /// happen before the process exits: a process that still has the pool
+    /// file open when its own FUSE server threads die hangs in the kernel
+    /// at exit, closing that file). Mappings of the pool that are still
+    /// alive get `SIGBUS`. Idempotent.
+    pub fn shutdown(&self) {
+        lock(&self.prefetch_tx).take();
+        let plane = lock(&self.plane).take();
+        if let Some(p) = plane {
+            if Arc::strong_count(&p) > 1 {
+                tracing::warn!(
+                    "the residency plane is still referenced; it unmounts when the last user goes"
+                );
+            }
+            drop(p);
+        }
+    }
+
+    /// The window size each VM gets.
+    pub fn window(&self) -> u64 {
+        self.window
+    }
+
+    /// The [`VmId`] of VM `metrics.name` (assigned on first use).
+    pub fn vm_id(&self, metrics: &Arc<VmMetrics>) -> VmId {
+        let mut vms = lock(&self.state.vms);
+        if let Some(i) = vms.iter().position(|v| v.name == metrics.name) {
+            return i as VmId;
+        }
+        vms.push(metrics.clone());
+        (vms.len() - 1) as VmId
+    }
+
+    /// The [`VmId`] of VM `name`, if it has one.
+    pub fn find_vm_id(&self, name: &str) -> Option<VmId> {
+        lock(&self.state.vms)
+            .iter()
+            .position(|v| v.name == name)
+            .map(|i| i as VmId)
+    }
+
+    /// The name of VM `id`.
+    pub fn vm_name(&self, id: VmId) -> Option<String> {
+        lock(&self.state.vms).get(id as usize).map(|v| v.name.clone())
+    }
+
+    /// Plane counters (`None` once shut down).
+    pub fn plane_metrics(&self) -> Option<residency::PlaneMetricsSnapshot> {
+        self.plane().map(|p| p.metrics())
+    }
+
+    /// A VM's VMM process connected: its threads' traps count for it.
+    pub fn register_vmm(&self, vm: VmId, pid: u32) {
+        {
+            let mut pids = lock(&self.state.vmm_pids);
+            pids.retain(|(_, v)| *v != vm);
+            pids.push((pid, vm));
+        }
+        if let Some(p) = self.plane() {
+            p.register_vmm(vm, pid);
+        }
+    }
+
+    /// A VM's VMM disconnected.
+    pub fn unregister_vmm(&self, vm: VmId) {
+        lock(&self.state.vmm_pids).retain(|(_, v)| *v != vm);
+        if let Some(p) = self.plane() {
+            p.unregister_vmm(vm);
+        }
+    }
+
+    /// Tracks `session`'s window for [`DaxPlane::shared_pages`].
+    pub fn register_session(&self, session: &Arc<DaxSession>) {
+        let mut s = lock(&self.sessions);
+        s.retain(|w| w.strong_count() > 0);
+        s.push(Arc::downgrade(session));
+    }
+
+    /// Pool pages mapped by the windows of two or more VMs now.
+    pub fn shared_pages(&self) -> u64 {
+        let sessions: Vec<Arc<DaxSession>> = lock(&self.sessions)
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect();
+        // extent -> (vm, bytes mapped from the extent's start), largest per VM.
+        let mut by_extent: std::collections::HashMap<u64, Vec<(VmId, u64)>> =
+            std::collections::HashMap::new();
+        for s in &sessions {
+            for slot in lock(&s.slots).values() {
+                let vms = by_extent.entry(slot.extent).or_default();
+                match vms.iter_mut().find(|(v, _)| *v == s.vm) {
+                    Some((_, len)) => *len = (*len).max(slot.len),
+                    None => vms.push((s.vm, slot.len)),
+                }
+            }
+        }
+        by_extent
+            .values()
+            .map(|vms| {
+                // Pages [0, second-largest len) are mapped by >= 2 VMs.
+                let mut lens: Vec<u64> = vms.iter().map(|(_, l)| *l).collect();
+                lens.sort_unstable_by(|a, b| b.cmp(a));
+                lens.get(1).copied().unwrap_or(0) / residency::PAGE_SIZE
+            })
+            .sum()
+    }
+}
+
+impl Drop for DaxPlane {
+    fn drop(&mut self) {
+        // Unmounts (and joins the plane's threads) when the last user goes.
+        self.shutdown();
+    }
+}
+
+
+impl DaxPlane {
+    /// The pool extent of file chunk `chunk` of `key` for a window slot,
+    /// allocated if needed and marked as window-mapped; the host file is
+    /// kept open for traps and write-backs (`open` runs only the first
+    /// time). `Ok(None)`: the pool is full and the chunk has no extent of
+    /// its own.
+    pub fn window_extent(
+        &self,
+        key: FileKey,
+        chunk: u64,
+        open: impl FnOnce() -> Result<File, rustix::io::Errno>,
+    ) -> Result<Option<u64>, rustix::io::Errno> {
+        let known = lock(&self.state.windows).files.get(&key).cloned();
+        let file = match known {
+            Some(f) => f,
+            None => Arc::new(open()?),
+        };
+        let Some(extent) = self.shared.pool().own_extent(key, chunk) else {
+            return Ok(None);
+        };
+        let mut w = lock(&self.state.windows);
+        w.files.entry(key).or_insert(file);
+        w.extents.insert(extent);
+        Ok(Some(extent))
+    }
+
+    /// The host file of `key`, if it was ever mapped into a window.
+    pub fn window_file(&self, key: FileKey) -> Option<Arc<File>> {
+        lock(&self.state.windows).files.get(&key).cloned()
+    }
+
+    /// Whether pool extent `extent` was ever mapped into a window.
+    pub fn is_window_extent(&self, extent: u64) -> bool {
+        self.state.is_window_extent(extent)
+    }
+
+    /// The pool ranges (page aligned, within window-mapped extents) that
+    /// hold the file's bytes `[offset, offset + len)`, in file order.
+    fn window_ranges(&self, key: FileKey, offset: u64, len: u64) -> Vec<(u64, u64)> {
+        if len == 0 {
+            return Vec::new();
+        }
+        let start = offset / PAGE * PAGE;
+        let end = offset.saturating_add(len).div_ceil(PAGE).saturating_mul(PAGE);
+        let own = self.shared.pool().own_extents(key);
+        own.into_iter()
+            .filter(|&(chunk, e)| {
+                let (lo, hi) = (chunk * EXTENT_SIZE, (chunk + 1) * EXTENT_SIZE);
+                lo < end && hi > start && self.state.is_window_extent(e)
+            })
+            .map(|(chunk, e)| {
+                let lo = (chunk * EXTENT_SIZE).max(start);
+                let hi = ((chunk + 1) * EXTENT_SIZE).min(end);
+                (e * EXTENT_SIZE + lo % EXTENT_SIZE, hi - lo)
+            })
+            .collect()
+    }
+
+    /// Evicts the pages of window-mapped extents whose rank is in
+    /// `[old, new)` (DRAM at `old`, CXL at `new`); returns the pages evicted.
+    fn evict_moved_to_cxl(&self, old: u8, new: u8) -> u64 {
+        let Some(plane) = self.plane() else { return 0 };
+        let mut extents: Vec<u64> = lock(&self.state.windows).extents.iter().copied().collect();
+        extents.sort_unstable();
+        let per_extent = EXTENT_SIZE / PAGE;
+        let mut pages = Vec::new();
+        for extent in extents {
+            let first = extent * per_extent;
+            pages.extend((first..first + per_extent).filter(|&p| {
+                let r = placement::rank(p);
+                r >= old && r < new
+            }));
+        }
+        let mut tickets = Vec::new();
+        for (start, n) in page_runs(&pages) {
+            match plane.evict(start * PAGE, n * PAGE) {
+                Ok(t) => tickets.push(t),
+                Err(e) => tracing::warn!(error = %e, start, n, "cannot evict pages moved to CXL"),
+            }
+        }
+        for t in tickets {
+            if let Err(e) = t.wait() {
+                tracing::warn!(error = %e, "eviction of pages moved to CXL failed");
+            }
+        }
+        pages.len() as u64
+    }
+}
+
+/// Runs of consecutive page numbers in sorted `pages`: `(first, count)`.
+fn page_runs(pages: &[u64]) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for &p in pages {
+        match out.last_mut() {
+            Some((start, n)) if *start + *n == p => *n += 1,
+            _ => out.push((p, 1)),
+        }
+    }
+    out
+}
+
+impl DeviceObserver for DaxPlane {
+    fn evicted(&self, pages: Vec<u64>) {
+        let Some(plane) = self.plane() else { return };
+        let mut pages: Vec<u64> = pages
+            .into_iter()
+            .filter(|p| self.state.is_window_extent(p * PAGE / EXTENT_SIZE))
+            .collect();
+        pages.sort_unstable();
+        pages.dedup();
+        for (first, n) in page_runs(&pages) {
+            // The ticket is dropped: the notifier goes on without a waiter.
+            if let Err(e) = plane.evict(first * PAGE, n * PAGE) {
+                tracing::warn!(error = %e, first, n, "cannot evict pool pages from the plane");
+            }
+        }
+    }
+
+    fn prefetched(&self, pages: Vec<(u64, u64)>) {
+        let pages: Vec<(u64, u64)> = pages
+            .into_iter()
+            .filter(|&(p, _)| self.state.is_window_extent(p * PAGE / EXTENT_SIZE))
+            .collect();
+        if pages.is_empty() {
+            return;
+        }
+        if let Some(tx) = lock(&self.prefetch_tx).as_ref() {
+            // The filler gone (shutting down): nothing to push.
+            let _ = tx.send(pages);
+        }
+    }
+
+    fn released(&self, key: FileKey, extents: &[u64]) {
+        let window: Vec<u64> = {
+            let mut w = lock(&self.state.windows);
+            w.files.remove(&key);
+            extents
+                .iter()
+                .copied()
+                .filter(|e| w.extents.remove(e))
+                .collect()
+        };
+        // The plane must forget the deleted file's pages before another file
+        // gets the extents (its write-backs find no owner and are dropped).
+        let Some(plane) = self.plane() else { return };
+        for extent in window {
+            match plane.evict(extent * EXTENT_SIZE, EXTENT_SIZE) {
+                Ok(t) => {
+                    if let Err(e) = t.wait() {
+                        tracing::warn!(error = %e, extent, "pool eviction of a deleted file failed");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, extent, "cannot evict a deleted file's pool extent")
+                }
+            }
+        }
+    }
+
+    fn moved_to_cxl(&self, old: u8, new: u8) -> u64 {
+        self.evict_moved_to_cxl(old, new)
+    }
+}
+
+impl Coherence for DaxPlane {
+    fn change_guard(&self) -> MutexGuard<'_, ()> {
+        lock(&self.plane_fill)
+    }
+
+    fn evict_file_range(&self, key: FileKey, offset: u64, len: u64) {
+        let Some(plane) = self.plane() else { return };
+        for (off, n) in self.window_ranges(key, offset, len) {
+            match plane.evict(off, n).map(|t| t.wait()) {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) | Err(e) => {
+                    tracing::warn!(error = %e, off, len = n, "cannot evict pool pages before a file change")
+                }
+            }
+        }
+    }
+
+    fn sync_file_range(&self, key: FileKey, offset: u64, len: u64) -> Result<(), SyncPoolError> {
+        let Some(plane) = self.plane() else {
+            return Ok(());
+        };
+        for (off, n) in self.window_ranges(key, offset, len) {
+            plane.sync(off, n).map_err(|source| SyncPoolError {
+                offset: off,
+                len: n,
+                source,
+            })?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,76 @@
+//! What the device tells those who mirror it (the DAX plane): pages it
+//! evicted or prefetched, extents it gave back, pages the placement moved
+//! to the CXL tier. Observers subscribe with
+//! [`SharedDevice::subscribe`](super::SharedDevice::subscribe); the device
+//! never calls a plane itself.
+
+use crate::ids::FileKey;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+/// Receives the device's events. Called outside the device and pool locks.
+pub trait DeviceObserver: Send + Sync {
+    /// Pool pages the device evicted (page numbers, unsorted). Must not
+    /// wait: it runs on data-path threads, plane threads included.
+    fn evicted(&self, pages: Vec<u64>);
+
+    /// Pool pages the prefetcher filled, each with the device time it is
+    /// ready at. Must not wait.
+    fn prefetched(&self, pages: Vec<(u64, u64)>);
+
+    /// The host file `key` is gone (deleted, last reference dropped); its
+    /// own `extents` go back to the pool right after this returns: drop
+    /// every page of them now (may wait; never called on a plane thread).
+    fn released(&self, key: FileKey, extents: &[u64]);
+
+    /// The CXL share went from `old` to `new` (> `old`) percent: pages that
+    /// were DRAM-tier are CXL-tier now, and their next access must reach
+    /// the device. Returns the pages dropped (may wait).
+    fn moved_to_cxl(&self, old: u8, new: u8) -> u64;
+}
+
+/// The subscribed observers (held weakly).
+#[derive(Default)]
+pub(super) struct Observers {
+    list: Mutex<Vec<Weak<dyn DeviceObserver>>>,
+}
+
+impl Observers {
+    fn lock(&self) -> MutexGuard<'_, Vec<Weak<dyn DeviceObserver>>> {
+        self.list.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn add(&self, o: Weak<dyn DeviceObserver>) {
+        let mut l = self.lock();
+        l.retain(|w| w.strong_count() > 0);
+        l.push(o);
+    }
+
+    /// The observers still alive.
+    pub(super) fn live(&self) -> Vec<Arc<dyn DeviceObserver>> {
+        self.lock().iter().filter_map(Weak::upgrade).collect()
+    }
+
+    pub(super) fn evicted(&self, pages: Vec<u64>) {
+        if pages.is_empty() {
+            return;
+        }
+        for o in self.live() {
+            o.evicted(pages.clone());
+        }
+    }
+
+    pub(super) fn prefetched(&self, pages: Vec<(u64, u64)>) {
+        if pages.is_empty() {
+            return;
+        }
+        for o in self.live() {
+            o.prefetched(pages.clone());
+        }
+    }
+
+    pub(super) fn released(&self, key: FileKey, extents: &[u64]) {
+        for o in self.live() {
+            o.released(key, extents);
+        }
+    }
+}

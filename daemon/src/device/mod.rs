@@ -1,0 +1,576 @@
+//! The one emulated device every VM's data path goes through, and what
+//! belongs to it: the pool allocator ([`pool`]), the DRAM / CXL placement
+//! ([`placement`]), the device's clock ([`Clock`]) and its events
+//! ([`events`]).
+//!
+//! The device model itself (`cxlfs-device-model`) is pure: time is an
+//! argument. [`SharedDevice`] is the daemon's locked instance of it:
+//! charges take the arrival time from the caller, and only the daemon's
+//! threads sleep or spin. Nothing here knows the residency plane; the DAX
+//! plane subscribes to the device's events instead.
+
+pub mod clock;
+pub mod events;
+pub mod placement;
+pub mod pool;
+
+pub use clock::Clock;
+pub use events::DeviceObserver;
+pub use pool::{ExtentOwner, Pool, Segment, EXTENT_SIZE, PAGE};
+
+use crate::ids::FileKey;
+use cxlfs_device_model::nand::NandStats;
+use cxlfs_device_model::{AccessError, Device, DeviceStats, Op, PageFilter};
+use events::Observers;
+use placement::{Placement, SetCxlRatioError, Tier};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+/// What the device did during some accesses (counter deltas), so that
+/// NAND work, GC and prefetches can be put down to the VM whose access
+/// caused them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceActivity {
+    /// NAND page reads (fills, prefetches, GC copies).
+    pub nand_reads: u64,
+    /// NAND page programs (write-backs, GC copies).
+    pub nand_programs: u64,
+    /// Of which on behalf of the host (write-backs).
+    pub host_programs: u64,
+    /// Block erases.
+    pub nand_erases: u64,
+    /// GC victim blocks reclaimed.
+    pub gc_runs: u64,
+    /// Prefetches issued.
+    pub prefetch_issued: u64,
+    /// Prefetched pages used by a demand access.
+    pub prefetch_used: u64,
+}
+
+impl DeviceActivity {
+    fn read(dev: &Device) -> (NandStats, (u64, u64)) {
+        (dev.nand_stats(), dev.prefetch_counts())
+    }
+
+    fn between(before: &(NandStats, (u64, u64)), after: &(NandStats, (u64, u64))) -> Self {
+        let (n0, (pi0, pu0)) = before;
+        let (n1, (pi1, pu1)) = after;
+        DeviceActivity {
+            nand_reads: n1.reads().saturating_sub(n0.reads()),
+            nand_programs: n1.programs().saturating_sub(n0.programs()),
+            host_programs: n1.host_programs.saturating_sub(n0.host_programs),
+            nand_erases: n1.erases.saturating_sub(n0.erases),
+            gc_runs: n1.gc_runs.saturating_sub(n0.gc_runs),
+            prefetch_issued: pi1.saturating_sub(*pi0),
+            prefetch_used: pu1.saturating_sub(*pu0),
+        }
+    }
+}
+
+/// What a data-path charge did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Charge {
+    /// When the last segment completes (device time, ns since daemon start).
+    pub completes_at_ns: u64,
+    /// Page hits (CXL tier).
+    pub page_hits: u64,
+    /// Page misses (CXL tier).
+    pub page_misses: u64,
+    /// Pages served from the DRAM tier (no device access, no delay).
+    pub dram_pages: u64,
+    /// What the device did meanwhile.
+    pub activity: DeviceActivity,
+}
+
+/// Why a data-path access could not be charged to the device.
+#[derive(Debug, thiserror::Error)]
+pub enum ChargeAccessError {
+    /// The device refused the access.
+    #[error("device access failed")]
+    Device(#[from] AccessError),
+}
+
+/// What a change of `cxl_ratio` did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RatioChange {
+    /// The ratio before.
+    pub old: u8,
+    /// The ratio now.
+    pub new: u8,
+    /// CXL → DRAM pages dropped from the device cache (unwritten: their
+    /// data now lives in host DRAM).
+    pub discarded_device_pages: u64,
+    /// DRAM → CXL pages evicted from the residency plane (DAX): their
+    /// next access traps and is charged.
+    pub plane_evicted_pages: u64,
+}
+
+/// Pages the device's prefetcher filled, with when each is ready (ns).
+pub type PrefetchedPages = Vec<(u64, u64)>;
+
+/// The device model, the pool, the placement and the daemon's clock,
+/// shared by all VMs: the one locked device. It never calls the residency
+/// plane: what the device does that a plane must mirror (evictions,
+/// prefetch fills, freed extents, pages moved to the CXL tier) goes to the
+/// [`DeviceObserver`]s that subscribed.
+pub struct SharedDevice {
+    device: Mutex<Device>,
+    pool: Mutex<Pool>,
+    clock: Clock,
+    /// DRAM / CXL placement of pool pages. Read under the device lock on
+    /// the data path and changed under it, so an access is classified by
+    /// one ratio.
+    placement: Arc<Placement>,
+    observers: Observers,
+}
+
+impl std::fmt::Debug for SharedDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedDevice")
+            .field("cxl_ratio", &self.cxl_ratio())
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves plain data behind: keep going.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Charges pool bytes `[addr, addr + len)` (one extent at most) at
+/// `now_ns`: CXL-tier runs go to the device, DRAM-tier pages are counted
+/// and cost nothing.
+fn charge_locked(
+    dev: &mut Device,
+    cxl_ratio: u8,
+    now_ns: u64,
+    op: Op,
+    addr: u64,
+    len: u64,
+    charge: &mut Charge,
+) -> Result<(), AccessError> {
+    if len == 0 {
+        return Ok(());
+    }
+    let end = addr + len;
+    for (first, pages, tier) in placement::runs(cxl_ratio, addr / PAGE, (end - 1) / PAGE) {
+        match tier {
+            Tier::Dram => charge.dram_pages += pages,
+            Tier::Cxl => {
+                let from = (first * PAGE).max(addr);
+                let to = ((first + pages) * PAGE).min(end);
+                // A run never crosses an extent (the caller splits there),
+                // so it fits a u32.
+                let o = dev.access(now_ns, op, from, (to - from) as u32)?;
+                charge.completes_at_ns = charge.completes_at_ns.max(o.completes_at_ns);
+                charge.page_hits += u64::from(o.page_hits);
+                charge.page_misses += u64::from(o.page_misses);
+            }
+        }
+    }
+    Ok(())
+}
+
+impl SharedDevice {
+    /// Wraps a device (every page on the CXL tier); its capacity bounds the pool.
+    pub fn new(device: Device) -> Self {
+        Self::with_placement(device, Placement::default())
+    }
+
+    /// Wraps a device with pages split by `placement`.
+    pub fn with_placement(mut device: Device, placement: Placement) -> Self {
+        let pool = Pool::new(device.capacity_bytes());
+        let placement = Arc::new(placement);
+        let p = placement.clone();
+        // DRAM-tier pages hold nothing on the device: never prefetch them.
+        device.set_prefetch_skip(Some(PageFilter(Arc::new(move |page| {
+            p.tier(page) == Tier::Dram
+        }))));
+        SharedDevice {
+            device: Mutex::new(device),
+            pool: Mutex::new(pool),
+            clock: Clock::new(),
+            placement,
+            observers: Observers::default(),
+        }
+    }
+
+    /// The placement (read-only; change it with [`SharedDevice::set_cxl_ratio`]).
+    pub fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    /// The ratio in force (percent of file pages on the CXL tier).
+    pub fn cxl_ratio(&self) -> u8 {
+        self.placement.cxl_ratio()
+    }
+
+    /// Changes the share of file pages on the CXL tier at run time
+    /// (0..=100 %). Pages that move CXL → DRAM leave the device cache at
+    /// once (discarded without a write-back: their data now lives in host
+    /// DRAM, and the host file always has it) and stay resident in the
+    /// residency plane. Pages that move DRAM → CXL are evicted from the
+    /// residency plane (DAX-mapped extents; waits until the kernel has
+    /// dropped them) so that their next access traps and is charged; on
+    /// the FUSE path their next access is simply a device miss. Never call
+    /// it from a residency-plane thread.
+    pub fn set_cxl_ratio(&self, cxl_ratio: u8) -> Result<RatioChange, SetCxlRatioError> {
+        placement::check_ratio(u64::from(cxl_ratio))?;
+        let mut change = RatioChange {
+            new: cxl_ratio,
+            ..RatioChange::default()
+        };
+        {
+            let mut dev = self.device();
+            change.old = self.placement.swap(cxl_ratio)?;
+            if cxl_ratio < change.old {
+                for page in dev.resident_page_list() {
+                    if placement::tier_at(cxl_ratio, page) == Tier::Dram {
+                        match dev.discard(page * PAGE, PAGE) {
+                            Ok(n) => change.discarded_device_pages += n,
+                            Err(e) => {
+                                tracing::warn!(error = %e, page, "cannot discard a page moved to DRAM")
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if cxl_ratio > change.old {
+            change.plane_evicted_pages = self
+                .observers
+                .live()
+                .iter()
+                .map(|o| o.moved_to_cxl(change.old, cxl_ratio))
+                .sum();
+        }
+        tracing::info!(
+            old = change.old,
+            new = cxl_ratio,
+            discarded = change.discarded_device_pages,
+            plane_evicted = change.plane_evicted_pages,
+            "cxl_ratio changed"
+        );
+        Ok(change)
+    }
+
+    /// Pool pages placed so far, `(dram, cxl)` at the current ratio.
+    pub fn placed_pages(&self) -> (u64, u64) {
+        let ratio = self.cxl_ratio();
+        self.pool().placed_pages(ratio)
+    }
+
+    /// Monotonic nanoseconds since the daemon started (device time).
+    pub fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    /// The device's clock (device time).
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// The pool (locked).
+    pub fn pool(&self) -> MutexGuard<'_, Pool> {
+        lock(&self.pool)
+    }
+
+    /// The device (locked).
+    pub fn device(&self) -> MutexGuard<'_, Device> {
+        lock(&self.device)
+    }
+
+    /// Device counters.
+    pub fn stats(&self) -> DeviceStats {
+        self.device().stats()
+    }
+
+    /// Subscribes `observer` to the device's events (see
+    /// [`DeviceObserver`]); from now on the device logs its evictions and
+    /// prefetch fills for it. Held weakly: an observer that goes away is
+    /// dropped from the list.
+    pub fn subscribe(&self, observer: Weak<dyn DeviceObserver>) {
+        self.observers.add(observer);
+        let mut dev = self.device();
+        dev.log_evictions(true);
+        dev.log_prefetches(true);
+    }
+
+    /// Hands pages the caller drained from the device's eviction log
+    /// ([`Device::drain_evictions`]) to the observers, as the data path
+    /// does (control commands that run the device directly).
+    pub fn mirror_evicted_pages(&self, evicted: Vec<u64>) {
+        self.observers.evicted(evicted);
+    }
+
+    /// Runs `f` on the locked device (with the ratio in force), puts the
+    /// device activity it caused into the charge, then hands the evictions
+    /// and prefetches it logged to the residency plane, outside the lock.
+    fn charged(
+        &self,
+        now_ns: u64,
+        f: impl FnOnce(&mut Device, u8, &mut Charge) -> Result<(), AccessError>,
+    ) -> Result<Charge, ChargeAccessError> {
+        let mut charge = Charge {
+            completes_at_ns: now_ns,
+            ..Charge::default()
+        };
+        let (evicted, prefetched) = {
+            let mut dev = self.device();
+            let before = DeviceActivity::read(&dev);
+            f(&mut dev, self.placement.cxl_ratio(), &mut charge)?;
+            charge.activity = DeviceActivity::between(&before, &DeviceActivity::read(&dev));
+            (dev.drain_evictions(), dev.drain_prefetches())
+        };
+        self.observers.evicted(evicted);
+        self.observers.prefetched(prefetched);
+        Ok(charge)
+    }
+
+    /// Charges a pool (device) range directly: a residency-plane trap at
+    /// `addr` (never crosses an extent). DRAM-tier pages cost nothing and
+    /// never enter the device cache.
+    pub fn charge_pool(
+        &self,
+        now_ns: u64,
+        op: Op,
+        addr: u64,
+        len: u32,
+    ) -> Result<Charge, ChargeAccessError> {
+        self.pool().touch(addr, u64::from(len));
+        self.charged(now_ns, |dev, ratio, charge| {
+            charge_locked(dev, ratio, now_ns, op, addr, u64::from(len), charge)
+        })
+    }
+
+    /// A residency-plane write-back of pool bytes `[addr, addr+len)` (never
+    /// crosses an extent): stores through DAX windows never reached the
+    /// model (hits are invisible), so CXL-tier pages are bare NAND programs
+    /// (`Device::write_back`: no fill, no hit or miss); DRAM-tier pages are
+    /// free.
+    pub fn write_back_pool(
+        &self,
+        now_ns: u64,
+        addr: u64,
+        len: u64,
+    ) -> Result<Charge, ChargeAccessError> {
+        self.charged(now_ns, |dev, ratio, charge| {
+            if len == 0 {
+                return Ok(());
+            }
+            let end = addr + len;
+            for (first, pages, tier) in placement::runs(ratio, addr / PAGE, (end - 1) / PAGE) {
+                match tier {
+                    Tier::Dram => charge.dram_pages += pages,
+                    Tier::Cxl => {
+                        let from = (first * PAGE).max(addr);
+                        let to = ((first + pages) * PAGE).min(end);
+                        let done = dev.write_back(now_ns, from, to - from)?;
+                        charge.completes_at_ns = charge.completes_at_ns.max(done);
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Charges file bytes `[offset, offset+len)` of `key` arriving at `now_ns`.
+    pub fn charge(
+        &self,
+        now_ns: u64,
+        op: Op,
+        key: FileKey,
+        offset: u64,
+        len: u64,
+    ) -> Result<Charge, ChargeAccessError> {
+        if len == 0 {
+            return Ok(Charge {
+                completes_at_ns: now_ns,
+                ..Charge::default()
+            });
+        }
+        let segments = {
+            let mut pool = self.pool();
+            let segments = pool.segments(key, offset, len);
+            for s in &segments {
+                pool.touch(s.addr, u64::from(s.len));
+            }
+            segments
+        };
+        self.charged(now_ns, |dev, ratio, charge| {
+            for s in segments {
+                charge_locked(dev, ratio, now_ns, op, s.addr, u64::from(s.len), charge)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Takes one reference on a file (a VM session registered it).
+    pub fn acquire_file(&self, key: FileKey) {
+        self.pool().acquire(key);
+    }
+
+    /// Drops one reference on a file; `deleted`: the host file no longer
+    /// exists (no links left), so with the last reference its extents go
+    /// back to the pool, their device pages are discarded unwritten, and
+    /// the observers drop them (before another file can get them).
+    pub fn release_file(&self, key: FileKey, deleted: bool) {
+        let freed = {
+            let mut pool = self.pool();
+            pool.release(key);
+            if !(deleted && pool.refs(key) == 0) {
+                return;
+            }
+            pool.take_file(key)
+        };
+        {
+            let mut dev = self.device();
+            for &extent in &freed {
+                if let Err(e) = dev.discard(extent * EXTENT_SIZE, EXTENT_SIZE) {
+                    tracing::warn!(error = %e, extent, "cannot discard a freed pool extent");
+                }
+            }
+        }
+        self.observers.released(key, &freed);
+        self.pool().free_extents(&freed);
+    }
+
+    /// Writes every dirty device page back; returns when that is durable.
+    pub fn flush(&self) -> Result<u64, AccessError> {
+        let now = self.now_ns();
+        self.device().flush(now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use super::placement;
+
+    const K: FileKey = FileKey { dev: 1, ino: 2 };
+
+    #[test]
+    fn deleting_a_file_discards_its_device_pages() {
+        let cfg = cxlfs_device_model::DeviceConfig::default()
+            .with_overrides(&["cache.size_bytes=16MiB"])
+            .unwrap();
+        let shared = SharedDevice::new(Device::new(cfg).unwrap());
+        shared.pool().acquire(K);
+        let first = shared.charge(0, Op::Read, K, 0, 8192).unwrap();
+        assert_eq!(first.page_misses, 2);
+        shared.release_file(K, false);
+        shared.pool().acquire(K);
+        let again = shared
+            .charge(first.completes_at_ns, Op::Read, K, 0, 8192)
+            .unwrap();
+        assert_eq!(again.page_hits, 2, "a closed file keeps its cached pages");
+        shared.release_file(K, true);
+        assert_eq!(shared.stats().resident_pages, 0);
+        let other = FileKey { dev: 1, ino: 9 };
+        shared.pool().acquire(other);
+        let fresh = shared
+            .charge(again.completes_at_ns, Op::Read, other, 0, 8192)
+            .unwrap();
+        assert_eq!(
+            fresh.page_misses, 2,
+            "a new file must not hit a deleted file's pages"
+        );
+    }
+
+    fn device_with(ratio: u8, extra: &[&str]) -> SharedDevice {
+        let mut o = vec!["cache.size_bytes=16MiB", "nand.read_ns=30us"];
+        o.extend_from_slice(extra);
+        let cfg = cxlfs_device_model::DeviceConfig::default()
+            .with_overrides(&o)
+            .unwrap();
+        SharedDevice::with_placement(Device::new(cfg).unwrap(), Placement::new(ratio).unwrap())
+    }
+
+    #[test]
+    fn dram_tier_pages_cost_no_device_access() {
+        let shared = device_with(0, &[]);
+        shared.pool().acquire(K);
+        let c = shared.charge(1000, Op::Read, K, 0, 256 * PAGE).unwrap();
+        assert_eq!((c.page_hits, c.page_misses, c.dram_pages), (0, 0, 256));
+        assert_eq!(c.completes_at_ns, 1000, "no delay");
+        assert_eq!(c.activity, DeviceActivity::default());
+        let w = shared.charge(2000, Op::Write, K, 100, 3 * PAGE).unwrap();
+        assert_eq!(
+            (w.page_misses, w.dram_pages, w.completes_at_ns),
+            (0, 4, 2000)
+        );
+        let st = shared.stats();
+        assert_eq!((st.accesses, st.hits, st.misses), (0, 0, 0));
+        assert_eq!((st.resident_pages, st.nand.reads()), (0, 0));
+        assert_eq!(shared.placed_pages(), (256, 0));
+        // A trap / write-back on a DRAM page: the same.
+        let t = shared.charge_pool(5000, Op::Read, 0, PAGE as u32).unwrap();
+        assert_eq!(
+            (t.page_misses, t.dram_pages, t.completes_at_ns),
+            (0, 1, 5000)
+        );
+    }
+
+    #[test]
+    fn the_split_follows_the_ratio_and_dram_pages_never_enter_the_cache() {
+        for ratio in [1u8, 30, 50, 99] {
+            // A prefetcher that would pull neighbours in.
+            let shared = device_with(ratio, &["prefetch.degree=4"]);
+            shared.pool().acquire(K);
+            let pages = 1000;
+            let c = shared.charge(0, Op::Read, K, 0, pages * PAGE).unwrap();
+            let base = shared.pool().extent_of(K, 0).unwrap() * EXTENT_SIZE / PAGE;
+            let want_cxl = (base..base + pages)
+                .filter(|&p| placement::tier_at(ratio, p) == Tier::Cxl)
+                .count() as u64;
+            assert_eq!(c.page_misses + c.page_hits, want_cxl, "ratio {ratio}");
+            assert_eq!(c.dram_pages, pages - want_cxl);
+            assert!(want_cxl.abs_diff(pages * u64::from(ratio) / 100) <= 3);
+            let dev = shared.device();
+            for p in dev.resident_page_list() {
+                assert_eq!(
+                    placement::tier_at(ratio, p),
+                    Tier::Cxl,
+                    "page {p} at {ratio}"
+                );
+            }
+            drop(dev);
+            assert_eq!(shared.placed_pages(), (pages - want_cxl, want_cxl));
+        }
+    }
+
+    #[test]
+    fn changing_the_ratio_moves_pages_between_tiers() {
+        let shared = device_with(100, &[]);
+        shared.pool().acquire(K);
+        let pages = 400;
+        let first = shared.charge(0, Op::Read, K, 0, pages * PAGE).unwrap();
+        assert_eq!(first.page_misses, pages);
+        assert_eq!(shared.stats().resident_pages, pages);
+        // 100 -> 30: 70 % of the pages leave the device cache.
+        let ch = shared.set_cxl_ratio(30).unwrap();
+        assert_eq!((ch.old, ch.new), (100, 30));
+        assert_eq!(ch.discarded_device_pages, pages * 70 / 100);
+        assert_eq!(shared.stats().resident_pages, pages * 30 / 100);
+        let t = first.completes_at_ns;
+        let again = shared.charge(t, Op::Read, K, 0, pages * PAGE).unwrap();
+        assert_eq!(
+            (again.page_hits, again.page_misses, again.dram_pages),
+            (120, 0, 280)
+        );
+        // 30 -> 60: the pages that moved to CXL miss on their next access.
+        let ch = shared.set_cxl_ratio(60).unwrap();
+        assert_eq!(ch.discarded_device_pages, 0);
+        let t = again.completes_at_ns;
+        let third = shared.charge(t, Op::Read, K, 0, pages * PAGE).unwrap();
+        assert_eq!(
+            (third.page_hits, third.page_misses, third.dram_pages),
+            (120, 120, 160)
+        );
+        assert_eq!(shared.placed_pages(), (160, 240));
+        assert_eq!(
+            shared.set_cxl_ratio(101).unwrap_err(),
+            SetCxlRatioError::OutOfRange(101)
+        );
+        assert_eq!(shared.cxl_ratio(), 60, "a refused ratio changes nothing");
+    }
+}

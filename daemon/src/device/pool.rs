@@ -1,0 +1,304 @@
+//! The pool: device addresses for file pages (a pure allocator: no
+//! device, no clock, no plane).
+//!
+//! Every host file that a guest reads or writes gets device address space in
+//! 2 MiB extents: file bytes `[k * 2 MiB, (k+1) * 2 MiB)` live in one
+//! contiguous, 2 MiB-aligned device range. A DAX window slot is 2 MiB, so
+//! one slot maps one contiguous pool range. Files are keyed by the host
+//! `(st_dev, st_ino)` ([`FileKey`]), not by a VM's node id: two VMs reading
+//! the same file touch the same device pages, so the device cache is shared.
+//!
+//! Extents are allocated on first touch and stay with the file for as long
+//! as it exists on the host: the file's data lives on the device whether or
+//! not a guest holds it open, so reopening it finds its cached pages again
+//! and no other file can inherit them. They return to the pool when the
+//! file is deleted and the last guest reference goes. A file deleted on the
+//! host behind the daemon's back keeps its extents; if the host reuses its
+//! inode number, the new file inherits the old one's residency (a timing
+//! inaccuracy only: data always comes from the host file).
+
+use super::placement::TierCensus;
+use crate::ids::FileKey;
+use std::collections::HashMap;
+
+/// Bytes per pool extent (= one DAX window slot).
+pub const EXTENT_SIZE: u64 = 2 << 20;
+/// Bytes per pool page (= device page, residency-plane page).
+pub const PAGE: u64 = 4096;
+
+#[derive(Debug, Default)]
+struct FileExtents {
+    /// Inode references held by VMs.
+    refs: u64,
+    /// Pool extent index per 2 MiB file chunk, allocated on first touch.
+    extents: HashMap<u64, u64>,
+}
+
+/// Who owns a pool extent (for the residency plane's reverse look-up).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExtentOwner {
+    /// The host file.
+    pub key: FileKey,
+    /// The file's 2 MiB chunk held by the extent.
+    pub chunk: u64,
+}
+
+/// The pool address allocator.
+#[derive(Debug)]
+pub struct Pool {
+    capacity_extents: u64,
+    next: u64,
+    free: Vec<u64>,
+    files: HashMap<FileKey, FileExtents>,
+    aliased: u64,
+    /// Extent → (file, chunk), for extents a file owns (not aliased ones).
+    owners: HashMap<u64, (FileKey, u64)>,
+    /// Pool pages placed so far (touched), per interleave slot.
+    census: TierCensus,
+}
+
+/// One contiguous piece of a file range in device address space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    /// Device address of the first byte.
+    pub addr: u64,
+    /// Bytes (never crosses an extent).
+    pub len: u32,
+}
+
+impl Pool {
+    /// A pool over `capacity_bytes` of device address space.
+    pub fn new(capacity_bytes: u64) -> Self {
+        Pool {
+            capacity_extents: capacity_bytes / EXTENT_SIZE,
+            next: 0,
+            free: Vec::new(),
+            files: HashMap::new(),
+            aliased: 0,
+            owners: HashMap::new(),
+            census: TierCensus::default(),
+        }
+    }
+
+    /// Pool pages placed (touched) so far: `(dram, cxl)` at `cxl_ratio`.
+    pub fn placed_pages(&self, cxl_ratio: u8) -> (u64, u64) {
+        self.census.split(cxl_ratio)
+    }
+
+    /// Marks pool bytes `[addr, addr + len)` placed (first touch).
+    pub fn touch(&mut self, addr: u64, len: u64) {
+        if len > 0 {
+            self.census.touch(addr / PAGE, (addr + len - 1) / PAGE);
+        }
+    }
+
+    /// Extents the pool can hand out.
+    pub fn capacity_extents(&self) -> u64 {
+        self.capacity_extents
+    }
+
+    /// Extents currently held by files.
+    pub fn allocated_extents(&self) -> u64 {
+        self.next - self.free.len() as u64
+    }
+
+    /// Chunks that had to share an extent because the pool was full.
+    pub fn aliased_chunks(&self) -> u64 {
+        self.aliased
+    }
+
+    /// A VM took a reference on the file's inode.
+    pub fn acquire(&mut self, key: FileKey) {
+        self.files.entry(key).or_default().refs += 1;
+    }
+
+    /// A VM dropped a reference. The file keeps its extents.
+    pub fn release(&mut self, key: FileKey) {
+        if let Some(f) = self.files.get_mut(&key) {
+            f.refs = f.refs.saturating_sub(1);
+        }
+    }
+
+    /// The file is gone from the host: returns its own extents (not those it
+    /// shared because the pool was full) to the pool, and lists them so the
+    /// caller can discard their pages from the device.
+    pub fn remove(&mut self, key: FileKey) -> Vec<u64> {
+        let own = self.take_file(key);
+        self.free_extents(&own);
+        own
+    }
+
+    /// Forgets the file like [`Pool::remove`] but keeps its own extents off
+    /// the free list (the caller frees them with [`Pool::free_extents`] once
+    /// their pages are gone from the residency plane). Returns them.
+    pub fn take_file(&mut self, key: FileKey) -> Vec<u64> {
+        let Some(f) = self.files.remove(&key) else {
+            return Vec::new();
+        };
+        let own: Vec<u64> = f.extents.into_values().filter(|&e| e < self.next).collect();
+        for e in &own {
+            self.owners.remove(e);
+        }
+        own
+    }
+
+    /// Returns extents taken with [`Pool::take_file`] to the pool.
+    pub fn free_extents(&mut self, extents: &[u64]) {
+        for e in extents {
+            self.census.forget_extent(*e);
+        }
+        self.free.extend(extents);
+    }
+
+    /// The extent holding file chunk `chunk` as the file's own (allocated
+    /// if needed); `None` when the pool is full and the chunk would have
+    /// to share an extent (a DAX window slot must map the file's own pages).
+    pub fn own_extent(&mut self, key: FileKey, chunk: u64) -> Option<u64> {
+        self.extent_for(key, chunk);
+        let raw = *self.files.get(&key)?.extents.get(&chunk)?;
+        (raw < self.capacity_extents).then_some(raw)
+    }
+
+    /// The file's own extents (not shared ones) as `(chunk, extent)`, in
+    /// chunk order.
+    pub fn own_extents(&self, key: FileKey) -> Vec<(u64, u64)> {
+        let Some(f) = self.files.get(&key) else {
+            return Vec::new();
+        };
+        let mut v: Vec<(u64, u64)> = f
+            .extents
+            .iter()
+            .map(|(&c, &e)| (c, e))
+            .filter(|&(_, e)| e < self.capacity_extents)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// References VMs hold on the file.
+    pub fn refs(&self, key: FileKey) -> u64 {
+        self.files.get(&key).map_or(0, |f| f.refs)
+    }
+
+    /// Who owns pool extent `extent`.
+    pub fn owner_of(&self, extent: u64) -> Option<ExtentOwner> {
+        let &(key, chunk) = self.owners.get(&extent)?;
+        Some(ExtentOwner { key, chunk })
+    }
+
+    fn extent_for(&mut self, key: FileKey, chunk: u64) -> u64 {
+        let cap = self.capacity_extents.max(1);
+        let file = self.files.entry(key).or_default();
+        if let Some(&e) = file.extents.get(&chunk) {
+            return e;
+        }
+        let e = if let Some(e) = self.free.pop() {
+            e
+        } else if self.next < self.capacity_extents {
+            self.next += 1;
+            self.next - 1
+        } else {
+            // Full: share an extent (deterministically) rather than fail the I/O.
+            // TODO(issue-4): DAX needs a real eviction of pool extents here.
+            self.aliased += 1;
+            (key.ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ chunk) % cap + cap
+        };
+        file.extents.insert(chunk, e);
+        if e < self.capacity_extents {
+            self.owners.insert(e, (key, chunk));
+        }
+        e % cap
+    }
+
+    /// Device segments for file bytes `[offset, offset + len)`, allocating
+    /// extents as needed.
+    pub fn segments(&mut self, key: FileKey, offset: u64, len: u64) -> Vec<Segment> {
+        let mut out = Vec::new();
+        let mut pos = offset;
+        let end = offset.saturating_add(len);
+        while pos < end {
+            let chunk = pos / EXTENT_SIZE;
+            let within = pos % EXTENT_SIZE;
+            let n = (EXTENT_SIZE - within).min(end - pos);
+            let extent = self.extent_for(key, chunk) % self.capacity_extents.max(1);
+            out.push(Segment {
+                addr: extent * EXTENT_SIZE + within,
+                len: n as u32,
+            });
+            pos += n;
+        }
+        out
+    }
+
+    /// The pool extent holding file chunk `chunk`, if allocated.
+    pub fn extent_of(&self, key: FileKey, chunk: u64) -> Option<u64> {
+        self.files
+            .get(&key)
+            .and_then(|f| f.extents.get(&chunk))
+            .map(|e| e % self.capacity_extents.max(1))
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const K: FileKey = FileKey { dev: 1, ino: 2 };
+
+    #[test]
+    fn extents_are_contiguous_and_aligned() {
+        let mut p = Pool::new(64 * EXTENT_SIZE);
+        p.acquire(K);
+        let s = p.segments(K, EXTENT_SIZE - 4096, 8192);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0].len, 4096);
+        assert_eq!(s[1].len, 4096);
+        assert_eq!(s[0].addr % EXTENT_SIZE, EXTENT_SIZE - 4096);
+        assert_eq!(s[1].addr % EXTENT_SIZE, 0);
+        // Same file range, same addresses.
+        assert_eq!(p.segments(K, EXTENT_SIZE - 4096, 8192), s);
+        assert_eq!(p.allocated_extents(), 2);
+    }
+
+    #[test]
+    fn files_do_not_overlap_keep_extents_and_remove_frees() {
+        let mut p = Pool::new(4 * EXTENT_SIZE);
+        let other = FileKey { dev: 1, ino: 3 };
+        p.acquire(K);
+        p.acquire(other);
+        let a = p.segments(K, 0, 1)[0].addr / EXTENT_SIZE;
+        let b = p.segments(other, 0, 1)[0].addr / EXTENT_SIZE;
+        assert_ne!(a, b);
+        p.release(K);
+        // Still on the device: reopening finds the same extent, and no other
+        // file can be handed it.
+        assert_eq!(p.allocated_extents(), 2);
+        let third = FileKey { dev: 1, ino: 4 };
+        assert_ne!(p.segments(third, 0, 1)[0].addr / EXTENT_SIZE, a);
+        p.acquire(K);
+        assert_eq!(p.segments(K, 0, 1)[0].addr / EXTENT_SIZE, a);
+        assert_eq!(p.remove(K), vec![a]);
+        assert_eq!(p.allocated_extents(), 2);
+        assert_eq!(
+            p.segments(FileKey { dev: 1, ino: 5 }, 0, 1)[0].addr / EXTENT_SIZE,
+            a
+        );
+    }
+
+    #[test]
+    fn full_pool_aliases_instead_of_failing() {
+        let mut p = Pool::new(2 * EXTENT_SIZE);
+        p.acquire(K);
+        let s = p.segments(K, 0, 5 * EXTENT_SIZE);
+        assert_eq!(s.len(), 5);
+        assert!(s.iter().all(|s| s.addr < 2 * EXTENT_SIZE));
+        assert_eq!(p.aliased_chunks(), 3);
+        assert_eq!(
+            p.remove(K).len(),
+            2,
+            "only the file's own extents are freed"
+        );
+        assert_eq!(p.allocated_extents(), 0);
+    }
+}

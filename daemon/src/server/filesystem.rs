@@ -1,0 +1,274 @@
+//! The [`FileSystem`] trait: what the FUSE [`Server`](super::Server) asks
+//! of a filesystem, one method per FUSE operation (virtiofsd's shape).
+//!
+//! Every method has a default that answers `ENOSYS`, so a filesystem (or a
+//! layer wrapping one, like [`crate::timing::TimedFs`]) implements only what
+//! it serves. Each call gets a [`Context`] (the caller and the request's
+//! arrival in device time) and returns its value as [`Timed`]: the reply
+//! plus the device time it may be released at (`None`: at once).
+
+use crate::abi::{Attr, EntryOut, Kstatfs, SetattrIn};
+use crate::ids::FileKey;
+use crate::server::payload::PayloadIo;
+use rustix::io::Errno;
+use std::fs::File;
+use std::time::Duration;
+
+/// Who sent a request and when it arrived.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Context {
+    /// Caller's uid in the guest.
+    pub uid: u32,
+    /// Caller's gid in the guest.
+    pub gid: u32,
+    /// Caller's pid in the guest.
+    pub pid: u32,
+    /// Arrival, in device time (ns since the daemon started).
+    pub arrival_ns: u64,
+}
+
+/// A reply value and when it may be released.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Timed<T> {
+    /// The reply.
+    pub value: T,
+    /// Device time the reply may be released at; `None`: at once.
+    pub completes_at_ns: Option<u64>,
+}
+
+impl<T> Timed<T> {
+    /// A reply released at once.
+    pub fn now(value: T) -> Self {
+        Timed {
+            value,
+            completes_at_ns: None,
+        }
+    }
+
+    /// The same release time with another value.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Timed<U> {
+        Timed {
+            value: f(self.value),
+            completes_at_ns: self.completes_at_ns,
+        }
+    }
+}
+
+/// What a filesystem method returns.
+pub type FsResult<T> = Result<Timed<T>, Errno>;
+
+/// An open file or directory: `(fh, FOPEN_* flags)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opened {
+    /// The handle.
+    pub fh: u64,
+    /// `FOPEN_*` flags.
+    pub open_flags: u32,
+}
+
+/// Attributes and how long the guest may cache them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttrReply {
+    /// The attributes.
+    pub attr: Attr,
+    /// Attribute cache timeout.
+    pub timeout: Duration,
+}
+
+/// A directory entry for READDIR(PLUS).
+#[derive(Debug, Clone)]
+pub struct DirEntry {
+    /// Host inode number.
+    pub ino: u64,
+    /// Cookie of the next entry.
+    pub next_off: u64,
+    /// `DT_*` type.
+    pub typ: u32,
+    /// Name.
+    pub name: Vec<u8>,
+}
+
+/// A host file as the server's seams (DAX mapper, ioctl handler) and the
+/// timing layer see it: its identity, size and kind, and — when asked —
+/// the file opened for the residency plane.
+#[derive(Debug, Clone)]
+pub struct HostFile {
+    /// Host identity (also the pool key).
+    pub key: FileKey,
+    /// Size in bytes now.
+    pub size: u64,
+    /// Whether it is a directory.
+    pub is_dir: bool,
+    /// Opened for the residency plane's traps and write-backs (read-write
+    /// when the daemon may), if asked for and a regular file.
+    pub pool_file: Option<File>,
+}
+
+/// One FUSE filesystem. Node ids and file handles are the filesystem's own.
+#[allow(unused_variables)]
+pub trait FileSystem: Send + Sync {
+    /// FUSE_INIT (a new session, or a restart of one): forget the old
+    /// session's state. `kernel_flags`: what the guest offers; returns the
+    /// `FUSE_*` init flags this filesystem wants on top of the server's.
+    fn init(&self, kernel_flags: u64) -> Result<u64, Errno> {
+        Ok(0)
+    }
+
+    /// FUSE_DESTROY: the session ends.
+    fn destroy(&self) {}
+
+    /// LOOKUP of `name` in `parent`; takes one reference on the node.
+    fn lookup(&self, ctx: &Context, parent: u64, name: &[u8]) -> FsResult<EntryOut> {
+        Err(Errno::NOSYS)
+    }
+
+    /// FORGET: drops `nlookup` references (no reply).
+    fn forget(&self, ctx: &Context, nodeid: u64, nlookup: u64) {}
+
+    /// GETATTR, of the handle `fh` when given.
+    fn getattr(&self, ctx: &Context, nodeid: u64, fh: Option<u64>) -> FsResult<AttrReply> {
+        Err(Errno::NOSYS)
+    }
+
+    /// SETATTR.
+    fn setattr(&self, ctx: &Context, nodeid: u64, attr: &SetattrIn) -> FsResult<AttrReply> {
+        Err(Errno::NOSYS)
+    }
+
+    /// READLINK.
+    fn readlink(&self, ctx: &Context, nodeid: u64) -> FsResult<Vec<u8>> {
+        Err(Errno::NOSYS)
+    }
+
+    /// SYMLINK: `name` in `parent` pointing at `target`.
+    fn symlink(&self, ctx: &Context, parent: u64, name: &[u8], target: &[u8]) -> FsResult<EntryOut> {
+        Err(Errno::NOSYS)
+    }
+
+    /// MKDIR.
+    fn mkdir(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+    ) -> FsResult<EntryOut> {
+        Err(Errno::NOSYS)
+    }
+
+    /// UNLINK (`dir` false) or RMDIR (`dir` true).
+    fn unlink(&self, ctx: &Context, parent: u64, name: &[u8], dir: bool) -> FsResult<()> {
+        Err(Errno::NOSYS)
+    }
+
+    /// RENAME / RENAME2 (`flags`: `RENAME_*`).
+    fn rename(&self, ctx: &Context, from: (u64, &[u8]), to: (u64, &[u8]), flags: u32) -> FsResult<()> {
+        Err(Errno::NOSYS)
+    }
+
+    /// OPEN with the guest's `O_*` flags.
+    fn open(&self, ctx: &Context, nodeid: u64, flags: u32) -> FsResult<Opened> {
+        Err(Errno::NOSYS)
+    }
+
+    /// CREATE (and open) `name` in `parent`.
+    fn create(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        name: &[u8],
+        flags: u32,
+        mode: u32,
+        umask: u32,
+    ) -> FsResult<(EntryOut, Opened)> {
+        Err(Errno::NOSYS)
+    }
+
+    /// READ of up to `size` bytes at `offset` of `fh`: the data goes into
+    /// the reply through `io` (reply byte `at` on); returns the bytes read.
+    fn read(&self, ctx: &Context, io: FileIo<'_>) -> FsResult<usize> {
+        Err(Errno::NOSYS)
+    }
+
+    /// WRITE of `size` request bytes (request byte `at` on) through `io` to
+    /// `fh` at `offset`; returns the bytes written.
+    fn write(&self, ctx: &Context, io: FileIo<'_>) -> FsResult<usize> {
+        Err(Errno::NOSYS)
+    }
+
+    /// FLUSH (on every close of a file descriptor in the guest).
+    fn flush(&self, ctx: &Context, nodeid: u64, fh: u64) -> FsResult<()> {
+        Err(Errno::NOSYS)
+    }
+
+    /// FSYNC / FSYNCDIR.
+    fn fsync(&self, ctx: &Context, nodeid: u64, fh: u64, datasync: bool) -> FsResult<()> {
+        Err(Errno::NOSYS)
+    }
+
+    /// RELEASE / RELEASEDIR (no error reaches the guest).
+    fn release(&self, ctx: &Context, nodeid: u64, fh: u64) {}
+
+    /// OPENDIR.
+    fn opendir(&self, ctx: &Context, nodeid: u64) -> FsResult<Opened> {
+        Err(Errno::NOSYS)
+    }
+
+    /// READDIR from cookie `offset`: calls `emit` per entry until it
+    /// returns `false` (reply full).
+    fn readdir(
+        &self,
+        ctx: &Context,
+        fh: u64,
+        offset: u64,
+        emit: &mut dyn FnMut(&DirEntry) -> bool,
+    ) -> FsResult<()> {
+        Err(Errno::NOSYS)
+    }
+
+    /// STATFS.
+    fn statfs(&self, ctx: &Context, nodeid: u64) -> FsResult<Kstatfs> {
+        Err(Errno::NOSYS)
+    }
+
+    /// The host file behind `nodeid` (or the handle `fh`), for the seams
+    /// and layers that act on host files; `for_pool`: also open it for the
+    /// residency plane.
+    fn host_file(&self, nodeid: u64, fh: Option<u64>, for_pool: bool) -> Result<HostFile, Errno> {
+        Err(Errno::NOSYS)
+    }
+
+    /// The host identity of `nodeid` (or of the handle `fh`), without a
+    /// syscall: what the data path charges the device for.
+    fn file_key(&self, nodeid: u64, fh: Option<u64>) -> Result<FileKey, Errno> {
+        Err(Errno::NOSYS)
+    }
+}
+
+/// A READ or WRITE: the file range and where its payload moves.
+pub struct FileIo<'a> {
+    /// The node.
+    pub nodeid: u64,
+    /// The handle.
+    pub fh: u64,
+    /// File offset.
+    pub offset: u64,
+    /// Bytes to move.
+    pub size: u32,
+    /// Where the payload starts in the request (WRITE) or reply (READ).
+    pub at: usize,
+    /// Moves the payload between the message and the file.
+    pub payload: &'a mut dyn PayloadIo,
+}
+
+impl std::fmt::Debug for FileIo<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileIo")
+            .field("nodeid", &self.nodeid)
+            .field("fh", &self.fh)
+            .field("offset", &self.offset)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}

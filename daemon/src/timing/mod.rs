@@ -1,0 +1,276 @@
+//! The timing layer: wraps any [`FileSystem`] and adds what the emulated
+//! device does to it — all device policy of the FUSE path in one place.
+//!
+//! * READ and WRITE are charged to the device model at the request's
+//!   arrival: the file range maps to pool addresses, CXL-tier pages go
+//!   through the device (hits, misses, NAND queueing, GC), DRAM-tier pages
+//!   cost nothing; the reply is released at the charge's completion.
+//! * DAX coherence (when a [`Coherence`] is given, i.e. DAX is on): before
+//!   a WRITE or a truncation changes a file's bytes behind the pool, the
+//!   pool's copies are written back and dropped under the plane-fill guard;
+//!   FSYNC first writes back the stores guests made through their windows.
+//!
+//! Everything else passes through to the wrapped filesystem unchanged.
+
+use crate::abi::{fattr, EntryOut, Kstatfs, SetattrIn};
+use crate::device::{SharedDevice, EXTENT_SIZE};
+use crate::ids::FileKey;
+use crate::metrics::VmMetrics;
+use crate::server::{
+    AttrReply, Context, DirEntry, FileIo, FileSystem, FsResult, HostFile, Opened, Timed,
+};
+use cxlfs_device_model::Op;
+use rustix::io::Errno;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard};
+
+/// A file's dirty pool pages could not be written back.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write back pool pages {offset:#x}+{len:#x}")]
+pub struct SyncPoolError {
+    /// Pool offset of the range.
+    pub offset: u64,
+    /// Its length.
+    pub len: u64,
+    /// The plane's error.
+    #[source]
+    pub source: residency::SendNotifyError,
+}
+
+/// Keeps the pool's copies of file pages coherent with the host files (the
+/// DAX plane implements it).
+pub trait Coherence: Send + Sync {
+    /// Held across every change of a file's bytes behind the pool, so that
+    /// no plane fill reads them meanwhile.
+    fn change_guard(&self) -> MutexGuard<'_, ()>;
+
+    /// Writes back and drops the pool's pages of file bytes
+    /// `[offset, offset + len)` of `key`, and waits.
+    fn evict_file_range(&self, key: FileKey, offset: u64, len: u64);
+
+    /// Writes back the dirty pool pages of those bytes (they stay resident).
+    fn sync_file_range(&self, key: FileKey, offset: u64, len: u64) -> Result<(), SyncPoolError>;
+}
+
+/// A filesystem whose data path is timed by the shared device.
+pub struct TimedFs<F> {
+    inner: F,
+    device: Arc<SharedDevice>,
+    metrics: Arc<VmMetrics>,
+    coherence: Option<Arc<dyn Coherence>>,
+}
+
+impl<F> std::fmt::Debug for TimedFs<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TimedFs")
+            .field("vm", &self.metrics.name)
+            .field("coherence", &self.coherence.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<F: FileSystem> TimedFs<F> {
+    /// Wraps `inner`; charges go to `device` and are counted for `metrics`'
+    /// VM; `coherence`: the DAX plane, when DAX is on.
+    pub fn new(
+        inner: F,
+        device: Arc<SharedDevice>,
+        metrics: Arc<VmMetrics>,
+        coherence: Option<Arc<dyn Coherence>>,
+    ) -> Self {
+        TimedFs {
+            inner,
+            device,
+            metrics,
+            coherence,
+        }
+    }
+
+    /// The wrapped filesystem.
+    pub fn inner(&self) -> &F {
+        &self.inner
+    }
+
+    /// Charges file bytes `[offset, offset + len)` of `key`; returns the
+    /// release time (`None`: nothing to wait for).
+    fn charge(&self, arrival_ns: u64, op: Op, key: FileKey, offset: u64, len: usize) -> Option<u64> {
+        if len == 0 {
+            return None;
+        }
+        match self.device.charge(arrival_ns, op, key, offset, len as u64) {
+            Ok(c) => {
+                self.metrics.record_charge(&c);
+                Some(c.completes_at_ns)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "device charge failed; reply not delayed");
+                None
+            }
+        }
+    }
+}
+
+impl<F: FileSystem> FileSystem for TimedFs<F> {
+    fn init(&self, kernel_flags: u64) -> Result<u64, Errno> {
+        self.inner.init(kernel_flags)
+    }
+
+    fn destroy(&self) {
+        self.inner.destroy();
+    }
+
+    fn lookup(&self, ctx: &Context, parent: u64, name: &[u8]) -> FsResult<EntryOut> {
+        self.inner.lookup(ctx, parent, name)
+    }
+
+    fn forget(&self, ctx: &Context, nodeid: u64, nlookup: u64) {
+        self.inner.forget(ctx, nodeid, nlookup);
+    }
+
+    fn getattr(&self, ctx: &Context, nodeid: u64, fh: Option<u64>) -> FsResult<AttrReply> {
+        self.inner.getattr(ctx, nodeid, fh)
+    }
+
+    fn setattr(&self, ctx: &Context, nodeid: u64, attr: &SetattrIn) -> FsResult<AttrReply> {
+        let Some(coherence) = self.coherence.as_ref().filter(|_| attr.valid & fattr::SIZE != 0)
+        else {
+            return self.inner.setattr(ctx, nodeid, attr);
+        };
+        // The pool must not keep bytes of the old size (nor write them back
+        // over the new one), and no plane fill may read the file meanwhile.
+        let _guard = coherence.change_guard();
+        if let Ok(f) = self.inner.host_file(nodeid, None, false) {
+            let from = f.size.min(attr.size);
+            let to = f
+                .size
+                .max(attr.size)
+                .div_ceil(EXTENT_SIZE)
+                .saturating_mul(EXTENT_SIZE);
+            coherence.evict_file_range(f.key, from, to - from);
+        }
+        self.inner.setattr(ctx, nodeid, attr)
+    }
+
+    fn readlink(&self, ctx: &Context, nodeid: u64) -> FsResult<Vec<u8>> {
+        self.inner.readlink(ctx, nodeid)
+    }
+
+    fn symlink(&self, ctx: &Context, parent: u64, name: &[u8], target: &[u8]) -> FsResult<EntryOut> {
+        self.inner.symlink(ctx, parent, name, target)
+    }
+
+    fn mkdir(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+    ) -> FsResult<EntryOut> {
+        self.inner.mkdir(ctx, parent, name, mode, umask)
+    }
+
+    fn unlink(&self, ctx: &Context, parent: u64, name: &[u8], dir: bool) -> FsResult<()> {
+        self.inner.unlink(ctx, parent, name, dir)
+    }
+
+    fn rename(&self, ctx: &Context, from: (u64, &[u8]), to: (u64, &[u8]), flags: u32) -> FsResult<()> {
+        self.inner.rename(ctx, from, to, flags)
+    }
+
+    fn open(&self, ctx: &Context, nodeid: u64, flags: u32) -> FsResult<Opened> {
+        self.inner.open(ctx, nodeid, flags)
+    }
+
+    fn create(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        name: &[u8],
+        flags: u32,
+        mode: u32,
+        umask: u32,
+    ) -> FsResult<(EntryOut, Opened)> {
+        self.inner.create(ctx, parent, name, flags, mode, umask)
+    }
+
+    fn read(&self, ctx: &Context, io: FileIo<'_>) -> FsResult<usize> {
+        let (nodeid, fh, offset) = (io.nodeid, io.fh, io.offset);
+        let key = self.inner.file_key(nodeid, Some(fh))?;
+        let n = self.inner.read(ctx, io)?.value;
+        self.metrics
+            .read_bytes
+            .fetch_add(n as u64, Ordering::Relaxed);
+        Ok(Timed {
+            value: n,
+            completes_at_ns: self.charge(ctx.arrival_ns, Op::Read, key, offset, n),
+        })
+    }
+
+    fn write(&self, ctx: &Context, io: FileIo<'_>) -> FsResult<usize> {
+        let (nodeid, fh, offset, size) = (io.nodeid, io.fh, io.offset, io.size);
+        let key = self.inner.file_key(nodeid, Some(fh))?;
+        // DAX: the pool may hold (dirty) pages of this range; no plane fill
+        // may read the file until the new bytes are in it.
+        let guard = self.coherence.as_ref().map(|c| {
+            let g = c.change_guard();
+            c.evict_file_range(key, offset, u64::from(size));
+            g
+        });
+        let n = self.inner.write(ctx, io)?.value;
+        drop(guard);
+        self.metrics
+            .write_bytes
+            .fetch_add(n as u64, Ordering::Relaxed);
+        Ok(Timed {
+            value: n,
+            completes_at_ns: self.charge(ctx.arrival_ns, Op::Write, key, offset, n),
+        })
+    }
+
+    fn flush(&self, ctx: &Context, nodeid: u64, fh: u64) -> FsResult<()> {
+        self.inner.flush(ctx, nodeid, fh)
+    }
+
+    fn fsync(&self, ctx: &Context, nodeid: u64, fh: u64, datasync: bool) -> FsResult<()> {
+        if let Some(c) = &self.coherence {
+            // Stores made through DAX windows sit in the pool until written back.
+            let key = self.inner.file_key(nodeid, Some(fh))?;
+            if let Err(e) = c.sync_file_range(key, 0, u64::MAX) {
+                tracing::warn!(error = %e, "fsync: cannot write back the file's pool pages");
+                return Err(Errno::IO);
+            }
+        }
+        self.inner.fsync(ctx, nodeid, fh, datasync)
+    }
+
+    fn release(&self, ctx: &Context, nodeid: u64, fh: u64) {
+        self.inner.release(ctx, nodeid, fh);
+    }
+
+    fn opendir(&self, ctx: &Context, nodeid: u64) -> FsResult<Opened> {
+        self.inner.opendir(ctx, nodeid)
+    }
+
+    fn readdir(
+        &self,
+        ctx: &Context,
+        fh: u64,
+        offset: u64,
+        emit: &mut dyn FnMut(&DirEntry) -> bool,
+    ) -> FsResult<()> {
+        self.inner.readdir(ctx, fh, offset, emit)
+    }
+
+    fn statfs(&self, ctx: &Context, nodeid: u64) -> FsResult<Kstatfs> {
+        self.inner.statfs(ctx, nodeid)
+    }
+
+    fn host_file(&self, nodeid: u64, fh: Option<u64>, for_pool: bool) -> Result<HostFile, Errno> {
+        self.inner.host_file(nodeid, fh, for_pool)
+    }
+
+    fn file_key(&self, nodeid: u64, fh: Option<u64>) -> Result<FileKey, Errno> {
+        self.inner.file_key(nodeid, fh)
+    }
+}
