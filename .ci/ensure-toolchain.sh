@@ -20,3 +20,14 @@ for component in clippy rustfmt; do
     fi
   fi
 done
+# A C compiler: the hint crate's test compiles hint/include/cxlfs_hint.h and
+# checks every field against the Rust struct (under CI=true it fails without one).
+if ! command -v cc >/dev/null 2>&1 && [[ -z "${CC:-}" ]]; then
+  echo "ensure-toolchain: installing gcc (for the C header check)" >&2
+  sudo=()
+  ((EUID == 0)) || sudo=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get install -y --no-install-recommends gcc libc6-dev >&2 \
+    || { "${sudo[@]}" apt-get update >&2 && "${sudo[@]}" apt-get install -y --no-install-recommends gcc libc6-dev >&2; }
+  command -v cc >/dev/null 2>&1 || { echo "error: cc still missing after apt-get install gcc" >&2; exit 1; }
+fi

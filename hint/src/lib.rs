@@ -5,8 +5,8 @@
 //! or the share's directory) to change the policy or the prefetcher, or to
 //! report its statistics. The request is one ioctl, [`CXLFS_IOC_HINT`], that
 //! the guest kernel forwards to `cxlfsd` as `FUSE_IOCTL`: no guest kernel
-//! change. The layout is [`HINT_SIZE`] bytes, little-endian, the same as
-//! `include/cxlfs_hint.h`; `cxlfsd` decodes it with this crate.
+//! change. The layout is [`CxlfsHint`], [`HINT_SIZE`] bytes, little-endian,
+//! the same as `include/cxlfs_hint.h`; `cxlfsd` decodes it with this crate.
 //!
 //! ```no_run
 //! let f = std::fs::File::open("/mnt/data.bin")?;
@@ -14,6 +14,8 @@
 //! println!("{} pages, {} read from NAND", out.pages, out.changed);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Version of the request layout ([`HintRequest::abi_version`]).
 pub const ABI_VERSION: u32 = 1;
@@ -76,8 +78,27 @@ impl HintOp {
     }
 }
 
+/// `struct cxlfs_hint` (`include/cxlfs_hint.h`), as the ioctl carries it.
+///
+/// The layout is the compiler's: `#[repr(C)]` over the two halves, each a
+/// `#[repr(C)]` struct with the header's fields in the header's order, so
+/// every field lands where the C compiler puts it (`tests/c_header.rs`
+/// compiles the header and compares the offset and size of every field).
+/// The `IntoBytes` derive proves there is no implicit padding anywhere.
+#[derive(Debug, Clone, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct CxlfsHint {
+    /// The "in" fields (`abi_version` .. `policy`), bytes 0..56.
+    pub req: HintRequest,
+    /// The "out" fields (`pages` .. `prefetch_stride`), bytes 56..152.
+    pub reply: HintReply,
+    /// `reserved[4]`: zero, room for later fields.
+    pub reserved: [u64; 4],
+}
+
 /// The "in" half of `struct cxlfs_hint`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
 pub struct HintRequest {
     /// [`ABI_VERSION`].
     pub abi_version: u32,
@@ -99,31 +120,9 @@ pub struct HintRequest {
     pub policy: [u8; POLICY_LEN],
 }
 
-impl HintRequest {
-    /// A request for `op` with everything else zero.
-    pub fn new(op: HintOp) -> Self {
-        HintRequest {
-            abi_version: ABI_VERSION,
-            op: op as u32,
-            offset: 0,
-            length: 0,
-            degree: 0,
-            stride: 0,
-            percent: 0,
-            flags: 0,
-            policy: [0; POLICY_LEN],
-        }
-    }
-
-    /// The policy name up to its first NUL (`None`: not UTF-8 or not terminated).
-    pub fn policy_name(&self) -> Option<&str> {
-        let end = self.policy.iter().position(|&b| b == 0)?;
-        std::str::from_utf8(&self.policy[..end]).ok()
-    }
-}
-
 /// The "out" half of `struct cxlfs_hint`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
 pub struct HintReply {
     /// Pages in the range.
     pub pages: u64,
@@ -151,6 +150,58 @@ pub struct HintReply {
     pub prefetch_stride: u32,
 }
 
+// The ABI is the header's: 184 bytes, the "out" half starting at byte 56
+// (the halves are nested here, so that must hold for the flat C struct to
+// agree), `reserved` at 152.
+const _: () = assert!(core::mem::size_of::<CxlfsHint>() == HINT_SIZE);
+const _: () = assert!(core::mem::size_of::<HintRequest>() == 56);
+const _: () = assert!(core::mem::size_of::<HintReply>() == 96);
+const _: () = assert!(core::mem::offset_of!(CxlfsHint, reply) == 56);
+const _: () = assert!(core::mem::offset_of!(CxlfsHint, reserved) == 152);
+const _: () = assert!(core::mem::align_of::<CxlfsHint>() == 8);
+// The struct travels in the guest's byte order, which is little-endian
+// (x86-64, aarch64 guests), and is read in place here in the host's: the
+// native-endian fields above are only right on a little-endian host. A
+// big-endian port would swap these fields for zerocopy::little_endian types.
+const _: () = assert!(
+    cfg!(target_endian = "little"),
+    "struct cxlfs_hint is little-endian; cxlfs-hint reads it natively"
+);
+
+impl CxlfsHint {
+    /// The struct with these halves and `reserved` zero.
+    pub fn new(req: HintRequest, reply: HintReply) -> Self {
+        CxlfsHint {
+            req,
+            reply,
+            reserved: [0; 4],
+        }
+    }
+}
+
+impl HintRequest {
+    /// A request for `op` with everything else zero.
+    pub fn new(op: HintOp) -> Self {
+        HintRequest {
+            abi_version: ABI_VERSION,
+            op: op as u32,
+            offset: 0,
+            length: 0,
+            degree: 0,
+            stride: 0,
+            percent: 0,
+            flags: 0,
+            policy: [0; POLICY_LEN],
+        }
+    }
+
+    /// The policy name up to its first NUL (`None`: not UTF-8 or not terminated).
+    pub fn policy_name(&self) -> Option<&str> {
+        let end = self.policy.iter().position(|&b| b == 0)?;
+        std::str::from_utf8(&self.policy[..end]).ok()
+    }
+}
+
 impl HintReply {
     /// The policy in force, as text.
     pub fn policy(&self) -> String {
@@ -174,114 +225,16 @@ pub fn policy_field(name: &str) -> Option<[u8; POLICY_LEN]> {
     Some(f)
 }
 
-fn get_u32(b: &[u8], at: usize) -> u32 {
-    let mut w = [0u8; 4];
-    w.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(w)
-}
-
-fn get_u64(b: &[u8], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(w)
-}
-
-fn put_u32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-fn put_u64(b: &mut [u8], at: usize, v: u64) {
-    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
-
-/// Byte offsets of the fields (as laid out by the C compiler; see the header).
-mod at {
-    pub const ABI_VERSION: usize = 0;
-    pub const OP: usize = 4;
-    pub const OFFSET: usize = 8;
-    pub const LENGTH: usize = 16;
-    pub const DEGREE: usize = 24;
-    pub const STRIDE: usize = 28;
-    pub const PERCENT: usize = 32;
-    pub const FLAGS: usize = 36;
-    pub const POLICY: usize = 40;
-    pub const PAGES: usize = 56;
-    pub const CHANGED: usize = 64;
-    pub const SKIPPED: usize = 72;
-    pub const HITS: usize = 80;
-    pub const MISSES: usize = 88;
-    pub const TRAPS: usize = 96;
-    pub const PINNED_BYTES: usize = 104;
-    pub const PIN_QUOTA_BYTES: usize = 112;
-    pub const LATENCY_NS: usize = 120;
-    pub const CURRENT_POLICY: usize = 128;
-    pub const PREFETCH_DEGREE: usize = 144;
-    pub const PREFETCH_STRIDE: usize = 148;
-}
-
-/// Encodes a whole `struct cxlfs_hint` (the "out" half as given).
+/// Encodes a whole `struct cxlfs_hint` (the "out" half as given, `reserved` zero).
 pub fn encode(req: &HintRequest, reply: &HintReply) -> [u8; HINT_SIZE] {
-    let mut b = [0u8; HINT_SIZE];
-    put_u32(&mut b, at::ABI_VERSION, req.abi_version);
-    put_u32(&mut b, at::OP, req.op);
-    put_u64(&mut b, at::OFFSET, req.offset);
-    put_u64(&mut b, at::LENGTH, req.length);
-    put_u32(&mut b, at::DEGREE, req.degree);
-    put_u32(&mut b, at::STRIDE, req.stride);
-    put_u32(&mut b, at::PERCENT, req.percent);
-    put_u32(&mut b, at::FLAGS, req.flags);
-    b[at::POLICY..at::POLICY + POLICY_LEN].copy_from_slice(&req.policy);
-    put_u64(&mut b, at::PAGES, reply.pages);
-    put_u64(&mut b, at::CHANGED, reply.changed);
-    put_u64(&mut b, at::SKIPPED, reply.skipped);
-    put_u64(&mut b, at::HITS, reply.hits);
-    put_u64(&mut b, at::MISSES, reply.misses);
-    put_u64(&mut b, at::TRAPS, reply.traps);
-    put_u64(&mut b, at::PINNED_BYTES, reply.pinned_bytes);
-    put_u64(&mut b, at::PIN_QUOTA_BYTES, reply.pin_quota_bytes);
-    put_u64(&mut b, at::LATENCY_NS, reply.latency_ns);
-    b[at::CURRENT_POLICY..at::CURRENT_POLICY + POLICY_LEN].copy_from_slice(&reply.current_policy);
-    put_u32(&mut b, at::PREFETCH_DEGREE, reply.prefetch_degree);
-    put_u32(&mut b, at::PREFETCH_STRIDE, reply.prefetch_stride);
-    b
+    zerocopy::transmute!(CxlfsHint::new(req.clone(), reply.clone()))
 }
 
-/// Decodes both halves; `None` if `b` is shorter than [`HINT_SIZE`].
+/// Decodes both halves from the first [`HINT_SIZE`] bytes of `b` (any
+/// alignment); `None` if `b` is shorter.
 pub fn decode(b: &[u8]) -> Option<(HintRequest, HintReply)> {
-    if b.len() < HINT_SIZE {
-        return None;
-    }
-    let mut policy = [0u8; POLICY_LEN];
-    policy.copy_from_slice(&b[at::POLICY..at::POLICY + POLICY_LEN]);
-    let mut current_policy = [0u8; POLICY_LEN];
-    current_policy.copy_from_slice(&b[at::CURRENT_POLICY..at::CURRENT_POLICY + POLICY_LEN]);
-    Some((
-        HintRequest {
-            abi_version: get_u32(b, at::ABI_VERSION),
-            op: get_u32(b, at::OP),
-            offset: get_u64(b, at::OFFSET),
-            length: get_u64(b, at::LENGTH),
-            degree: get_u32(b, at::DEGREE),
-            stride: get_u32(b, at::STRIDE),
-            percent: get_u32(b, at::PERCENT),
-            flags: get_u32(b, at::FLAGS),
-            policy,
-        },
-        HintReply {
-            pages: get_u64(b, at::PAGES),
-            changed: get_u64(b, at::CHANGED),
-            skipped: get_u64(b, at::SKIPPED),
-            hits: get_u64(b, at::HITS),
-            misses: get_u64(b, at::MISSES),
-            traps: get_u64(b, at::TRAPS),
-            pinned_bytes: get_u64(b, at::PINNED_BYTES),
-            pin_quota_bytes: get_u64(b, at::PIN_QUOTA_BYTES),
-            latency_ns: get_u64(b, at::LATENCY_NS),
-            current_policy,
-            prefetch_degree: get_u32(b, at::PREFETCH_DEGREE),
-            prefetch_stride: get_u32(b, at::PREFETCH_STRIDE),
-        },
-    ))
+    let (h, _) = CxlfsHint::read_from_prefix(b).ok()?;
+    Some((h.req, h.reply))
 }
 
 /// Why a hint failed.
@@ -305,18 +258,19 @@ pub enum HintError {
 /// Issues `req` on `file` (any file or directory on the share).
 #[cfg(target_os = "linux")]
 pub fn hint(file: &impl std::os::fd::AsRawFd, req: &HintRequest) -> Result<HintReply, HintError> {
-    let mut buf = encode(req, &HintReply::default());
-    // SAFETY: `buf` is HINT_SIZE writable bytes, the size CXLFS_IOC_HINT
-    // encodes, and it lives across the call; the fd is borrowed from `file`.
+    let mut h = CxlfsHint::new(req.clone(), HintReply::default());
+    // SAFETY: `h` is a `#[repr(C)]` `struct cxlfs_hint`, HINT_SIZE writable
+    // bytes (the size CXLFS_IOC_HINT encodes), any bit pattern of which is
+    // valid (FromBytes); it lives across the call; the fd is borrowed from `file`.
     let rc = unsafe {
         libc::ioctl(
             file.as_raw_fd(),
             CXLFS_IOC_HINT as libc::Ioctl,
-            buf.as_mut_ptr(),
+            std::ptr::from_mut(&mut h),
         )
     };
     let err = (rc < 0).then(std::io::Error::last_os_error);
-    let reply = decode(&buf).map(|(_, r)| r).unwrap_or_default();
+    let reply = h.reply;
     match err {
         None => Ok(reply),
         Some(source) => Err(HintError::Refused {
@@ -476,49 +430,15 @@ mod tests {
     }
 
     #[test]
-    fn c_header_agrees() {
-        // The header is the other definition of the ABI: compile it and
-        // print sizeof/offsetof when a C compiler is around.
-        let dir = std::env::temp_dir().join(format!("cxlfs-hint-abi-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let src = dir.join("abi.c");
-        std::fs::write(
-            &src,
-            r#"#include <stdio.h>
-#include <stddef.h>
-#include "cxlfs_hint.h"
-int main(void) {
-    printf("%zu %zu %zu %zu %zu %lu\n", sizeof(struct cxlfs_hint),
-        offsetof(struct cxlfs_hint, policy), offsetof(struct cxlfs_hint, pages),
-        offsetof(struct cxlfs_hint, current_policy), offsetof(struct cxlfs_hint, prefetch_stride),
-        (unsigned long)CXLFS_IOC_HINT);
-    return 0;
-}
-"#,
-        )
-        .unwrap();
-        let include = concat!(env!("CARGO_MANIFEST_DIR"), "/include");
-        let exe = dir.join("abi");
-        let Ok(out) = std::process::Command::new("cc")
-            .args(["-I", include, "-o"])
-            .arg(&exe)
-            .arg(&src)
-            .output()
-        else {
-            eprintln!("no C compiler: skipping the header check");
-            return;
-        };
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let run = std::process::Command::new(&exe).output().unwrap();
-        let text = String::from_utf8(run.stdout).unwrap();
-        assert_eq!(
-            text.trim(),
-            format!("{HINT_SIZE} 40 56 128 148 {}", CXLFS_IOC_HINT)
-        );
-        let _ = std::fs::remove_dir_all(&dir);
+    fn decode_reads_unaligned_and_longer_buffers() {
+        let mut req = HintRequest::new(HintOp::SetPrefetch);
+        req.degree = 7;
+        let mut buf = vec![0xAAu8];
+        buf.extend_from_slice(&encode(&req, &HintReply::default()));
+        buf.extend_from_slice(&[0xBB; 8]);
+        let (r, p) = decode(&buf[1..]).unwrap();
+        assert_eq!(r, req);
+        assert_eq!(p, HintReply::default());
+        assert_eq!(&encode(&req, &HintReply::default())[152..], &[0u8; 32]);
     }
 }

@@ -1,5 +1,10 @@
 //! Command line and `daemon.toml`: flags override the file.
 //!
+//! Both give a [`Settings`] (every field optional; `settings.rs`: the
+//! file, `cli.rs`: the flags); the flags' settings are layered over the file's
+//! field by field ([`Settings::over`]), and `DaemonConfig::try_from` is the
+//! one step that applies defaults and validates ([`DaemonConfig::load`]).
+//!
 //! ```toml
 //! shared_dir = "/srv/share"
 //! cache = "auto"                 # never | auto | always
@@ -25,9 +30,14 @@
 //! by `--preset NAME` if given, then every `--set key=value` in order —
 //! exactly like `cxlfs replay`.
 
+mod cli;
+mod settings;
+
+pub use cli::Cli;
+pub use settings::{FileConfig, Settings};
+
 use crate::backend::QueueOptions;
 use crate::fs::CacheMode;
-use clap::Parser;
 use cxlfs_device_model::presets::preset;
 use cxlfs_device_model::{DeviceConfig, LoadConfigError};
 use serde::Deserialize;
@@ -37,99 +47,6 @@ use std::path::PathBuf;
 
 /// The preset used when neither the file nor `--preset` names a device.
 pub const DEFAULT_PRESET: &str = "cylon";
-
-/// `cxlfsd` command line.
-#[derive(Debug, Clone, Parser, Default)]
-#[command(
-    name = "cxlfsd",
-    version,
-    about = "Multi-VM vhost-user virtio-fs daemon over an emulated CXL-SSD"
-)]
-pub struct Cli {
-    /// Daemon config file (TOML): device, shared_dir, vm list, ...
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Host directory exported to every VM.
-    #[arg(long, value_name = "DIR")]
-    pub shared_dir: Option<PathBuf>,
-    /// A VM: its name and its vhost-user socket (repeatable; replaces the file's list).
-    #[arg(long = "vm", value_name = "NAME=SOCKET_PATH")]
-    pub vms: Vec<String>,
-    /// Start the device from a named preset (replaces the file's `device`).
-    #[arg(long, value_name = "NAME")]
-    pub preset: Option<String>,
-    /// Override one device config key, e.g. `--set nand.read_ns=20us` (repeatable).
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    pub sets: Vec<String>,
-    /// Guest caching: never | auto | always (as in virtiofsd).
-    #[arg(long, value_name = "MODE")]
-    pub cache: Option<CacheMode>,
-    /// Serve Prometheus metrics on this address (loopback only unless allowed).
-    #[arg(long, value_name = "ADDR")]
-    pub metrics_addr: Option<SocketAddr>,
-    /// Allow a non-loopback --metrics-addr.
-    #[arg(long)]
-    pub metrics_allow_remote: bool,
-    /// Request queues per VM (the hiprio queue comes on top).
-    #[arg(long, value_name = "N")]
-    pub request_queues: Option<usize>,
-    /// Largest virtqueue size offered.
-    #[arg(long, value_name = "N")]
-    pub queue_size: Option<usize>,
-    /// Cap the guest's readahead (bytes).
-    #[arg(long, value_name = "BYTES")]
-    pub max_readahead: Option<u32>,
-    /// Run the queue workers and pacers under SCHED_FIFO at this priority
-    /// (1..=99; needs CAP_SYS_NICE): other work on a busy host cannot
-    /// preempt a reply being paced.
-    #[arg(long, value_name = "PRIO")]
-    pub realtime_priority: Option<u8>,
-    /// virtio-fs tag in the device config space (default `cxlfs`), for
-    /// front-ends that read it from the back-end (VHOST_USER_GET_CONFIG,
-    /// e.g. QEMU >= 11.1 `vhost-user-test-device-pci,virtio-id=26`);
-    /// `vhost-user-fs-pci` uses its own `tag=`.
-    #[arg(long, value_name = "TAG")]
-    pub tag: Option<String>,
-    /// DAX window: on | off (default on). On: the pool is mounted as a
-    /// host FUSE file (needs /dev/fuse and CAP_SYS_ADMIN); if that fails the
-    /// daemon logs why and serves without DAX.
-    #[arg(long, value_name = "on|off")]
-    pub dax: Option<OnOff>,
-    /// Size of each VM's DAX window (as reported by GET_SHMEM_CONFIG; QEMU's
-    /// `cache-size` decides the real one), e.g. `1GiB`. Multiple of 2 MiB.
-    #[arg(long, value_name = "BYTES")]
-    pub dax_window: Option<String>,
-    /// Where to mount the pool (default: /run/cxlfsd/pool-PID).
-    #[arg(long, value_name = "DIR")]
-    pub pool_dir: Option<PathBuf>,
-    /// Serve cache-control commands (JSON lines) on this Unix socket.
-    #[arg(long, value_name = "PATH")]
-    pub control_socket: Option<PathBuf>,
-    /// Permissions of the control socket, octal (default 0600: owner only).
-    #[arg(long, value_name = "MODE")]
-    pub control_socket_mode: Option<String>,
-    /// Bytes each VM may pin in the device cache (default: 25 % of it).
-    #[arg(long, value_name = "BYTES")]
-    pub pin_quota_bytes: Option<String>,
-    /// Let guests change the whole device (set_policy, set_prefetch,
-    /// set_cxl_ratio, reset_stats) through cache hints.
-    #[arg(long)]
-    pub guest_device_control: bool,
-    /// Share of file pages on the CXL-SSD tier, 0..=100 (default 100); the
-    /// rest live in a DRAM tier: always resident, never charged.
-    #[arg(long, value_name = "PERCENT")]
-    pub cxl_ratio: Option<u64>,
-    /// Append a JSON-lines metrics time series to this file (one object per
-    /// VM and one with "vm":"all" per sample, and a final sample at shutdown).
-    #[arg(long, value_name = "PATH")]
-    pub metrics_file: Option<PathBuf>,
-    /// Interval of --metrics-file samples, e.g. `1s`, `250ms` (default 1s).
-    #[arg(long, value_name = "DURATION")]
-    pub metrics_interval: Option<String>,
-    /// Print the effective configuration and exit.
-    #[arg(long)]
-    pub print_config: bool,
-}
 
 /// Control socket and cache-hint settings (see [`crate::control`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,55 +90,6 @@ pub struct VmSpec {
     pub name: String,
     /// vhost-user socket path (the daemon listens; QEMU connects).
     pub socket: PathBuf,
-}
-
-/// `daemon.toml`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileConfig {
-    /// A preset name or an inline device-model table.
-    pub device: Option<toml::Value>,
-    /// Shared directory.
-    pub shared_dir: Option<PathBuf>,
-    /// Cache mode.
-    pub cache: Option<CacheMode>,
-    /// Metrics address.
-    pub metrics_addr: Option<SocketAddr>,
-    /// Allow non-loopback metrics.
-    pub metrics_allow_remote: Option<bool>,
-    /// Request queues per VM.
-    pub request_queues: Option<usize>,
-    /// Largest queue size.
-    pub queue_size: Option<usize>,
-    /// Readahead cap.
-    pub max_readahead: Option<u32>,
-    /// SCHED_FIFO priority of queue workers and pacers.
-    pub realtime_priority: Option<u8>,
-    /// virtio-fs tag of the device config space.
-    pub tag: Option<String>,
-    /// DAX window on / off.
-    pub dax: Option<OnOff>,
-    /// DAX window size (e.g. "1GiB").
-    pub dax_window: Option<String>,
-    /// Pool mountpoint.
-    pub pool_dir: Option<PathBuf>,
-    /// Control socket path.
-    pub control_socket: Option<PathBuf>,
-    /// Control socket permissions, octal text (e.g. "0660").
-    pub control_socket_mode: Option<String>,
-    /// Per-VM pin quota (e.g. "16MiB").
-    pub pin_quota_bytes: Option<String>,
-    /// Guests may change the whole device.
-    pub guest_device_control: Option<bool>,
-    /// Percent of file pages on the CXL tier (0..=100).
-    pub cxl_ratio: Option<u64>,
-    /// JSON-lines metrics file.
-    pub metrics_file: Option<PathBuf>,
-    /// Its sampling interval (e.g. "1s").
-    pub metrics_interval: Option<String>,
-    /// VMs.
-    #[serde(default)]
-    pub vm: Vec<VmSpec>,
 }
 
 /// The effective configuration.
@@ -326,12 +194,14 @@ fn device_from_value(v: &toml::Value) -> Result<(DeviceConfig, String), LoadDaem
     }
 }
 
-fn control_config(cli: &Cli, file: &FileConfig) -> Result<ControlConfig, LoadDaemonConfigError> {
-    let mode_text = cli
-        .control_socket_mode
-        .clone()
-        .or(file.control_socket_mode.clone());
-    let socket_mode = match mode_text {
+/// `text` as a size with units, or `Invalid("{key} `{text}`: {why}")`.
+fn size(key: &str, text: &str) -> Result<u64, LoadDaemonConfigError> {
+    cxlfs_device_model::units::parse_size(text)
+        .map_err(|e| LoadDaemonConfigError::Invalid(format!("{key} `{text}`: {e}")))
+}
+
+fn control_config(s: &Settings) -> Result<ControlConfig, LoadDaemonConfigError> {
+    let socket_mode = match &s.control_socket_mode {
         Some(t) => {
             let digits = t.trim_start_matches("0o");
             match u32::from_str_radix(digits, 8) {
@@ -345,65 +215,105 @@ fn control_config(cli: &Cli, file: &FileConfig) -> Result<ControlConfig, LoadDae
         }
         None => crate::control::DEFAULT_SOCKET_MODE,
     };
-    let quota_text = cli.pin_quota_bytes.clone().or(file.pin_quota_bytes.clone());
-    let pin_quota_bytes =
-        match quota_text {
-            Some(t) => Some(cxlfs_device_model::units::parse_size(&t).map_err(|e| {
-                LoadDaemonConfigError::Invalid(format!("pin_quota_bytes `{t}`: {e}"))
-            })?),
-            None => None,
-        };
+    let pin_quota_bytes = match &s.pin_quota_bytes {
+        Some(t) => Some(size("pin_quota_bytes", t)?),
+        None => None,
+    };
     Ok(ControlConfig {
-        socket: cli.control_socket.clone().or(file.control_socket.clone()),
+        socket: s.control_socket.clone(),
         socket_mode,
         pin_quota_bytes,
-        guest_device_control: cli.guest_device_control
-            || file.guest_device_control.unwrap_or(false),
+        guest_device_control: s.guest_device_control.unwrap_or(false),
     })
 }
 
-impl DaemonConfig {
-    /// File (if any), then flags.
-    pub fn load(cli: &Cli) -> Result<Self, LoadDaemonConfigError> {
-        let file = match &cli.config {
-            Some(path) => {
-                let shown = path.display().to_string();
-                let text = std::fs::read_to_string(path).map_err(|source| {
-                    LoadDaemonConfigError::Read {
-                        path: shown.clone(),
-                        source,
-                    }
-                })?;
-                toml::from_str::<FileConfig>(&text).map_err(|e| LoadDaemonConfigError::Parse {
-                    path: shown,
-                    message: e.to_string(),
-                })?
-            }
-            None => FileConfig::default(),
-        };
-        Self::merge(cli, file)
+fn queue_options(s: &Settings) -> Result<QueueOptions, LoadDaemonConfigError> {
+    let defaults = QueueOptions::default();
+    let queues = QueueOptions {
+        request_queues: s.request_queues.unwrap_or(defaults.request_queues),
+        queue_size: s.queue_size.unwrap_or(defaults.queue_size),
+        realtime_priority: s.realtime_priority,
+        tag: match &s.tag {
+            Some(t) => t.parse().map_err(|e: crate::backend::ParseFsTagError| {
+                LoadDaemonConfigError::Invalid(e.to_string())
+            })?,
+            None => crate::backend::FsTag::default(),
+        },
+    };
+    if queues.request_queues == 0 || queues.request_queues > 62 {
+        return Err(LoadDaemonConfigError::Invalid(format!(
+            "request_queues must be 1..=62, got {}",
+            queues.request_queues
+        )));
     }
+    if queues
+        .realtime_priority
+        .is_some_and(|p| !(1..=99).contains(&p))
+    {
+        return Err(LoadDaemonConfigError::Invalid(format!(
+            "realtime_priority must be 1..=99, got {:?}",
+            queues.realtime_priority
+        )));
+    }
+    if !queues.queue_size.is_power_of_two() || queues.queue_size > 32768 {
+        return Err(LoadDaemonConfigError::Invalid(format!(
+            "queue_size must be a power of two <= 32768, got {}",
+            queues.queue_size
+        )));
+    }
+    Ok(queues)
+}
 
-    /// Merges an already parsed file with the flags.
-    pub fn merge(cli: &Cli, file: FileConfig) -> Result<Self, LoadDaemonConfigError> {
-        let control = control_config(cli, &file)?;
-        let (base, mut origin) = match (&cli.preset, &file.device) {
-            (Some(name), _) => (preset(name)?, format!("preset {name}")),
-            (None, Some(v)) => device_from_value(v)?,
-            (None, None) => (preset(DEFAULT_PRESET)?, format!("preset {DEFAULT_PRESET}")),
+fn dax_options(s: &Settings) -> Result<DaxOptions, LoadDaemonConfigError> {
+    let window = match &s.dax_window {
+        Some(t) => size("dax_window", t)?,
+        None => crate::dax::DEFAULT_WINDOW_BYTES,
+    };
+    if window == 0 || window % crate::dax::SLOT_SIZE != 0 {
+        return Err(LoadDaemonConfigError::Invalid(format!(
+            "dax_window must be a positive multiple of 2 MiB, got {window}"
+        )));
+    }
+    Ok(DaxOptions {
+        // On unless turned off; an abnormal exit cannot wedge the
+        // process (kvm-ept's exit guard), and without FUSE it falls back.
+        enabled: s.dax.unwrap_or(OnOff::On) == OnOff::On,
+        window,
+        pool_dir: s.pool_dir.clone(),
+    })
+}
+
+fn metrics_interval(s: &Settings) -> Result<std::time::Duration, LoadDaemonConfigError> {
+    let Some(t) = &s.metrics_interval else {
+        return Ok(crate::metrics_file::DEFAULT_INTERVAL);
+    };
+    let ns = cxlfs_device_model::units::parse_duration_ns(t)
+        .map_err(|e| LoadDaemonConfigError::Invalid(format!("metrics_interval `{t}`: {e}")))?;
+    if ns < 1_000_000 {
+        return Err(LoadDaemonConfigError::Invalid(format!(
+            "metrics_interval must be at least 1ms, got `{t}`"
+        )));
+    }
+    Ok(std::time::Duration::from_nanos(ns))
+}
+
+impl TryFrom<Settings> for DaemonConfig {
+    type Error = LoadDaemonConfigError;
+
+    /// The one validation step: defaults for what is unset, every value
+    /// checked.
+    fn try_from(s: Settings) -> Result<Self, Self::Error> {
+        let control = control_config(&s)?;
+        let (base, mut origin) = match &s.device {
+            Some(v) => device_from_value(v)?,
+            None => (preset(DEFAULT_PRESET)?, format!("preset {DEFAULT_PRESET}")),
         };
-        let device = base.with_overrides(&cli.sets)?;
-        if !cli.sets.is_empty() {
-            origin.push_str(&format!(" | --set {}", cli.sets.join(" ")));
+        let sets = s.sets.as_deref().unwrap_or_default();
+        let device = base.with_overrides(sets)?;
+        if !sets.is_empty() {
+            origin.push_str(&format!(" | --set {}", sets.join(" ")));
         }
-        let vms = if cli.vms.is_empty() {
-            file.vm
-        } else {
-            cli.vms
-                .iter()
-                .map(|s| parse_vm(s))
-                .collect::<Result<Vec<_>, _>>()?
-        };
+        let vms = s.vm.clone().unwrap_or_default();
         for (i, a) in vms.iter().enumerate() {
             if vms[..i]
                 .iter()
@@ -412,109 +322,55 @@ impl DaemonConfig {
                 return Err(LoadDaemonConfigError::DuplicateVm(a.name.clone()));
             }
         }
-        let queues = QueueOptions {
-            request_queues: cli
-                .request_queues
-                .or(file.request_queues)
-                .unwrap_or(QueueOptions::default().request_queues),
-            queue_size: cli
-                .queue_size
-                .or(file.queue_size)
-                .unwrap_or(QueueOptions::default().queue_size),
-            realtime_priority: cli.realtime_priority.or(file.realtime_priority),
-            tag: match cli.tag.clone().or(file.tag) {
-                Some(t) => t.parse().map_err(|e: crate::backend::ParseFsTagError| {
-                    LoadDaemonConfigError::Invalid(e.to_string())
-                })?,
-                None => crate::backend::FsTag::default(),
-            },
-        };
-        if queues.request_queues == 0 || queues.request_queues > 62 {
-            return Err(LoadDaemonConfigError::Invalid(format!(
-                "request_queues must be 1..=62, got {}",
-                queues.request_queues
-            )));
-        }
-        if queues
-            .realtime_priority
-            .is_some_and(|p| !(1..=99).contains(&p))
-        {
-            return Err(LoadDaemonConfigError::Invalid(format!(
-                "realtime_priority must be 1..=99, got {:?}",
-                queues.realtime_priority
-            )));
-        }
-        if !queues.queue_size.is_power_of_two() || queues.queue_size > 32768 {
-            return Err(LoadDaemonConfigError::Invalid(format!(
-                "queue_size must be a power of two <= 32768, got {}",
-                queues.queue_size
-            )));
-        }
-        let window_text = cli.dax_window.clone().or(file.dax_window);
-        let window = match window_text {
-            Some(t) => cxlfs_device_model::units::parse_size(&t)
-                .map_err(|e| LoadDaemonConfigError::Invalid(format!("dax_window `{t}`: {e}")))?,
-            None => crate::dax::DEFAULT_WINDOW_BYTES,
-        };
-        if window == 0 || window % crate::dax::SLOT_SIZE != 0 {
-            return Err(LoadDaemonConfigError::Invalid(format!(
-                "dax_window must be a positive multiple of 2 MiB, got {window}"
-            )));
-        }
-        let dax = DaxOptions {
-            // On unless turned off; an abnormal exit cannot wedge the
-            // process (kvm-ept's exit guard), and without FUSE it falls back.
-            enabled: cli.dax.or(file.dax).unwrap_or(OnOff::On) == OnOff::On,
-            window,
-            pool_dir: cli.pool_dir.clone().or(file.pool_dir),
-        };
-        let cxl_ratio = match cli.cxl_ratio.or(file.cxl_ratio) {
+        let queues = queue_options(&s)?;
+        let dax = dax_options(&s)?;
+        let cxl_ratio = match s.cxl_ratio {
             Some(r) => crate::placement::check_ratio(r)
                 .map_err(|e| LoadDaemonConfigError::Invalid(e.to_string()))?,
             None => crate::placement::DEFAULT_CXL_RATIO,
         };
-        let interval_text = cli.metrics_interval.clone().or(file.metrics_interval);
-        let metrics_interval = match interval_text {
-            Some(t) => {
-                let ns = cxlfs_device_model::units::parse_duration_ns(&t).map_err(|e| {
-                    LoadDaemonConfigError::Invalid(format!("metrics_interval `{t}`: {e}"))
-                })?;
-                if ns < 1_000_000 {
-                    return Err(LoadDaemonConfigError::Invalid(format!(
-                        "metrics_interval must be at least 1ms, got `{t}`"
-                    )));
-                }
-                std::time::Duration::from_nanos(ns)
-            }
-            None => crate::metrics_file::DEFAULT_INTERVAL,
-        };
+        let metrics_interval = metrics_interval(&s)?;
         Ok(DaemonConfig {
             control,
             cxl_ratio,
-            metrics_file: cli.metrics_file.clone().or(file.metrics_file),
+            metrics_file: s.metrics_file,
             metrics_interval,
             dax,
             device,
             device_origin: origin,
-            shared_dir: cli
+            shared_dir: s
                 .shared_dir
-                .clone()
-                .or(file.shared_dir)
                 .ok_or(LoadDaemonConfigError::Missing("shared_dir"))?,
             vms,
-            cache: cli.cache.or(file.cache).unwrap_or_default(),
-            metrics_addr: cli.metrics_addr.or(file.metrics_addr),
-            metrics_allow_remote: cli.metrics_allow_remote
-                || file.metrics_allow_remote.unwrap_or(false),
+            cache: s.cache.unwrap_or_default(),
+            metrics_addr: s.metrics_addr,
+            metrics_allow_remote: s.metrics_allow_remote.unwrap_or(false),
             queues,
-            max_readahead: cli.max_readahead.or(file.max_readahead),
+            max_readahead: s.max_readahead,
         })
+    }
+}
+
+impl DaemonConfig {
+    /// The file (`--config`, if any) under the flags, validated.
+    pub fn load(cli: &Cli) -> Result<Self, LoadDaemonConfigError> {
+        let file = match &cli.config {
+            Some(path) => Settings::from_file(path)?,
+            None => Settings::default(),
+        };
+        Self::merge(cli, file)
+    }
+
+    /// An already parsed file under the flags, validated.
+    pub fn merge(cli: &Cli, file: FileConfig) -> Result<Self, LoadDaemonConfigError> {
+        Self::try_from(Settings::try_from(cli)?.over(file))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::{CommandFactory, Parser};
 
     fn cli(args: &[&str]) -> Cli {
         Cli::try_parse_from(std::iter::once("cxlfsd").chain(args.iter().copied())).unwrap()
@@ -697,5 +553,70 @@ mod tests {
         )
         .is_err());
         assert!(toml::from_str::<FileConfig>("bogus = 1").is_err());
+    }
+
+    #[test]
+    fn flags_layer_over_the_file_field_by_field() {
+        let file: FileConfig = toml::from_str(
+            r#"
+            shared_dir = "/a"
+            cache = "always"
+            metrics_allow_remote = true
+            request_queues = 4
+            [[vm]]
+            name = "vm0"
+            socket = "/tmp/0.sock"
+            "#,
+        )
+        .unwrap();
+        let flags = Settings::try_from(&cli(&[
+            "--cache",
+            "never",
+            "--preset",
+            "femu",
+            "--queue-size",
+            "64",
+        ]))
+        .unwrap();
+        assert_eq!(
+            flags.metrics_allow_remote, None,
+            "an absent switch says nothing"
+        );
+        let s = flags.over(file);
+        assert_eq!(s.shared_dir, Some(PathBuf::from("/a")));
+        assert_eq!(s.cache, Some(CacheMode::Never));
+        assert_eq!(s.device, Some(toml::Value::String("femu".into())));
+        assert_eq!(s.metrics_allow_remote, Some(true));
+        assert_eq!((s.request_queues, s.queue_size), (Some(4), Some(64)));
+        assert_eq!(s.vm.as_ref().map(Vec::len), Some(1));
+        assert_eq!(s.sets, None);
+        let c = DaemonConfig::try_from(s).unwrap();
+        assert!(c.metrics_allow_remote);
+        assert_eq!(c.device_origin, "preset femu");
+        assert_eq!((c.queues.request_queues, c.queues.queue_size), (4, 64));
+        // An empty file and no flags: every default, bar the required shared_dir.
+        assert!(matches!(
+            DaemonConfig::try_from(Settings::default()),
+            Err(LoadDaemonConfigError::Missing("shared_dir"))
+        ));
+    }
+
+    #[test]
+    fn every_file_key_is_also_a_flag() {
+        // `device` is `--preset` (or a table), `vm` is `--vm`, `sets` is `--set`.
+        let cmd = Cli::command();
+        let longs: Vec<&str> = cmd.get_arguments().filter_map(|a| a.get_long()).collect();
+        for key in Settings::KEYS {
+            let flag = match *key {
+                "device" => "preset",
+                "sets" => "set",
+                other => other,
+            };
+            let flag = flag.replace('_', "-");
+            assert!(longs.contains(&flag.as_str()), "no --{flag} for `{key}`");
+        }
+        assert_eq!(Settings::KEYS.len(), 22);
+        // ... and `sets` is not a file key.
+        assert!(toml::from_str::<FileConfig>("sets = [\"a=1\"]").is_err());
     }
 }

@@ -1,0 +1,145 @@
+//! The command line: the same [`Settings`] as `daemon.toml`, plus what is
+//! only a flag (`--config`, `--set`, `--print-config`).
+
+use super::{parse_vm, LoadDaemonConfigError, OnOff, Settings};
+use crate::fs::CacheMode;
+use clap::Parser;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// `cxlfsd` command line.
+#[derive(Debug, Clone, Parser, Default)]
+#[command(
+    name = "cxlfsd",
+    version,
+    about = "Multi-VM vhost-user virtio-fs daemon over an emulated CXL-SSD"
+)]
+pub struct Cli {
+    /// Daemon config file (TOML): device, shared_dir, vm list, ...
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Host directory exported to every VM.
+    #[arg(long, value_name = "DIR")]
+    pub shared_dir: Option<PathBuf>,
+    /// A VM: its name and its vhost-user socket (repeatable; replaces the file's list).
+    #[arg(long = "vm", value_name = "NAME=SOCKET_PATH")]
+    pub vms: Vec<String>,
+    /// Start the device from a named preset (replaces the file's `device`).
+    #[arg(long, value_name = "NAME")]
+    pub preset: Option<String>,
+    /// Override one device config key, e.g. `--set nand.read_ns=20us` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+    /// Guest caching: never | auto | always (as in virtiofsd).
+    #[arg(long, value_name = "MODE")]
+    pub cache: Option<CacheMode>,
+    /// Serve Prometheus metrics on this address (loopback only unless allowed).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+    /// Allow a non-loopback --metrics-addr.
+    #[arg(long)]
+    pub metrics_allow_remote: bool,
+    /// Request queues per VM (the hiprio queue comes on top).
+    #[arg(long, value_name = "N")]
+    pub request_queues: Option<usize>,
+    /// Largest virtqueue size offered.
+    #[arg(long, value_name = "N")]
+    pub queue_size: Option<usize>,
+    /// Cap the guest's readahead (bytes).
+    #[arg(long, value_name = "BYTES")]
+    pub max_readahead: Option<u32>,
+    /// Run the queue workers and pacers under SCHED_FIFO at this priority
+    /// (1..=99; needs CAP_SYS_NICE): other work on a busy host cannot
+    /// preempt a reply being paced.
+    #[arg(long, value_name = "PRIO")]
+    pub realtime_priority: Option<u8>,
+    /// virtio-fs tag in the device config space (default `cxlfs`), for
+    /// front-ends that read it from the back-end (VHOST_USER_GET_CONFIG,
+    /// e.g. QEMU >= 11.1 `vhost-user-test-device-pci,virtio-id=26`);
+    /// `vhost-user-fs-pci` uses its own `tag=`.
+    #[arg(long, value_name = "TAG")]
+    pub tag: Option<String>,
+    /// DAX window: on | off (default on). On: the pool is mounted as a
+    /// host FUSE file (needs /dev/fuse and CAP_SYS_ADMIN); if that fails the
+    /// daemon logs why and serves without DAX.
+    #[arg(long, value_name = "on|off")]
+    pub dax: Option<OnOff>,
+    /// Size of each VM's DAX window (as reported by GET_SHMEM_CONFIG; QEMU's
+    /// `cache-size` decides the real one), e.g. `1GiB`. Multiple of 2 MiB.
+    #[arg(long, value_name = "BYTES")]
+    pub dax_window: Option<String>,
+    /// Where to mount the pool (default: /run/cxlfsd/pool-PID).
+    #[arg(long, value_name = "DIR")]
+    pub pool_dir: Option<PathBuf>,
+    /// Serve cache-control commands (JSON lines) on this Unix socket.
+    #[arg(long, value_name = "PATH")]
+    pub control_socket: Option<PathBuf>,
+    /// Permissions of the control socket, octal (default 0600: owner only).
+    #[arg(long, value_name = "MODE")]
+    pub control_socket_mode: Option<String>,
+    /// Bytes each VM may pin in the device cache (default: 25 % of it).
+    #[arg(long, value_name = "BYTES")]
+    pub pin_quota_bytes: Option<String>,
+    /// Let guests change the whole device (set_policy, set_prefetch,
+    /// set_cxl_ratio, reset_stats) through cache hints.
+    #[arg(long)]
+    pub guest_device_control: bool,
+    /// Share of file pages on the CXL-SSD tier, 0..=100 (default 100); the
+    /// rest live in a DRAM tier: always resident, never charged.
+    #[arg(long, value_name = "PERCENT")]
+    pub cxl_ratio: Option<u64>,
+    /// Append a JSON-lines metrics time series to this file (one object per
+    /// VM and one with "vm":"all" per sample, and a final sample at shutdown).
+    #[arg(long, value_name = "PATH")]
+    pub metrics_file: Option<PathBuf>,
+    /// Interval of --metrics-file samples, e.g. `1s`, `250ms` (default 1s).
+    #[arg(long, value_name = "DURATION")]
+    pub metrics_interval: Option<String>,
+    /// Print the effective configuration and exit.
+    #[arg(long)]
+    pub print_config: bool,
+}
+
+impl TryFrom<&Cli> for Settings {
+    type Error = LoadDaemonConfigError;
+
+    /// The settings the flags give (`None` where a flag is absent; a
+    /// switch that is not given leaves the file's value). `--preset NAME`
+    /// is `device = "NAME"`; `--vm` replaces the file's whole VM list.
+    fn try_from(cli: &Cli) -> Result<Self, Self::Error> {
+        let vm = if cli.vms.is_empty() {
+            None
+        } else {
+            Some(
+                cli.vms
+                    .iter()
+                    .map(|s| parse_vm(s))
+                    .collect::<Result<_, _>>()?,
+            )
+        };
+        Ok(Settings {
+            device: cli.preset.clone().map(toml::Value::String),
+            sets: (!cli.sets.is_empty()).then(|| cli.sets.clone()),
+            shared_dir: cli.shared_dir.clone(),
+            vm,
+            cache: cli.cache,
+            metrics_addr: cli.metrics_addr,
+            metrics_allow_remote: cli.metrics_allow_remote.then_some(true),
+            request_queues: cli.request_queues,
+            queue_size: cli.queue_size,
+            max_readahead: cli.max_readahead,
+            realtime_priority: cli.realtime_priority,
+            tag: cli.tag.clone(),
+            dax: cli.dax,
+            dax_window: cli.dax_window.clone(),
+            pool_dir: cli.pool_dir.clone(),
+            control_socket: cli.control_socket.clone(),
+            control_socket_mode: cli.control_socket_mode.clone(),
+            pin_quota_bytes: cli.pin_quota_bytes.clone(),
+            guest_device_control: cli.guest_device_control.then_some(true),
+            cxl_ratio: cli.cxl_ratio,
+            metrics_file: cli.metrics_file.clone(),
+            metrics_interval: cli.metrics_interval.clone(),
+        })
+    }
+}
