@@ -2,7 +2,7 @@
 //! only a flag (`--config`, `--set`, `--print-config`).
 
 use super::{parse_vm, LoadDaemonConfigError, OnOff, Settings};
-use crate::fs::CacheMode;
+use crate::passthrough::CacheMode;
 use clap::Parser;
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -37,7 +37,7 @@ pub use cli::Cli;
 pub use settings::{FileConfig, Settings};
 
 use crate::backend::QueueOptions;
-use crate::fs::CacheMode;
+use crate::passthrough::CacheMode;
 use cxlfs_device_model::presets::preset;
 use cxlfs_device_model::{DeviceConfig, LoadConfigError};
 use serde::Deserialize;
@@ -325,9 +325,9 @@ impl TryFrom<Settings> for DaemonConfig {
         let queues = queue_options(&s)?;
         let dax = dax_options(&s)?;
         let cxl_ratio = match s.cxl_ratio {
-            Some(r) => crate::placement::check_ratio(r)
+            Some(r) => crate::device::placement::check_ratio(r)
                 .map_err(|e| LoadDaemonConfigError::Invalid(e.to_string()))?,
-            None => crate::placement::DEFAULT_CXL_RATIO,
+            None => crate::device::placement::DEFAULT_CXL_RATIO,
         };
         let metrics_interval = metrics_interval(&s)?;
         Ok(DaemonConfig {

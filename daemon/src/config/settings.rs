@@ -4,7 +4,7 @@
 //! other, and `DaemonConfig::try_from` validates the result.
 
 use super::{LoadDaemonConfigError, OnOff, VmSpec};
-use crate::fs::CacheMode;
+use crate::passthrough::CacheMode;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! DRAM / CXL placement of file pages: a deterministic weighted interleave.
 //!
 //! Every pool page (4 KiB of device address space, i.e. one page of one
-//! file, see [`crate::pool`]) lives either in a **DRAM tier** (host memory:
+//! file, see [`crate::device::pool`]) lives either in a **DRAM tier** (host memory:
 //! always resident, never charged device time, never in the device cache)
 //! or in the **CXL tier** (the emulated CXL-SSD: charged to the device model
 //! as before). `cxl_ratio` (0–100 %) says which share goes to the CXL tier.
@@ -99,7 +99,7 @@ pub fn check_ratio(value: u64) -> Result<u8, SetCxlRatioError> {
 }
 
 /// The share's placement: the current ratio. Changed only through
-/// [`crate::pool::SharedDevice::set_cxl_ratio`], which also moves the pages
+/// [`crate::device::SharedDevice::set_cxl_ratio`], which also moves the pages
 /// (device cache, residency plane).
 #[derive(Debug)]
 pub struct Placement {

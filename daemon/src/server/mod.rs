@@ -688,26 +688,33 @@ impl<F: FileSystem> FuseHandler for Server<F> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::CacheMode;
+    use crate::device::SharedDevice;
+    use crate::passthrough::{CacheMode, PassthroughFs};
+    use crate::timing::TimedFs;
     use cxlfs_device_model::{Device, DeviceConfig};
 
-    fn server(dir: &std::path::Path) -> FuseServer {
+    type TestServer = Server<TimedFs<PassthroughFs>>;
+
+    fn server(dir: &std::path::Path) -> TestServer {
         server_at(dir, 100)
     }
 
-    fn server_at(dir: &std::path::Path, cxl_ratio: u8) -> FuseServer {
+    /// The server over the timing layer (the charges these tests check
+    /// are the timing layer's), without pool references or DAX.
+    fn server_at(dir: &std::path::Path, cxl_ratio: u8) -> TestServer {
         let cfg = DeviceConfig::default()
             .with_overrides(&["cache.size_bytes=1MiB", "nand.read_ns=30us"])
             .unwrap();
         let shared = Arc::new(SharedDevice::with_placement(
             Device::new(cfg).unwrap(),
-            crate::placement::Placement::new(cxl_ratio).unwrap(),
+            crate::device::placement::Placement::new(cxl_ratio).unwrap(),
         ));
-        let fs = PassthroughFs::new(dir, CacheMode::Never, shared.clone()).unwrap();
-        FuseServer::new(
-            fs,
-            shared,
-            Arc::new(VmMetrics::new("t")),
+        let metrics = Arc::new(VmMetrics::new("t"));
+        let fs = PassthroughFs::new(dir, CacheMode::Never).unwrap();
+        let timed = TimedFs::new(fs, shared, metrics.clone(), None);
+        Server::new(
+            timed,
+            metrics,
             ServerOptions {
                 max_readahead: None,
             },
@@ -746,7 +753,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = server(dir.path());
         // Shorter than a header.
-        for n in 0..abi::IN_HEADER_LEN {
+        for n in 0..std::mem::size_of::<InHeader>() {
             let r = s.handle(0, &vec![0xff; n], 4096);
             assert_eq!(reply_header(&r).error, -libc::EINVAL);
         }
@@ -838,7 +845,7 @@ mod tests {
         assert_eq!(m.nand_reads.load(Ordering::Relaxed), 0);
     }
 
-    fn open_f(s: &FuseServer) -> (u64, u64) {
+    fn open_f(s: &TestServer) -> (u64, u64) {
         s.handle(0, &req(opcode::INIT, 1, 0, &init_args()), 4096);
         let r = s.handle(0, &req(opcode::LOOKUP, 2, 1, b"f\0"), 4096);
         let reply = r.reply.unwrap();
