@@ -1,5 +1,12 @@
-//! The FUSE kernel ABI, shared with the residency plane: it lives in
-//! [`residency::fuse_abi`] (the pool file's host-side FUSE server speaks the
-//! same protocol) and is re-exported here so `crate::abi::…` paths keep working.
+//! The FUSE kernel ABI: the `cxlfs-fuse-abi` crate ([`fuse_abi`]: `#[repr(C)]`
+//! zerocopy structures, opcodes, flags, [`Cursor`], [`DecodeError`]), shared
+//! with the residency plane and re-exported here so `crate::abi::…` paths
+//! keep working.
+//!
+//! `InitOut` and `Kstatfs` are, for now, the literal-friendly shapes of
+//! [`fuse_abi::compat`] (64-bit `flags`, no padding fields), which the
+//! handlers still build; the wire structures are `fuse_abi::InitOut` /
+//! `fuse_abi::Kstatfs`. Drop the second `use` when the handlers move to them.
 
-pub use residency::fuse_abi::*;
+pub use fuse_abi::*;
+pub use fuse_abi::compat::{InitOut, Kstatfs};

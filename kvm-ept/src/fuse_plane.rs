@@ -26,17 +26,17 @@
 //! `FUSE_EXPLICIT_INVAL_DATA` so only the plane drops pages; no thread of
 //! the plane ever touches the pool mapping.
 
-use crate::fuse_abi::{
-    self as abi, encode_attr_out, encode_dirent, encode_open_out, encode_write_out, fattr,
-    init_flags, opcode, Attr, Cursor, EntryOut, InHeader, InitIn, InitOut, Kstatfs, OutHeader,
-    ReadIn,
-};
 use crate::metrics::PlaneMetrics;
 use crate::pace::{self, INLINE_SPIN_NS};
 use crate::vm::{VmId, VmResolver};
 use crate::{
     MapTarget, Miss, MissData, NotifyTicket, PlaneMetricsSnapshot, PoolBackend, ResidencyPlane,
     SendNotifyError, PAGE_SIZE,
+};
+use fuse_abi::{
+    self as abi, encode_attr_out, encode_dirent, encode_open_out, encode_write_out, fattr,
+    init_flags, opcode, Attr, Cursor, EntryOut, InHeader, InitIn, InitOut, Kstatfs, OutHeader,
+    ReadIn, SetattrIn, WriteIn,
 };
 use std::cell::Cell;
 use std::ffi::CString;
@@ -169,12 +169,17 @@ fn reply_header(out: &mut Vec<u8>) {
     OutHeader::default().encode(out);
 }
 
-/// Fills in the header of a reply whose payload is already in `out`.
-fn finish(out: &mut [u8], unique: u64, error: i32) {
-    let len = out.len() as u32;
-    out[0..4].copy_from_slice(&len.to_le_bytes());
-    out[4..8].copy_from_slice(&error.to_le_bytes());
-    out[8..16].copy_from_slice(&unique.to_le_bytes());
+/// Fills in the header of a successful reply whose payload is already in
+/// `out` (after the placeholder of [`reply_header`]). A reply too long for
+/// the header's `u32` length (or without its placeholder) is an `EINVAL`.
+fn finish(out: &mut [u8], unique: u64) -> Result<(), i32> {
+    let payload = out.len().saturating_sub(abi::OUT_HEADER_LEN);
+    let header = OutHeader::for_payload(unique, 0, payload).map_err(|_| libc::EINVAL)?;
+    if header.write_over(out) {
+        Ok(())
+    } else {
+        Err(libc::EINVAL)
+    }
 }
 
 fn error_reply(out: &mut Vec<u8>, unique: u64, errno: i32) -> Outcome {
@@ -276,19 +281,20 @@ impl Server {
                     let want = init_flags::BIG_WRITES
                         | init_flags::MAX_PAGES
                         | init_flags::EXPLICIT_INVAL_DATA;
-                    InitOut {
+                    let mut reply = InitOut {
                         major: abi::KERNEL_VERSION,
                         minor: abi::KERNEL_MINOR_VERSION,
                         max_readahead: init.max_readahead.min(MAX_READAHEAD),
-                        flags: init.flags & want,
                         max_background: 64,
                         congestion_threshold: 48,
                         max_write: MAX_WRITE,
                         time_gran: 1,
                         max_pages: (MAX_WRITE / PAGE_SIZE as u32) as u16,
                         map_alignment: 0,
-                    }
-                    .encode(out);
+                        ..InitOut::default()
+                    };
+                    reply.set_flags64(init.flags & want);
+                    reply.encode(out);
                 }
             }
             opcode::LOOKUP => {
@@ -319,19 +325,17 @@ impl Server {
                     && self.stop.load(Ordering::Acquire)
                     && h.pid == self.stop_tid.load(Ordering::Acquire)
                 {
-                    finish(out, h.unique, 0);
+                    finish(out, h.unique)?;
                     return Ok(Outcome::ReplyAndExit);
                 }
             }
             opcode::SETATTR => {
-                let valid = args.u32().map_err(inval)?;
-                args.skip(4 + 8).map_err(inval)?;
-                let size = args.u64().map_err(inval)?;
+                let a: SetattrIn = args.read().map_err(inval)?;
                 if !Self::known(h.nodeid) {
                     return Err(libc::ENOENT);
                 }
-                let size_change = valid & fattr::SIZE != 0 && size != self.attr(h.nodeid).size;
-                if size_change || valid & (fattr::MODE | fattr::UID | fattr::GID) != 0 {
+                let size_change = a.valid & fattr::SIZE != 0 && a.size != self.attr(h.nodeid).size;
+                if size_change || a.valid & (fattr::MODE | fattr::UID | fattr::GID) != 0 {
                     return Err(libc::EPERM);
                 }
                 // Times are ignored: the pool's mtime never changes.
@@ -348,7 +352,7 @@ impl Server {
                 _ => return Err(libc::ENOENT),
             },
             opcode::READDIR => {
-                let r = ReadIn::parse(args).map_err(inval)?;
+                let r: ReadIn = args.read().map_err(inval)?;
                 if h.nodeid != abi::ROOT_ID {
                     return Err(libc::ENOTDIR);
                 }
@@ -387,7 +391,7 @@ impl Server {
             opcode::WRITE => return self.write(h, args, arrival_ns, out),
             _ => return Err(libc::ENOSYS),
         }
-        finish(out, h.unique, 0);
+        finish(out, h.unique)?;
         Ok(Outcome::Reply)
     }
 
@@ -398,7 +402,7 @@ impl Server {
         arrival_ns: u64,
         out: &mut Vec<u8>,
     ) -> Result<Outcome, i32> {
-        let r = ReadIn::parse(args).map_err(|_| libc::EINVAL)?;
+        let r: ReadIn = args.read().map_err(|_| libc::EINVAL)?;
         match h.nodeid {
             POOL_NODEID => {}
             abi::ROOT_ID => return Err(libc::EISDIR),
@@ -407,7 +411,7 @@ impl Server {
         let len = u64::from(r.size).min(self.size.saturating_sub(r.offset)) as usize;
         out.resize(abi::OUT_HEADER_LEN + len, 0);
         if len == 0 {
-            finish(out, h.unique, 0);
+            finish(out, h.unique)?;
             return Ok(Outcome::Reply);
         }
         let vm = self.vms.resolve(h.pid);
@@ -453,7 +457,7 @@ impl Server {
             }
         }
         self.metrics.trap(vm, r.offset, len as u64);
-        finish(out, h.unique, 0);
+        finish(out, h.unique)?;
         Ok(Outcome::ReplyAt(reply.completes_at_ns))
     }
 
@@ -464,8 +468,7 @@ impl Server {
         arrival_ns: u64,
         out: &mut Vec<u8>,
     ) -> Result<Outcome, i32> {
-        let w = ReadIn::parse(args).map_err(|_| libc::EINVAL)?;
-        let data = args.bytes(w.size as usize).map_err(|_| libc::EINVAL)?;
+        let (w, data) = WriteIn::parse_with_data(args).map_err(|_| libc::EINVAL)?;
         if h.nodeid != POOL_NODEID {
             return Err(libc::EBADF);
         }
@@ -481,7 +484,7 @@ impl Server {
         };
         self.metrics.writeback(data.len() as u64);
         encode_write_out(w.size, out);
-        finish(out, h.unique, 0);
+        finish(out, h.unique)?;
         Ok(Outcome::ReplyAt(done))
     }
 }
@@ -884,27 +887,29 @@ fn pacer(server: &Server, dev: &File, rx: Receiver<Held>) {
     );
 }
 
+/// Writes one `NOTIFY_STORE` of `data` at `offset` (header in `head`, data
+/// as a second `writev` segment).
+fn send_store(dev: &File, head: &mut Vec<u8>, offset: u64, data: &[u8]) -> io::Result<()> {
+    let size = u32::try_from(data.len()).map_err(io::Error::other)?;
+    abi::encode_notify_store(POOL_NODEID, offset, size, head).map_err(io::Error::other)?;
+    let want = head.len() + data.len();
+    let w = (&*dev).write_vectored(&[IoSlice::new(head), IoSlice::new(data)])?;
+    if w == want {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "short notify write {w} of {want}"
+        )))
+    }
+}
+
 fn notifier(server: &Server, dev: &File, rx: Receiver<Notice>) {
     let mut head = Vec::with_capacity(64);
     for n in rx {
         head.clear();
         let start = Instant::now();
         let res = match &n.kind {
-            NoticeKind::Store { offset, data } => {
-                abi::encode_notify_store(POOL_NODEID, *offset, data.len() as u32, &mut head);
-                let want = head.len() + data.len();
-                (&*dev)
-                    .write_vectored(&[IoSlice::new(&head), IoSlice::new(data)])
-                    .and_then(|w| {
-                        if w == want {
-                            Ok(())
-                        } else {
-                            Err(io::Error::other(format!(
-                                "short notify write {w} of {want}"
-                            )))
-                        }
-                    })
-            }
+            NoticeKind::Store { offset, data } => send_store(dev, &mut head, *offset, data),
             NoticeKind::Inval { offset, len } => {
                 abi::encode_notify_inval_inode(POOL_NODEID, *offset as i64, *len as i64, &mut head);
                 (&*dev).write(&head).map(|_| ())
@@ -998,6 +1003,8 @@ impl Drop for Mounted {
 mod tests {
     use super::*;
     use crate::{MissReply, ServeMissError, WritebackError};
+    use fuse_abi::zerocopy::{FromBytes, IntoBytes};
+    use fuse_abi::ForgetIn;
 
     struct Zero;
     impl PoolBackend for Zero {
@@ -1052,13 +1059,14 @@ mod tests {
                 })
                 .collect();
             let _ = s.handle(&b, 0, &mut out);
-            if b.len() >= abi::IN_HEADER_LEN {
+            if let Ok((mut h, _)) = InHeader::read_from_prefix(&b) {
                 // Valid length, every opcode, random arguments.
-                b[0..4].copy_from_slice(&(len as u32).to_le_bytes());
+                h.len = len as u32;
                 for op in 0..60u32 {
-                    b[4..8].copy_from_slice(&op.to_le_bytes());
+                    h.opcode = op;
                     for node in [0u64, 1, 2, 3] {
-                        b[16..24].copy_from_slice(&node.to_le_bytes());
+                        h.nodeid = node;
+                        assert!(h.write_to_prefix(&mut b).is_ok());
                         let _ = s.handle(&b, 0, &mut out);
                     }
                 }
@@ -1096,24 +1104,30 @@ mod tests {
         assert!(out[abi::OUT_HEADER_LEN..].iter().all(|&b| b == 0xab));
         // A WRITE past the end is refused.
         let mut a = Vec::new();
-        ReadIn {
+        WriteIn {
             offset: 1 << 20,
             size: 4,
-            ..ReadIn::default()
+            ..WriteIn::default()
         }
         .encode(&mut a);
         a.extend_from_slice(b"abcd");
         s.handle(&request(opcode::WRITE, 2, &a), 0, &mut out);
         assert_eq!(out_error(&out), -libc::EFBIG);
         // SETATTR changing the size is refused.
-        let mut a = vec![0u8; 88];
-        a[0..4].copy_from_slice(&fattr::SIZE.to_le_bytes());
-        s.handle(&request(opcode::SETATTR, 2, &a), 0, &mut out);
+        let a = SetattrIn {
+            valid: fattr::SIZE,
+            ..SetattrIn::default()
+        };
+        s.handle(&request(opcode::SETATTR, 2, a.as_bytes()), 0, &mut out);
         assert_eq!(out_error(&out), -libc::EPERM);
         assert_eq!(s.metrics.snapshot().traps, 1);
         // FORGET has no reply.
         assert_eq!(
-            s.handle(&request(opcode::FORGET, 2, &[0; 8]), 0, &mut out),
+            s.handle(
+                &request(opcode::FORGET, 2, ForgetIn::default().as_bytes()),
+                0,
+                &mut out
+            ),
             Outcome::None
         );
     }
@@ -1121,19 +1135,23 @@ mod tests {
     #[test]
     fn init_caps_readahead_and_keeps_explicit_invalidation() {
         let s = Server::new(Arc::new(Zero), 1 << 20);
-        let mut a = Vec::new();
-        for v in [7u32, 45, 128 * 1024, u32::MAX] {
-            a.extend_from_slice(&v.to_le_bytes());
-        }
+        let a = InitIn {
+            major: 7,
+            minor: 45,
+            max_readahead: 128 * 1024,
+            flags: u32::MAX,
+        };
         let mut out = Vec::new();
-        s.handle(&request(opcode::INIT, 0, &a), 0, &mut out);
-        assert_eq!(out.len(), abi::OUT_HEADER_LEN + 64);
+        s.handle(&request(opcode::INIT, 0, a.as_bytes()), 0, &mut out);
+        assert_eq!(out.len(), abi::OUT_HEADER_LEN + InitOut::SIZE);
         let mut c = Cursor::new(&out[abi::OUT_HEADER_LEN..]);
-        assert_eq!((c.u32().unwrap(), c.u32().unwrap()), (7, 31));
-        assert_eq!(c.u32().unwrap(), MAX_READAHEAD);
-        let flags = u64::from(c.u32().unwrap());
+        let init: InitOut = c.read().unwrap();
+        assert_eq!((init.major, init.minor), (7, 31));
+        assert_eq!(init.max_readahead, MAX_READAHEAD);
+        let flags = init.flags64();
         assert_ne!(flags & init_flags::EXPLICIT_INVAL_DATA, 0);
         assert_eq!(flags & init_flags::AUTO_INVAL_DATA, 0);
         assert_eq!(flags & init_flags::WRITEBACK_CACHE, 0);
+        assert_eq!(flags & init_flags::HANDLE_KILLPRIV_V2, 0);
     }
 }

@@ -36,12 +36,11 @@
 //! Pacing (sleeping, then spinning the last ~50 µs until a reply's modeled
 //! completion) happens here and in the daemon, never in the device model.
 //!
-//! Module map: [`fuse_abi`] (the FUSE wire format, shared with `cxlfsd`),
-//! [`fuse_plane`] ([`FusePoolPlane`]), [`pace`], [`vm`] (pid → VM
-//! attribution), [`metrics`].
+//! Module map: [`fuse_plane`] ([`FusePoolPlane`]), [`pace`], [`vm`] (pid →
+//! VM attribution), [`metrics`], [`exit_guard`]. The FUSE wire format it
+//! speaks is the `cxlfs-fuse-abi` crate ([`fuse_abi`]), shared with `cxlfsd`.
 
 pub mod exit_guard;
-pub mod fuse_abi;
 pub mod fuse_plane;
 pub mod metrics;
 pub mod pace;
