@@ -54,6 +54,7 @@ pub type VmFs = TimedFs<PassthroughFs>;
 pub type VmServer = Server<VmFs>;
 
 /// The pool's references follow the sessions' inodes.
+#[derive(Debug)]
 struct PoolRefs(Arc<SharedDevice>);
 
 impl InodeObserver for PoolRefs {

@@ -22,21 +22,21 @@ use vhost::vhost_user::{Backend, VhostUserFrontendReqHandler};
 
 /// One live window slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Slot {
+pub(super) struct Slot {
     key: FileKey,
     foffset: u64,
-    len: u64,
-    writable: bool,
-    extent: u64,
+    pub(super) len: u64,
+    pub(super) writable: bool,
+    pub(super) extent: u64,
 }
 
 /// The DAX window of one VM connection.
 pub struct DaxSession {
     dax: Arc<DaxPlane>,
-    vm: VmId,
+    pub(super) vm: VmId,
     metrics: Arc<VmMetrics>,
     backend: Mutex<Option<Backend>>,
-    slots: Mutex<BTreeMap<u64, Slot>>,
+    pub(super) slots: Mutex<BTreeMap<u64, Slot>>,
 }
 
 impl std::fmt::Debug for DaxSession {

@@ -167,7 +167,7 @@ impl From<&Context> for Caller {
 
 /// Told when a regular file's inode enters and leaves a session's tables
 /// (the pool keeps one reference per session that knows the file).
-pub trait InodeObserver: Send + Sync {
+pub trait InodeObserver: Send + Sync + std::fmt::Debug {
     /// The session registered the regular file `key`.
     fn inode_added(&self, key: FileKey);
     /// The session forgot it; `deleted`: the host file has no links left.

@@ -91,7 +91,7 @@ pub struct DirEntry {
 /// A host file as the server's seams (DAX mapper, ioctl handler) and the
 /// timing layer see it: its identity, size and kind, and — when asked —
 /// the file opened for the residency plane.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct HostFile {
     /// Host identity (also the pool key).
     pub key: FileKey,
