@@ -8,5 +8,5 @@
 //! handlers still build; the wire structures are `fuse_abi::InitOut` /
 //! `fuse_abi::Kstatfs`. Drop the second `use` when the handlers move to them.
 
-pub use fuse_abi::*;
 pub use fuse_abi::compat::{InitOut, Kstatfs};
+pub use fuse_abi::*;

@@ -10,11 +10,15 @@
 //! [`FsBackend`] and a new `VhostUserDaemon` with its vring workers — serve
 //! it until the front-end goes away, tear it down, and listen again.
 //! Nothing is shared between VMs except the [`SharedDevice`] (device model
-//! + pool, each behind its own mutex), the DAX plane and the metrics
+//! and pool, each behind its own mutex), the DAX plane and the metrics
 //! registry, so one VM dying never disturbs another.
 
 use crate::backend::{CacheWindow, FsBackend, GuestMem, QueueOptions};
-use crate::config::VmSpec;
+use crate::config::{DaemonConfig, VmSpec};
+use crate::control::{
+    ControlOptions, ControlSocket, Controller, DevicePlacement, StartControlError,
+    DEFAULT_PIN_QUOTA_PERCENT,
+};
 use crate::dax::{DaxPlane, DaxSession, StartDaxError};
 use crate::device::SharedDevice;
 use crate::ids::FileKey;
@@ -22,6 +26,7 @@ use crate::metrics::{Metrics, VmMetrics};
 use crate::passthrough::{CacheMode, InodeObserver, OpenSharedDirError, PassthroughFs};
 use crate::server::{DaxMapper, IoctlHandler, Server, ServerOptions};
 use crate::timing::{Coherence, TimedFs};
+use cxlfs_api::control::{DaemonSummary, VmEndpoint};
 use residency::{FusePoolPlane, PlaneOptions, PoolBackend, ResidencyPlane};
 use rustix::event::{PollFd, PollFlags};
 use std::collections::HashSet;
@@ -78,7 +83,9 @@ struct MountedPlane {
 impl MountedPlane {
     fn plane(&self) -> &FusePoolPlane {
         // Set from construction until Drop.
-        self.plane.as_ref().unwrap_or_else(|| unreachable!("plane taken before drop"))
+        self.plane
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("plane taken before drop"))
     }
 }
 
@@ -86,10 +93,18 @@ impl ResidencyPlane for MountedPlane {
     fn map_target(&self) -> &residency::MapTarget {
         self.plane().map_target()
     }
-    fn fill(&self, off: u64, data: Vec<u8>) -> Result<residency::NotifyTicket, residency::SendNotifyError> {
+    fn fill(
+        &self,
+        off: u64,
+        data: Vec<u8>,
+    ) -> Result<residency::NotifyTicket, residency::SendNotifyError> {
         self.plane().fill(off, data)
     }
-    fn evict(&self, off: u64, len: u64) -> Result<residency::NotifyTicket, residency::SendNotifyError> {
+    fn evict(
+        &self,
+        off: u64,
+        len: u64,
+    ) -> Result<residency::NotifyTicket, residency::SendNotifyError> {
         self.plane().evict(off, len)
     }
     fn sync(&self, off: u64, len: u64) -> Result<(), residency::SendNotifyError> {
@@ -142,6 +157,9 @@ fn mount_plane(
         }
     }
 }
+
+/// The vhost-user protocol side of one connection.
+type VuDaemon = VhostUserDaemon<Arc<FsBackend>>;
 
 /// One VM connection's parts.
 struct Session {
@@ -439,18 +457,17 @@ impl DaemonState {
         let coherence = self.dax.get().map(|d| d.clone() as Arc<dyn Coherence>);
         let timed = TimedFs::new(fs, self.shared.clone(), vm_metrics.clone(), coherence);
         let ioctl = self.control.get().map(|c| {
-            Arc::new(crate::control::hint::HintHandler::new(c.clone(), &vm_metrics.name))
-                as Arc<dyn IoctlHandler>
+            Arc::new(crate::control::hint::HintHandler::new(
+                c.clone(),
+                &vm_metrics.name,
+            )) as Arc<dyn IoctlHandler>
         });
         Ok(Server::new(timed, vm_metrics, self.opts.server)
             .with_dax(dax.map(|d| d as Arc<dyn DaxMapper>))
             .with_ioctl(ioctl))
     }
 
-    fn new_session(
-        &self,
-        vm: &VmSpec,
-    ) -> Result<(Session, VhostUserDaemon<Arc<FsBackend>>), Box<dyn std::error::Error>> {
+    fn new_session(&self, vm: &VmSpec) -> Result<(Session, VuDaemon), Box<dyn std::error::Error>> {
         let vm_metrics = self.metrics.vm(&vm.name);
         let dax = self.dax.get().map(|d| {
             let session = Arc::new(DaxSession::new(d.clone(), vm_metrics.clone()));
@@ -477,6 +494,57 @@ impl DaemonState {
             },
             daemon,
         ))
+    }
+}
+
+/// Builds the daemon's [`Controller`] (guest hints go through it from now
+/// on) and, if `--control-socket` is set, starts the socket.
+pub fn start_control(
+    cfg: &DaemonConfig,
+    state: &Arc<DaemonState>,
+) -> Result<Option<ControlSocket>, StartControlError> {
+    let quota = cfg
+        .control
+        .pin_quota_bytes
+        .unwrap_or(cfg.device.cache.size_bytes * DEFAULT_PIN_QUOTA_PERCENT / 100);
+    let about = DaemonSummary {
+        shared_dir: cfg.shared_dir.display().to_string(),
+        vms: cfg
+            .vms
+            .iter()
+            .map(|v| VmEndpoint {
+                name: v.name.clone(),
+                socket: v.socket.display().to_string(),
+            })
+            .collect(),
+        cache: format!("{:?}", cfg.cache).to_lowercase(),
+        dax_window: cfg.dax.window,
+        metrics_addr: cfg.metrics_addr.map(|a| a.to_string()),
+        control_socket: cfg.control.socket.as_ref().map(|p| p.display().to_string()),
+        control_socket_mode: format!("{:04o}", cfg.control.socket_mode),
+        device_origin: cfg.device_origin.clone(),
+    };
+    let controller = Controller::new(
+        state.shared.clone(),
+        state.metrics.clone(),
+        state.dax().cloned(),
+        Arc::new(DevicePlacement(state.shared.clone())),
+        &cfg.shared_dir,
+        ControlOptions {
+            pin_quota_bytes: quota,
+            guest_device_control: cfg.control.guest_device_control,
+        },
+        about,
+    )?;
+    state.set_control(controller.clone());
+    tracing::info!(
+        pin_quota_bytes = quota,
+        guest_device_control = cfg.control.guest_device_control,
+        "guest cache hints on (FUSE_IOCTL)"
+    );
+    match &cfg.control.socket {
+        Some(path) => ControlSocket::start(path, cfg.control.socket_mode, controller).map(Some),
+        None => Ok(None),
     }
 }
 

@@ -28,7 +28,6 @@ pub mod control;
 pub mod daemon;
 pub mod dax;
 pub mod device;
-pub mod hint_ioctl;
 pub mod ids;
 pub mod metrics;
 pub mod metrics_file;

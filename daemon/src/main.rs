@@ -4,11 +4,11 @@ use clap::Parser;
 use cxlfs_device_model::Device;
 use cxlfsd::config::{Cli, DaemonConfig};
 use cxlfsd::daemon::{DaemonState, SessionOptions};
-use cxlfsd::fuse::ServerOptions;
+use cxlfsd::device::placement::Placement;
+use cxlfsd::device::SharedDevice;
 use cxlfsd::metrics_file::MetricsFileWriter;
-use cxlfsd::placement::Placement;
-use cxlfsd::pool::SharedDevice;
-use cxlfsd::{control, metrics, signals};
+use cxlfsd::server::ServerOptions;
+use cxlfsd::{metrics, signals};
 use std::process::ExitCode;
 use std::sync::Arc;
 use tracing_subscriber::EnvFilter;
@@ -79,7 +79,7 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         tracing::info!("DAX window off (--dax off)");
     }
-    let control_socket = control::start(&cfg, &state)?;
+    let control_socket = cxlfsd::daemon::start_control(&cfg, &state)?;
     if let Some(addr) = cfg.metrics_addr {
         let bound = metrics::serve(addr, cfg.metrics_allow_remote, state.metrics.clone())?;
         tracing::info!(addr = %bound, "metrics endpoint up");

@@ -16,7 +16,7 @@
 //! placement, residency) are unlabeled families. See `docs/metrics.md`.
 
 use crate::abi::opcode;
-use crate::pool::{Charge, SharedDevice};
+use crate::device::{Charge, SharedDevice};
 use hdrhistogram::Histogram;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -749,7 +749,7 @@ impl Metrics {
             (
                 d,
                 c,
-                pool.allocated_extents() * crate::pool::EXTENT_SIZE,
+                pool.allocated_extents() * crate::device::EXTENT_SIZE,
                 pool.aliased_chunks(),
             )
         };

@@ -259,7 +259,7 @@ impl Drop for MetricsFileWriter {
 mod tests {
     use super::*;
     use crate::abi::opcode;
-    use crate::pool::{Charge, DeviceActivity, SharedDevice};
+    use crate::device::{Charge, DeviceActivity, SharedDevice};
     use cxlfs_device_model::{Device, DeviceConfig};
 
     fn metrics() -> Arc<Metrics> {

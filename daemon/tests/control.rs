@@ -12,10 +12,10 @@ use cxlfs_hint::{HintOp, HintReply, HintRequest, CXLFS_IOC_HINT, HINT_SIZE};
 use cxlfsd::abi::{self, opcode, Cursor, InHeader, OutHeader};
 use cxlfsd::config::{Cli, DaemonConfig, FileConfig};
 use cxlfsd::control::{self, ControlSocket};
-use cxlfsd::daemon::{DaemonState, SessionOptions};
-use cxlfsd::fs::{CacheMode, PassthroughFs};
-use cxlfsd::fuse::{FuseServer, ServerOptions};
-use cxlfsd::pool::SharedDevice;
+use cxlfsd::daemon::{DaemonState, SessionOptions, VmServer};
+use cxlfsd::device::SharedDevice;
+use cxlfsd::passthrough::CacheMode;
+use cxlfsd::server::ServerOptions;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -35,7 +35,7 @@ struct Rig {
     state: Arc<DaemonState>,
     control: Option<ControlSocket>,
     metrics_addr: SocketAddr,
-    vm: FuseServer,
+    vm: VmServer,
     unique: AtomicU64,
 }
 
@@ -88,17 +88,10 @@ fn rig(extra: &[&str], prepare: impl FnOnce(&Path)) -> Rig {
     let metrics_addr =
         cxlfsd::metrics::serve("127.0.0.1:0".parse().unwrap(), false, state.metrics.clone())
             .unwrap();
-    let control = control::start(&cfg, &state).unwrap();
-    let fs = PassthroughFs::new(&share, CacheMode::Never, shared.clone()).unwrap();
-    let vm = FuseServer::new(
-        fs,
-        shared,
-        state.metrics.vm("vm0"),
-        ServerOptions {
-            max_readahead: None,
-        },
-    )
-    .with_control(state.control().cloned());
+    let control = cxlfsd::daemon::start_control(&cfg, &state).unwrap();
+    // The daemon's own session server: passthrough under the timing layer,
+    // the controller's hint handler as its ioctl seam.
+    let vm = state.vm_server(state.metrics.vm("vm0"), None).unwrap();
     let r = Rig {
         _dir: dir,
         share,

@@ -165,14 +165,21 @@ fn layers_point_down() {
     let g = graph();
     let deps = |m: &str| g.get(m).cloned().unwrap_or_default();
     for leaf in ["metrics", "ids", "abi"] {
-        assert!(deps(leaf).is_empty(), "{leaf} must be a leaf, uses {:?}", deps(leaf));
+        assert!(
+            deps(leaf).is_empty(),
+            "{leaf} must be a leaf, uses {:?}",
+            deps(leaf)
+        );
     }
     let allowed = |m: &str, ok: &[&str]| {
         let extra: Vec<String> = deps(m)
             .into_iter()
             .filter(|d| !ok.contains(&d.as_str()))
             .collect();
-        assert!(extra.is_empty(), "{m} may use only {ok:?}, also uses {extra:?}");
+        assert!(
+            extra.is_empty(),
+            "{m} may use only {ok:?}, also uses {extra:?}"
+        );
     };
     allowed("device", &["ids", "metrics"]);
     allowed("server", &["abi", "ids", "metrics"]);
@@ -190,11 +197,9 @@ fn layers_point_down() {
 
 #[test]
 fn the_detector_finds_a_cycle_and_reads_use_groups() {
-    let refs = references("use crate::{a::X, b, c::{d, e}};\nfn f() { crate::g::h(); }\n// crate::z\n");
-    assert_eq!(
-        refs.into_iter().collect::<Vec<_>>(),
-        ["a", "b", "c", "g"]
-    );
+    let refs =
+        references("use crate::{a::X, b, c::{d, e}};\nfn f() { crate::g::h(); }\n// crate::z\n");
+    assert_eq!(refs.into_iter().collect::<Vec<_>>(), ["a", "b", "c", "g"]);
     let mut g = Graph::new();
     g.entry("a".into()).or_default().insert("b".into());
     g.entry("b".into()).or_default().insert("c".into());
@@ -203,6 +208,8 @@ fn the_detector_finds_a_cycle_and_reads_use_groups() {
         find_cycle(&g),
         Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
     );
-    g.get_mut("c").map(|d| d.clear());
+    if let Some(d) = g.get_mut("c") {
+        d.clear();
+    }
     assert_eq!(find_cycle(&g), None);
 }

@@ -6,10 +6,11 @@
 #![allow(clippy::unwrap_used)]
 
 use cxlfs_device_model::{config::DeviceConfig, Device};
-use cxlfsd::fs::{CacheMode, PassthroughFs};
-use cxlfsd::fuse::{FuseServer, ServerOptions};
+use cxlfsd::device::SharedDevice;
 use cxlfsd::metrics::VmMetrics;
-use cxlfsd::pool::SharedDevice;
+use cxlfsd::passthrough::{CacheMode, PassthroughFs};
+use cxlfsd::server::{Server, ServerOptions};
+use cxlfsd::timing::TimedFs;
 use std::sync::{Arc, Mutex};
 
 #[derive(Clone, Default)]
@@ -51,11 +52,11 @@ fn each_request_runs_in_a_span_with_vm_opcode_and_unique() {
         .with_overrides(&["cache.size_bytes=1MiB"])
         .unwrap();
     let shared = Arc::new(SharedDevice::new(Device::new(cfg).unwrap()));
-    let fs = PassthroughFs::new(dir.path(), CacheMode::Never, shared.clone()).unwrap();
-    let s = FuseServer::new(
-        fs,
-        shared,
-        Arc::new(VmMetrics::new("t")),
+    let metrics = Arc::new(VmMetrics::new("t"));
+    let fs = PassthroughFs::new(dir.path(), CacheMode::Never).unwrap();
+    let s = Server::new(
+        TimedFs::new(fs, shared, metrics.clone(), None),
+        metrics,
         ServerOptions {
             max_readahead: None,
         },

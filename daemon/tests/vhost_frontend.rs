@@ -287,7 +287,7 @@ fn dax_window_maps_the_pool_and_refuses_bad_mappings() {
     );
     // Evicting the extent writes the dirty page back to the host file.
     let md = std::fs::metadata(&path).unwrap();
-    let key = cxlfsd::pool::FileKey {
+    let key = cxlfsd::ids::FileKey {
         dev: std::os::unix::fs::MetadataExt::dev(&md),
         ino: std::os::unix::fs::MetadataExt::ino(&md),
     };
@@ -450,7 +450,7 @@ fn dram_tier_pages_under_dax_are_uncharged_and_ratio_changes_move_them() {
     let dax = state.dax().unwrap();
     let m = state.metrics.vm("p");
     let meta = std::fs::metadata(&path).unwrap();
-    let key = cxlfsd::pool::FileKey {
+    let key = cxlfsd::ids::FileKey {
         dev: meta.dev(),
         ino: meta.ino(),
     };
@@ -458,7 +458,9 @@ fn dram_tier_pages_under_dax_are_uncharged_and_ratio_changes_move_them() {
     let first = extent * MIB2 / 4096;
     let cxl_at = |r: u8| {
         (first..first + pages as u64)
-            .filter(|&p| cxlfsd::placement::tier_at(r, p) == cxlfsd::placement::Tier::Cxl)
+            .filter(|&p| {
+                cxlfsd::device::placement::tier_at(r, p) == cxlfsd::device::placement::Tier::Cxl
+            })
             .count() as u64
     };
     let cxl = cxl_at(50);
@@ -473,8 +475,8 @@ fn dram_tier_pages_under_dax_are_uncharged_and_ratio_changes_move_them() {
     assert!(resident.len() as u64 >= cxl);
     for p in resident {
         assert_eq!(
-            cxlfsd::placement::tier_at(50, p),
-            cxlfsd::placement::Tier::Cxl,
+            cxlfsd::device::placement::tier_at(50, p),
+            cxlfsd::device::placement::Tier::Cxl,
             "DRAM page {p} in the device cache"
         );
     }

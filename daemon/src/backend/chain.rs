@@ -194,8 +194,7 @@ impl PayloadIo for ChainBufs<'_> {
                 })
             }
             Direction::RequestToFile => {
-                if t
-                    .at
+                if t.at
                     .checked_add(t.len)
                     .map_or(true, |end| end > self.readable_len)
                 {

@@ -297,7 +297,7 @@ impl FsBackend {
                                 self.hand_to_pacer(vring, h);
                             }
                             if pending {
-                                signal(vring, event_idx, &&self.metrics.name);
+                                signal(vring, event_idx, &self.metrics.name);
                             }
                             return Ok(());
                         }
@@ -308,7 +308,7 @@ impl FsBackend {
                     pending |= self.process_chain(queue, vring, &mem, chain, &mut local);
                 }
                 if pending && (idle || urgent) {
-                    signal(vring, event_idx, &&self.metrics.name);
+                    signal(vring, event_idx, &self.metrics.name);
                     pending = false;
                 }
                 if idle {
@@ -467,12 +467,7 @@ fn signal(vring: &Vring, event_idx: bool, vm: &str) {
     }
 }
 
-fn run_pacer(
-    rx: Receiver<Held>,
-    clock: Clock,
-    vm: Arc<VmMetrics>,
-    event_idx: Arc<AtomicBool>,
-) {
+fn run_pacer(rx: Receiver<Held>, clock: Clock, vm: Arc<VmMetrics>, event_idx: Arc<AtomicBool>) {
     // Sleep precision matters: ask for no timer slack on this thread.
     if let Err(e) = rustix::thread::set_current_timer_slack(NonZeroU64::new(1)) {
         tracing::debug!(error = %e, "cannot set timer slack");

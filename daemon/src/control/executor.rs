@@ -5,8 +5,8 @@
 
 use super::range::{ResolvedFile, Target};
 use super::{bad, ControlCommandError, Controller, Principal, SetCxlRatioError};
-use crate::fs::check_name;
-use crate::pool::FileKey;
+use crate::ids::FileKey;
+use crate::passthrough::check_name;
 use cxlfs_api::control::{
     ConfigResult, Counters, PrefetchSettings, RangeOp, RangeSpec, RangeTarget, Request,
     ResetStatsResult, SetPolicyResult, StatsResult, PROTOCOL_VERSION,
@@ -195,7 +195,7 @@ impl Controller {
     /// The host file kept open for the residency plane: the pool's, or a
     /// fresh read-write open through `/proc/self/fd` (never a path lookup).
     fn pool_file(&self, key: FileKey, opath: &OwnedFd) -> Result<Arc<File>, ControlCommandError> {
-        if let Some(f) = self.shared.pool().dax_file(key) {
+        if let Some(f) = self.dax.as_ref().and_then(|d| d.window_file(key)) {
             return Ok(f);
         }
         let name = opath.as_fd().as_raw_fd().to_string();

@@ -17,131 +17,107 @@
 //! a device-wide one as the protocol's [`Request`] ([`Controller::execute`]).
 
 use super::{ControlCommandError, Controller, Principal, ResolvedFile, Target};
-use crate::abi::Cursor;
-use crate::fs::PassthroughFs;
-use crate::pool::FileKey;
+use crate::abi::{ioctl_flags, IoctlIn, IoctlOut};
+use crate::server::{Context, FileSystem, IoctlHandler, Timed};
 use cxlfs_api::control::{RangeOp, Request};
 use cxlfs_hint::{HintOp, HintReply, HintRequest, ABI_VERSION, CXLFS_IOC_HINT, HINT_SIZE};
 use rustix::io::Errno;
 use std::sync::Arc;
+use zerocopy::IntoBytes;
 
-/// `fuse_ioctl_in.flags`: an unrestricted ioctl (CUSE only).
-pub const FUSE_IOCTL_UNRESTRICTED: u32 = 1 << 1;
-/// `fuse_ioctl_in.flags`: the ioctl is on a directory.
-pub const FUSE_IOCTL_DIR: u32 = 1 << 4;
-/// Bytes of `fuse_ioctl_in`.
-pub const IOCTL_IN_LEN: usize = 32;
-/// Bytes of `fuse_ioctl_out`.
-pub const IOCTL_OUT_LEN: usize = 16;
-
-/// A `FUSE_IOCTL` request's fixed part.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IoctlIn {
-    /// File handle.
-    pub fh: u64,
-    /// `FUSE_IOCTL_*` flags.
-    pub flags: u32,
-    /// The ioctl command word.
-    pub cmd: u32,
-    /// The guest's argument pointer (unused: restricted ioctls carry data).
-    pub arg: u64,
-    /// Bytes of input that follow.
-    pub in_size: u32,
-    /// Bytes of output the guest takes.
-    pub out_size: u32,
+/// The server's ioctl seam for one VM: `CXLFS_IOC_HINT` through the
+/// controller.
+#[derive(Debug)]
+pub struct HintHandler {
+    controller: Arc<Controller>,
+    vm: String,
 }
 
-/// What the ioctl answered: the reply payload (`fuse_ioctl_out` + the
-/// struct) and when it may be released (a range command's modeled completion).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IoctlReply {
-    /// Payload after the FUSE out header.
-    pub payload: Vec<u8>,
-    /// Device time to hold the reply until.
-    pub completes_at_ns: Option<u64>,
-}
-
-/// Handles `FUSE_IOCTL` for VM `vm`. `Err` is a FUSE-level error (the
-/// ioctl is not ours, or malformed); a refused hint is an `Ok` reply whose
-/// result is `-errno`.
-pub fn handle_ioctl(
-    controller: &Controller,
-    fs: &PassthroughFs,
-    vm: &str,
-    args: &mut Cursor<'_>,
-) -> Result<IoctlReply, Errno> {
-    let bad = |_| Errno::INVAL;
-    let ioc = IoctlIn {
-        fh: args.u64().map_err(bad)?,
-        flags: args.u32().map_err(bad)?,
-        cmd: args.u32().map_err(bad)?,
-        arg: args.u64().map_err(bad)?,
-        in_size: args.u32().map_err(bad)?,
-        out_size: args.u32().map_err(bad)?,
-    };
-    if ioc.cmd != CXLFS_IOC_HINT || ioc.flags & FUSE_IOCTL_UNRESTRICTED != 0 {
-        // Not ours (e.g. FS_IOC_GETFLAGS from lsattr): as for any file
-        // system without that ioctl.
-        return Err(Errno::NOTTY);
-    }
-    let data = args.rest();
-    if (ioc.in_size as usize) < HINT_SIZE
-        || data.len() < HINT_SIZE
-        || (ioc.out_size as usize) < HINT_SIZE
-    {
-        return Err(Errno::INVAL);
-    }
-    let Some((req, _)) = cxlfs_hint::decode(data) else {
-        return Err(Errno::INVAL);
-    };
-    let handle = fs.handle(ioc.fh)?;
-    let who = Principal::Vm(vm.to_string());
-    let mut reply = HintReply::default();
-    let mut completes_at = None;
-    let result = run(
-        controller,
-        fs,
-        &who,
-        &req,
-        &handle,
-        &ioc,
-        &mut reply,
-        &mut completes_at,
-    );
-    let errno = match result {
-        Ok(()) => 0,
-        Err(e) => {
-            tracing::debug!(vm, op = req.op, error = %e, "guest hint refused");
-            -e.errno().raw_os_error()
+impl HintHandler {
+    /// Hints of VM `vm` go to `controller`.
+    pub fn new(controller: Arc<Controller>, vm: &str) -> Self {
+        HintHandler {
+            controller,
+            vm: vm.to_string(),
         }
-    };
-    let s = controller.vm_stats(vm);
-    reply.hits = s.hits;
-    reply.misses = s.misses;
-    reply.traps = s.traps;
-    reply.pinned_bytes = s.pinned_bytes;
-    reply.pin_quota_bytes = controller.options().pin_quota_bytes;
-    let (policy, degree, stride) = controller.policy_and_prefetch();
-    reply.current_policy = cxlfs_hint::policy_field(&policy).unwrap_or_default();
-    reply.prefetch_degree = degree;
-    reply.prefetch_stride = stride;
-    let mut payload = Vec::with_capacity(IOCTL_OUT_LEN + HINT_SIZE);
-    payload.extend_from_slice(&errno.to_le_bytes());
-    payload.extend_from_slice(&[0u8; 12]); // flags, in_iovs, out_iovs
-    payload.extend_from_slice(&cxlfs_hint::encode(&req, &reply));
-    Ok(IoctlReply {
-        payload,
-        completes_at_ns: completes_at,
-    })
+    }
 }
 
-#[allow(clippy::too_many_arguments)]
+impl IoctlHandler for HintHandler {
+    /// `Err` is a FUSE-level error (the ioctl is not ours, or malformed); a
+    /// refused hint is an `Ok` reply whose result is `-errno`.
+    fn ioctl(
+        &self,
+        _ctx: &Context,
+        fs: &dyn FileSystem,
+        ioc: &IoctlIn,
+        data: &[u8],
+    ) -> Result<Timed<Vec<u8>>, Errno> {
+        let (controller, vm) = (&*self.controller, self.vm.as_str());
+        if ioc.cmd != CXLFS_IOC_HINT || ioc.flags & ioctl_flags::UNRESTRICTED != 0 {
+            // Not ours (e.g. FS_IOC_GETFLAGS from lsattr): as for any file
+            // system without that ioctl.
+            return Err(Errno::NOTTY);
+        }
+        if (ioc.in_size as usize) < HINT_SIZE
+            || data.len() < HINT_SIZE
+            || (ioc.out_size as usize) < HINT_SIZE
+        {
+            return Err(Errno::INVAL);
+        }
+        let Some((req, _)) = cxlfs_hint::decode(data) else {
+            return Err(Errno::INVAL);
+        };
+        // The guest could open the file: its handle names it.
+        fs.file_key(0, Some(ioc.fh))?;
+        let who = Principal::Vm(vm.to_string());
+        let mut reply = HintReply::default();
+        let mut completes_at = None;
+        let result = run(
+            controller,
+            fs,
+            &who,
+            &req,
+            ioc,
+            &mut reply,
+            &mut completes_at,
+        );
+        let errno = match result {
+            Ok(()) => 0,
+            Err(e) => {
+                tracing::debug!(vm, op = req.op, error = %e, "guest hint refused");
+                -e.errno().raw_os_error()
+            }
+        };
+        let s = controller.vm_stats(vm);
+        reply.hits = s.hits;
+        reply.misses = s.misses;
+        reply.traps = s.traps;
+        reply.pinned_bytes = s.pinned_bytes;
+        reply.pin_quota_bytes = controller.options().pin_quota_bytes;
+        let (policy, degree, stride) = controller.policy_and_prefetch();
+        reply.current_policy = cxlfs_hint::policy_field(&policy).unwrap_or_default();
+        reply.prefetch_degree = degree;
+        reply.prefetch_stride = stride;
+        let out = IoctlOut {
+            result: errno,
+            ..IoctlOut::default()
+        };
+        let mut payload = Vec::with_capacity(std::mem::size_of::<IoctlOut>() + HINT_SIZE);
+        payload.extend_from_slice(out.as_bytes());
+        payload.extend_from_slice(&cxlfs_hint::encode(&req, &reply));
+        Ok(Timed {
+            value: payload,
+            completes_at_ns: completes_at,
+        })
+    }
+}
+
 fn run(
     controller: &Controller,
-    fs: &PassthroughFs,
+    fs: &dyn FileSystem,
     who: &Principal,
     req: &HintRequest,
-    handle: &crate::fs::Handle,
     ioc: &IoctlIn,
     reply: &mut HintReply,
     completes_at: &mut Option<u64>,
@@ -184,32 +160,32 @@ fn run(
         }
         HintOp::ResetStats => return execute(Request::ResetStats {}),
     };
-    let is_dir =
-        ioc.flags & FUSE_IOCTL_DIR != 0 || handle.file.metadata().is_ok_and(|m| m.is_dir());
-    if is_dir {
+    let io = |what: &str| {
+        let what = what.to_string();
+        move |e: Errno| ControlCommandError::Io {
+            what,
+            source: e.into(),
+        }
+    };
+    let file = fs
+        .host_file(0, Some(ioc.fh), false)
+        .map_err(io("stat the file"))?;
+    if ioc.flags & ioctl_flags::DIR != 0 || file.is_dir {
         return Err(bad("a range hint needs a regular file, not a directory"));
     }
-    let size = handle
-        .file
-        .metadata()
-        .map_err(|e| ControlCommandError::Io {
-            what: "stat the file".into(),
-            source: e,
-        })?
-        .len();
-    let key: FileKey = handle.inode.key;
+    let (key, size) = (file.key, file.size);
     let plane = match controller
         .dax_on()
         .then(|| controller.shared_pool_file(key))
     {
         None => None,
         Some(Some(f)) => Some(f),
-        Some(None) => Some(Arc::new(fs.open_for_pool(&handle.inode).map_err(|e| {
-            ControlCommandError::Io {
-                what: "open the file for the residency plane".into(),
-                source: e.into(),
-            }
-        })?)),
+        Some(None) => Some(Arc::new(
+            fs.host_file(0, Some(ioc.fh), true)
+                .map_err(io("open the file for the residency plane"))?
+                .pool_file
+                .ok_or_else(|| bad("not a regular file"))?,
+        )),
     };
     let target = Target::File {
         file: ResolvedFile { key, plane, size },

@@ -31,9 +31,10 @@ mod range;
 pub mod socket;
 
 use crate::dax::DaxPlane;
+use crate::device::SharedDevice;
+use crate::ids::FileKey;
 use crate::metrics::Metrics;
-use crate::pool::{FileKey, SharedDevice};
-use cxlfs_api::control::{Counters, DaemonSummary, ErrorCode, SetCxlRatioResult, VmEndpoint};
+use cxlfs_api::control::{Counters, DaemonSummary, ErrorCode, SetCxlRatioResult};
 use cxlfs_device_model::AccessError;
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
@@ -174,7 +175,7 @@ pub struct DevicePlacement(pub Arc<SharedDevice>);
 
 impl PlacementControl for DevicePlacement {
     fn set_cxl_ratio(&self, percent: u32) -> Result<SetCxlRatioResult, SetCxlRatioError> {
-        let ratio = crate::placement::check_ratio(u64::from(percent))
+        let ratio = crate::device::placement::check_ratio(u64::from(percent))
             .map_err(|e| SetCxlRatioError::Invalid(e.to_string()))?;
         let c = self
             .0
@@ -293,12 +294,12 @@ impl Controller {
 
     /// The host file the pool keeps open for the plane, if any.
     pub fn shared_pool_file(&self, key: FileKey) -> Option<Arc<File>> {
-        self.shared.pool().dax_file(key)
+        self.dax.as_ref().and_then(|d| d.window_file(key))
     }
 
     /// Whether range commands also drive the residency plane.
     pub fn dax_on(&self) -> bool {
-        self.dax.is_some() && self.shared.plane().is_some()
+        self.dax.as_ref().is_some_and(|d| d.plane().is_some())
     }
 
     /// Statistics of one VM (the same counters as the Prometheus endpoint),
@@ -344,55 +345,4 @@ pub enum StartControlError {
     /// The controller could not be built.
     #[error("cannot set up cache control")]
     Controller(#[from] NewControllerError),
-}
-
-/// Builds the daemon's [`Controller`] (guest hints go through it from now
-/// on) and, if `--control-socket` is set, starts the socket.
-pub fn start(
-    cfg: &crate::config::DaemonConfig,
-    state: &Arc<crate::daemon::DaemonState>,
-) -> Result<Option<ControlSocket>, StartControlError> {
-    let quota = cfg
-        .control
-        .pin_quota_bytes
-        .unwrap_or(cfg.device.cache.size_bytes * DEFAULT_PIN_QUOTA_PERCENT / 100);
-    let about = DaemonSummary {
-        shared_dir: cfg.shared_dir.display().to_string(),
-        vms: cfg
-            .vms
-            .iter()
-            .map(|v| VmEndpoint {
-                name: v.name.clone(),
-                socket: v.socket.display().to_string(),
-            })
-            .collect(),
-        cache: format!("{:?}", cfg.cache).to_lowercase(),
-        dax_window: cfg.dax.window,
-        metrics_addr: cfg.metrics_addr.map(|a| a.to_string()),
-        control_socket: cfg.control.socket.as_ref().map(|p| p.display().to_string()),
-        control_socket_mode: format!("{:04o}", cfg.control.socket_mode),
-        device_origin: cfg.device_origin.clone(),
-    };
-    let controller = Controller::new(
-        state.shared.clone(),
-        state.metrics.clone(),
-        state.dax().cloned(),
-        Arc::new(DevicePlacement(state.shared.clone())),
-        &cfg.shared_dir,
-        ControlOptions {
-            pin_quota_bytes: quota,
-            guest_device_control: cfg.control.guest_device_control,
-        },
-        about,
-    )?;
-    state.set_control(controller.clone());
-    tracing::info!(
-        pin_quota_bytes = quota,
-        guest_device_control = cfg.control.guest_device_control,
-        "guest cache hints on (FUSE_IOCTL)"
-    );
-    match &cfg.control.socket {
-        Some(path) => ControlSocket::start(path, cfg.control.socket_mode, controller).map(Some),
-        None => Ok(None),
-    }
 }

@@ -3,7 +3,8 @@
 //! segment, and the residency plane kept in step (DAX on).
 
 use super::{bad, ControlCommandError, Controller, Principal};
-use crate::pool::{FileKey, EXTENT_SIZE};
+use crate::device::EXTENT_SIZE;
+use crate::ids::FileKey;
 use cxlfs_api::control::{RangeOp, RangeResult};
 use cxlfs_device_model::PAGE_SIZE;
 use std::collections::BTreeMap;
@@ -177,31 +178,9 @@ impl Controller {
     /// plane; `wait`: until the kernel has done it (dirty pages written
     /// back). Returns the pages handed over.
     pub(super) fn mirror(&self, evicted: Vec<u64>, wait: bool) -> u64 {
-        let Some(plane) = self.shared.plane() else {
-            return 0;
-        };
-        let mut pages: Vec<u64> = {
-            let pool = self.shared.pool();
-            evicted
-                .into_iter()
-                .filter(|p| pool.is_dax_extent(p * PAGE_SIZE / EXTENT_SIZE))
-                .collect()
-        };
-        pages.sort_unstable();
-        pages.dedup();
-        let n = pages.len() as u64;
-        for (first, count) in runs(&pages) {
-            match plane.evict(first * PAGE_SIZE, count * PAGE_SIZE) {
-                Ok(t) if wait => {
-                    if let Err(e) = t.wait() {
-                        tracing::warn!(error = %e, "plane eviction failed");
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "cannot evict pool pages from the plane"),
-            }
-        }
-        n
+        self.dax
+            .as_ref()
+            .map_or(0, |d| d.evict_pages(evicted, wait))
     }
 
     /// DAX on: stores `pages` (device pages a prefetch or pin just brought
@@ -225,12 +204,9 @@ impl Controller {
             return 0;
         };
         let mut by_extent: BTreeMap<u64, u64> = BTreeMap::new(); // extent -> chunk
-        {
-            let mut pool = self.shared.pool();
-            for c in start / EXTENT_SIZE..end.div_ceil(EXTENT_SIZE) {
-                if let Some(e) = pool.dax_extent(f.key, c, host_file) {
-                    by_extent.insert(e, c);
-                }
+        for c in start / EXTENT_SIZE..end.div_ceil(EXTENT_SIZE) {
+            if let Some(e) = dax.window_extent_of(f.key, c, host_file) {
+                by_extent.insert(e, c);
             }
         }
         // Runs of consecutive pages, cut at extent ends, in extents the

@@ -95,4 +95,3 @@ impl PoolBackend for DaemonPoolBackend {
         Ok(done)
     }
 }
-

@@ -24,7 +24,7 @@ pub mod session;
 pub use session::DaxSession;
 
 use crate::device::placement::{self, Tier};
-use crate::device::{DeviceObserver, SharedDevice, EXTENT_SIZE, PAGE};
+use crate::device::{DeviceObserver, PrefetchedPages, SharedDevice, EXTENT_SIZE, PAGE};
 use crate::ids::{FileKey, VmId};
 use crate::metrics::VmMetrics;
 use crate::timing::{Coherence, SyncPoolError};
@@ -100,7 +100,7 @@ pub struct DaxPlane {
     /// mapping an extent writable. See [`Coherence::change_guard`].
     plane_fill: Mutex<()>,
     /// Where prefetched pages go to be pushed into the plane.
-    prefetch_tx: Mutex<Option<Sender<Vec<(u64, u64)>>>>,
+    prefetch_tx: Mutex<Option<Sender<PrefetchedPages>>>,
 }
 
 /// What the plane's backend and the daemon side share.
@@ -333,7 +333,9 @@ impl DaxPlane {
 
     /// The name of VM `id`.
     pub fn vm_name(&self, id: VmId) -> Option<String> {
-        lock(&self.state.vms).get(id as usize).map(|v| v.name.clone())
+        lock(&self.state.vms)
+            .get(id as usize)
+            .map(|v| v.name.clone())
     }
 
     /// Plane counters (`None` once shut down).
@@ -405,7 +407,6 @@ impl Drop for DaxPlane {
     }
 }
 
-
 impl DaxPlane {
     /// The pool extent of file chunk `chunk` of `key` for a window slot,
     /// allocated if needed and marked as window-mapped; the host file is
@@ -423,13 +424,46 @@ impl DaxPlane {
             Some(f) => f,
             None => Arc::new(open()?),
         };
-        let Some(extent) = self.shared.pool().own_extent(key, chunk) else {
-            return Ok(None);
-        };
+        Ok(self.window_extent_of(key, chunk, &file))
+    }
+
+    /// [`DaxPlane::window_extent`] with the host file already open.
+    pub fn window_extent_of(&self, key: FileKey, chunk: u64, file: &Arc<File>) -> Option<u64> {
+        let extent = self.shared.pool().own_extent(key, chunk)?;
         let mut w = lock(&self.state.windows);
-        w.files.entry(key).or_insert(file);
+        w.files.entry(key).or_insert_with(|| file.clone());
         w.extents.insert(extent);
-        Ok(Some(extent))
+        Some(extent)
+    }
+
+    /// Drops `pages` (pool page numbers) of window-mapped extents from the
+    /// plane; `wait`: until the kernel has done it (dirty pages written
+    /// back; never on a plane thread). Returns the pages handed over.
+    pub fn evict_pages(&self, pages: Vec<u64>, wait: bool) -> u64 {
+        let Some(plane) = self.plane() else { return 0 };
+        let mut pages: Vec<u64> = pages
+            .into_iter()
+            .filter(|p| self.state.is_window_extent(p * PAGE / EXTENT_SIZE))
+            .collect();
+        pages.sort_unstable();
+        pages.dedup();
+        let mut tickets = Vec::new();
+        for (first, n) in page_runs(&pages) {
+            match plane.evict(first * PAGE, n * PAGE) {
+                Ok(t) if wait => tickets.push(t),
+                // The ticket is dropped: the notifier goes on without a waiter.
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, first, n, "cannot evict pool pages from the plane")
+                }
+            }
+        }
+        for t in tickets {
+            if let Err(e) = t.wait() {
+                tracing::warn!(error = %e, "plane eviction failed");
+            }
+        }
+        pages.len() as u64
     }
 
     /// The host file of `key`, if it was ever mapped into a window.
@@ -449,7 +483,10 @@ impl DaxPlane {
             return Vec::new();
         }
         let start = offset / PAGE * PAGE;
-        let end = offset.saturating_add(len).div_ceil(PAGE).saturating_mul(PAGE);
+        let end = offset
+            .saturating_add(len)
+            .div_ceil(PAGE)
+            .saturating_mul(PAGE);
         let own = self.shared.pool().own_extents(key);
         own.into_iter()
             .filter(|&(chunk, e)| {
@@ -509,19 +546,7 @@ fn page_runs(pages: &[u64]) -> Vec<(u64, u64)> {
 
 impl DeviceObserver for DaxPlane {
     fn evicted(&self, pages: Vec<u64>) {
-        let Some(plane) = self.plane() else { return };
-        let mut pages: Vec<u64> = pages
-            .into_iter()
-            .filter(|p| self.state.is_window_extent(p * PAGE / EXTENT_SIZE))
-            .collect();
-        pages.sort_unstable();
-        pages.dedup();
-        for (first, n) in page_runs(&pages) {
-            // The ticket is dropped: the notifier goes on without a waiter.
-            if let Err(e) = plane.evict(first * PAGE, n * PAGE) {
-                tracing::warn!(error = %e, first, n, "cannot evict pool pages from the plane");
-            }
-        }
+        self.evict_pages(pages, false);
     }
 
     fn prefetched(&self, pages: Vec<(u64, u64)>) {

@@ -256,7 +256,6 @@ impl DaxSession {
     }
 }
 
-
 impl DaxMapper for DaxSession {
     fn window_offered(&self) -> bool {
         DaxSession::window_offered(self)

@@ -443,8 +443,8 @@ impl SharedDevice {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use super::placement;
+    use super::*;
 
     const K: FileKey = FileKey { dev: 1, ino: 2 };
 

@@ -239,7 +239,6 @@ impl Pool {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -853,7 +853,13 @@ impl FileSystem for PassthroughFs {
         PassthroughFs::readlink(self, nodeid).map(Timed::now)
     }
 
-    fn symlink(&self, ctx: &Context, parent: u64, name: &[u8], target: &[u8]) -> FsResult<EntryOut> {
+    fn symlink(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+    ) -> FsResult<EntryOut> {
         PassthroughFs::symlink(self, ctx.into(), parent, name, target).map(Timed::now)
     }
 
@@ -872,7 +878,13 @@ impl FileSystem for PassthroughFs {
         PassthroughFs::unlink(self, parent, name, dir).map(Timed::now)
     }
 
-    fn rename(&self, _ctx: &Context, from: (u64, &[u8]), to: (u64, &[u8]), flags: u32) -> FsResult<()> {
+    fn rename(
+        &self,
+        _ctx: &Context,
+        from: (u64, &[u8]),
+        to: (u64, &[u8]),
+        flags: u32,
+    ) -> FsResult<()> {
         PassthroughFs::rename(self, from.0, from.1, to.0, to.1, flags).map(Timed::now)
     }
 

@@ -141,7 +141,13 @@ pub trait FileSystem: Send + Sync {
     }
 
     /// SYMLINK: `name` in `parent` pointing at `target`.
-    fn symlink(&self, ctx: &Context, parent: u64, name: &[u8], target: &[u8]) -> FsResult<EntryOut> {
+    fn symlink(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+    ) -> FsResult<EntryOut> {
         Err(Errno::NOSYS)
     }
 
@@ -163,7 +169,13 @@ pub trait FileSystem: Send + Sync {
     }
 
     /// RENAME / RENAME2 (`flags`: `RENAME_*`).
-    fn rename(&self, ctx: &Context, from: (u64, &[u8]), to: (u64, &[u8]), flags: u32) -> FsResult<()> {
+    fn rename(
+        &self,
+        ctx: &Context,
+        from: (u64, &[u8]),
+        to: (u64, &[u8]),
+        flags: u32,
+    ) -> FsResult<()> {
         Err(Errno::NOSYS)
     }
 

@@ -140,7 +140,12 @@ fn entry_bytes(e: &EntryOut) -> Vec<u8> {
 
 fn attr_bytes(a: &AttrReply) -> Vec<u8> {
     let mut b = Vec::with_capacity(16 + abi::ATTR_LEN);
-    abi::encode_attr_out(a.timeout.as_secs(), a.timeout.subsec_nanos(), &a.attr, &mut b);
+    abi::encode_attr_out(
+        a.timeout.as_secs(),
+        a.timeout.subsec_nanos(),
+        &a.attr,
+        &mut b,
+    );
     b
 }
 
@@ -510,7 +515,10 @@ impl<F: FileSystem> Server<F> {
     ) -> FsResult<usize> {
         let r = a.read::<ReadIn>().map_err(parse_err)?;
         let room = out_cap.saturating_sub(OUT_HEADER_LEN);
-        let size = r.size.min(MAX_READ).min(u32::try_from(room).unwrap_or(u32::MAX));
+        let size = r
+            .size
+            .min(MAX_READ)
+            .min(u32::try_from(room).unwrap_or(u32::MAX));
         self.fs.read(
             ctx,
             FileIo {
@@ -572,7 +580,7 @@ impl<F: FileSystem> Server<F> {
             return Err(Errno::NOSYS);
         };
         let r = a.read::<RemoveMappingIn>().map_err(parse_err)?;
-        if r.count == 0 || r.count as usize > abi::REMOVEMAPPING_MAX_ENTRY {
+        if r.count == 0 || r.count > abi::REMOVEMAPPING_MAX_ENTRY {
             return Err(Errno::INVAL);
         }
         // Bounded above: at most a page of entries.
@@ -665,9 +673,7 @@ impl<F: FileSystem> Server<F> {
         };
         let old = a.name().map_err(parse_err)?;
         let new = a.name().map_err(parse_err)?;
-        let t = self
-            .fs
-            .rename(ctx, (h.nodeid, old), (newdir, new), flags)?;
+        let t = self.fs.rename(ctx, (h.nodeid, old), (newdir, new), flags)?;
         Ok(t.map(|()| Vec::new()))
     }
 }

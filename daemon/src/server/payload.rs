@@ -56,7 +56,10 @@ impl PayloadIo for BufferIo<'_> {
                 self.data.resize(t.len, 0);
                 let mut done = 0usize;
                 while done < t.len {
-                    match t.file.read_at(&mut self.data[done..], t.offset + done as u64) {
+                    match t
+                        .file
+                        .read_at(&mut self.data[done..], t.offset + done as u64)
+                    {
                         Ok(0) => break,
                         Ok(n) => done += n,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -67,11 +70,10 @@ impl PayloadIo for BufferIo<'_> {
                 Ok(done)
             }
             Direction::RequestToFile => {
-                let data = t
-                    .at
-                    .checked_add(t.len)
-                    .and_then(|end| self.req.get(t.at..end))
-                    .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+                let data =
+                    t.at.checked_add(t.len)
+                        .and_then(|end| self.req.get(t.at..end))
+                        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
                 t.file.write_all_at(data, t.offset)?;
                 Ok(t.len)
             }

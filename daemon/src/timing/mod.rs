@@ -93,7 +93,14 @@ impl<F: FileSystem> TimedFs<F> {
 
     /// Charges file bytes `[offset, offset + len)` of `key`; returns the
     /// release time (`None`: nothing to wait for).
-    fn charge(&self, arrival_ns: u64, op: Op, key: FileKey, offset: u64, len: usize) -> Option<u64> {
+    fn charge(
+        &self,
+        arrival_ns: u64,
+        op: Op,
+        key: FileKey,
+        offset: u64,
+        len: usize,
+    ) -> Option<u64> {
         if len == 0 {
             return None;
         }
@@ -132,7 +139,10 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
     }
 
     fn setattr(&self, ctx: &Context, nodeid: u64, attr: &SetattrIn) -> FsResult<AttrReply> {
-        let Some(coherence) = self.coherence.as_ref().filter(|_| attr.valid & fattr::SIZE != 0)
+        let Some(coherence) = self
+            .coherence
+            .as_ref()
+            .filter(|_| attr.valid & fattr::SIZE != 0)
         else {
             return self.inner.setattr(ctx, nodeid, attr);
         };
@@ -155,7 +165,13 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
         self.inner.readlink(ctx, nodeid)
     }
 
-    fn symlink(&self, ctx: &Context, parent: u64, name: &[u8], target: &[u8]) -> FsResult<EntryOut> {
+    fn symlink(
+        &self,
+        ctx: &Context,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+    ) -> FsResult<EntryOut> {
         self.inner.symlink(ctx, parent, name, target)
     }
 
@@ -174,7 +190,13 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
         self.inner.unlink(ctx, parent, name, dir)
     }
 
-    fn rename(&self, ctx: &Context, from: (u64, &[u8]), to: (u64, &[u8]), flags: u32) -> FsResult<()> {
+    fn rename(
+        &self,
+        ctx: &Context,
+        from: (u64, &[u8]),
+        to: (u64, &[u8]),
+        flags: u32,
+    ) -> FsResult<()> {
         self.inner.rename(ctx, from, to, flags)
     }
 
