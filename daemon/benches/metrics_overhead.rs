@@ -33,7 +33,7 @@ use cxlfsd::config::VmSpec;
 use cxlfsd::daemon::{DaemonState, SessionOptions};
 use cxlfsd::fs::CacheMode;
 use cxlfsd::fuse::ServerOptions;
-use cxlfsd::metrics_file::MetricsFileWriter;
+use cxlfsd::metrics::file::MetricsFileWriter;
 use cxlfsd::pool::SharedDevice;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -486,7 +486,7 @@ impl DaemonConfig {
                 }
                 std::time::Duration::from_nanos(ns)
             }
-            None => crate::metrics_file::DEFAULT_INTERVAL,
+            None => crate::metrics::file::DEFAULT_INTERVAL,
         };
         Ok(DaemonConfig {
             control,

@@ -116,7 +116,7 @@ impl DaemonState {
         match DaxPlane::start(pool_dir, self.shared.clone(), window) {
             Ok(d) => {
                 tracing::info!(window, plane = ?d, "DAX window on: guests may mount with -o dax");
-                self.metrics.attach_dax(d.clone());
+                self.metrics.attach_plane(d.clone());
                 let _ = self.dax.set(d);
                 true
             }

@@ -9,8 +9,11 @@
 //! * [`pool`] — the pool address allocator and the one shared device model;
 //! * [`placement`] — DRAM / CXL placement of file pages (`cxl_ratio`);
 //! * [`dax`] — the DAX window: the residency plane's back-end and each VM's slot table;
-//! * [`metrics`] — per-VM counters, latency histograms and the Prometheus endpoint;
-//! * [`metrics_file`] — the JSON-lines time series (`--metrics-file`);
+//! * [`metrics`] — per-VM counters, latency histograms and their exports: the
+//!   Prometheus and JSON endpoint, the JSON-lines time series (`--metrics-file`);
+//!   a leaf that knows no other daemon module;
+//! * [`metrics_sources`] — the daemon's figures for [`metrics`]: the device
+//!   and residency-plane providers, charges as device work;
 //! * [`backend`] — the vhost-user back-end of one connection: vring workers and the pacer;
 //! * [`config`] — command line and `daemon.toml`;
 //! * [`control`] — cache control at run time: the control socket and its executor;
@@ -29,7 +32,7 @@ pub mod fs;
 pub mod fuse;
 pub mod hint_ioctl;
 pub mod metrics;
-pub mod metrics_file;
+pub mod metrics_sources;
 pub mod placement;
 pub mod pool;
 pub mod signals;

@@ -5,7 +5,7 @@ use cxlfs_device_model::Device;
 use cxlfsd::config::{Cli, DaemonConfig};
 use cxlfsd::daemon::{DaemonState, SessionOptions};
 use cxlfsd::fuse::ServerOptions;
-use cxlfsd::metrics_file::MetricsFileWriter;
+use cxlfsd::metrics::file::MetricsFileWriter;
 use cxlfsd::placement::Placement;
 use cxlfsd::pool::SharedDevice;
 use cxlfsd::{control, metrics, signals};
