@@ -1,1 +1,513 @@
 //! The metrics snapshot as JSON: what `/metrics.json` and `--metrics-file` carry.
+//!
+//! * [`MetricsSnapshot`] is the body of `GET /metrics.json` on the daemon's
+//!   metrics address: one [`VmSample`] per VM, the `all` row, the
+//!   device-wide [`DeviceTotals`], and the table of per-VM counters
+//!   ([`CounterInfo`]: JSON field, Prometheus family, help).
+//! * [`SampleLine`] is one line of the `--metrics-file` JSON-lines series:
+//!   the sample's time and number, one VM's row (or `all`), and the
+//!   device-wide gauges ([`DeviceGauges`]) repeated in every line.
+//!
+//! The daemon serializes these types; clients (`cxlfs run`, the e2e
+//! harness) deserialize them, so nobody parses the Prometheus text back.
+//! The Prometheus names of the device-wide figures are here too
+//! ([`DeviceTotals::families`], [`FUSE_REQUESTS`], …): the daemon renders
+//! them and a client that names its columns after them gets the same names.
+//! Field meanings: `docs/metrics.md`.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Per-VM family: FUSE requests by VM and opcode (`vm`, `opcode` labels).
+pub const FUSE_REQUESTS: &str = "cxlfs_fuse_requests_total";
+/// Per-VM gauge: the VM's write amplification.
+pub const VM_WRITE_AMPLIFICATION: &str = "cxlfs_vm_write_amplification";
+/// Per-VM family: residency-plane traps (also `vm="unknown"`).
+pub const POOL_TRAPS: &str = "cxlfs_pool_traps_total";
+/// The `vm` label of traps by threads of no registered VMM.
+pub const UNKNOWN_VM: &str = "unknown";
+/// The `vm` of the total row (JSON only: Prometheus has no `vm="all"`).
+pub const ALL_VM: &str = "all";
+
+/// Quantiles of one latency histogram, in ns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LatencySummary {
+    /// Samples.
+    pub count: u64,
+    /// Median.
+    pub p50: u64,
+    /// 90th percentile.
+    pub p90: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// 99.9th percentile.
+    pub p999: u64,
+    /// Largest.
+    pub max: u64,
+    /// Mean (ns).
+    pub mean: f64,
+}
+
+/// One per-VM counter of the daemon's table: its JSON field in a
+/// [`VmSample`] and its Prometheus family (label `vm`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CounterInfo {
+    /// JSON field (a key of [`VmSample::counters`]).
+    pub field: String,
+    /// Prometheus family, e.g. `cxlfs_read_bytes_total`.
+    pub family: String,
+    /// `# HELP` text.
+    pub help: String,
+}
+
+/// One VM's figures, or the `all` row's.
+///
+/// In JSON the counters are plain fields of the object (`"read_bytes":…`),
+/// next to the named ones.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct VmSample {
+    /// VM name, or `all`.
+    pub vm: String,
+    /// Requests per opcode (upper-case names), nonzero only.
+    pub fuse_ops: BTreeMap<String, u64>,
+    /// Residency-plane traps of the VM's VMM threads (`all`: every trap).
+    pub traps: u64,
+    /// NAND programs / host programs during the VM's accesses (1 when
+    /// none; `all`: the device's).
+    pub write_amplification: f64,
+    /// FUSE request latency.
+    pub fuse_latency_ns: LatencySummary,
+    /// Trap latency.
+    pub trap_latency_ns: LatencySummary,
+    /// Pacing error of data-path replies.
+    pub pacing_error_ns: LatencySummary,
+    /// Pacing error of replies modeled at >= 20 µs.
+    pub pacing_error_ge20us_ns: LatencySummary,
+    /// The per-VM counters ([`MetricsSnapshot::counters`]), by JSON field.
+    #[serde(flatten)]
+    pub counters: BTreeMap<String, u64>,
+}
+
+impl VmSample {
+    /// Counter `field` (0 if absent).
+    pub fn counter(&self, field: &str) -> u64 {
+        self.counters.get(field).copied().unwrap_or(0)
+    }
+}
+
+/// Device-wide counters and gauges at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DeviceTotals {
+    /// Page hits (all sources).
+    pub hits: u64,
+    /// Page misses.
+    pub misses: u64,
+    /// NAND page reads (host + GC).
+    pub nand_reads: u64,
+    /// NAND page programs (host + GC).
+    pub nand_programs: u64,
+    /// Block erases.
+    pub nand_erases: u64,
+    /// GC runs.
+    pub gc_runs: u64,
+    /// Write amplification (all programs / host programs).
+    pub write_amplification: f64,
+    /// Prefetches issued.
+    pub prefetch_issued: u64,
+    /// Prefetched pages used.
+    pub prefetch_used: u64,
+    /// Cache evictions.
+    pub evictions: u64,
+    /// Pages in the device cache (the CXL tier's resident pages).
+    pub resident_pages: u64,
+    /// Dirty pages in the device cache.
+    pub dirty_pages: u64,
+    /// The eviction policy.
+    pub policy: String,
+    /// `cxl_ratio` in force.
+    pub cxl_ratio: u8,
+    /// Placed (touched) pool pages on the DRAM tier: always resident.
+    pub placed_dram_pages: u64,
+    /// Placed pool pages on the CXL tier.
+    pub placed_cxl_pages: u64,
+    /// Pool pages mapped by two or more VMs' DAX windows.
+    pub shared_pages: u64,
+    /// Pool bytes allocated to files.
+    pub pool_allocated_bytes: u64,
+    /// File chunks that had to share an extent.
+    pub pool_aliased_extents: u64,
+    /// Residency-plane traps (all VMs and unknown threads).
+    pub traps: u64,
+    /// Traps of threads of no registered VMM.
+    pub traps_unknown: u64,
+    /// Pool bytes resident in the plane (upper bound).
+    pub pool_resident_bytes: u64,
+    /// Plane evictions.
+    pub pool_evictions: u64,
+    /// Prefetched pages pushed into the plane (they never trap).
+    pub pool_prefetch_stores: u64,
+}
+
+/// Prometheus metric type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FamilyKind {
+    /// Only goes up (name ends in `_total`).
+    Counter,
+    /// Any value.
+    Gauge,
+}
+
+impl FamilyKind {
+    /// The `# TYPE` word.
+    pub fn name(self) -> &'static str {
+        match self {
+            FamilyKind::Counter => "counter",
+            FamilyKind::Gauge => "gauge",
+        }
+    }
+}
+
+/// One device-wide Prometheus sample (no `vm` label).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceFamily {
+    /// Family name.
+    pub name: &'static str,
+    /// Counter or gauge.
+    pub kind: FamilyKind,
+    /// `# HELP` text.
+    pub help: &'static str,
+    /// Its one label (`tier`, `policy`), if any.
+    pub label: Option<(&'static str, String)>,
+    /// The value.
+    pub value: f64,
+}
+
+impl DeviceTotals {
+    /// The achieved share of placed pages on the CXL tier (0..=1; the
+    /// ratio / 100 while nothing is placed).
+    pub fn achieved_cxl_share(&self) -> f64 {
+        let total = self.placed_dram_pages + self.placed_cxl_pages;
+        if total == 0 {
+            f64::from(self.cxl_ratio) / 100.0
+        } else {
+            self.placed_cxl_pages as f64 / total as f64
+        }
+    }
+
+    /// The gauges every line of the JSON-lines series repeats.
+    pub fn gauges(&self) -> DeviceGauges {
+        DeviceGauges {
+            cxl_ratio: self.cxl_ratio,
+            policy: self.policy.clone(),
+            resident_dram_pages: self.placed_dram_pages,
+            resident_cxl_pages: self.resident_pages,
+            shared_pages: self.shared_pages,
+            placed_dram_pages: self.placed_dram_pages,
+            placed_cxl_pages: self.placed_cxl_pages,
+            achieved_cxl_share: self.achieved_cxl_share(),
+            device_dirty_pages: self.dirty_pages,
+            device_evictions: self.evictions,
+            pool_resident_bytes: self.pool_resident_bytes,
+            pool_prefetch_stores: self.pool_prefetch_stores,
+        }
+    }
+
+    /// The device-wide Prometheus samples, in exposition order: the
+    /// unlabeled families, then the per-tier and policy ones.
+    pub fn families(&self) -> Vec<DeviceFamily> {
+        use FamilyKind::{Counter, Gauge};
+        let f = |name, kind, help, value: f64| DeviceFamily {
+            name,
+            kind,
+            help,
+            label: None,
+            value,
+        };
+        let n = |v: u64| v as f64;
+        let mut out = vec![
+            f("cxlfs_nand_reads_total", Counter, "NAND page reads (host + GC).", n(self.nand_reads)),
+            f("cxlfs_nand_programs_total", Counter, "NAND page programs (host + GC).", n(self.nand_programs)),
+            f("cxlfs_nand_erases_total", Counter, "NAND block erases.", n(self.nand_erases)),
+            f("cxlfs_gc_runs_total", Counter, "GC victim blocks reclaimed.", n(self.gc_runs)),
+            f("cxlfs_write_amplification", Gauge, "NAND programs / host programs.", self.write_amplification),
+            f("cxlfs_prefetch_issued_total", Counter, "Prefetches issued by the device.", n(self.prefetch_issued)),
+            f("cxlfs_prefetch_used_total", Counter, "Prefetched pages used.", n(self.prefetch_used)),
+            f("cxlfs_device_hits_all_total", Counter, "Device page hits (all sources).", n(self.hits)),
+            f("cxlfs_device_misses_all_total", Counter, "Device page misses (all sources).", n(self.misses)),
+            f("cxlfs_device_evictions_total", Counter, "Device cache evictions.", n(self.evictions)),
+            f("cxlfs_device_resident_pages", Gauge, "Pages in the device cache.", n(self.resident_pages)),
+            f("cxlfs_device_dirty_pages", Gauge, "Dirty pages in the device cache.", n(self.dirty_pages)),
+            f("cxlfs_cxl_ratio_percent", Gauge, "Share of file pages placed on the CXL tier (setting).", f64::from(self.cxl_ratio)),
+            f("cxlfs_placed_cxl_share", Gauge, "Achieved share of placed pages on the CXL tier.", self.achieved_cxl_share()),
+            f("cxlfs_shared_pages", Gauge, "Pool pages mapped by two or more VMs' DAX windows.", n(self.shared_pages)),
+            f("cxlfs_pool_allocated_bytes", Gauge, "Pool bytes allocated to files.", n(self.pool_allocated_bytes)),
+            f("cxlfs_pool_aliased_extents_total", Counter, "File chunks that had to share a pool extent.", n(self.pool_aliased_extents)),
+            f("cxlfs_pool_resident_bytes", Gauge, "Pool bytes resident in the residency plane (upper bound).", n(self.pool_resident_bytes)),
+            f("cxlfs_pool_evictions_total", Counter, "Pool ranges evicted from the residency plane.", n(self.pool_evictions)),
+            f("cxlfs_pool_prefetch_stores_total", Counter, "Prefetched pages pushed into the residency plane (NOTIFY_STORE): first touches that do not trap.", n(self.pool_prefetch_stores)),
+            f("cxlfs_traps_all_total", Counter, "Residency-plane traps, every VM and unknown threads.", n(self.traps)),
+        ];
+        let labeled = |name, help, label, v, value| DeviceFamily {
+            name,
+            kind: Gauge,
+            help,
+            label: Some((label, v)),
+            value,
+        };
+        const PLACED: &str =
+            "Pool pages placed (touched) per tier; dram pages are always resident.";
+        const RESIDENT: &str = "Resident pages per tier: dram = placed DRAM-tier pages, cxl = pages in the device cache.";
+        out.extend([
+            labeled(
+                "cxlfs_placed_pages",
+                PLACED,
+                "tier",
+                "dram".into(),
+                n(self.placed_dram_pages),
+            ),
+            labeled(
+                "cxlfs_placed_pages",
+                PLACED,
+                "tier",
+                "cxl".into(),
+                n(self.placed_cxl_pages),
+            ),
+            labeled(
+                "cxlfs_resident_pages",
+                RESIDENT,
+                "tier",
+                "dram".into(),
+                n(self.placed_dram_pages),
+            ),
+            labeled(
+                "cxlfs_resident_pages",
+                RESIDENT,
+                "tier",
+                "cxl".into(),
+                n(self.resident_pages),
+            ),
+            labeled(
+                "cxlfs_device_policy_info",
+                "The device cache's eviction policy.",
+                "policy",
+                self.policy.clone(),
+                1.0,
+            ),
+        ]);
+        out
+    }
+}
+
+/// The device-wide gauges that every line of the JSON-lines series carries
+/// (the same in every line of one sample).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DeviceGauges {
+    /// `cxl_ratio` in force.
+    pub cxl_ratio: u8,
+    /// The device cache's eviction policy.
+    pub policy: String,
+    /// Resident DRAM-tier pages (every placed DRAM page).
+    pub resident_dram_pages: u64,
+    /// Pages in the device cache (CXL tier).
+    pub resident_cxl_pages: u64,
+    /// Pool pages mapped by two or more VMs' DAX windows.
+    pub shared_pages: u64,
+    /// Placed pool pages on the DRAM tier.
+    pub placed_dram_pages: u64,
+    /// Placed pool pages on the CXL tier.
+    pub placed_cxl_pages: u64,
+    /// `placed_cxl / (placed_dram + placed_cxl)`.
+    pub achieved_cxl_share: f64,
+    /// Dirty pages in the device cache.
+    pub device_dirty_pages: u64,
+    /// Device cache evictions.
+    pub device_evictions: u64,
+    /// Pool bytes resident in the residency plane (upper bound).
+    pub pool_resident_bytes: u64,
+    /// Prefetched pages pushed into the plane.
+    pub pool_prefetch_stores: u64,
+}
+
+/// Everything the daemon exports at one moment: the body of `GET /metrics.json`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MetricsSnapshot {
+    /// The per-VM counters, in table order: the keys of
+    /// [`VmSample::counters`] and their Prometheus families.
+    pub counters: Vec<CounterInfo>,
+    /// One row per VM, in the order they first appeared.
+    pub vms: Vec<VmSample>,
+    /// Totals (`vm` = `all`).
+    pub all: VmSample,
+    /// Device-wide values.
+    pub device: DeviceTotals,
+}
+
+/// When and which sample a set of lines is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SampleInfo {
+    /// Wall clock, ms since the Unix epoch.
+    pub ts_unix_ms: u64,
+    /// Seconds since the writer started.
+    pub elapsed_s: f64,
+    /// Sample number (0, 1, ...); every line of one sample has the same.
+    pub seq: u64,
+    /// The last sample, written at shutdown after the device flush.
+    #[serde(rename = "final")]
+    pub is_final: bool,
+}
+
+/// One line of the `--metrics-file` series: a flat JSON object with the
+/// sample's fields, the device-wide gauges and one VM's row.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SampleLine {
+    /// When and which sample.
+    #[serde(flatten)]
+    pub info: SampleInfo,
+    /// Device-wide gauges (the same in every line of a sample). Declared
+    /// before `row`: when reading, it takes its fields first, and the row's
+    /// counters get the rest.
+    #[serde(flatten)]
+    pub device: DeviceGauges,
+    /// The VM's row (or `all`).
+    #[serde(flatten)]
+    pub row: VmSample,
+}
+
+impl MetricsSnapshot {
+    /// The lines of one sample: one per VM, then `all`.
+    pub fn lines(&self, info: SampleInfo) -> Vec<SampleLine> {
+        let device = self.device.gauges();
+        self.vms
+            .iter()
+            .chain(std::iter::once(&self.all))
+            .map(|row| SampleLine {
+                info,
+                device: device.clone(),
+                row: row.clone(),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn snapshot() -> MetricsSnapshot {
+        let row = |vm: &str, n: u64| VmSample {
+            vm: vm.into(),
+            fuse_ops: [("READ".to_string(), n)].into(),
+            traps: n,
+            write_amplification: 1.5,
+            fuse_latency_ns: LatencySummary {
+                count: 3,
+                p50: 10,
+                p90: 20,
+                p99: 30,
+                p999: 40,
+                max: 50,
+                mean: 21.5,
+            },
+            counters: [("read_bytes".to_string(), n * 4096), ("dax_maps".into(), 1)].into(),
+            ..VmSample::default()
+        };
+        MetricsSnapshot {
+            counters: vec![CounterInfo {
+                field: "read_bytes".into(),
+                family: "cxlfs_read_bytes_total".into(),
+                help: "Bytes.".into(),
+            }],
+            vms: vec![row("vm0", 2), row("vm1", 3)],
+            all: row(ALL_VM, 5),
+            device: DeviceTotals {
+                policy: "s3fifo".into(),
+                cxl_ratio: 50,
+                placed_dram_pages: 1,
+                placed_cxl_pages: 3,
+                write_amplification: 1.25,
+                ..DeviceTotals::default()
+            },
+        }
+    }
+
+    #[test]
+    fn snapshot_round_trips() {
+        let s = snapshot();
+        let text = serde_json::to_string(&s).unwrap();
+        let back: MetricsSnapshot = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, s);
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["vms"][0]["read_bytes"], 8192, "counters are plain fields");
+        assert_eq!(v["all"]["fuse_ops"]["READ"], 5);
+    }
+
+    #[test]
+    fn sample_lines_are_flat_and_round_trip() {
+        let s = snapshot();
+        let info = SampleInfo {
+            ts_unix_ms: 1_700_000_000_000,
+            elapsed_s: 1.5,
+            seq: 7,
+            is_final: true,
+        };
+        let lines = s.lines(info);
+        assert_eq!(lines.len(), 3);
+        for line in &lines {
+            let text = serde_json::to_string(line).unwrap();
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            for f in [
+                "ts_unix_ms",
+                "elapsed_s",
+                "seq",
+                "final",
+                "vm",
+                "cxl_ratio",
+                "policy",
+                "fuse_ops",
+                "read_bytes",
+                "dax_maps",
+                "traps",
+                "write_amplification",
+                "resident_dram_pages",
+                "resident_cxl_pages",
+                "achieved_cxl_share",
+                "trap_latency_ns",
+                "fuse_latency_ns",
+                "pacing_error_ns",
+                "pacing_error_ge20us_ns",
+            ] {
+                assert!(v.get(f).is_some(), "missing {f} in {text}");
+            }
+            assert_eq!(v["final"], true);
+            assert_eq!(v["achieved_cxl_share"], 0.75);
+            let back: SampleLine = serde_json::from_str(&text).unwrap();
+            assert_eq!(&back, line);
+            assert_eq!(back.row.counters.len(), 2, "only counters in the map");
+        }
+        // Lines of older or partial writers still read, with defaults.
+        let l: SampleLine =
+            serde_json::from_str(r#"{"vm":"vm0","seq":1,"device_hits":5,"policy":"lru"}"#).unwrap();
+        assert_eq!((l.row.counter("device_hits"), l.info.is_final), (5, false));
+        assert_eq!(l.device.policy, "lru");
+    }
+
+    #[test]
+    fn device_families_are_named_once() {
+        let d = snapshot().device;
+        let f = d.families();
+        assert_eq!(f.len(), 26);
+        let get = |name: &str| f.iter().find(|x| x.name == name).unwrap();
+        assert_eq!(get("cxlfs_cxl_ratio_percent").value, 50.0);
+        assert_eq!(get("cxlfs_placed_cxl_share").value, 0.75);
+        assert!(f
+            .iter()
+            .all(|x| (x.kind == FamilyKind::Counter) == x.name.ends_with("_total")));
+    }
+}

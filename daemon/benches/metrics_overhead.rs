@@ -32,7 +32,7 @@ use cxlfsd::backend::QueueOptions;
 use cxlfsd::config::VmSpec;
 use cxlfsd::daemon::{DaemonState, SessionOptions};
 use cxlfsd::device::SharedDevice;
-use cxlfsd::metrics_file::MetricsFileWriter;
+use cxlfsd::metrics::file::MetricsFileWriter;
 use cxlfsd::passthrough::CacheMode;
 use cxlfsd::server::ServerOptions;
 use std::sync::atomic::{AtomicBool, Ordering};

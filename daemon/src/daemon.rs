@@ -244,7 +244,7 @@ impl DaemonState {
         match DaxPlane::start(self.shared.clone(), window, mount) {
             Ok(d) => {
                 tracing::info!(window, plane = ?d, "DAX window on: guests may mount with -o dax");
-                self.metrics.attach_dax(d.clone());
+                self.metrics.attach_plane(d.clone());
                 let _ = self.dax.set(d);
                 true
             }

@@ -6,7 +6,7 @@ use cxlfsd::config::{Cli, DaemonConfig};
 use cxlfsd::daemon::{DaemonState, SessionOptions};
 use cxlfsd::device::placement::Placement;
 use cxlfsd::device::SharedDevice;
-use cxlfsd::metrics_file::MetricsFileWriter;
+use cxlfsd::metrics::file::MetricsFileWriter;
 use cxlfsd::server::ServerOptions;
 use cxlfsd::{metrics, signals};
 use std::process::ExitCode;

@@ -285,7 +285,7 @@ fn dax_options(s: &Settings) -> Result<DaxOptions, LoadDaemonConfigError> {
 
 fn metrics_interval(s: &Settings) -> Result<std::time::Duration, LoadDaemonConfigError> {
     let Some(t) = &s.metrics_interval else {
-        return Ok(crate::metrics_file::DEFAULT_INTERVAL);
+        return Ok(crate::metrics::file::DEFAULT_INTERVAL);
     };
     let ns = cxlfs_device_model::units::parse_duration_ns(t)
         .map_err(|e| LoadDaemonConfigError::Invalid(format!("metrics_interval `{t}`: {e}")))?;

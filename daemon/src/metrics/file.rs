@@ -6,11 +6,13 @@
 //! shutdown the daemon writes a last sample with `"final":true` after the
 //! device flush ([`MetricsFileWriter::finish`]), so a runner can read the
 //! final counters. Counters are cumulative since the daemon started. The
-//! file is created (truncated) at start. Field names are fixed (the
-//! experiment runner reads them): see `docs/metrics.md`.
+//! file is created (truncated) at start. Each line is a
+//! [`cxlfs_api::metrics::SampleLine`], so the experiment runner reads them
+//! with the daemon's own types; field names are fixed: see `docs/metrics.md`.
 
-use crate::metrics::{LatencyExport, Metrics, Snapshot, VmRow, VM_COUNTERS};
-use serde_json::{json, Map, Value};
+use super::Metrics;
+use super::Snapshot;
+pub use cxlfs_api::metrics::SampleInfo;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -22,81 +24,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// Default sampling interval.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 
-/// When and which sample a set of lines is.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SampleInfo {
-    /// Wall clock, ms since the Unix epoch.
-    pub ts_unix_ms: u64,
-    /// Seconds since the writer started.
-    pub elapsed_s: f64,
-    /// Sample number (0, 1, ...); every line of one sample has the same.
-    pub seq: u64,
-    /// The last sample, written at shutdown after the device flush.
-    pub is_final: bool,
-}
-
-fn latency(e: &LatencyExport) -> Value {
-    let s = &e.summary;
-    json!({
-        "count": s.count, "p50": s.p50, "p90": s.p90, "p99": s.p99,
-        "p999": s.p999, "max": s.max, "mean": s.mean,
-    })
-}
-
-fn row_object(info: &SampleInfo, snap: &Snapshot, row: &VmRow) -> Value {
-    let d = &snap.device;
-    let mut o = Map::new();
-    o.insert("ts_unix_ms".into(), json!(info.ts_unix_ms));
-    o.insert("elapsed_s".into(), json!(info.elapsed_s));
-    o.insert("seq".into(), json!(info.seq));
-    o.insert("final".into(), json!(info.is_final));
-    o.insert("vm".into(), json!(row.vm));
-    o.insert("cxl_ratio".into(), json!(d.cxl_ratio));
-    o.insert("policy".into(), json!(d.policy));
-    let ops: Map<String, Value> = row
-        .fuse_ops
-        .iter()
-        .map(|(op, n)| (op.to_ascii_uppercase(), json!(n)))
-        .collect();
-    o.insert("fuse_ops".into(), Value::Object(ops));
-    for (c, v) in VM_COUNTERS.iter().zip(&row.counters) {
-        o.insert(c.json.into(), json!(v));
-    }
-    o.insert("traps".into(), json!(row.traps));
-    o.insert(
-        "write_amplification".into(),
-        json!(if row.vm == "all" {
-            d.write_amplification
-        } else {
-            row.write_amplification()
-        }),
-    );
-    // Device-wide gauges: the same in every object of a sample.
-    o.insert("resident_dram_pages".into(), json!(d.placed_dram_pages));
-    o.insert("resident_cxl_pages".into(), json!(d.resident_pages));
-    o.insert("shared_pages".into(), json!(d.shared_pages));
-    o.insert("placed_dram_pages".into(), json!(d.placed_dram_pages));
-    o.insert("placed_cxl_pages".into(), json!(d.placed_cxl_pages));
-    o.insert("achieved_cxl_share".into(), json!(d.achieved_cxl_share()));
-    o.insert("device_dirty_pages".into(), json!(d.dirty_pages));
-    o.insert("device_evictions".into(), json!(d.evictions));
-    o.insert("pool_resident_bytes".into(), json!(d.pool_resident_bytes));
-    o.insert("pool_prefetch_stores".into(), json!(d.pool_prefetch_stores));
-    o.insert("trap_latency_ns".into(), latency(&row.trap_latency));
-    o.insert("fuse_latency_ns".into(), latency(&row.fuse_latency));
-    o.insert("pacing_error_ns".into(), latency(&row.pacing_error));
-    o.insert(
-        "pacing_error_ge20us_ns".into(),
-        latency(&row.pacing_error_long),
-    );
-    Value::Object(o)
-}
-
-/// The lines of one sample: one per VM, then `all`, each ending in `\n`.
+/// The lines of one sample: one per VM, then `all`, each ending in `\n`
+/// (each a [`cxlfs_api::metrics::SampleLine`]).
 pub fn sample_lines(info: &SampleInfo, snap: &Snapshot) -> String {
     let mut out = String::new();
-    for row in snap.vms.iter().chain(std::iter::once(&snap.all)) {
-        out.push_str(&row_object(info, snap, row).to_string());
+    for line in snap.to_api().lines(*info) {
+        // Plain data (strings and numbers): serializing cannot fail.
+        out.push_str(&serde_json::to_string(&line).unwrap_or_default());
         out.push('\n');
     }
     out
@@ -257,17 +191,11 @@ impl Drop for MetricsFileWriter {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::metrics;
+    use super::super::DeviceWork;
     use super::*;
-    use crate::abi::opcode;
-    use crate::device::{Charge, DeviceActivity, SharedDevice};
-    use cxlfs_device_model::{Device, DeviceConfig};
-
-    fn metrics() -> Arc<Metrics> {
-        let shared = Arc::new(SharedDevice::new(
-            Device::new(DeviceConfig::default()).unwrap(),
-        ));
-        Arc::new(Metrics::new(shared))
-    }
+    use fuse_abi::opcode;
+    use serde_json::Value;
 
     const REQUIRED: [&str; 28] = [
         "ts_unix_ms",
@@ -310,19 +238,16 @@ mod tests {
         b.count_request(opcode::WRITE);
         a.read_bytes
             .fetch_add(8192, std::sync::atomic::Ordering::Relaxed);
-        a.record_charge(&Charge {
-            completes_at_ns: 0,
+        a.record_charge(DeviceWork {
             page_hits: 1,
             page_misses: 2,
             dram_pages: 3,
-            activity: DeviceActivity {
-                nand_reads: 2,
-                ..DeviceActivity::default()
-            },
+            nand_reads: 2,
+            ..DeviceWork::default()
         });
-        b.record_charge(&Charge {
+        b.record_charge(DeviceWork {
             page_misses: 5,
-            ..Charge::default()
+            ..DeviceWork::default()
         });
         a.record_fuse_latency(10_000);
         a.record_fuse_latency(30_000);

@@ -1,0 +1,262 @@
+//! Counters per VM, latency histograms, and their exports: the Prometheus
+//! text and JSON endpoint, and the JSON-lines time series.
+//!
+//! A leaf: this module knows no other daemon module (only the FUSE opcode
+//! names of [`crate::abi`], a re-export of the ABI crate). The figures it
+//! does not count itself come in through providers registered at start
+//! ([`DeviceSource`] for the device model, placement and pool, given to
+//! [`Metrics::new`]; [`PlaneSource`] for the residency plane, attached with
+//! [`Metrics::attach_plane`] once DAX is up), and the data path hands its
+//! device work over as plain [`DeviceWork`]. The daemon's implementations
+//! live in `crate::metrics_sources`.
+//!
+//! * [`counters`] — [`VmMetrics`] and the per-VM counter table
+//!   ([`VM_COUNTERS`]), both from one `vm_counters!` declaration: adding a
+//!   counter is one line there plus the call site that increments it;
+//! * [`latency`] — HDR histograms and their export;
+//! * [`snapshot`] — [`Snapshot`]: everything exported at one moment, and
+//!   its wire form ([`cxlfs_api::metrics::MetricsSnapshot`]);
+//! * [`prometheus`] — the text exposition;
+//! * [`http`] — the endpoint (`/metrics.json`: JSON; any other path: text);
+//! * [`file`] — the JSON-lines series (`--metrics-file`).
+//!
+//! VM counters survive reconnects (they are keyed by the VM's name). Both
+//! the Prometheus text and the JSON outputs are built from one [`Snapshot`],
+//! so they always agree.
+//!
+//! Labels: per-VM families carry `vm="NAME"` and never a `vm="all"` sample
+//! (sum over `vm` for the total); device-wide quantities (NAND, GC,
+//! placement, residency) are unlabeled families. See `docs/metrics.md`.
+
+pub mod counters;
+pub mod file;
+pub mod http;
+pub mod latency;
+pub mod prometheus;
+pub mod snapshot;
+
+pub use counters::{CounterDef, DeviceWork, VmMetrics, LONG_MODELED_NS, VM_COUNTERS};
+pub use cxlfs_api::metrics::DeviceTotals;
+pub use http::{serve, StartMetricsError};
+pub use latency::{LatencyExport, LatencySummary, BUCKETS_NS};
+pub use prometheus::render_prometheus;
+pub use snapshot::{Snapshot, VmRow};
+
+use latency::put;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The residency plane's id of a VM (its VMM's threads' traps count for it).
+pub type PlaneVmId = u32;
+
+/// The device-wide figures of the device model, placement and pool:
+/// registered at start ([`Metrics::new`]).
+pub trait DeviceSource: Send + Sync {
+    /// The figures now. The plane's fields (`shared_pages`, `traps`,
+    /// `traps_unknown`, `pool_resident_bytes`, `pool_evictions`,
+    /// `pool_prefetch_stores`) are left 0: [`Metrics`] fills them from the
+    /// [`PlaneSource`].
+    fn totals(&self) -> DeviceTotals;
+}
+
+/// The residency plane's counters at one moment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PlaneFigures {
+    /// Traps per VM since the plane started (`None`: threads of no
+    /// registered VMM); they never go back.
+    pub traps_by_vm: BTreeMap<Option<PlaneVmId>, u64>,
+    /// Pool bytes resident in the plane (upper bound).
+    pub resident_bytes: u64,
+    /// Pool ranges evicted from the plane.
+    pub evictions: u64,
+}
+
+/// The residency plane's figures (DAX on): attached once it is up
+/// ([`Metrics::attach_plane`]).
+pub trait PlaneSource: Send + Sync {
+    /// The plane's counters now (`None` once it is shut down).
+    fn figures(&self) -> Option<PlaneFigures>;
+    /// The plane's id of VM `name`, if it has one.
+    fn vm_id(&self, name: &str) -> Option<PlaneVmId>;
+    /// Pool pages mapped by two or more VMs' DAX windows now.
+    fn shared_pages(&self) -> u64;
+    /// Prefetched pages pushed into the plane so far.
+    fn prefetch_stores(&self) -> u64;
+}
+
+/// All metrics of the daemon.
+pub struct Metrics {
+    vms: Mutex<Vec<Arc<VmMetrics>>>,
+    device: Arc<dyn DeviceSource>,
+    plane: OnceLock<Arc<dyn PlaneSource>>,
+    record_latency: AtomicBool,
+    /// Plane trap counts at the last `reset_stats` (the plane's own
+    /// counters never go back), by VM id (`None`: unknown threads).
+    trap_baseline: Mutex<BTreeMap<Option<PlaneVmId>, u64>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics")
+            .field("vms", &self.vm_names())
+            .field("plane", &self.plane.get().is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// Metrics over the device figures of `device`.
+    pub fn new(device: Arc<dyn DeviceSource>) -> Self {
+        Metrics {
+            vms: Mutex::new(Vec::new()),
+            device,
+            plane: OnceLock::new(),
+            record_latency: AtomicBool::new(true),
+            trap_baseline: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Adds the residency plane's figures (DAX on). Once only.
+    pub fn attach_plane(&self, plane: Arc<dyn PlaneSource>) {
+        let _ = self.plane.set(plane);
+    }
+
+    /// The counters of VM `name`, if it was ever configured or seen.
+    pub fn vm_if_known(&self, name: &str) -> Option<Arc<VmMetrics>> {
+        lock(&self.vms).iter().find(|v| v.name == name).cloned()
+    }
+
+    /// Names of the VMs with counters.
+    pub fn vm_names(&self) -> Vec<String> {
+        lock(&self.vms).iter().map(|v| v.name.clone()).collect()
+    }
+
+    /// The counters of VM `name` (created on first use, kept across reconnects).
+    pub fn vm(&self, name: &str) -> Arc<VmMetrics> {
+        let mut vms = lock(&self.vms);
+        if let Some(v) = vms.iter().find(|v| v.name == name) {
+            return v.clone();
+        }
+        let v = Arc::new(VmMetrics::new(name));
+        v.record_latency.store(
+            self.record_latency.load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
+        vms.push(v.clone());
+        v
+    }
+
+    /// The plane's figures now (all zero without DAX).
+    fn plane_figures(&self) -> PlaneFigures {
+        self.plane
+            .get()
+            .and_then(|p| p.figures())
+            .unwrap_or_default()
+    }
+
+    /// Pool traps of `vm` since start or the last reset (0 without DAX);
+    /// the value of `cxlfs_pool_traps_total{vm}`.
+    pub fn traps_of(&self, vm: &str) -> u64 {
+        let Some(id) = self.plane.get().and_then(|p| p.vm_id(vm)) else {
+            return 0;
+        };
+        self.traps_since_reset(Some(id), &self.plane_figures())
+    }
+
+    /// All pool traps (VMs and unknown threads) since start or the last reset.
+    pub fn traps_total(&self) -> u64 {
+        self.all_traps_since_reset(&self.plane_figures())
+    }
+
+    fn all_traps_since_reset(&self, plane: &PlaneFigures) -> u64 {
+        plane
+            .traps_by_vm
+            .keys()
+            .map(|&k| self.traps_since_reset(k, plane))
+            .sum()
+    }
+
+    fn traps_since_reset(&self, vm: Option<PlaneVmId>, plane: &PlaneFigures) -> u64 {
+        let now = plane.traps_by_vm.get(&vm).copied().unwrap_or(0);
+        let base = lock(&self.trap_baseline).get(&vm).copied().unwrap_or(0);
+        now.saturating_sub(base)
+    }
+
+    /// `reset_stats`: zeroes every VM's device-activity counters (hits,
+    /// misses, NAND, GC, prefetch: what [`DeviceWork`] feeds) and restarts
+    /// the trap counts, so Prometheus sees a counter reset; FUSE request
+    /// counts, bytes and latency histograms run on.
+    pub fn reset_device_counters(&self) {
+        for v in lock(&self.vms).iter() {
+            for c in v.work_counters() {
+                c.store(0, Ordering::Relaxed);
+            }
+        }
+        if let Some(plane) = self.plane.get().and_then(|p| p.figures()) {
+            *lock(&self.trap_baseline) = plane.traps_by_vm;
+        }
+    }
+
+    /// Turns the latency histograms (FUSE requests, traps, pacing error)
+    /// on or off for every VM, present and future (counters always count).
+    pub fn set_latency_recording(&self, on: bool) {
+        self.record_latency.store(on, Ordering::Relaxed);
+        for v in lock(&self.vms).iter() {
+            v.record_latency.store(on, Ordering::Relaxed);
+        }
+    }
+
+    /// Device-wide values now.
+    pub fn device_totals(&self) -> DeviceTotals {
+        self.device_totals_with(&self.plane_figures())
+    }
+
+    fn device_totals_with(&self, plane: &PlaneFigures) -> DeviceTotals {
+        let source = self.plane.get();
+        DeviceTotals {
+            shared_pages: source.map_or(0, |p| p.shared_pages()),
+            traps: self.all_traps_since_reset(plane),
+            traps_unknown: self.traps_since_reset(None, plane),
+            pool_resident_bytes: plane.resident_bytes,
+            pool_evictions: plane.evictions,
+            pool_prefetch_stores: source.map_or(0, |p| p.prefetch_stores()),
+            ..self.device.totals()
+        }
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        render_prometheus(&self.snapshot())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    //! A fixed device for the module's own tests.
+    use super::*;
+
+    /// The figures of an idle default device (ratio 100, no work yet).
+    #[derive(Debug)]
+    pub struct IdleDevice;
+
+    impl DeviceSource for IdleDevice {
+        fn totals(&self) -> DeviceTotals {
+            DeviceTotals {
+                write_amplification: 1.0,
+                policy: "lru".into(),
+                cxl_ratio: 100,
+                ..DeviceTotals::default()
+            }
+        }
+    }
+
+    /// Metrics over [`IdleDevice`].
+    pub fn metrics() -> Arc<Metrics> {
+        Arc::new(Metrics::new(Arc::new(IdleDevice)))
+    }
+}

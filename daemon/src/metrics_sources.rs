@@ -1,0 +1,133 @@
+//! The daemon's figures for [`crate::metrics`], which knows no other daemon
+//! module: the providers it is given at start ([`DeviceSource`] for the
+//! shared device, [`PlaneSource`] for the DAX residency plane) and the data
+//! path's charges as [`DeviceWork`]. The one module that sees both sides.
+
+use crate::dax::DaxPlane;
+use crate::device::{Charge, SharedDevice, EXTENT_SIZE};
+use crate::metrics::{
+    DeviceSource, DeviceTotals, DeviceWork, PlaneFigures, PlaneSource, PlaneVmId,
+};
+
+impl From<&Charge> for DeviceWork {
+    fn from(c: &Charge) -> Self {
+        let a = &c.activity;
+        DeviceWork {
+            page_hits: c.page_hits,
+            page_misses: c.page_misses,
+            dram_pages: c.dram_pages,
+            prefetch_issued: a.prefetch_issued,
+            prefetch_used: a.prefetch_used,
+            nand_reads: a.nand_reads,
+            nand_programs: a.nand_programs,
+            host_programs: a.host_programs,
+            nand_erases: a.nand_erases,
+            gc_runs: a.gc_runs,
+        }
+    }
+}
+
+impl DeviceSource for SharedDevice {
+    fn totals(&self) -> DeviceTotals {
+        let st = self.stats();
+        let cxl_ratio = self.cxl_ratio();
+        let (placed_dram_pages, placed_cxl_pages, pool_allocated_bytes, pool_aliased_extents) = {
+            let pool = self.pool();
+            let (d, c) = pool.placed_pages(cxl_ratio);
+            (
+                d,
+                c,
+                pool.allocated_extents() * EXTENT_SIZE,
+                pool.aliased_chunks(),
+            )
+        };
+        DeviceTotals {
+            hits: st.hits,
+            misses: st.misses,
+            nand_reads: st.nand.reads(),
+            nand_programs: st.nand.programs(),
+            nand_erases: st.nand.erases,
+            gc_runs: st.nand.gc_runs,
+            write_amplification: st.nand.write_amplification(),
+            prefetch_issued: st.prefetch_issued,
+            prefetch_used: st.prefetch_used,
+            evictions: st.evictions,
+            resident_pages: st.resident_pages,
+            dirty_pages: st.dirty_pages,
+            policy: st.policy,
+            cxl_ratio,
+            placed_dram_pages,
+            placed_cxl_pages,
+            pool_allocated_bytes,
+            pool_aliased_extents,
+            ..DeviceTotals::default()
+        }
+    }
+}
+
+impl PlaneSource for DaxPlane {
+    fn figures(&self) -> Option<PlaneFigures> {
+        self.plane_metrics().map(|m| PlaneFigures {
+            traps_by_vm: m.traps_by_vm,
+            resident_bytes: m.resident_bytes,
+            evictions: m.invalidations,
+        })
+    }
+
+    fn vm_id(&self, name: &str) -> Option<PlaneVmId> {
+        self.find_vm_id(name)
+    }
+
+    fn shared_pages(&self) -> u64 {
+        DaxPlane::shared_pages(self)
+    }
+
+    fn prefetch_stores(&self) -> u64 {
+        self.prefetch_pushed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::device::{Charge, DeviceActivity, SharedDevice};
+    use crate::metrics::Metrics;
+    use cxlfs_device_model::{Device, DeviceConfig};
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    #[test]
+    fn the_shared_device_feeds_the_metrics() {
+        let shared = Arc::new(SharedDevice::new(
+            Device::new(DeviceConfig::default()).unwrap(),
+        ));
+        let m = Metrics::new(shared);
+        let v = m.vm("vm0");
+        v.record_charge(&Charge {
+            completes_at_ns: 0,
+            page_hits: 1,
+            page_misses: 2,
+            dram_pages: 3,
+            activity: DeviceActivity {
+                nand_reads: 4,
+                host_programs: 5,
+                ..DeviceActivity::default()
+            },
+        });
+        assert_eq!(v.device_misses.load(Ordering::Relaxed), 2);
+        assert_eq!(v.nand_reads.load(Ordering::Relaxed), 4);
+        assert_eq!(v.host_programs.load(Ordering::Relaxed), 5);
+        let text = m.render();
+        for needle in [
+            "cxlfs_nand_reads_total 0",
+            "cxlfs_write_amplification 1",
+            "cxlfs_cxl_ratio_percent 100",
+            "cxlfs_device_policy_info{policy=",
+            "cxlfs_vm_nand_reads_total{vm=\"vm0\"} 4",
+        ] {
+            assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
+        m.reset_device_counters();
+        assert_eq!(v.device_misses.load(Ordering::Relaxed), 0);
+        assert_eq!(m.traps_total(), 0);
+    }
+}
