@@ -4,7 +4,7 @@
 //! * periodic samples arrive at the configured interval, one object per VM
 //!   and one `all` object per sample, with the fixed field names;
 //! * once the daemon is idle, the latest sample's counters are those of the
-//!   Prometheus endpoint;
+//!   Prometheus endpoint and of `/metrics.json`;
 //! * SIGTERM: the daemon exits 0 and the file ends with a `final` sample
 //!   (after the device flush) whose counters match.
 //! * a cxl_ratio of 50 shows in the sample: about half the pages are DRAM
@@ -14,6 +14,8 @@
 mod common;
 
 use common::Guest;
+use cxlfs_api::metrics::{MetricsSnapshot, SampleLine};
+use serde::Deserialize;
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -33,8 +35,12 @@ fn free_port() -> u16 {
 }
 
 fn scrape(port: u16) -> String {
+    get(port, "/metrics")
+}
+
+fn get(port: u16, path: &str) -> String {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\n\r\n").unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out.split_once("\r\n\r\n").unwrap().1.to_string()
@@ -217,6 +223,27 @@ fn periodic_samples_agree_with_prometheus_and_a_final_one_follows_sigterm() {
             "cxlfs_fuse_latency_seconds_quantiles{vm=\"vm0\",quantile=\"0.99\"}"
         )
     );
+
+    // `/metrics.json` has the same numbers, as the daemon's own types, and
+    // every line of the file reads as a `SampleLine`.
+    let snap: MetricsSnapshot = serde_json::from_str(&get(port, "/metrics.json")).unwrap();
+    let jvm0 = snap.vms.iter().find(|r| r.vm == "vm0").unwrap();
+    assert_eq!(jvm0.fuse_ops["READ"], reads);
+    assert!(!snap.counters.is_empty());
+    for c in &snap.counters {
+        assert_eq!(
+            jvm0.counter(&c.field),
+            vm0[c.field.as_str()].as_u64().unwrap(),
+            "{}",
+            c.field
+        );
+    }
+    assert_eq!(snap.device.placed_dram_pages, 128);
+    assert_eq!(snap.all.counter("device_misses"), snap.device.misses);
+    for l in &all_lines {
+        let line = SampleLine::deserialize(l).unwrap();
+        assert_eq!(line.row.vm, l["vm"].as_str().unwrap());
+    }
 
     // cxl_ratio 50: half the file's 256 pages are DRAM tier; a DRAM page
     // never reaches the device, so device hits + misses are the CXL page

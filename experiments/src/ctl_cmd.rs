@@ -1,18 +1,22 @@
 //! `cxlfs ctl`: the host's client of `cxlfsd --control-socket` (protocol in
 //! `docs/control-api.md`): one JSON request line out, one reply line back.
+//! Requests, replies and results are `cxlfs_api::control`'s types; this
+//! module only maps the command line onto a `Request` and prints results.
 
 use crate::device_args::{format_ns, human_size};
 use anyhow::{anyhow, bail, Context};
 use clap::{Args, Subcommand};
+use cxlfs_api::control::{
+    ConfigResult, PrefetchSettings, RangeOp, RangeResult, RangeSpec, Reply, Request,
+    RequestEnvelope, ResetStatsResult, SetCxlRatioResult, SetPolicyResult, StatsResult,
+};
 use cxlfs_device_model::units::parse_size;
-use serde_json::{json, Map, Value};
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// Version of the control protocol this client speaks.
-const PROTOCOL_VERSION: u64 = 1;
 
 /// `cxlfs ctl` arguments.
 #[derive(Debug, Args)]
@@ -97,72 +101,55 @@ fn size(s: &Option<String>, what: &str) -> anyhow::Result<Option<u64>> {
         .transpose()
 }
 
-fn range_request(cmd: &str, a: &RangeArgs) -> anyhow::Result<Value> {
-    let mut req = Map::new();
-    req.insert("cmd".into(), json!(cmd));
-    match (&a.file, size(&a.pool_offset, "pool-offset")?) {
-        (Some(f), None) => {
-            req.insert("file".into(), json!(f));
-            if let Some(o) = size(&a.offset, "offset")? {
-                req.insert("offset".into(), json!(o));
+impl RangeArgs {
+    fn spec(&self) -> anyhow::Result<RangeSpec> {
+        match (&self.file, size(&self.pool_offset, "pool-offset")?) {
+            (Some(f), None) => {
+                let offset = size(&self.offset, "offset")?;
+                Ok(RangeSpec::file(f, offset, size(&self.len, "len")?))
             }
+            (None, Some(p)) => Ok(RangeSpec::pool(p, size(&self.len, "len")?)),
+            _ => bail!("give --file PATH or --pool-offset N"),
         }
-        (None, Some(p)) => {
-            req.insert("pool_offset".into(), json!(p));
-        }
-        _ => bail!("give --file PATH or --pool-offset N"),
     }
-    if let Some(l) = size(&a.len, "len")? {
-        req.insert("len".into(), json!(l));
-    }
-    Ok(Value::Object(req))
 }
 
-fn request(cmd: &CtlCommand) -> anyhow::Result<Value> {
+fn request(cmd: &CtlCommand) -> anyhow::Result<Request> {
     Ok(match cmd {
-        CtlCommand::Prefetch(a) => range_request("prefetch", a)?,
-        CtlCommand::Pin(a) => range_request("pin", a)?,
-        CtlCommand::Unpin(a) => range_request("unpin", a)?,
-        CtlCommand::Evict(a) => range_request("evict", a)?,
+        CtlCommand::Prefetch(a) => Request::range(RangeOp::Prefetch, a.spec()?),
+        CtlCommand::Pin(a) => Request::range(RangeOp::Pin, a.spec()?),
+        CtlCommand::Unpin(a) => Request::range(RangeOp::Unpin, a.spec()?),
+        CtlCommand::Evict(a) => Request::range(RangeOp::Evict, a.spec()?),
         CtlCommand::SetPolicy { name, params } => {
             let mut p = Map::new();
             for kv in params {
                 let (k, v) = kv
                     .split_once('=')
                     .ok_or_else(|| anyhow!("--param `{kv}` is not KEY=VALUE"))?;
-                let v = serde_json::from_str(v).unwrap_or_else(|_| json!(v));
+                let v = serde_json::from_str(v).unwrap_or_else(|_| Value::from(v));
                 p.insert(k.to_string(), v);
             }
-            json!({"cmd": "set_policy", "name": name, "params": p})
-        }
-        CtlCommand::SetPrefetch { degree, stride } => {
-            let mut v = json!({"cmd": "set_prefetch", "degree": degree});
-            if let Some(s) = stride {
-                v["stride"] = json!(s);
+            Request::SetPolicy {
+                name: name.clone(),
+                params: p,
             }
-            v
         }
-        CtlCommand::SetCxlRatio { percent } => json!({"cmd": "set_cxl_ratio", "percent": percent}),
-        CtlCommand::Stats { vm } => match vm {
-            Some(vm) => json!({"cmd": "query_stats", "vm": vm}),
-            None => json!({"cmd": "query_stats"}),
-        },
-        CtlCommand::ResetStats => json!({"cmd": "reset_stats"}),
-        CtlCommand::Config => json!({"cmd": "get_config"}),
+        &CtlCommand::SetPrefetch { degree, stride } => Request::SetPrefetch { degree, stride },
+        &CtlCommand::SetCxlRatio { percent } => Request::SetCxlRatio { percent },
+        CtlCommand::Stats { vm } => Request::QueryStats { vm: vm.clone() },
+        CtlCommand::ResetStats => Request::ResetStats {},
+        CtlCommand::Config => Request::GetConfig {},
     })
 }
 
 /// Sends one request and returns the reply's `result` (an `ok: false`
 /// reply is an error carrying the daemon's code and message).
-pub fn call(socket: &PathBuf, mut req: Value, timeout: Duration) -> anyhow::Result<Value> {
-    let id = std::process::id();
-    req["v"] = json!(PROTOCOL_VERSION);
-    req["id"] = json!(id);
+pub fn call(socket: &Path, request: Request, timeout: Duration) -> anyhow::Result<Value> {
+    let id = Value::from(std::process::id());
+    let line = RequestEnvelope::new(id.clone(), request).to_line();
     let mut stream = UnixStream::connect(socket)
         .with_context(|| format!("cannot connect to the control socket {}", socket.display()))?;
     stream.set_read_timeout(Some(timeout))?;
-    let mut line = req.to_string();
-    line.push('\n');
     stream.write_all(line.as_bytes())?;
     let mut reply = String::new();
     BufReader::new(&stream)
@@ -171,111 +158,117 @@ pub fn call(socket: &PathBuf, mut req: Value, timeout: Duration) -> anyhow::Resu
     if reply.is_empty() {
         bail!("the daemon closed the connection without a reply");
     }
-    let v: Value = serde_json::from_str(&reply).context("the reply is not JSON")?;
-    if v["id"] != json!(id) {
-        bail!("the reply's id {} is not the request's {id}", v["id"]);
+    let reply: Reply = serde_json::from_str(&reply).context("the reply is not a protocol reply")?;
+    if reply.id != id {
+        bail!("the reply's id {} is not the request's {id}", reply.id);
     }
-    if v["ok"] == json!(true) {
-        return Ok(v["result"].clone());
-    }
-    let code = v["error"]["code"].as_str().unwrap_or("error");
-    let msg = v["error"]["message"].as_str().unwrap_or("(no message)");
-    bail!("{code}: {msg}")
+    Ok(reply.into_result()?)
 }
 
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or(0)
+/// The result as the request's result type.
+fn decode<T: DeserializeOwned>(result: Value) -> anyhow::Result<T> {
+    serde_json::from_value(result).context("the daemon's result is not what the protocol says")
 }
 
-fn print_human(cmd: &CtlCommand, r: &Value) {
-    match cmd {
-        CtlCommand::Prefetch(_)
-        | CtlCommand::Pin(_)
-        | CtlCommand::Unpin(_)
-        | CtlCommand::Evict(_) => {
-            let (verb, changed) = match cmd {
-                CtlCommand::Prefetch(_) => ("prefetch", "read from NAND"),
-                CtlCommand::Pin(_) => ("pin", "newly pinned"),
-                CtlCommand::Unpin(_) => ("unpin", "released"),
-                _ => ("evict", "evicted"),
-            };
-            println!(
-                "{verb}: {} pages, {} {changed}, {} skipped, {} written back; device time {}",
-                u(&r["pages"]),
-                u(&r["changed"]),
-                u(&r["skipped"]),
-                u(&r["written_back"]),
-                format_ns(u(&r["latency_ns"]) as f64)
-            );
-            if u(&r["plane_filled"]) + u(&r["plane_evicted"]) > 0 {
-                println!(
-                    "DAX residency plane: {} pages stored, {} dropped",
-                    u(&r["plane_filled"]),
-                    u(&r["plane_evicted"])
-                );
+fn print_range(op: RangeOp, r: &RangeResult) {
+    let changed = match op {
+        RangeOp::Prefetch => "read from NAND",
+        RangeOp::Pin => "newly pinned",
+        RangeOp::Unpin => "released",
+        RangeOp::Evict => "evicted",
+    };
+    println!(
+        "{}: {} pages, {} {changed}, {} skipped, {} written back; device time {}",
+        op.name(),
+        r.pages,
+        r.changed,
+        r.skipped,
+        r.written_back,
+        format_ns(r.latency_ns as f64)
+    );
+    if r.plane_filled + r.plane_evicted > 0 {
+        println!(
+            "DAX residency plane: {} pages stored, {} dropped",
+            r.plane_filled, r.plane_evicted
+        );
+    }
+}
+
+fn print_stats(s: &StatsResult) {
+    println!(
+        "policy {}, prefetch degree {} stride {}",
+        s.policy, s.prefetch.degree, s.prefetch.stride
+    );
+    println!(
+        "{:<12} {:>14} {:>14} {:>12} {:>12}",
+        "VM", "HITS", "MISSES", "TRAPS", "PINNED"
+    );
+    let rows = s.vms.iter().map(|(n, c)| (n.as_str(), c));
+    for (name, c) in rows.chain([("total", &s.total)]) {
+        println!(
+            "{:<12} {:>14} {:>14} {:>12} {:>12}",
+            name,
+            c.hits,
+            c.misses,
+            c.traps,
+            human_size(c.pinned_bytes)
+        );
+    }
+}
+
+fn print_config(c: &ConfigResult) -> anyhow::Result<()> {
+    if let Value::Object(m) = serde_json::to_value(c)? {
+        for (k, v) in m {
+            if k != "device" && k != "device_toml" {
+                println!("# {k} = {v}");
             }
-        }
-        CtlCommand::SetPolicy { .. } => println!(
-            "policy: {} -> {}",
-            r["previous"].as_str().unwrap_or("?"),
-            r["policy"].as_str().unwrap_or("?")
-        ),
-        CtlCommand::SetPrefetch { .. } => println!(
-            "prefetch: degree {}, stride {} pages",
-            u(&r["degree"]),
-            u(&r["stride"])
-        ),
-        CtlCommand::SetCxlRatio { .. } => println!("cxl ratio: {r}"),
-        CtlCommand::Stats { .. } => {
-            println!(
-                "policy {}, prefetch degree {} stride {}",
-                r["policy"].as_str().unwrap_or("?"),
-                u(&r["prefetch"]["degree"]),
-                u(&r["prefetch"]["stride"])
-            );
-            println!(
-                "{:<12} {:>14} {:>14} {:>12} {:>12}",
-                "VM", "HITS", "MISSES", "TRAPS", "PINNED"
-            );
-            let row = |name: &str, s: &Value| {
-                println!(
-                    "{:<12} {:>14} {:>14} {:>12} {:>12}",
-                    name,
-                    u(&s["hits"]),
-                    u(&s["misses"]),
-                    u(&s["traps"]),
-                    human_size(u(&s["pinned_bytes"]))
-                );
-            };
-            if let Some(vms) = r["vms"].as_object() {
-                for (name, s) in vms {
-                    row(name, s);
-                }
-            }
-            row("total", &r["total"]);
-        }
-        CtlCommand::ResetStats => println!("statistics reset"),
-        CtlCommand::Config => {
-            if let Some(m) = r.as_object() {
-                for (k, v) in m {
-                    if k != "device" && k != "device_toml" {
-                        println!("# {k} = {v}");
-                    }
-                }
-            }
-            print!("{}", r["device_toml"].as_str().unwrap_or(""));
         }
     }
+    print!("{}", c.device_toml);
+    Ok(())
+}
+
+fn print_human(req: &Request, result: Value) -> anyhow::Result<()> {
+    if let Some((op, _)) = req.as_range() {
+        print_range(op, &decode(result)?);
+        return Ok(());
+    }
+    match req {
+        Request::SetPolicy { .. } => {
+            let r: SetPolicyResult = decode(result)?;
+            println!("policy: {} -> {}", r.previous, r.policy);
+        }
+        Request::SetPrefetch { .. } => {
+            let r: PrefetchSettings = decode(result)?;
+            println!("prefetch: degree {}, stride {} pages", r.degree, r.stride);
+        }
+        Request::SetCxlRatio { .. } => {
+            let r: SetCxlRatioResult = decode(result)?;
+            println!("cxl ratio: {}", serde_json::to_value(r)?);
+        }
+        Request::QueryStats { .. } => print_stats(&decode(result)?),
+        Request::ResetStats {} => {
+            let _: ResetStatsResult = decode(result)?;
+            println!("statistics reset");
+        }
+        Request::GetConfig {} => print_config(&decode(result)?)?,
+        Request::Prefetch(_) | Request::Pin(_) | Request::Unpin(_) | Request::Evict(_) => {}
+    }
+    Ok(())
 }
 
 /// Runs `cxlfs ctl`.
 pub fn run(args: &CtlArgs) -> anyhow::Result<()> {
     let req = request(&args.command)?;
-    let result = call(&args.socket, req, Duration::from_secs(args.timeout.max(1)))?;
+    let result = call(
+        &args.socket,
+        req.clone(),
+        Duration::from_secs(args.timeout.max(1)),
+    )?;
     if args.json {
         println!("{result}");
+        Ok(())
     } else {
-        print_human(&args.command, &result);
+        print_human(&req, result)
     }
-    Ok(())
 }

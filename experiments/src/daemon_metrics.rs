@@ -1,70 +1,80 @@
-//! The daemon's metrics as `cxlfs run` reads them: the Prometheus endpoint
-//! (scraped at every phase boundary, so each phase gets its own counter
-//! deltas), and the JSON-lines time series of `--metrics-file` (one object
-//! per VM per sample, plus `"vm":"all"`; fields the runner does not know
-//! become columns as they are, fields that are missing give empty cells).
+//! The daemon's metrics as `cxlfs run` reads them, with the daemon's own
+//! types (`cxlfs_api::metrics`): the `/metrics.json` snapshot (taken at
+//! every phase boundary, so each phase gets its own counter deltas), and the
+//! JSON-lines time series of `--metrics-file` (one object per VM per
+//! sample, plus `"vm":"all"`; fields the runner does not know become
+//! columns as they are, fields that are missing give empty cells).
 
-use cxlfs::prometheus::{Metrics, ParseMetricsError, Sample};
+use cxlfs_api::metrics::{
+    MetricsSnapshot, SampleLine, FUSE_REQUESTS, POOL_TRAPS, UNKNOWN_VM, VM_WRITE_AMPLIFICATION,
+};
+use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-/// Figures per VM (`""` for samples without a `vm` label).
+/// Figures per VM (`""` for the device-wide ones, which have no `vm` label).
 pub type ByVm = BTreeMap<String, BTreeMap<String, f64>>;
 
-/// One scrape of `/metrics`, reduced to counters and plain gauges by VM:
-/// `cxlfs_device_hits_total{vm="vm0"}` → `["vm0"]["device_hits"]`; samples
-/// with other labels (`opcode`) are summed over them; summaries and
-/// histograms (`quantile`, `le`, `_count`, `_sum`, `_bucket`) are left out.
+/// One `/metrics.json` snapshot, reduced to counters and plain gauges by
+/// VM and named as on the Prometheus endpoint without `cxlfs_` and
+/// `_total`: `cxlfs_device_hits_total{vm="vm0"}` → `["vm0"]["device_hits"]`;
+/// samples with other labels (`opcode`, `tier`) are summed over them;
+/// latency summaries and histograms are left out.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct PromSnapshot {
-    /// Counters (names that ended in `_total`), by VM.
+pub struct Figures {
+    /// Counters (families whose name ends in `_total`), by VM.
     pub counters: ByVm,
     /// Gauges, by VM.
     pub gauges: ByVm,
 }
 
-impl PromSnapshot {
-    /// Parses the text exposition format and reduces it.
-    pub fn parse(text: &str) -> Result<PromSnapshot, ParseMetricsError> {
-        Ok(PromSnapshot::from_metrics(&Metrics::parse(text)?))
+impl Figures {
+    /// Parses a `/metrics.json` body and reduces it.
+    pub fn parse(json: &str) -> Result<Figures, serde_json::Error> {
+        Ok(Figures::of(&serde_json::from_str(json)?))
     }
 
-    /// Reduces the samples of one scrape to counters and gauges by VM.
-    pub fn from_metrics(metrics: &Metrics) -> PromSnapshot {
-        let mut snap = PromSnapshot::default();
-        for Sample {
-            name,
-            labels,
-            value,
-        } in &metrics.samples
-        {
-            if labels.contains_key("quantile")
-                || labels.contains_key("le")
-                || name.ends_with("_count")
-                || name.ends_with("_sum")
-                || name.ends_with("_bucket")
-                || !value.is_finite()
-            {
-                continue;
-            }
-            let vm = labels.get("vm").cloned().unwrap_or_default();
-            let short = name.strip_prefix("cxlfs_").unwrap_or(name);
-            let (table, key) = match short.strip_suffix("_total") {
-                Some(k) => (&mut snap.counters, k),
-                None => (&mut snap.gauges, short),
-            };
-            *table
-                .entry(vm)
-                .or_default()
-                .entry(key.to_string())
-                .or_default() += value;
+    fn add(&mut self, vm: &str, family: &str, value: f64) {
+        if !value.is_finite() {
+            return;
         }
-        snap
+        let short = family.strip_prefix("cxlfs_").unwrap_or(family);
+        let (table, key) = match short.strip_suffix("_total") {
+            Some(k) => (&mut self.counters, k),
+            None => (&mut self.gauges, short),
+        };
+        *table
+            .entry(vm.to_string())
+            .or_default()
+            .entry(key.to_string())
+            .or_default() += value;
+    }
+
+    /// Reduces one snapshot: the per-VM families of each VM row (FUSE
+    /// requests, the daemon's counter table, write amplification, traps),
+    /// the traps of unknown threads, and the device-wide families.
+    pub fn of(snap: &MetricsSnapshot) -> Figures {
+        let mut f = Figures::default();
+        for row in &snap.vms {
+            for n in row.fuse_ops.values() {
+                f.add(&row.vm, FUSE_REQUESTS, *n as f64);
+            }
+            for c in &snap.counters {
+                f.add(&row.vm, &c.family, row.counter(&c.field) as f64);
+            }
+            f.add(&row.vm, VM_WRITE_AMPLIFICATION, row.write_amplification);
+            f.add(&row.vm, POOL_TRAPS, row.traps as f64);
+        }
+        f.add(UNKNOWN_VM, POOL_TRAPS, snap.device.traps_unknown as f64);
+        for d in snap.device.families() {
+            f.add("", d.name, d.value);
+        }
+        f
     }
 
     /// Every figure of `vm` between `self` (earlier) and `later`: counter
     /// deltas and the later gauge values.
-    pub fn delta(&self, later: &PromSnapshot, vm: &str) -> BTreeMap<String, f64> {
+    pub fn delta(&self, later: &Figures, vm: &str) -> BTreeMap<String, f64> {
         let mut out = BTreeMap::new();
         if let Some(after) = later.counters.get(vm) {
             let before = self.counters.get(vm);
@@ -116,8 +126,10 @@ fn flatten(prefix: &str, v: &Value, out: &mut BTreeMap<String, Value>) {
     }
 }
 
-/// Parses a JSON-lines series; lines that are not JSON objects (a torn
-/// last line, say) are skipped and counted.
+/// Parses a JSON-lines series: each line is read as the daemon's
+/// [`SampleLine`] (fields it lacks take their defaults), and its columns are
+/// the fields as written. Lines that are not such an object (a torn last
+/// line, say) are skipped and counted.
 pub fn parse_series(text: &str) -> (Vec<SeriesSample>, usize) {
     let mut samples = Vec::new();
     let mut skipped = 0;
@@ -126,11 +138,10 @@ pub fn parse_series(text: &str) -> (Vec<SeriesSample>, usize) {
             skipped += 1;
             continue;
         };
-        let vm = obj
-            .get("vm")
-            .and_then(Value::as_str)
-            .unwrap_or("all")
-            .to_string();
+        let Ok(typed) = SampleLine::deserialize(&Value::Object(obj.clone())) else {
+            skipped += 1;
+            continue;
+        };
         let mut fields = BTreeMap::new();
         for (k, v) in &obj {
             if !SERIES_META.contains(&k.as_str()) {
@@ -138,9 +149,13 @@ pub fn parse_series(text: &str) -> (Vec<SeriesSample>, usize) {
             }
         }
         samples.push(SeriesSample {
-            vm,
-            ts_unix_ms: obj.get("ts_unix_ms").and_then(Value::as_u64).unwrap_or(0),
-            is_final: obj.get("final").and_then(Value::as_bool).unwrap_or(false),
+            vm: if obj.contains_key("vm") {
+                typed.row.vm
+            } else {
+                "all".to_string()
+            },
+            ts_unix_ms: typed.info.ts_unix_ms,
+            is_final: typed.info.is_final,
             fields,
         });
     }
@@ -170,37 +185,41 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    const PROM: &str = "# HELP x\n# TYPE cxlfs_fuse_requests_total counter\n\
-        cxlfs_fuse_requests_total{vm=\"vm0\",opcode=\"read\"} 10\n\
-        cxlfs_fuse_requests_total{vm=\"vm0\",opcode=\"lookup\"} 5\n\
-        cxlfs_device_hits_total{vm=\"vm0\"} 7\ncxlfs_device_misses_total{vm=\"vm1\"} 3\n\
-        cxlfs_pacing_error_seconds{vm=\"vm0\",modeled=\"all\",quantile=\"0.5\"} 0.1\n\
-        cxlfs_pacing_error_seconds_count{vm=\"vm0\",modeled=\"all\"} 2\n\
-        cxlfs_nand_reads_total 40\ncxlfs_device_resident_pages 12\n";
+    /// A snapshot as `/metrics.json` serves it (shortened).
+    fn snapshot(hits: u64, nand_reads: u64) -> String {
+        format!(
+            r#"{{"counters":[{{"field":"device_hits","family":"cxlfs_device_hits_total","help":""}},
+                {{"field":"device_misses","family":"cxlfs_device_misses_total","help":""}}],
+              "vms":[{{"vm":"vm0","fuse_ops":{{"READ":10,"LOOKUP":5}},"device_hits":{hits},"device_misses":0,
+                       "fuse_latency_ns":{{"count":2,"p50":100000000}}}},
+                     {{"vm":"vm1","device_hits":0,"device_misses":3}}],
+              "device":{{"nand_reads":{nand_reads},"resident_pages":12,"policy":"lru","cxl_ratio":100}}}}"#
+        )
+    }
 
     #[test]
-    fn prometheus_counters_and_gauges_by_vm() {
-        let a = PromSnapshot::parse(PROM).unwrap();
+    fn snapshot_counters_and_gauges_by_vm() {
+        let a = Figures::parse(&snapshot(7, 40)).unwrap();
         assert_eq!(a.counters["vm0"]["fuse_requests"], 15.0);
         assert_eq!(a.counters["vm0"]["device_hits"], 7.0);
         assert_eq!(a.counters["vm1"]["device_misses"], 3.0);
         assert_eq!(a.counters[""]["nand_reads"], 40.0);
         assert_eq!(a.gauges[""]["device_resident_pages"], 12.0);
-        assert!(!a.gauges.contains_key("vm0"), "summaries are left out");
-        let b = PromSnapshot::parse(
-            &PROM
-                .replace("} 7", "} 19")
-                .replace("reads_total 40", "reads_total 45"),
-        )
-        .unwrap();
+        assert_eq!(a.gauges[""]["device_policy_info"], 1.0);
+        assert_eq!(a.gauges["vm0"]["vm_write_amplification"], 0.0);
+        assert!(
+            !a.gauges["vm0"].keys().any(|k| k.contains("latency")),
+            "summaries are left out"
+        );
+        let b = Figures::parse(&snapshot(19, 45)).unwrap();
         let d = a.delta(&b, "vm0");
         assert_eq!(d["device_hits"], 12.0);
         assert_eq!(d["fuse_requests"], 0.0);
         assert_eq!(a.delta(&b, "")["nand_reads"], 5.0);
         assert_eq!(a.delta(&b, "")["device_resident_pages"], 12.0);
         assert!(a.delta(&b, "vm9").is_empty());
-        assert!(PromSnapshot::parse("x{vm=\"a} 1").is_err());
-        assert!(PromSnapshot::parse("x abc").is_err());
+        assert!(Figures::parse("{\"vms\":[{\"vm\":1}]}").is_err());
+        assert!(Figures::parse("x abc").is_err());
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //!
 //! * [`procs`]: signals, process trees through `/proc`, waiting with a
 //!   limit, a plain HTTP GET, log tails;
-//! * [`prometheus`]: the Prometheus text exposition as samples with labels.
+//! * [`prometheus`]: the Prometheus text exposition as samples with labels
+//!   (for the e2e tests of the endpoint itself).
 
 pub mod procs;
 pub mod prometheus;

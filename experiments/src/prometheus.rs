@@ -1,7 +1,9 @@
 //! The Prometheus text exposition (format 0.0.4) of `cxlfsd`'s `/metrics`,
 //! parsed into samples with their labels. The e2e tests query it by name
-//! and labels ([`Metrics::get`], [`Metrics::sum`]); `cxlfs run` reduces it
-//! to per-VM counters and gauges.
+//! and labels ([`Metrics::get`], [`Metrics::sum`]) to check the endpoint
+//! itself. Clients that want the daemon's numbers read `/metrics.json` or
+//! the `--metrics-file` lines with the types of `cxlfs_api::metrics`
+//! instead (as `cxlfs run` does).
 
 use std::collections::BTreeMap;
 

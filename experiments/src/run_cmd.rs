@@ -5,12 +5,12 @@
 //! One run: a temp work dir (share, sockets) → files created in the share
 //! → `.cxlfs/run.sh` written → `cxlfsd` started (own process group, so a
 //! Ctrl-C reaches only us) → guests booted through `qemu-configs/run-vm.sh`
-//! at once → at each phase barrier `/metrics` is scraped → guests power off
+//! at once → at each phase barrier `/metrics.json` is read → guests power off
 //! (or are stopped) → `cxlfsd` gets SIGTERM (never SIGKILL with DAX on) →
 //! fio JSON and the metrics series are read, rows written. Any failure marks
 //! the run `failed` with its error, and the sweep goes on.
 
-use crate::daemon_metrics::{parse_series, sample_at, PromSnapshot, SeriesSample};
+use crate::daemon_metrics::{parse_series, sample_at, Figures, SeriesSample};
 use crate::fio_json::{self, FioSummary};
 use crate::guest_script;
 use crate::plot;
@@ -325,8 +325,8 @@ struct PhaseResult {
 struct RunOutput {
     /// The run's error (daemon, guests, barrier); `None` if it got through.
     error: Option<String>,
-    /// Scrapes at the barriers (index K = before phase K).
-    snapshots: Vec<(u64, PromSnapshot)>,
+    /// Snapshots at the barriers (index K = before phase K).
+    snapshots: Vec<(u64, Figures)>,
     /// Per VM, per phase.
     phases: BTreeMap<String, Vec<PhaseResult>>,
     /// The metrics series (empty if the daemon wrote none).
@@ -344,9 +344,10 @@ struct DaemonProc {
 }
 
 impl DaemonProc {
-    fn scrape(&self) -> Result<(String, PromSnapshot), String> {
-        let text = http_get(self.metrics, "/metrics").map_err(|e| e.to_string())?;
-        let snap = PromSnapshot::parse(&text).map_err(|e| e.to_string())?;
+    /// The daemon's snapshot (`/metrics.json`): its text and its figures.
+    fn scrape(&self) -> Result<(String, Figures), String> {
+        let text = http_get(self.metrics, "/metrics.json").map_err(|e| e.to_string())?;
+        let snap = Figures::parse(&text).map_err(|e| e.to_string())?;
         Ok((text, snap))
     }
 
@@ -609,7 +610,7 @@ fn execute(plan: &RunPlan, tools: &Tools, run_dir: &Path, stop: &AtomicBool) -> 
             }
             match daemon.scrape() {
                 Ok((text, snap)) => {
-                    let _ = fs::write(run_dir.join(format!("metrics-{k}.prom")), text);
+                    let _ = fs::write(run_dir.join(format!("metrics-{k}.json")), text);
                     out.snapshots.push((unix_ms(), snap));
                 }
                 Err(e) => {
@@ -1162,6 +1163,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::spec::load_str;
+    use cxlfs_api::metrics::{CounterInfo, DeviceTotals, MetricsSnapshot, VmSample};
 
     const SPEC: &str = r#"
 name = "t"
@@ -1254,15 +1256,30 @@ name = "b"
             .expand(false)
             .unwrap();
         let fixture = include_str!("../tests/fixtures/fio-dax-mmap-randread.json");
-        let prom = |h: u32| {
-            PromSnapshot::parse(&format!(
-                "cxlfs_device_hits_total{{vm=\"vm0\"}} {h}\ncxlfs_device_misses_total{{vm=\"vm0\"}} {}\n\
-                 cxlfs_device_misses_total{{vm=\"vm1\"}} {}\ncxlfs_nand_reads_total {}\n",
-                h * 2,
-                h * 3,
-                h * 4
-            ))
-            .unwrap()
+        let prom = |h: u64| {
+            let counter = |f: &str| CounterInfo {
+                field: f.into(),
+                family: format!("cxlfs_{f}_total"),
+                help: String::new(),
+            };
+            let row = |vm: &str, hits: u64, misses: u64| VmSample {
+                vm: vm.into(),
+                counters: [
+                    ("device_hits".into(), hits),
+                    ("device_misses".into(), misses),
+                ]
+                .into(),
+                ..VmSample::default()
+            };
+            Figures::of(&MetricsSnapshot {
+                counters: vec![counter("device_hits"), counter("device_misses")],
+                vms: vec![row("vm0", h, h * 2), row("vm1", 0, h * 3)],
+                device: DeviceTotals {
+                    nand_reads: h * 4,
+                    ..DeviceTotals::default()
+                },
+                ..MetricsSnapshot::default()
+            })
         };
         let mut out = RunOutput {
             snapshots: vec![(1000, prom(0)), (3000, prom(10)), (4000, prom(15))],

@@ -5,7 +5,8 @@
 //! * [`cxlfsd`] finds the daemon binary: `$CXLFSD`, else it runs
 //!   `cargo build --release -p cxlfsd` once and takes the path cargo reports;
 //! * [`Daemon`] runs `cxlfsd` on a fresh temp dir (share, sockets, logs) with a
-//!   free metrics port, scrapes `/metrics` ([`Metrics`]), and stops it with
+//!   free metrics port, scrapes `/metrics` ([`Metrics`]) or reads
+//!   `/metrics.json` ([`MetricsSnapshot`]), and stops it with
 //!   SIGTERM; [`Daemon::boot`] starts a guest on one of its sockets through
 //!   `qemu-configs/run-vm.sh` ([`Vm`]), so several guests run at once;
 //! * everything is killed on drop (QEMU included: `run-vm.sh` runs it under
@@ -33,6 +34,7 @@ use std::time::{Duration, Instant};
 
 pub use cxlfs::procs::{http_get, tail};
 pub use cxlfs::prometheus::{Metrics, Sample};
+pub use cxlfs_api::metrics::MetricsSnapshot;
 
 /// The checkout's root directory.
 pub fn repo_root() -> PathBuf {
@@ -382,7 +384,15 @@ impl Daemon {
         }
     }
 
-    /// Scrapes and parses `/metrics`.
+    /// Reads `/metrics.json`: the daemon's snapshot, with its own types.
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        let text = http_get(self.metrics, "/metrics.json")
+            .unwrap_or_else(|e| panic!("reading {}: {e}\n{}", self.metrics, self.diagnostics()));
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad metrics JSON: {e}\n{text}"))
+    }
+
+    /// Scrapes and parses `/metrics` (the Prometheus text, for tests of the
+    /// endpoint itself; for the numbers alone [`Daemon::snapshot`] will do).
     pub fn scrape(&self) -> Metrics {
         let text = http_get(self.metrics, "/metrics")
             .unwrap_or_else(|e| panic!("scraping {}: {e}\n{}", self.metrics, self.diagnostics()));
