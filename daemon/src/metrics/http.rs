@@ -109,8 +109,8 @@ fn answer(stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
 mod tests {
     use super::super::test_support::metrics;
     use super::*;
-    use fuse_abi::opcode;
     use cxlfs_api::metrics::MetricsSnapshot;
+    use fuse_abi::opcode;
 
     fn get(addr: SocketAddr, path: &str) -> (String, String) {
         let mut s = TcpStream::connect(addr).unwrap();
