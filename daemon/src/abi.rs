@@ -6,7 +6,7 @@
 //! `InitOut` and `Kstatfs` are, for now, the literal-friendly shapes of
 //! [`fuse_abi::compat`] (64-bit `flags`, no padding fields), which the
 //! handlers still build; the wire structures are `fuse_abi::InitOut` /
-//! `fuse_abi::Kstatfs`. Drop the second `use` when the handlers move to them.
+//! `fuse_abi::Kstatfs`. Drop the `compat` line when the handlers move to them.
 
 pub use fuse_abi::compat::{InitOut, Kstatfs};
 pub use fuse_abi::*;
