@@ -250,53 +250,33 @@ impl DeviceTotals {
             f("cxlfs_pool_prefetch_stores_total", Counter, "Prefetched pages pushed into the residency plane (NOTIFY_STORE): first touches that do not trap.", n(self.pool_prefetch_stores)),
             f("cxlfs_traps_all_total", Counter, "Residency-plane traps, every VM and unknown threads.", n(self.traps)),
         ];
-        let labeled = |name, help, label, v, value| DeviceFamily {
-            name,
-            kind: Gauge,
-            help,
-            label: Some((label, v)),
-            value,
-        };
         const PLACED: &str =
             "Pool pages placed (touched) per tier; dram pages are always resident.";
         const RESIDENT: &str = "Resident pages per tier: dram = placed DRAM-tier pages, cxl = pages in the device cache.";
-        out.extend([
-            labeled(
-                "cxlfs_placed_pages",
-                PLACED,
-                "tier",
-                "dram".into(),
-                n(self.placed_dram_pages),
-            ),
-            labeled(
-                "cxlfs_placed_pages",
-                PLACED,
-                "tier",
-                "cxl".into(),
-                n(self.placed_cxl_pages),
-            ),
-            labeled(
+        let tiers = [
+            ("cxlfs_placed_pages", PLACED, "dram", self.placed_dram_pages),
+            ("cxlfs_placed_pages", PLACED, "cxl", self.placed_cxl_pages),
+            (
                 "cxlfs_resident_pages",
                 RESIDENT,
-                "tier",
-                "dram".into(),
-                n(self.placed_dram_pages),
+                "dram",
+                self.placed_dram_pages,
             ),
-            labeled(
-                "cxlfs_resident_pages",
-                RESIDENT,
-                "tier",
-                "cxl".into(),
-                n(self.resident_pages),
-            ),
-            labeled(
+            ("cxlfs_resident_pages", RESIDENT, "cxl", self.resident_pages),
+        ];
+        out.extend(tiers.map(|(name, help, tier, v)| DeviceFamily {
+            label: Some(("tier", tier.to_string())),
+            ..f(name, Gauge, help, n(v))
+        }));
+        out.push(DeviceFamily {
+            label: Some(("policy", self.policy.clone())),
+            ..f(
                 "cxlfs_device_policy_info",
+                Gauge,
                 "The device cache's eviction policy.",
-                "policy",
-                self.policy.clone(),
                 1.0,
-            ),
-        ]);
+            )
+        });
         out
     }
 }

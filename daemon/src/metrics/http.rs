@@ -153,7 +153,7 @@ mod tests {
         assert_eq!(got.vms[0].fuse_ops["READ"], 1);
         assert_eq!(got.all.fuse_ops["LOOKUP"], 1);
         assert_eq!(got.vms[0].fuse_latency_ns.count, 1);
-        assert_eq!(got.counters.len(), crate::metrics::VM_COUNTERS.len());
+        assert_eq!(got.counters.len(), super::super::VM_COUNTERS.len());
         // Other paths keep the text.
         let (_, text) = get(bound, "/metrics.jsonx");
         assert!(text.starts_with("# HELP"), "{text}");
