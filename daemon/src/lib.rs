@@ -18,7 +18,6 @@
 //! * [`device`] — the pool allocator, placement, the locked device and its
 //!   clock, its events;
 //! * [`metrics`] — counters, histograms, the endpoints (a leaf);
-//! * [`metrics_sources`] — the device's and the plane's figures for [`metrics`];
 //! * [`config`] — command line and `daemon.toml`, validated once;
 //! * [`ids`], [`abi`] (the FUSE ABI crate), [`signals`] — leaves.
 
@@ -31,7 +30,6 @@ pub mod dax;
 pub mod device;
 pub mod ids;
 pub mod metrics;
-pub mod metrics_sources;
 pub mod passthrough;
 pub mod server;
 pub mod signals;

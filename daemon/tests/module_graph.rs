@@ -1,7 +1,8 @@
 //! The daemon's modules depend on each other in one direction only: this
 //! test reads every source file under `daemon/src`, collects the
-//! `crate::<module>` references of each top-level module (code, not
-//! comments and not `#[cfg(test)]` sections), and fails on any cycle,
+//! `crate::<module>` references of each top-level module — in code, unit
+//! tests and doc links alike (a doc link or a test that reaches up a layer
+//! is a dependency a reader sees) — and fails on any cycle,
 //! printing it. It also pins the few rules DESIGN.md states: `metrics`,
 //! `ids` and `abi` are leaves, `device` and `server` know no layer above
 //! them, and only `daemon` (with `main.rs`) may know every module.
@@ -30,23 +31,11 @@ fn module_of(src: &Path, file: &Path) -> Option<String> {
     (name != "lib" && name != "main").then_some(name)
 }
 
-/// `crate::x` references in the code of `text` (comments and test
-/// sections skipped; `use crate::{a, b::c}` groups expanded).
+/// `crate::x` references anywhere in `text` (code, tests, comments;
+/// `use crate::{a, b::c}` groups expanded).
 fn references(text: &str) -> BTreeSet<String> {
-    let mut code = String::new();
-    for line in text.lines() {
-        let t = line.trim_start();
-        if t.starts_with("#[cfg(test)]") {
-            break;
-        }
-        if t.starts_with("//") {
-            continue;
-        }
-        code.push_str(line.split("//").next().unwrap_or(""));
-        code.push('\n');
-    }
     let mut out = BTreeSet::new();
-    let mut rest = code.as_str();
+    let mut rest = text;
     while let Some(i) = rest.find("crate::") {
         let after = &rest[i + "crate::".len()..];
         if after.starts_with('{') {
@@ -197,9 +186,13 @@ fn layers_point_down() {
 
 #[test]
 fn the_detector_finds_a_cycle_and_reads_use_groups() {
-    let refs =
-        references("use crate::{a::X, b, c::{d, e}};\nfn f() { crate::g::h(); }\n// crate::z\n");
-    assert_eq!(refs.into_iter().collect::<Vec<_>>(), ["a", "b", "c", "g"]);
+    let refs = references(
+        "use crate::{a::X, b, c::{d, e}};\nfn f() { crate::g::h(); }\n/// [`crate::z`]\n",
+    );
+    assert_eq!(
+        refs.into_iter().collect::<Vec<_>>(),
+        ["a", "b", "c", "g", "z"]
+    );
     let mut g = Graph::new();
     g.entry("a".into()).or_default().insert("b".into());
     g.entry("b".into()).or_default().insert("c".into());

@@ -26,7 +26,7 @@ pub use session::DaxSession;
 use crate::device::placement::{self, Tier};
 use crate::device::{DeviceObserver, PrefetchedPages, SharedDevice, EXTENT_SIZE, PAGE};
 use crate::ids::{FileKey, VmId};
-use crate::metrics::VmMetrics;
+use crate::metrics::{PlaneFigures, PlaneSource, PlaneVmId, VmMetrics};
 use crate::timing::{Coherence, SyncPoolError};
 use backend::DaemonPoolBackend;
 use residency::{PoolBackend, ResidencyPlane};
@@ -624,5 +624,28 @@ impl Coherence for DaxPlane {
             })?;
         }
         Ok(())
+    }
+}
+
+/// The plane's figures for the metrics registry (attached at start).
+impl PlaneSource for DaxPlane {
+    fn figures(&self) -> Option<PlaneFigures> {
+        self.plane_metrics().map(|m| PlaneFigures {
+            traps_by_vm: m.traps_by_vm,
+            resident_bytes: m.resident_bytes,
+            evictions: m.invalidations,
+        })
+    }
+
+    fn vm_id(&self, name: &str) -> Option<PlaneVmId> {
+        self.find_vm_id(name)
+    }
+
+    fn shared_pages(&self) -> u64 {
+        DaxPlane::shared_pages(self)
+    }
+
+    fn prefetch_stores(&self) -> u64 {
+        self.prefetch_pushed()
     }
 }

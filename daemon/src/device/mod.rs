@@ -11,6 +11,7 @@
 
 pub mod clock;
 pub mod events;
+mod figures;
 pub mod placement;
 pub mod pool;
 

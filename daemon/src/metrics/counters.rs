@@ -40,7 +40,7 @@ pub struct CounterDef {
 
 /// What one device access of a VM did, as the VM's counters take it
 /// ([`VmMetrics::record_charge`]). The daemon's data path converts its
-/// charges into this (`crate::metrics_sources`).
+/// charges into this (`device/figures.rs`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DeviceWork {
     /// CXL-tier pages found in the device cache.

@@ -2,13 +2,14 @@
 //! text and JSON endpoint, and the JSON-lines time series.
 //!
 //! A leaf: this module knows no other daemon module (only the FUSE opcode
-//! names of [`crate::abi`], a re-export of the ABI crate). The figures it
+//! names of the FUSE ABI crate). The figures it
 //! does not count itself come in through providers registered at start
 //! ([`DeviceSource`] for the device model, placement and pool, given to
 //! [`Metrics::new`]; [`PlaneSource`] for the residency plane, attached with
 //! [`Metrics::attach_plane`] once DAX is up), and the data path hands its
-//! device work over as plain [`DeviceWork`]. The daemon's implementations
-//! live in `crate::metrics_sources`.
+//! device work over as plain [`DeviceWork`]. The implementations live with
+//! what they describe: the device's in `device/figures.rs`, the plane's in
+//! `dax/`.
 //!
 //! * [`counters`] — [`VmMetrics`] and the per-VM counter table
 //!   ([`VM_COUNTERS`]), both from one `vm_counters!` declaration: adding a

@@ -12,7 +12,7 @@
 //!
 //! One [`PassthroughFs`] per VM connection (FUSE node ids are per session).
 //! It does host I/O only: device timing, pool extents and DAX coherence
-//! are the timing layer's ([`crate::timing`]). Whoever needs to know when
+//! are the timing layer's (`timing/`). Whoever needs to know when
 //! a regular file's inode comes and goes (the pool's references) registers
 //! an [`InodeObserver`].
 

@@ -2,7 +2,7 @@
 //! of a filesystem, one method per FUSE operation (virtiofsd's shape).
 //!
 //! Every method has a default that answers `ENOSYS`, so a filesystem (or a
-//! layer wrapping one, like [`crate::timing::TimedFs`]) implements only what
+//! layer wrapping one, like the timing layer's `TimedFs`) implements only what
 //! it serves. Each call gets a [`Context`] (the caller and the request's
 //! arrival in device time) and returns its value as [`Timed`]: the reply
 //! plus the device time it may be released at (`None`: at once).

@@ -1,6 +1,6 @@
 //! READ and WRITE payloads: moved between a host file and the message
 //! buffers by the transport, without a bounce buffer where it can
-//! (`preadv` / `pwritev` on guest memory, [`crate::backend::chain`]), or
+//! (`preadv` / `pwritev` on guest memory, in the vhost-user transport), or
 //! through plain byte buffers ([`BufferIo`], for tests and tools).
 
 use std::fs::File;

@@ -1,13 +1,9 @@
-//! The daemon's figures for [`crate::metrics`], which knows no other daemon
-//! module: the providers it is given at start ([`DeviceSource`] for the
-//! shared device, [`PlaneSource`] for the DAX residency plane) and the data
-//! path's charges as [`DeviceWork`]. The one module that sees both sides.
+//! The device's figures for the metrics leaf, which knows no other daemon
+//! module: the shared device as a [`DeviceSource`] (given to the metrics
+//! registry at start) and the data path's charges as [`DeviceWork`].
 
-use crate::dax::DaxPlane;
-use crate::device::{Charge, SharedDevice, EXTENT_SIZE};
-use crate::metrics::{
-    DeviceSource, DeviceTotals, DeviceWork, PlaneFigures, PlaneSource, PlaneVmId,
-};
+use super::{Charge, SharedDevice, EXTENT_SIZE};
+use crate::metrics::{DeviceSource, DeviceTotals, DeviceWork};
 
 impl From<&Charge> for DeviceWork {
     fn from(c: &Charge) -> Self {
@@ -65,31 +61,9 @@ impl DeviceSource for SharedDevice {
     }
 }
 
-impl PlaneSource for DaxPlane {
-    fn figures(&self) -> Option<PlaneFigures> {
-        self.plane_metrics().map(|m| PlaneFigures {
-            traps_by_vm: m.traps_by_vm,
-            resident_bytes: m.resident_bytes,
-            evictions: m.invalidations,
-        })
-    }
-
-    fn vm_id(&self, name: &str) -> Option<PlaneVmId> {
-        self.find_vm_id(name)
-    }
-
-    fn shared_pages(&self) -> u64 {
-        DaxPlane::shared_pages(self)
-    }
-
-    fn prefetch_stores(&self) -> u64 {
-        self.prefetch_pushed()
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use crate::device::{Charge, DeviceActivity, SharedDevice};
+    use super::super::{Charge, DeviceActivity, SharedDevice};
     use crate::metrics::Metrics;
     use cxlfs_device_model::{Device, DeviceConfig};
     use std::sync::atomic::Ordering;
