@@ -1,6 +1,8 @@
 //! The FUSE server over the timing layer, driven with plain byte buffers:
 //! malformed requests get errors (never a panic), requests before INIT
 //! fail, READ is charged and paced, DRAM-tier pages cost nothing.
+
+#![allow(clippy::unwrap_used)]
 use cxlfs_device_model::{Device, DeviceConfig};
 use cxlfsd::abi::{self, opcode, Cursor, InHeader, OutHeader};
 use cxlfsd::device::SharedDevice;

@@ -19,8 +19,7 @@
 //! Module map: [`cursor`] ([`Cursor`], [`DecodeError`], [`EncodeError`]),
 //! [`header`] ([`InHeader`], [`OutHeader`], [`reply`]), [`ops`] (request
 //! and reply arguments), [`notifications`] (server → kernel messages),
-//! [`consts`] (opcodes, flags, versions; re-exported at the root) and
-//! [`compat`] (shapes kept for callers not yet on the typed structs).
+//! and [`consts`] (opcodes, flags, versions; re-exported at the root).
 
 // FUSE (and virtio-fs, whose FUSE messages are little endian by the virtio
 // spec) puts every integer on the wire in the host's byte order, and this
@@ -58,7 +57,6 @@ macro_rules! wire {
     )*};
 }
 
-pub mod compat;
 pub mod consts;
 pub mod cursor;
 pub mod header;

@@ -19,7 +19,7 @@ pub mod chain;
 use crate::abi::{self, InHeader};
 use crate::device::Clock;
 use crate::metrics::VmMetrics;
-use crate::server::{FuseHandler, MAX_REQUEST, WRITE_PAYLOAD_AT};
+use crate::server::{FuseHandler, Incoming, MAX_REQUEST, WRITE_PAYLOAD_AT};
 use chain::ChainBufs;
 use std::io;
 use std::num::NonZeroU64;
@@ -404,9 +404,15 @@ impl FsBackend {
         let got = bufs.copy_in(0, &mut req);
         req.truncate(got);
         let out_cap = bufs.writable_len();
-        let handled = self
-            .server
-            .handle_io(arrival, &req, total, out_cap, &mut bufs);
+        let handled = self.server.handle_io(
+            Incoming {
+                arrival_ns: arrival,
+                bytes: &req,
+                total,
+                out_cap,
+            },
+            &mut bufs,
+        );
         let len = match handled.reply {
             Some(reply) => {
                 if bufs.copy_out(0, &reply) == reply.len() {

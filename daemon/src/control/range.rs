@@ -3,7 +3,7 @@
 //! segment, and the residency plane kept in step (DAX on).
 
 use super::{bad, ControlCommandError, Controller, Principal};
-use crate::device::EXTENT_SIZE;
+use crate::device::{page_runs, EXTENT_SIZE};
 use crate::ids::FileKey;
 use cxlfs_api::control::{RangeOp, RangeResult};
 use cxlfs_device_model::PAGE_SIZE;
@@ -217,7 +217,7 @@ impl Controller {
         sorted.dedup();
         let per_extent = EXTENT_SIZE / PAGE_SIZE;
         let mut filled = 0u64;
-        for (first, count) in runs(&sorted) {
+        for (first, count) in page_runs(&sorted) {
             let mut p = first;
             while p < first + count {
                 let n = (first + count).min((p / per_extent + 1) * per_extent) - p;
@@ -258,27 +258,13 @@ pub(super) fn pages_of(addr: u64, len: u64) -> impl Iterator<Item = u64> {
     first..end
 }
 
-/// `(first, count)` runs of consecutive numbers in a sorted slice.
-fn runs(sorted: &[u64]) -> Vec<(u64, u64)> {
-    let mut out: Vec<(u64, u64)> = Vec::new();
-    for &p in sorted {
-        match out.last_mut() {
-            Some((first, count)) if *first + *count == p => *count += 1,
-            _ => out.push((p, 1)),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
-    fn runs_coalesce() {
-        assert_eq!(runs(&[1, 2, 3, 7, 9, 10]), [(1, 3), (7, 1), (9, 2)]);
-        assert!(runs(&[]).is_empty());
+    fn pages_of_covers_partial_pages() {
         assert_eq!(pages_of(4095, 2).collect::<Vec<_>>(), [0, 1]);
     }
 }

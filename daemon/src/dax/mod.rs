@@ -24,7 +24,7 @@ pub mod session;
 pub use session::DaxSession;
 
 use crate::device::placement::{self, Tier};
-use crate::device::{DeviceObserver, PrefetchedPages, SharedDevice, EXTENT_SIZE, PAGE};
+use crate::device::{page_runs, DeviceObserver, PrefetchedPages, SharedDevice, EXTENT_SIZE, PAGE};
 use crate::ids::{FileKey, VmId};
 use crate::metrics::{PlaneFigures, PlaneSource, PlaneVmId, VmMetrics};
 use crate::timing::{Coherence, SyncPoolError};
@@ -530,18 +530,6 @@ impl DaxPlane {
         }
         pages.len() as u64
     }
-}
-
-/// Runs of consecutive page numbers in sorted `pages`: `(first, count)`.
-fn page_runs(pages: &[u64]) -> Vec<(u64, u64)> {
-    let mut out: Vec<(u64, u64)> = Vec::new();
-    for &p in pages {
-        match out.last_mut() {
-            Some((start, n)) if *start + *n == p => *n += 1,
-            _ => out.push((p, 1)),
-        }
-    }
-    out
 }
 
 impl DeviceObserver for DaxPlane {

@@ -17,7 +17,7 @@ pub mod pool;
 
 pub use clock::Clock;
 pub use events::DeviceObserver;
-pub use pool::{ExtentOwner, Pool, Segment, EXTENT_SIZE, PAGE};
+pub use pool::{page_runs, ExtentOwner, Pool, Segment, EXTENT_SIZE, PAGE};
 
 use crate::ids::FileKey;
 use cxlfs_device_model::nand::NandStats;

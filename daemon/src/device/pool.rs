@@ -239,11 +239,29 @@ impl Pool {
     }
 }
 
+/// `(first, count)` runs of consecutive page numbers in sorted `pages`.
+pub fn page_runs(pages: &[u64]) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for &p in pages {
+        match out.last_mut() {
+            Some((first, count)) if *first + *count == p => *count += 1,
+            _ => out.push((p, 1)),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const K: FileKey = FileKey { dev: 1, ino: 2 };
+
+    #[test]
+    fn runs_coalesce() {
+        assert_eq!(page_runs(&[1, 2, 3, 7, 9, 10]), [(1, 3), (7, 1), (9, 2)]);
+        assert!(page_runs(&[]).is_empty());
+    }
 
     #[test]
     fn extents_are_contiguous_and_aligned() {

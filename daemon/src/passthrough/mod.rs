@@ -19,7 +19,8 @@
 use crate::abi::{self, fattr, Attr, EntryOut, SetattrIn};
 use crate::ids::FileKey;
 use crate::server::{
-    AttrReply, Context, FileIo, FileSystem, FsResult, HostFile, Opened, Timed, Transfer,
+    AttrReply, Context, Created, Creation, DirSink, Direction, FileIo, FileSystem, FsResult,
+    HostFile, Named, Opened, Timed, Transfer,
 };
 use rustix::fs::{AtFlags, Mode, OFlags, Stat, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
 use rustix::io::Errno;
@@ -29,7 +30,6 @@ use std::fs::File;
 use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -145,25 +145,7 @@ struct Tables {
     handles: HashMap<u64, Arc<Handle>>,
 }
 
-/// The caller of a request, for ownership of created files.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Caller {
-    /// uid.
-    pub uid: u32,
-    /// gid.
-    pub gid: u32,
-}
-
 pub use crate::server::DirEntry;
-
-impl From<&Context> for Caller {
-    fn from(ctx: &Context) -> Self {
-        Caller {
-            uid: ctx.uid,
-            gid: ctx.gid,
-        }
-    }
-}
 
 /// Told when a regular file's inode enters and leaves a session's tables
 /// (the pool keeps one reference per session that knows the file).
@@ -380,22 +362,8 @@ impl PassthroughFs {
         Ok((inode, st))
     }
 
-    /// LOOKUP: `name` in directory `parent`; takes one reference.
-    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<EntryOut, Errno> {
-        let name = check_name(name)?;
-        let dir = self.inode(parent)?;
-        let fd = rustix::fs::openat(
-            &dir.fd,
-            name,
-            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        let (inode, st) = self.register(fd)?;
-        Ok(self.entry(&inode, &st))
-    }
-
     /// FORGET: drops `n` references.
-    pub fn forget(&self, nodeid: u64, n: u64) {
+    fn drop_refs(&self, nodeid: u64, n: u64) {
         let mut t = lock(&self.tables);
         let gone = match t.inodes.get_mut(&nodeid) {
             Some((_, refs)) if nodeid != abi::ROOT_ID => {
@@ -422,15 +390,6 @@ impl PassthroughFs {
             let deleted = rustix::fs::fstat(&inode.fd).is_ok_and(|st| st.st_nlink == 0);
             o.inode_dropped(inode.key, deleted);
         }
-    }
-
-    /// GETATTR.
-    pub fn getattr(&self, nodeid: u64, fh: Option<u64>) -> Result<Attr, Errno> {
-        let st = match fh {
-            Some(fh) => rustix::fs::fstat(&self.handle(fh)?.file)?,
-            None => rustix::fs::fstat(&self.inode(nodeid)?.fd)?,
-        };
-        Ok(attr_from_stat(&st))
     }
 
     /// Opens a regular file's inode for the residency plane (DAX): read-write
@@ -476,7 +435,7 @@ impl PassthroughFs {
     }
 
     /// SETATTR; returns the new attributes.
-    pub fn setattr(&self, nodeid: u64, a: &SetattrIn) -> Result<Attr, Errno> {
+    fn set_attributes(&self, nodeid: u64, a: &SetattrIn) -> Result<Attr, Errno> {
         let valid = a.valid;
         let (mode, uid, gid, size) = (a.mode, a.uid, a.gid, a.size);
         let atime = (a.atime, a.atimensec);
@@ -557,145 +516,6 @@ impl PassthroughFs {
         Ok(attr_from_stat(&rustix::fs::fstat(&inode.fd)?))
     }
 
-    /// OPEN: returns `(fh, open_flags)`.
-    pub fn open(&self, nodeid: u64, flags: u32) -> Result<(u64, u32), Errno> {
-        let inode = self.inode(nodeid)?;
-        if inode.is_dir() {
-            return Err(Errno::ISDIR);
-        }
-        let file = self.reopen(&inode, sanitize_open_flags(flags))?;
-        let fh = self.add_handle(inode, file);
-        Ok((fh, self.cache.file_open_flags()))
-    }
-
-    /// CREATE: returns the entry and `(fh, open_flags)`.
-    pub fn create(
-        &self,
-        caller: Caller,
-        parent: u64,
-        name: &[u8],
-        flags: u32,
-        mode: u32,
-        umask: u32,
-    ) -> Result<(EntryOut, u64, u32), Errno> {
-        let name = check_name(name)?;
-        let dir = self.inode(parent)?;
-        let oflags = sanitize_open_flags(flags)
-            | OFlags::CREATE
-            | OFlags::NOFOLLOW
-            | (OFlags::from_bits_retain(flags) & OFlags::EXCL);
-        let fd = rustix::fs::openat(
-            &dir.fd,
-            name,
-            oflags,
-            Mode::from_raw_mode(mode & !umask & 0o7777),
-        )?;
-        let file = File::from(fd);
-        // Best effort: the caller owns what it creates (we run as root).
-        let _ = rustix::fs::fchown(
-            &file,
-            Some(rustix::fs::Uid::from_raw_unchecked(caller.uid)),
-            Some(rustix::fs::Gid::from_raw_unchecked(caller.gid)),
-        );
-        let path_fd = rustix::fs::openat(
-            &self.proc_self_fd,
-            DecInt::from_fd(&file),
-            OFlags::PATH | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        let (inode, st) = self.register(path_fd)?;
-        let entry = self.entry(&inode, &st);
-        let fh = self.add_handle(inode, file);
-        Ok((entry, fh, self.cache.file_open_flags()))
-    }
-
-    /// MKDIR.
-    pub fn mkdir(
-        &self,
-        caller: Caller,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-        umask: u32,
-    ) -> Result<EntryOut, Errno> {
-        let name = check_name(name)?;
-        let dir = self.inode(parent)?;
-        rustix::fs::mkdirat(&dir.fd, name, Mode::from_raw_mode(mode & !umask & 0o7777))?;
-        give_to_caller(&dir.fd, name, caller);
-        self.lookup(parent, name)
-    }
-
-    /// SYMLINK: creates `name` -> `target` (the target is never resolved here).
-    pub fn symlink(
-        &self,
-        caller: Caller,
-        parent: u64,
-        name: &[u8],
-        target: &[u8],
-    ) -> Result<EntryOut, Errno> {
-        let name = check_name(name)?;
-        let dir = self.inode(parent)?;
-        rustix::fs::symlinkat(target, &dir.fd, name)?;
-        give_to_caller(&dir.fd, name, caller);
-        self.lookup(parent, name)
-    }
-
-    /// READLINK.
-    pub fn readlink(&self, nodeid: u64) -> Result<Vec<u8>, Errno> {
-        let inode = self.inode(nodeid)?;
-        let target = rustix::fs::readlinkat(&inode.fd, "", Vec::new())?;
-        Ok(target.into_bytes())
-    }
-
-    /// UNLINK or RMDIR.
-    pub fn unlink(&self, parent: u64, name: &[u8], dir: bool) -> Result<(), Errno> {
-        let name = check_name(name)?;
-        let parent = self.inode(parent)?;
-        let flags = if dir {
-            AtFlags::REMOVEDIR
-        } else {
-            AtFlags::empty()
-        };
-        rustix::fs::unlinkat(&parent.fd, name, flags)
-    }
-
-    /// RENAME / RENAME2.
-    pub fn rename(
-        &self,
-        olddir: u64,
-        oldname: &[u8],
-        newdir: u64,
-        newname: &[u8],
-        flags: u32,
-    ) -> Result<(), Errno> {
-        let oldname = check_name(oldname)?;
-        let newname = check_name(newname)?;
-        let od = self.inode(olddir)?;
-        let nd = self.inode(newdir)?;
-        rustix::fs::renameat_with(
-            &od.fd,
-            oldname,
-            &nd.fd,
-            newname,
-            rustix::fs::RenameFlags::from_bits(flags).ok_or(Errno::INVAL)?,
-        )
-    }
-
-    /// RELEASE / RELEASEDIR.
-    pub fn release(&self, fh: u64) {
-        lock(&self.tables).handles.remove(&fh);
-    }
-
-    /// FSYNC / FSYNCDIR.
-    pub fn fsync(&self, fh: u64, datasync: bool) -> Result<(), Errno> {
-        let h = self.handle(fh)?;
-        if datasync {
-            rustix::fs::fdatasync(&h.file)
-        } else {
-            rustix::fs::fsync(&h.file)
-        }
-    }
-
     /// Every open handle's inode key and `fsync` (shutdown).
     pub fn sync_all(&self) {
         let handles: Vec<Arc<Handle>> = lock(&self.tables).handles.values().cloned().collect();
@@ -718,24 +538,187 @@ impl PassthroughFs {
         }
     }
 
-    /// STATFS.
-    pub fn statfs(&self, nodeid: u64) -> Result<abi::Kstatfs, Errno> {
-        let inode = self.inode(nodeid)?;
-        let s = rustix::fs::fstatvfs(&inode.fd)?;
-        Ok(abi::Kstatfs {
-            blocks: s.f_blocks,
-            bfree: s.f_bfree,
-            bavail: s.f_bavail,
-            files: s.f_files,
-            ffree: s.f_ffree,
-            bsize: s.f_bsize as u32,
-            namelen: s.f_namemax as u32,
-            frsize: s.f_frsize as u32,
+    fn attr_reply(&self, attr: Attr) -> Timed<AttrReply> {
+        Timed::now(AttrReply {
+            attr,
+            timeout: self.cache.timeout(),
         })
     }
 
-    /// OPENDIR.
-    pub fn opendir(&self, nodeid: u64) -> Result<(u64, u32), Errno> {
+    /// READ / WRITE: the payload moves between the message and the handle's file.
+    fn move_payload(&self, io: FileIo<'_>, direction: Direction) -> FsResult<usize> {
+        let h = self.handle(io.fh)?;
+        let n = io
+            .payload
+            .transfer(Transfer {
+                direction,
+                file: &h.file,
+                offset: io.offset,
+                at: io.at,
+                len: io.size as usize,
+            })
+            .map_err(|e| errno(&e))?;
+        Ok(Timed::now(n))
+    }
+}
+
+impl FileSystem for PassthroughFs {
+    fn init(&self, _kernel_flags: u64) -> Result<u64, Errno> {
+        self.reset();
+        Ok(if self.cache == CacheMode::Auto {
+            abi::init_flags::AUTO_INVAL_DATA
+        } else {
+            0
+        })
+    }
+
+    fn destroy(&self) {
+        self.reset();
+    }
+
+    fn lookup(&self, _ctx: &Context, parent: u64, name: &[u8]) -> FsResult<EntryOut> {
+        let name = check_name(name)?;
+        let dir = self.inode(parent)?;
+        let fd = rustix::fs::openat(
+            &dir.fd,
+            name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let (inode, st) = self.register(fd)?;
+        Ok(Timed::now(self.entry(&inode, &st)))
+    }
+
+    fn forget(&self, _ctx: &Context, nodeid: u64, nlookup: u64) {
+        self.drop_refs(nodeid, nlookup);
+    }
+
+    fn getattr(&self, _ctx: &Context, nodeid: u64, fh: Option<u64>) -> FsResult<AttrReply> {
+        let st = match fh {
+            Some(fh) => rustix::fs::fstat(&self.handle(fh)?.file)?,
+            None => rustix::fs::fstat(&self.inode(nodeid)?.fd)?,
+        };
+        Ok(self.attr_reply(attr_from_stat(&st)))
+    }
+
+    fn setattr(&self, _ctx: &Context, nodeid: u64, a: &SetattrIn) -> FsResult<AttrReply> {
+        Ok(self.attr_reply(self.set_attributes(nodeid, a)?))
+    }
+
+    fn readlink(&self, _ctx: &Context, nodeid: u64) -> FsResult<Vec<u8>> {
+        let inode = self.inode(nodeid)?;
+        let target = rustix::fs::readlinkat(&inode.fd, "", Vec::new())?;
+        Ok(Timed::now(target.into_bytes()))
+    }
+
+    /// SYMLINK: creates `name` -> `target` (the target is never resolved here).
+    fn symlink(&self, ctx: &Context, at: Named<'_>, target: &[u8]) -> FsResult<EntryOut> {
+        let name = check_name(at.name)?;
+        let dir = self.inode(at.parent)?;
+        rustix::fs::symlinkat(target, &dir.fd, name)?;
+        give_to_caller(&dir.fd, name, ctx);
+        self.lookup(ctx, at.parent, name)
+    }
+
+    fn mkdir(&self, ctx: &Context, at: Named<'_>, how: Creation) -> FsResult<EntryOut> {
+        let name = check_name(at.name)?;
+        let dir = self.inode(at.parent)?;
+        rustix::fs::mkdirat(&dir.fd, name, how.permissions())?;
+        give_to_caller(&dir.fd, name, ctx);
+        self.lookup(ctx, at.parent, name)
+    }
+
+    fn unlink(&self, _ctx: &Context, at: Named<'_>, dir: bool) -> FsResult<()> {
+        let name = check_name(at.name)?;
+        let parent = self.inode(at.parent)?;
+        let flags = if dir {
+            AtFlags::REMOVEDIR
+        } else {
+            AtFlags::empty()
+        };
+        rustix::fs::unlinkat(&parent.fd, name, flags)?;
+        Ok(Timed::now(()))
+    }
+
+    fn rename(&self, _ctx: &Context, from: Named<'_>, to: Named<'_>, flags: u32) -> FsResult<()> {
+        let oldname = check_name(from.name)?;
+        let newname = check_name(to.name)?;
+        let od = self.inode(from.parent)?;
+        let nd = self.inode(to.parent)?;
+        let flags = rustix::fs::RenameFlags::from_bits(flags).ok_or(Errno::INVAL)?;
+        rustix::fs::renameat_with(&od.fd, oldname, &nd.fd, newname, flags)?;
+        Ok(Timed::now(()))
+    }
+
+    fn open(&self, _ctx: &Context, nodeid: u64, flags: u32) -> FsResult<Opened> {
+        let inode = self.inode(nodeid)?;
+        if inode.is_dir() {
+            return Err(Errno::ISDIR);
+        }
+        let file = self.reopen(&inode, sanitize_open_flags(flags))?;
+        let fh = self.add_handle(inode, file);
+        Ok(Timed::now(Opened {
+            fh,
+            open_flags: self.cache.file_open_flags(),
+        }))
+    }
+
+    fn create(&self, ctx: &Context, at: Named<'_>, how: Creation) -> FsResult<Created> {
+        let name = check_name(at.name)?;
+        let dir = self.inode(at.parent)?;
+        let oflags = sanitize_open_flags(how.flags)
+            | OFlags::CREATE
+            | OFlags::NOFOLLOW
+            | (OFlags::from_bits_retain(how.flags) & OFlags::EXCL);
+        let fd = rustix::fs::openat(&dir.fd, name, oflags, how.permissions())?;
+        let file = File::from(fd);
+        // Best effort: the caller owns what it creates (we run as root).
+        let _ = rustix::fs::fchown(
+            &file,
+            Some(rustix::fs::Uid::from_raw_unchecked(ctx.uid)),
+            Some(rustix::fs::Gid::from_raw_unchecked(ctx.gid)),
+        );
+        let path_fd = rustix::fs::openat(
+            &self.proc_self_fd,
+            DecInt::from_fd(&file),
+            OFlags::PATH | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let (inode, st) = self.register(path_fd)?;
+        let entry = self.entry(&inode, &st);
+        let fh = self.add_handle(inode, file);
+        let open_flags = self.cache.file_open_flags();
+        Ok(Timed::now((entry, Opened { fh, open_flags })))
+    }
+
+    fn read(&self, _ctx: &Context, io: FileIo<'_>) -> FsResult<usize> {
+        self.move_payload(io, Direction::FileToReply)
+    }
+
+    fn write(&self, _ctx: &Context, io: FileIo<'_>) -> FsResult<usize> {
+        self.move_payload(io, Direction::RequestToFile)
+    }
+
+    fn flush(&self, _ctx: &Context, _nodeid: u64, _fh: u64) -> FsResult<()> {
+        // Nothing is buffered here: the host file has every byte.
+        Ok(Timed::now(()))
+    }
+
+    fn fsync(&self, _ctx: &Context, _nodeid: u64, fh: u64, datasync: bool) -> FsResult<()> {
+        let h = self.handle(fh)?;
+        if datasync {
+            rustix::fs::fdatasync(&h.file)?;
+        } else {
+            rustix::fs::fsync(&h.file)?;
+        }
+        Ok(Timed::now(()))
+    }
+
+    fn release(&self, _ctx: &Context, _nodeid: u64, fh: u64) {
+        lock(&self.tables).handles.remove(&fh);
+    }
+
+    fn opendir(&self, _ctx: &Context, nodeid: u64) -> FsResult<Opened> {
         let inode = self.inode(nodeid)?;
         if !inode.is_dir() {
             return Err(Errno::NOTDIR);
@@ -747,17 +730,13 @@ impl PassthroughFs {
             Mode::empty(),
         )?;
         let fh = self.add_handle(inode, File::from(fd));
-        Ok((fh, self.cache.dir_open_flags()))
+        Ok(Timed::now(Opened {
+            fh,
+            open_flags: self.cache.dir_open_flags(),
+        }))
     }
 
-    /// READDIR: calls `emit` for entries from cookie `offset` on until it
-    /// returns `false` (reply full).
-    pub fn readdir(
-        &self,
-        fh: u64,
-        offset: u64,
-        mut emit: impl FnMut(&DirEntry) -> bool,
-    ) -> Result<(), Errno> {
+    fn readdir(&self, _ctx: &Context, fh: u64, offset: u64, emit: DirSink<'_>) -> FsResult<()> {
         let h = self.handle(fh)?;
         if !h.inode.is_dir() {
             return Err(Errno::NOTDIR);
@@ -778,195 +757,23 @@ impl PassthroughFs {
                 break;
             }
         }
-        Ok(())
-    }
-
-    /// READ: up to `size` bytes at `offset` into a buffer (tools and tests;
-    /// the FUSE path moves the bytes with [`FileSystem::read`]).
-    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<(Arc<Handle>, Vec<u8>), Errno> {
-        let h = self.handle(fh)?;
-        let mut io = crate::server::BufferIo {
-            req: &[],
-            data: Vec::new(),
-        };
-        crate::server::PayloadIo::transfer(
-            &mut io,
-            Transfer {
-                direction: crate::server::Direction::FileToReply,
-                file: &h.file,
-                offset,
-                at: 0,
-                len: size as usize,
-            },
-        )
-        .map_err(|e| errno(&e))?;
-        Ok((h, io.data))
-    }
-
-    /// WRITE: all of `data` at `offset`.
-    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<Arc<Handle>, Errno> {
-        let h = self.handle(fh)?;
-        h.file.write_all_at(data, offset).map_err(|e| errno(&e))?;
-        Ok(h)
-    }
-}
-
-impl FileSystem for PassthroughFs {
-    fn init(&self, _kernel_flags: u64) -> Result<u64, Errno> {
-        self.reset();
-        Ok(if self.cache == CacheMode::Auto {
-            abi::init_flags::AUTO_INVAL_DATA
-        } else {
-            0
-        })
-    }
-
-    fn destroy(&self) {
-        self.reset();
-    }
-
-    fn lookup(&self, _ctx: &Context, parent: u64, name: &[u8]) -> FsResult<EntryOut> {
-        PassthroughFs::lookup(self, parent, name).map(Timed::now)
-    }
-
-    fn forget(&self, _ctx: &Context, nodeid: u64, nlookup: u64) {
-        PassthroughFs::forget(self, nodeid, nlookup);
-    }
-
-    fn getattr(&self, _ctx: &Context, nodeid: u64, fh: Option<u64>) -> FsResult<AttrReply> {
-        let attr = PassthroughFs::getattr(self, nodeid, fh)?;
-        Ok(Timed::now(AttrReply {
-            attr,
-            timeout: self.cache.timeout(),
-        }))
-    }
-
-    fn setattr(&self, _ctx: &Context, nodeid: u64, a: &SetattrIn) -> FsResult<AttrReply> {
-        let attr = PassthroughFs::setattr(self, nodeid, a)?;
-        Ok(Timed::now(AttrReply {
-            attr,
-            timeout: self.cache.timeout(),
-        }))
-    }
-
-    fn readlink(&self, _ctx: &Context, nodeid: u64) -> FsResult<Vec<u8>> {
-        PassthroughFs::readlink(self, nodeid).map(Timed::now)
-    }
-
-    fn symlink(
-        &self,
-        ctx: &Context,
-        parent: u64,
-        name: &[u8],
-        target: &[u8],
-    ) -> FsResult<EntryOut> {
-        PassthroughFs::symlink(self, ctx.into(), parent, name, target).map(Timed::now)
-    }
-
-    fn mkdir(
-        &self,
-        ctx: &Context,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-        umask: u32,
-    ) -> FsResult<EntryOut> {
-        PassthroughFs::mkdir(self, ctx.into(), parent, name, mode, umask).map(Timed::now)
-    }
-
-    fn unlink(&self, _ctx: &Context, parent: u64, name: &[u8], dir: bool) -> FsResult<()> {
-        PassthroughFs::unlink(self, parent, name, dir).map(Timed::now)
-    }
-
-    fn rename(
-        &self,
-        _ctx: &Context,
-        from: (u64, &[u8]),
-        to: (u64, &[u8]),
-        flags: u32,
-    ) -> FsResult<()> {
-        PassthroughFs::rename(self, from.0, from.1, to.0, to.1, flags).map(Timed::now)
-    }
-
-    fn open(&self, _ctx: &Context, nodeid: u64, flags: u32) -> FsResult<Opened> {
-        let (fh, open_flags) = PassthroughFs::open(self, nodeid, flags)?;
-        Ok(Timed::now(Opened { fh, open_flags }))
-    }
-
-    fn create(
-        &self,
-        ctx: &Context,
-        parent: u64,
-        name: &[u8],
-        flags: u32,
-        mode: u32,
-        umask: u32,
-    ) -> FsResult<(EntryOut, Opened)> {
-        let (entry, fh, open_flags) =
-            PassthroughFs::create(self, ctx.into(), parent, name, flags, mode, umask)?;
-        Ok(Timed::now((entry, Opened { fh, open_flags })))
-    }
-
-    fn read(&self, _ctx: &Context, io: FileIo<'_>) -> FsResult<usize> {
-        let h = self.handle(io.fh)?;
-        let n = io
-            .payload
-            .transfer(Transfer {
-                direction: crate::server::Direction::FileToReply,
-                file: &h.file,
-                offset: io.offset,
-                at: io.at,
-                len: io.size as usize,
-            })
-            .map_err(|e| errno(&e))?;
-        Ok(Timed::now(n))
-    }
-
-    fn write(&self, _ctx: &Context, io: FileIo<'_>) -> FsResult<usize> {
-        let h = self.handle(io.fh)?;
-        let n = io
-            .payload
-            .transfer(Transfer {
-                direction: crate::server::Direction::RequestToFile,
-                file: &h.file,
-                offset: io.offset,
-                at: io.at,
-                len: io.size as usize,
-            })
-            .map_err(|e| errno(&e))?;
-        Ok(Timed::now(n))
-    }
-
-    fn flush(&self, _ctx: &Context, _nodeid: u64, _fh: u64) -> FsResult<()> {
-        // Nothing is buffered here: the host file has every byte.
         Ok(Timed::now(()))
     }
 
-    fn fsync(&self, _ctx: &Context, _nodeid: u64, fh: u64, datasync: bool) -> FsResult<()> {
-        PassthroughFs::fsync(self, fh, datasync).map(Timed::now)
-    }
-
-    fn release(&self, _ctx: &Context, _nodeid: u64, fh: u64) {
-        PassthroughFs::release(self, fh);
-    }
-
-    fn opendir(&self, _ctx: &Context, nodeid: u64) -> FsResult<Opened> {
-        let (fh, open_flags) = PassthroughFs::opendir(self, nodeid)?;
-        Ok(Timed::now(Opened { fh, open_flags }))
-    }
-
-    fn readdir(
-        &self,
-        _ctx: &Context,
-        fh: u64,
-        offset: u64,
-        emit: &mut dyn FnMut(&DirEntry) -> bool,
-    ) -> FsResult<()> {
-        PassthroughFs::readdir(self, fh, offset, emit).map(Timed::now)
-    }
-
     fn statfs(&self, _ctx: &Context, nodeid: u64) -> FsResult<abi::Kstatfs> {
-        PassthroughFs::statfs(self, nodeid).map(Timed::now)
+        let inode = self.inode(nodeid)?;
+        let s = rustix::fs::fstatvfs(&inode.fd)?;
+        Ok(Timed::now(abi::Kstatfs {
+            blocks: s.f_blocks,
+            bfree: s.f_bfree,
+            bavail: s.f_bavail,
+            files: s.f_files,
+            ffree: s.f_ffree,
+            bsize: s.f_bsize as u32,
+            namelen: s.f_namemax as u32,
+            frsize: s.f_frsize as u32,
+            ..abi::Kstatfs::default()
+        }))
     }
 
     fn host_file(&self, nodeid: u64, fh: Option<u64>, for_pool: bool) -> Result<HostFile, Errno> {
@@ -998,7 +805,7 @@ impl FileSystem for PassthroughFs {
 
 /// Hands a node the daemon just created to the guest caller's uid/gid
 /// (best effort: the node exists either way).
-fn give_to_caller(dir: &OwnedFd, name: &[u8], caller: Caller) {
+fn give_to_caller(dir: &OwnedFd, name: &[u8], caller: &Context) {
     let _ = rustix::fs::chownat(
         dir,
         name,
@@ -1011,9 +818,71 @@ fn give_to_caller(dir: &OwnedFd, name: &[u8], caller: Caller) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::{BufferIo, PayloadIo};
+
+    const C: Context = Context {
+        uid: 0,
+        gid: 0,
+        pid: 0,
+        arrival_ns: 0,
+    };
 
     fn fs(dir: &Path) -> PassthroughFs {
         PassthroughFs::new(dir, CacheMode::Auto).unwrap()
+    }
+
+    /// The reply value (the passthrough never delays one).
+    fn v<T>(r: FsResult<T>) -> Result<T, Errno> {
+        r.map(|t| t.value)
+    }
+
+    fn at(parent: u64, name: &[u8]) -> Named<'_> {
+        Named { parent, name }
+    }
+
+    fn create(fs: &PassthroughFs, parent: u64, name: &[u8], flags: u32) -> Result<Created, Errno> {
+        let how = Creation {
+            mode: 0o644,
+            umask: 0o022,
+            flags,
+        };
+        v(fs.create(&C, at(parent, name), how))
+    }
+
+    /// Up to `size` bytes of `fh` at `offset`, through the READ path.
+    fn read(fs: &PassthroughFs, fh: u64, offset: u64, size: u32) -> Vec<u8> {
+        let mut io = BufferIo {
+            req: &[],
+            data: Vec::new(),
+        };
+        let payload: &mut dyn PayloadIo = &mut io;
+        let io_args = FileIo {
+            nodeid: 0,
+            fh,
+            offset,
+            size,
+            at: 0,
+            payload,
+        };
+        v(FileSystem::read(fs, &C, io_args)).unwrap();
+        io.data
+    }
+
+    /// `data` to `fh` at `offset`, through the WRITE path.
+    fn write(fs: &PassthroughFs, fh: u64, offset: u64, data: &[u8]) {
+        let mut io = BufferIo {
+            req: data,
+            data: Vec::new(),
+        };
+        let io_args = FileIo {
+            nodeid: 0,
+            fh,
+            offset,
+            size: data.len() as u32,
+            at: 0,
+            payload: &mut io,
+        };
+        assert_eq!(v(FileSystem::write(fs, &C, io_args)).unwrap(), data.len());
     }
 
     #[test]
@@ -1032,14 +901,20 @@ mod tests {
         let shared = outer.path().join("share");
         std::fs::create_dir(&shared).unwrap();
         let fs = fs(&shared);
-        assert_eq!(fs.lookup(abi::ROOT_ID, b"..").unwrap_err(), Errno::INVAL);
         assert_eq!(
-            fs.lookup(abi::ROOT_ID, b"../secret").unwrap_err(),
+            v(fs.lookup(&C, abi::ROOT_ID, b"..")).unwrap_err(),
+            Errno::INVAL
+        );
+        assert_eq!(
+            v(fs.lookup(&C, abi::ROOT_ID, b"../secret")).unwrap_err(),
             Errno::INVAL
         );
         let abs = outer.path().join("secret");
         let abs = abs.as_os_str().as_encoded_bytes();
-        assert_eq!(fs.lookup(abi::ROOT_ID, abs).unwrap_err(), Errno::INVAL);
+        assert_eq!(
+            v(fs.lookup(&C, abi::ROOT_ID, abs)).unwrap_err(),
+            Errno::INVAL
+        );
     }
 
     #[test]
@@ -1053,25 +928,21 @@ mod tests {
         std::os::unix::fs::symlink(outer.path().join("outside"), shared.join("dirlink")).unwrap();
         let fs = fs(&shared);
         // The link itself is visible, as a link.
-        let e = fs.lookup(abi::ROOT_ID, b"link").unwrap();
+        let e = v(fs.lookup(&C, abi::ROOT_ID, b"link")).unwrap();
         assert_eq!(e.attr.mode & libc::S_IFMT, libc::S_IFLNK);
         // Opening it does not reach the target.
         assert_eq!(
-            fs.open(e.nodeid, libc::O_RDONLY as u32).unwrap_err(),
+            v(fs.open(&C, e.nodeid, libc::O_RDONLY as u32)).unwrap_err(),
             Errno::LOOP
         );
         // Creating through it does not either.
-        let err = fs
-            .create(Caller::default(), abi::ROOT_ID, b"link", 0o1, 0o644, 0)
-            .unwrap_err();
+        let err = create(&fs, abi::ROOT_ID, b"link", 0o1).unwrap_err();
         assert_eq!(err, Errno::LOOP);
         // A symlinked directory cannot be used as a directory.
-        let d = fs.lookup(abi::ROOT_ID, b"dirlink").unwrap();
-        assert!(fs.lookup(d.nodeid, b"anything").is_err());
-        assert!(fs.opendir(d.nodeid).is_err());
-        assert!(fs
-            .create(Caller::default(), d.nodeid, b"f", 0o1, 0o644, 0)
-            .is_err());
+        let d = v(fs.lookup(&C, abi::ROOT_ID, b"dirlink")).unwrap();
+        assert!(v(fs.lookup(&C, d.nodeid, b"anything")).is_err());
+        assert!(v(fs.opendir(&C, d.nodeid)).is_err());
+        assert!(create(&fs, d.nodeid, b"f", 0o1).is_err());
         assert!(!outer.path().join("outside/f").exists());
         assert_eq!(
             std::fs::read(outer.path().join("secret")).unwrap(),
@@ -1089,50 +960,43 @@ mod tests {
         std::fs::create_dir(&shared).unwrap();
         std::fs::write(shared.join("f"), b"public").unwrap();
         let fs = fs(&shared);
-        let e = fs.lookup(abi::ROOT_ID, b"f").unwrap();
+        let e = v(fs.lookup(&C, abi::ROOT_ID, b"f")).unwrap();
         std::fs::rename(shared.join("f"), shared.join("g")).unwrap();
         std::os::unix::fs::symlink(outer.path().join("secret"), shared.join("f")).unwrap();
-        let (fh, _) = fs.open(e.nodeid, libc::O_RDONLY as u32).unwrap();
-        let (_, data) = fs.read(fh, 0, 100).unwrap();
-        assert_eq!(data, b"public");
+        let fh = v(fs.open(&C, e.nodeid, libc::O_RDONLY as u32)).unwrap().fh;
+        assert_eq!(read(&fs, fh, 0, 100), b"public");
     }
 
     #[test]
     fn create_write_read_readdir_unlink() {
         let dir = tempfile::tempdir().unwrap();
         let fs = fs(dir.path());
-        let (e, fh, _) = fs
-            .create(
-                Caller::default(),
-                abi::ROOT_ID,
-                b"a",
-                libc::O_RDWR as u32,
-                0o644,
-                0o022,
-            )
-            .unwrap();
-        fs.write(fh, 0, b"hello").unwrap();
-        assert_eq!(fs.read(fh, 1, 10).unwrap().1, b"ello");
-        assert_eq!(fs.getattr(e.nodeid, None).unwrap().size, 5);
-        let m = fs
-            .mkdir(Caller::default(), abi::ROOT_ID, b"d", 0o755, 0)
-            .unwrap();
+        let (e, opened) = create(&fs, abi::ROOT_ID, b"a", libc::O_RDWR as u32).unwrap();
+        let fh = opened.fh;
+        write(&fs, fh, 0, b"hello");
+        assert_eq!(read(&fs, fh, 1, 10), b"ello");
+        assert_eq!(v(fs.getattr(&C, e.nodeid, None)).unwrap().attr.size, 5);
+        let how = Creation {
+            mode: 0o755,
+            ..Creation::default()
+        };
+        let m = v(fs.mkdir(&C, at(abi::ROOT_ID, b"d"), how)).unwrap();
         assert_eq!(m.attr.mode & libc::S_IFMT, libc::S_IFDIR);
-        let (dfh, _) = fs.opendir(abi::ROOT_ID).unwrap();
+        let dfh = v(fs.opendir(&C, abi::ROOT_ID)).unwrap().fh;
         let mut names = Vec::new();
-        fs.readdir(dfh, 0, |d| {
+        v(fs.readdir(&C, dfh, 0, &mut |d| {
             names.push(String::from_utf8_lossy(&d.name).into_owned());
             true
-        })
+        }))
         .unwrap();
         names.sort();
         assert_eq!(names, [".", "..", "a", "d"]);
-        fs.release(fh);
-        fs.unlink(abi::ROOT_ID, b"a", false).unwrap();
-        fs.unlink(abi::ROOT_ID, b"d", true).unwrap();
-        fs.forget(e.nodeid, 1);
-        fs.forget(m.nodeid, 1);
-        fs.release(dfh);
+        fs.release(&C, e.nodeid, fh);
+        v(fs.unlink(&C, at(abi::ROOT_ID, b"a"), false)).unwrap();
+        v(fs.unlink(&C, at(abi::ROOT_ID, b"d"), true)).unwrap();
+        fs.forget(&C, e.nodeid, 1);
+        fs.forget(&C, m.nodeid, 1);
+        fs.release(&C, abi::ROOT_ID, dfh);
         assert_eq!(fs.counts(), (1, 0));
     }
 }

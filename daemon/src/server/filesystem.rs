@@ -75,6 +75,40 @@ pub struct AttrReply {
     pub timeout: Duration,
 }
 
+/// A name in a directory: what LOOKUP-like operations act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Named<'a> {
+    /// The directory's node.
+    pub parent: u64,
+    /// One path component (not yet checked).
+    pub name: &'a [u8],
+}
+
+/// How a node is created: the guest's mode and umask, and for CREATE its
+/// `O_*` open flags.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Creation {
+    /// Requested mode bits.
+    pub mode: u32,
+    /// The caller's umask.
+    pub umask: u32,
+    /// `O_*` flags (CREATE; 0 for MKDIR).
+    pub flags: u32,
+}
+
+impl Creation {
+    /// The permission bits the node gets: `mode` without the umask's.
+    pub fn permissions(&self) -> rustix::fs::Mode {
+        rustix::fs::Mode::from_raw_mode(self.mode & !self.umask & 0o7777)
+    }
+}
+
+/// What CREATE returns: the new node and its open handle.
+pub type Created = (EntryOut, Opened);
+
+/// Where READDIR puts entries: returns `false` when the reply is full.
+pub type DirSink<'a> = &'a mut dyn FnMut(&DirEntry) -> bool;
+
 /// A directory entry for READDIR(PLUS).
 #[derive(Debug, Clone)]
 pub struct DirEntry {
@@ -140,42 +174,23 @@ pub trait FileSystem: Send + Sync {
         Err(Errno::NOSYS)
     }
 
-    /// SYMLINK: `name` in `parent` pointing at `target`.
-    fn symlink(
-        &self,
-        ctx: &Context,
-        parent: u64,
-        name: &[u8],
-        target: &[u8],
-    ) -> FsResult<EntryOut> {
+    /// SYMLINK: `at` pointing at `target`.
+    fn symlink(&self, ctx: &Context, at: Named<'_>, target: &[u8]) -> FsResult<EntryOut> {
         Err(Errno::NOSYS)
     }
 
     /// MKDIR.
-    fn mkdir(
-        &self,
-        ctx: &Context,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-        umask: u32,
-    ) -> FsResult<EntryOut> {
+    fn mkdir(&self, ctx: &Context, at: Named<'_>, how: Creation) -> FsResult<EntryOut> {
         Err(Errno::NOSYS)
     }
 
     /// UNLINK (`dir` false) or RMDIR (`dir` true).
-    fn unlink(&self, ctx: &Context, parent: u64, name: &[u8], dir: bool) -> FsResult<()> {
+    fn unlink(&self, ctx: &Context, at: Named<'_>, dir: bool) -> FsResult<()> {
         Err(Errno::NOSYS)
     }
 
     /// RENAME / RENAME2 (`flags`: `RENAME_*`).
-    fn rename(
-        &self,
-        ctx: &Context,
-        from: (u64, &[u8]),
-        to: (u64, &[u8]),
-        flags: u32,
-    ) -> FsResult<()> {
+    fn rename(&self, ctx: &Context, from: Named<'_>, to: Named<'_>, flags: u32) -> FsResult<()> {
         Err(Errno::NOSYS)
     }
 
@@ -184,16 +199,8 @@ pub trait FileSystem: Send + Sync {
         Err(Errno::NOSYS)
     }
 
-    /// CREATE (and open) `name` in `parent`.
-    fn create(
-        &self,
-        ctx: &Context,
-        parent: u64,
-        name: &[u8],
-        flags: u32,
-        mode: u32,
-        umask: u32,
-    ) -> FsResult<(EntryOut, Opened)> {
+    /// CREATE (and open) `at`.
+    fn create(&self, ctx: &Context, at: Named<'_>, how: Creation) -> FsResult<Created> {
         Err(Errno::NOSYS)
     }
 
@@ -229,13 +236,7 @@ pub trait FileSystem: Send + Sync {
 
     /// READDIR from cookie `offset`: calls `emit` per entry until it
     /// returns `false` (reply full).
-    fn readdir(
-        &self,
-        ctx: &Context,
-        fh: u64,
-        offset: u64,
-        emit: &mut dyn FnMut(&DirEntry) -> bool,
-    ) -> FsResult<()> {
+    fn readdir(&self, ctx: &Context, fh: u64, offset: u64, emit: DirSink<'_>) -> FsResult<()> {
         Err(Errno::NOSYS)
     }
 

@@ -10,7 +10,7 @@
 //! `#[repr(C)]` structs of the `fuse-abi` crate: no offsets by hand.
 //!
 //! It knows nothing about virtqueues: the transport (`backend/`) copies the readable
-//! part of a descriptor chain into a buffer, calls [`Server::handle_io`],
+//! part of a descriptor chain into a buffer, calls [`FuseHandler::handle_io`],
 //! writes the reply into the writable part and paces its release. That keeps
 //! the parser testable with plain byte slices ([`Server::handle`]).
 
@@ -19,7 +19,8 @@ pub mod payload;
 pub mod seams;
 
 pub use filesystem::{
-    AttrReply, Context, DirEntry, FileIo, FileSystem, FsResult, HostFile, Opened, Timed,
+    AttrReply, Context, Created, Creation, DirEntry, DirSink, FileIo, FileSystem, FsResult,
+    HostFile, Named, Opened, Timed,
 };
 pub use payload::{BufferIo, Direction, PayloadIo, Transfer};
 pub use seams::{DaxMapper, IoctlHandler};
@@ -67,18 +68,28 @@ pub struct Handled {
     pub in_place: usize,
 }
 
+/// One request as the transport hands it over.
+#[derive(Debug, Clone, Copy)]
+pub struct Incoming<'a> {
+    /// Arrival, in device time.
+    pub arrival_ns: u64,
+    /// The request's first bytes: all of it, except that a WRITE may stop
+    /// after its arguments ([`WRITE_PAYLOAD_AT`]; the payload is then moved
+    /// by the [`PayloadIo`]).
+    pub bytes: &'a [u8],
+    /// Size of the whole request part of the chain.
+    pub total: usize,
+    /// Room in the chain's writable part.
+    pub out_cap: usize,
+}
+
 /// What the transport asks of a FUSE server (object safe, so the
 /// vhost-user back-end needs no filesystem type).
 pub trait FuseHandler: Send + Sync {
-    /// See [`Server::handle_io`].
-    fn handle_io(
-        &self,
-        arrival_ns: u64,
-        req: &[u8],
-        req_total: usize,
-        out_cap: usize,
-        io: &mut dyn PayloadIo,
-    ) -> Handled;
+    /// Handles one request; READ data and WRITE payloads move through `io`
+    /// (then `Handled::in_place` > 0 for a READ). Never panics on malformed
+    /// input: it answers with an error or with nothing.
+    fn handle_io(&self, req: Incoming<'_>, io: &mut dyn PayloadIo) -> Handled;
 }
 
 /// A FUSE server for one VM session over the filesystem `F`.
@@ -199,7 +210,13 @@ impl<F: FileSystem> Server<F> {
             req,
             data: Vec::new(),
         };
-        let mut handled = self.handle_io(arrival_ns, req, req.len(), out_cap, &mut io);
+        let incoming = Incoming {
+            arrival_ns,
+            bytes: req,
+            total: req.len(),
+            out_cap,
+        };
+        let mut handled = self.handle_io(incoming, &mut io);
         if handled.in_place > 0 {
             if let Some(reply) = handled.reply.as_mut() {
                 reply.extend_from_slice(&io.data[..handled.in_place]);
@@ -209,19 +226,13 @@ impl<F: FileSystem> Server<F> {
         handled
     }
 
-    /// Handles one request whose first bytes are `req`. `req_total` is the
-    /// size of the whole request part of the chain. For a WRITE, `req` may
-    /// stop after the WRITE arguments ([`WRITE_PAYLOAD_AT`]): the payload is
-    /// moved by `io`, as is READ data (then `Handled::in_place` > 0). Any
-    /// other request must be all in `req`.
-    pub fn handle_io(
-        &self,
-        arrival_ns: u64,
-        req: &[u8],
-        req_total: usize,
-        out_cap: usize,
-        io: &mut dyn PayloadIo,
-    ) -> Handled {
+    fn handle_request(&self, incoming: Incoming<'_>, io: &mut dyn PayloadIo) -> Handled {
+        let Incoming {
+            arrival_ns,
+            bytes: req,
+            total: req_total,
+            out_cap,
+        } = incoming;
         let mut c = Cursor::new(req);
         let h = match c.read::<InHeader>() {
             Ok(h) => h,
@@ -462,11 +473,10 @@ impl<F: FileSystem> Server<F> {
             Some(cap) => init.max_readahead.min(cap),
             None => init.max_readahead,
         };
-        let out = abi::InitOut {
+        let mut out = abi::InitOut {
             major: abi::KERNEL_VERSION,
             minor: abi::KERNEL_MINOR_VERSION,
             max_readahead,
-            flags: init.flags & supported,
             max_background: 64,
             congestion_threshold: 48,
             max_write: MAX_WRITE,
@@ -476,11 +486,13 @@ impl<F: FileSystem> Server<F> {
                 Some(d) if init.flags & init_flags::MAP_ALIGNMENT != 0 => d.map_alignment_shift(),
                 _ => 0,
             },
+            ..abi::InitOut::default()
         };
+        out.set_flags64(init.flags & supported);
         tracing::info!(
             vm = %self.metrics.name,
             minor = init.minor,
-            flags = format_args!("{:#x}", out.flags),
+            flags = format_args!("{:#x}", out.flags64()),
             max_readahead,
             "FUSE session initialised"
         );
@@ -493,9 +505,16 @@ impl<F: FileSystem> Server<F> {
     fn create(&self, ctx: &Context, h: &InHeader, a: &mut Cursor<'_>) -> OpResult {
         let c = a.read::<CreateIn>().map_err(parse_err)?;
         let name = a.name().map_err(parse_err)?;
-        let t = self
-            .fs
-            .create(ctx, h.nodeid, name, c.flags, c.mode, c.umask)?;
+        let at = Named {
+            parent: h.nodeid,
+            name,
+        };
+        let how = Creation {
+            mode: c.mode,
+            umask: c.umask,
+            flags: c.flags,
+        };
+        let t = self.fs.create(ctx, at, how)?;
         Ok(t.map(|(entry, opened)| {
             let mut b = entry_bytes(&entry);
             b.extend_from_slice(&open_bytes(&opened));
@@ -647,20 +666,37 @@ impl<F: FileSystem> Server<F> {
     fn mkdir(&self, ctx: &Context, h: &InHeader, a: &mut Cursor<'_>) -> OpResult {
         let m = a.read::<MkdirIn>().map_err(parse_err)?;
         let name = a.name().map_err(parse_err)?;
-        let e = self.fs.mkdir(ctx, h.nodeid, name, m.mode, m.umask)?;
+        let at = Named {
+            parent: h.nodeid,
+            name,
+        };
+        let how = Creation {
+            mode: m.mode,
+            umask: m.umask,
+            flags: 0,
+        };
+        let e = self.fs.mkdir(ctx, at, how)?;
         Ok(e.map(|e| entry_bytes(&e)))
     }
 
     fn symlink(&self, ctx: &Context, h: &InHeader, a: &mut Cursor<'_>) -> OpResult {
         let name = a.name().map_err(parse_err)?;
         let target = a.name().map_err(parse_err)?;
-        let e = self.fs.symlink(ctx, h.nodeid, name, target)?;
+        let at = Named {
+            parent: h.nodeid,
+            name,
+        };
+        let e = self.fs.symlink(ctx, at, target)?;
         Ok(e.map(|e| entry_bytes(&e)))
     }
 
     fn unlink(&self, ctx: &Context, h: &InHeader, a: &mut Cursor<'_>, dir: bool) -> OpResult {
         let name = a.name().map_err(parse_err)?;
-        let t = self.fs.unlink(ctx, h.nodeid, name, dir)?;
+        let at = Named {
+            parent: h.nodeid,
+            name,
+        };
+        let t = self.fs.unlink(ctx, at, dir)?;
         Ok(t.map(|()| Vec::new()))
     }
 
@@ -673,20 +709,21 @@ impl<F: FileSystem> Server<F> {
         };
         let old = a.name().map_err(parse_err)?;
         let new = a.name().map_err(parse_err)?;
-        let t = self.fs.rename(ctx, (h.nodeid, old), (newdir, new), flags)?;
+        let from = Named {
+            parent: h.nodeid,
+            name: old,
+        };
+        let to = Named {
+            parent: newdir,
+            name: new,
+        };
+        let t = self.fs.rename(ctx, from, to, flags)?;
         Ok(t.map(|()| Vec::new()))
     }
 }
 
 impl<F: FileSystem> FuseHandler for Server<F> {
-    fn handle_io(
-        &self,
-        arrival_ns: u64,
-        req: &[u8],
-        req_total: usize,
-        out_cap: usize,
-        io: &mut dyn PayloadIo,
-    ) -> Handled {
-        Server::handle_io(self, arrival_ns, req, req_total, out_cap, io)
+    fn handle_io(&self, req: Incoming<'_>, io: &mut dyn PayloadIo) -> Handled {
+        self.handle_request(req, io)
     }
 }

@@ -17,7 +17,8 @@ use crate::device::{SharedDevice, EXTENT_SIZE};
 use crate::ids::FileKey;
 use crate::metrics::VmMetrics;
 use crate::server::{
-    AttrReply, Context, DirEntry, FileIo, FileSystem, FsResult, HostFile, Opened, Timed,
+    AttrReply, Context, Created, Creation, DirSink, FileIo, FileSystem, FsResult, HostFile, Named,
+    Opened, Timed,
 };
 use cxlfs_device_model::Op;
 use rustix::io::Errno;
@@ -117,25 +118,36 @@ impl<F: FileSystem> TimedFs<F> {
     }
 }
 
+/// Methods the timing layer passes to the wrapped filesystem unchanged.
+macro_rules! pass_through {
+    ($(fn $name:ident(&self $(, $arg:ident: $ty:ty)*) $(-> $ret:ty)?;)*) => {$(
+        fn $name(&self $(, $arg: $ty)*) $(-> $ret)? {
+            self.inner.$name($($arg),*)
+        }
+    )*};
+}
+
 impl<F: FileSystem> FileSystem for TimedFs<F> {
-    fn init(&self, kernel_flags: u64) -> Result<u64, Errno> {
-        self.inner.init(kernel_flags)
-    }
-
-    fn destroy(&self) {
-        self.inner.destroy();
-    }
-
-    fn lookup(&self, ctx: &Context, parent: u64, name: &[u8]) -> FsResult<EntryOut> {
-        self.inner.lookup(ctx, parent, name)
-    }
-
-    fn forget(&self, ctx: &Context, nodeid: u64, nlookup: u64) {
-        self.inner.forget(ctx, nodeid, nlookup);
-    }
-
-    fn getattr(&self, ctx: &Context, nodeid: u64, fh: Option<u64>) -> FsResult<AttrReply> {
-        self.inner.getattr(ctx, nodeid, fh)
+    pass_through! {
+        fn init(&self, kernel_flags: u64) -> Result<u64, Errno>;
+        fn destroy(&self);
+        fn lookup(&self, ctx: &Context, parent: u64, name: &[u8]) -> FsResult<EntryOut>;
+        fn forget(&self, ctx: &Context, nodeid: u64, nlookup: u64);
+        fn getattr(&self, ctx: &Context, nodeid: u64, fh: Option<u64>) -> FsResult<AttrReply>;
+        fn readlink(&self, ctx: &Context, nodeid: u64) -> FsResult<Vec<u8>>;
+        fn symlink(&self, ctx: &Context, at: Named<'_>, target: &[u8]) -> FsResult<EntryOut>;
+        fn mkdir(&self, ctx: &Context, at: Named<'_>, how: Creation) -> FsResult<EntryOut>;
+        fn unlink(&self, ctx: &Context, at: Named<'_>, dir: bool) -> FsResult<()>;
+        fn rename(&self, ctx: &Context, from: Named<'_>, to: Named<'_>, flags: u32) -> FsResult<()>;
+        fn open(&self, ctx: &Context, nodeid: u64, flags: u32) -> FsResult<Opened>;
+        fn create(&self, ctx: &Context, at: Named<'_>, how: Creation) -> FsResult<Created>;
+        fn flush(&self, ctx: &Context, nodeid: u64, fh: u64) -> FsResult<()>;
+        fn release(&self, ctx: &Context, nodeid: u64, fh: u64);
+        fn opendir(&self, ctx: &Context, nodeid: u64) -> FsResult<Opened>;
+        fn readdir(&self, ctx: &Context, fh: u64, offset: u64, emit: DirSink<'_>) -> FsResult<()>;
+        fn statfs(&self, ctx: &Context, nodeid: u64) -> FsResult<Kstatfs>;
+        fn host_file(&self, nodeid: u64, fh: Option<u64>, for_pool: bool) -> Result<HostFile, Errno>;
+        fn file_key(&self, nodeid: u64, fh: Option<u64>) -> Result<FileKey, Errno>;
     }
 
     fn setattr(&self, ctx: &Context, nodeid: u64, attr: &SetattrIn) -> FsResult<AttrReply> {
@@ -159,61 +171,6 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
             coherence.evict_file_range(f.key, from, to - from);
         }
         self.inner.setattr(ctx, nodeid, attr)
-    }
-
-    fn readlink(&self, ctx: &Context, nodeid: u64) -> FsResult<Vec<u8>> {
-        self.inner.readlink(ctx, nodeid)
-    }
-
-    fn symlink(
-        &self,
-        ctx: &Context,
-        parent: u64,
-        name: &[u8],
-        target: &[u8],
-    ) -> FsResult<EntryOut> {
-        self.inner.symlink(ctx, parent, name, target)
-    }
-
-    fn mkdir(
-        &self,
-        ctx: &Context,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-        umask: u32,
-    ) -> FsResult<EntryOut> {
-        self.inner.mkdir(ctx, parent, name, mode, umask)
-    }
-
-    fn unlink(&self, ctx: &Context, parent: u64, name: &[u8], dir: bool) -> FsResult<()> {
-        self.inner.unlink(ctx, parent, name, dir)
-    }
-
-    fn rename(
-        &self,
-        ctx: &Context,
-        from: (u64, &[u8]),
-        to: (u64, &[u8]),
-        flags: u32,
-    ) -> FsResult<()> {
-        self.inner.rename(ctx, from, to, flags)
-    }
-
-    fn open(&self, ctx: &Context, nodeid: u64, flags: u32) -> FsResult<Opened> {
-        self.inner.open(ctx, nodeid, flags)
-    }
-
-    fn create(
-        &self,
-        ctx: &Context,
-        parent: u64,
-        name: &[u8],
-        flags: u32,
-        mode: u32,
-        umask: u32,
-    ) -> FsResult<(EntryOut, Opened)> {
-        self.inner.create(ctx, parent, name, flags, mode, umask)
     }
 
     fn read(&self, ctx: &Context, io: FileIo<'_>) -> FsResult<usize> {
@@ -250,10 +207,6 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
         })
     }
 
-    fn flush(&self, ctx: &Context, nodeid: u64, fh: u64) -> FsResult<()> {
-        self.inner.flush(ctx, nodeid, fh)
-    }
-
     fn fsync(&self, ctx: &Context, nodeid: u64, fh: u64, datasync: bool) -> FsResult<()> {
         if let Some(c) = &self.coherence {
             // Stores made through DAX windows sit in the pool until written back.
@@ -264,35 +217,5 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
             }
         }
         self.inner.fsync(ctx, nodeid, fh, datasync)
-    }
-
-    fn release(&self, ctx: &Context, nodeid: u64, fh: u64) {
-        self.inner.release(ctx, nodeid, fh);
-    }
-
-    fn opendir(&self, ctx: &Context, nodeid: u64) -> FsResult<Opened> {
-        self.inner.opendir(ctx, nodeid)
-    }
-
-    fn readdir(
-        &self,
-        ctx: &Context,
-        fh: u64,
-        offset: u64,
-        emit: &mut dyn FnMut(&DirEntry) -> bool,
-    ) -> FsResult<()> {
-        self.inner.readdir(ctx, fh, offset, emit)
-    }
-
-    fn statfs(&self, ctx: &Context, nodeid: u64) -> FsResult<Kstatfs> {
-        self.inner.statfs(ctx, nodeid)
-    }
-
-    fn host_file(&self, nodeid: u64, fh: Option<u64>, for_pool: bool) -> Result<HostFile, Errno> {
-        self.inner.host_file(nodeid, fh, for_pool)
-    }
-
-    fn file_key(&self, nodeid: u64, fh: Option<u64>) -> Result<FileKey, Errno> {
-        self.inner.file_key(nodeid, fh)
     }
 }
