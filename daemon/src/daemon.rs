@@ -27,7 +27,9 @@ use crate::passthrough::{CacheMode, InodeObserver, OpenSharedDirError, Passthrou
 use crate::server::{DaxMapper, IoctlHandler, Server, ServerOptions};
 use crate::timing::{Coherence, TimedFs};
 use cxlfs_api::control::{DaemonSummary, VmEndpoint};
-use residency::{FusePoolPlane, PlaneOptions, PoolBackend, ResidencyPlane};
+use residency::{
+    FusePoolPlane, NotifyTicket, PlaneOptions, PoolBackend, ResidencyPlane, SendNotifyError,
+};
 use rustix::event::{PollFd, PollFlags};
 use std::collections::HashSet;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -72,61 +74,47 @@ impl InodeObserver for PoolRefs {
     }
 }
 
-/// The residency plane as mounted on the host: the FUSE pool file, and the
-/// mountpoint removed after it goes when the daemon created it.
-struct MountedPlane {
-    plane: Option<FusePoolPlane>,
-    dir: PathBuf,
-    created_dir: bool,
+/// A mountpoint the daemon created: removed when dropped (after the plane
+/// mounted on it is gone).
+struct CreatedDir(Option<PathBuf>);
+
+impl Drop for CreatedDir {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.0 {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
 }
 
-impl MountedPlane {
-    fn plane(&self) -> &FusePoolPlane {
-        // Set from construction until Drop.
-        self.plane
-            .as_ref()
-            .unwrap_or_else(|| unreachable!("plane taken before drop"))
-    }
+/// The residency plane as mounted on the host: the FUSE pool file, then
+/// its mountpoint (fields drop in order: unmount first, then the
+/// directory the daemon created goes).
+struct MountedPlane {
+    plane: FusePoolPlane,
+    _dir: CreatedDir,
 }
 
 impl ResidencyPlane for MountedPlane {
     fn map_target(&self) -> &residency::MapTarget {
-        self.plane().map_target()
+        self.plane.map_target()
     }
-    fn fill(
-        &self,
-        off: u64,
-        data: Vec<u8>,
-    ) -> Result<residency::NotifyTicket, residency::SendNotifyError> {
-        self.plane().fill(off, data)
+    fn fill(&self, off: u64, data: Vec<u8>) -> Result<NotifyTicket, SendNotifyError> {
+        self.plane.fill(off, data)
     }
-    fn evict(
-        &self,
-        off: u64,
-        len: u64,
-    ) -> Result<residency::NotifyTicket, residency::SendNotifyError> {
-        self.plane().evict(off, len)
+    fn evict(&self, off: u64, len: u64) -> Result<NotifyTicket, SendNotifyError> {
+        self.plane.evict(off, len)
     }
-    fn sync(&self, off: u64, len: u64) -> Result<(), residency::SendNotifyError> {
-        self.plane().sync(off, len)
+    fn sync(&self, off: u64, len: u64) -> Result<(), SendNotifyError> {
+        self.plane.sync(off, len)
     }
     fn register_vmm(&self, vm: residency::VmId, pid: u32) {
-        self.plane().register_vmm(vm, pid);
+        self.plane.register_vmm(vm, pid);
     }
     fn unregister_vmm(&self, vm: residency::VmId) {
-        self.plane().unregister_vmm(vm);
+        self.plane.unregister_vmm(vm);
     }
     fn metrics(&self) -> residency::PlaneMetricsSnapshot {
-        self.plane().metrics()
-    }
-}
-
-impl Drop for MountedPlane {
-    fn drop(&mut self) {
-        drop(self.plane.take());
-        if self.created_dir {
-            let _ = std::fs::remove_dir(&self.dir);
-        }
+        self.plane.metrics()
     }
 }
 
@@ -138,24 +126,16 @@ fn mount_plane(
     backend: Arc<dyn PoolBackend>,
 ) -> Result<Arc<dyn ResidencyPlane>, StartDaxError> {
     let dir = dir.map_or_else(crate::dax::default_pool_dir, Path::to_path_buf);
-    let created_dir = !dir.exists();
+    let created = CreatedDir((!dir.exists()).then(|| dir.clone()));
     std::fs::create_dir_all(&dir).map_err(|source| StartDaxError::CreateDir {
         path: dir.clone(),
         source,
     })?;
-    match FusePoolPlane::mount(&dir, size, backend, PlaneOptions::default()) {
-        Ok(p) => Ok(Arc::new(MountedPlane {
-            plane: Some(p),
-            dir,
-            created_dir,
-        })),
-        Err(e) => {
-            if created_dir {
-                let _ = std::fs::remove_dir(&dir);
-            }
-            Err(e.into())
-        }
-    }
+    let plane = FusePoolPlane::mount(&dir, size, backend, PlaneOptions::default())?;
+    Ok(Arc::new(MountedPlane {
+        plane,
+        _dir: created,
+    }))
 }
 
 /// The vhost-user protocol side of one connection.

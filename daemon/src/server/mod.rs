@@ -160,6 +160,14 @@ fn attr_bytes(a: &AttrReply) -> Vec<u8> {
     b
 }
 
+/// `name` in the directory the request names.
+fn in_dir<'a>(h: &InHeader, name: &'a [u8]) -> Named<'a> {
+    Named {
+        parent: h.nodeid,
+        name,
+    }
+}
+
 fn open_bytes(o: &Opened) -> Vec<u8> {
     let mut b = Vec::with_capacity(16);
     abi::encode_open_out(o.fh, o.open_flags, &mut b);
@@ -505,10 +513,7 @@ impl<F: FileSystem> Server<F> {
     fn create(&self, ctx: &Context, h: &InHeader, a: &mut Cursor<'_>) -> OpResult {
         let c = a.read::<CreateIn>().map_err(parse_err)?;
         let name = a.name().map_err(parse_err)?;
-        let at = Named {
-            parent: h.nodeid,
-            name,
-        };
+        let at = in_dir(h, name);
         let how = Creation {
             mode: c.mode,
             umask: c.umask,
@@ -666,10 +671,7 @@ impl<F: FileSystem> Server<F> {
     fn mkdir(&self, ctx: &Context, h: &InHeader, a: &mut Cursor<'_>) -> OpResult {
         let m = a.read::<MkdirIn>().map_err(parse_err)?;
         let name = a.name().map_err(parse_err)?;
-        let at = Named {
-            parent: h.nodeid,
-            name,
-        };
+        let at = in_dir(h, name);
         let how = Creation {
             mode: m.mode,
             umask: m.umask,
@@ -682,20 +684,14 @@ impl<F: FileSystem> Server<F> {
     fn symlink(&self, ctx: &Context, h: &InHeader, a: &mut Cursor<'_>) -> OpResult {
         let name = a.name().map_err(parse_err)?;
         let target = a.name().map_err(parse_err)?;
-        let at = Named {
-            parent: h.nodeid,
-            name,
-        };
+        let at = in_dir(h, name);
         let e = self.fs.symlink(ctx, at, target)?;
         Ok(e.map(|e| entry_bytes(&e)))
     }
 
     fn unlink(&self, ctx: &Context, h: &InHeader, a: &mut Cursor<'_>, dir: bool) -> OpResult {
         let name = a.name().map_err(parse_err)?;
-        let at = Named {
-            parent: h.nodeid,
-            name,
-        };
+        let at = in_dir(h, name);
         let t = self.fs.unlink(ctx, at, dir)?;
         Ok(t.map(|()| Vec::new()))
     }
@@ -709,10 +705,7 @@ impl<F: FileSystem> Server<F> {
         };
         let old = a.name().map_err(parse_err)?;
         let new = a.name().map_err(parse_err)?;
-        let from = Named {
-            parent: h.nodeid,
-            name: old,
-        };
+        let from = in_dir(h, old);
         let to = Named {
             parent: newdir,
             name: new,
