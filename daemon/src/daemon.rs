@@ -22,7 +22,7 @@ use crate::control::{
 use crate::dax::{DaxPlane, DaxSession, StartDaxError};
 use crate::device::SharedDevice;
 use crate::ids::FileKey;
-use crate::metrics::{Metrics, VmMetrics};
+use crate::metrics::{Metrics, PlaneSource, VmMetrics};
 use crate::passthrough::{CacheMode, InodeObserver, OpenSharedDirError, PassthroughFs};
 use crate::server::{DaxMapper, IoctlHandler, Server, ServerOptions};
 use crate::timing::{Coherence, TimedFs};
@@ -35,7 +35,7 @@ use std::collections::HashSet;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 use vhost::vhost_user::Listener;
@@ -156,8 +156,8 @@ pub struct DaemonState {
     pub metrics: Arc<Metrics>,
     /// Session settings.
     pub opts: SessionOptions,
-    dax: OnceLock<Arc<DaxPlane>>,
-    control: OnceLock<Arc<crate::control::Controller>>,
+    dax: Option<Arc<DaxPlane>>,
+    control: Option<Arc<Controller>>,
     shutdown: AtomicBool,
     live: Mutex<Vec<(String, ShutdownHandle)>>,
     sessions: Mutex<Vec<(String, Arc<VmServer>)>>,
@@ -196,71 +196,88 @@ pub enum ServeVmError {
     },
 }
 
+/// What the daemon runs besides the VM sessions, chosen at start.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Features<'a> {
+    /// The DAX window: the residency plane's mountpoint (`None`: a fresh
+    /// directory under `/run/cxlfsd`) and each VM's window size. If the
+    /// plane cannot be mounted, the daemon logs why and serves without it.
+    pub dax: Option<(Option<&'a Path>, u64)>,
+    /// Cache control (guest hints, and the socket when the config names
+    /// one), set up from the daemon's configuration.
+    pub control: Option<&'a DaemonConfig>,
+}
+
 impl DaemonState {
-    /// Daemon state over a device.
+    /// Daemon state over a device, without DAX or cache control.
     pub fn new(shared: Arc<SharedDevice>, opts: SessionOptions) -> Arc<Self> {
+        let metrics = Arc::new(Metrics::new(shared.clone(), None));
+        Self::assemble(shared, opts, metrics, None, None)
+    }
+
+    /// Daemon state over a device with `features`, all set up before any VM
+    /// is served; returns the control socket when one was asked for.
+    pub fn start(
+        shared: Arc<SharedDevice>,
+        opts: SessionOptions,
+        features: Features<'_>,
+    ) -> Result<(Arc<Self>, Option<ControlSocket>), StartControlError> {
+        let dax = features
+            .dax
+            .and_then(|(dir, window)| start_dax(&shared, dir, window));
+        let plane = dax.clone().map(|d| d as Arc<dyn PlaneSource>);
+        let metrics = Arc::new(Metrics::new(shared.clone(), plane));
+        let (control, socket) = match features.control {
+            Some(cfg) => {
+                let c = new_controller(cfg, &shared, &metrics, dax.as_ref())?;
+                let socket = match &cfg.control.socket {
+                    Some(path) => Some(ControlSocket::start(
+                        path,
+                        cfg.control.socket_mode,
+                        c.clone(),
+                    )?),
+                    None => None,
+                };
+                (Some(c), socket)
+            }
+            None => (None, None),
+        };
+        Ok((Self::assemble(shared, opts, metrics, dax, control), socket))
+    }
+
+    fn assemble(
+        shared: Arc<SharedDevice>,
+        opts: SessionOptions,
+        metrics: Arc<Metrics>,
+        dax: Option<Arc<DaxPlane>>,
+        control: Option<Arc<Controller>>,
+    ) -> Arc<Self> {
         Arc::new(DaemonState {
-            metrics: Arc::new(Metrics::new(shared.clone())),
+            metrics,
             shared,
             opts,
-            dax: OnceLock::new(),
-            control: OnceLock::new(),
+            dax,
+            control,
             shutdown: AtomicBool::new(false),
             live: Mutex::new(Vec::new()),
             sessions: Mutex::new(Vec::new()),
         })
     }
 
-    /// Turns the DAX window on: mounts the residency plane at `pool_dir`
-    /// (`None`: a fresh directory under `/run/cxlfsd`) for windows of
-    /// `window` bytes. Call before [`DaemonState::spawn_vm`]. On failure
-    /// (no `/dev/fuse`, no permission to mount, ...) it logs why and the
-    /// daemon serves without DAX; returns whether DAX is on.
-    pub fn enable_dax(&self, pool_dir: Option<&Path>, window: u64) -> bool {
-        if self.dax.get().is_some() {
-            return true;
-        }
-        let mount = |size, backend| mount_plane(pool_dir, size, backend);
-        match DaxPlane::start(self.shared.clone(), window, mount) {
-            Ok(d) => {
-                tracing::info!(window, plane = ?d, "DAX window on: guests may mount with -o dax");
-                self.metrics.attach_plane(d.clone());
-                let _ = self.dax.set(d);
-                true
-            }
-            Err(e) => {
-                let mut msg = e.to_string();
-                let mut src = std::error::Error::source(&e);
-                while let Some(s) = src {
-                    msg.push_str(&format!(": {s}"));
-                    src = s.source();
-                }
-                tracing::warn!(error = %msg, "DAX disabled: the residency plane cannot be mounted; serving without a DAX window");
-                false
-            }
-        }
-    }
-
-    /// Lets sessions started from now on take guest cache hints
-    /// (`FUSE_IOCTL`) through `control`. Once only.
-    pub fn set_control(&self, control: Arc<crate::control::Controller>) {
-        let _ = self.control.set(control);
-    }
-
     /// The cache-control executor, once set.
-    pub fn control(&self) -> Option<&Arc<crate::control::Controller>> {
-        self.control.get()
+    pub fn control(&self) -> Option<&Arc<Controller>> {
+        self.control.as_ref()
     }
 
     /// The DAX window's plane, when DAX is on.
     pub fn dax(&self) -> Option<&Arc<DaxPlane>> {
-        self.dax.get()
+        self.dax.as_ref()
     }
 
     /// Unmounts the DAX window's residency plane; call after every VM
     /// thread has ended and before the process exits. Idempotent.
     pub fn stop_dax(&self) {
-        if let Some(d) = self.dax.get() {
+        if let Some(d) = &self.dax {
             d.shutdown();
         }
     }
@@ -434,9 +451,9 @@ impl DaemonState {
         let refs: Arc<dyn InodeObserver> = Arc::new(PoolRefs(self.shared.clone()));
         let fs = PassthroughFs::new(&self.opts.shared_dir, self.opts.cache)?
             .with_inode_observer(Some(refs));
-        let coherence = self.dax.get().map(|d| d.clone() as Arc<dyn Coherence>);
+        let coherence = self.dax.as_ref().map(|d| d.clone() as Arc<dyn Coherence>);
         let timed = TimedFs::new(fs, self.shared.clone(), vm_metrics.clone(), coherence);
-        let ioctl = self.control.get().map(|c| {
+        let ioctl = self.control.as_ref().map(|c| {
             Arc::new(crate::control::hint::HintHandler::new(
                 c.clone(),
                 &vm_metrics.name,
@@ -449,7 +466,7 @@ impl DaemonState {
 
     fn new_session(&self, vm: &VmSpec) -> Result<(Session, VuDaemon), Box<dyn std::error::Error>> {
         let vm_metrics = self.metrics.vm(&vm.name);
-        let dax = self.dax.get().map(|d| {
+        let dax = self.dax.as_ref().map(|d| {
             let session = Arc::new(DaxSession::new(d.clone(), vm_metrics.clone()));
             d.register_session(&session);
             session
@@ -477,12 +494,35 @@ impl DaemonState {
     }
 }
 
-/// Builds the daemon's [`Controller`] (guest hints go through it from now
-/// on) and, if `--control-socket` is set, starts the socket.
-pub fn start_control(
+/// Mounts the residency plane and starts the DAX window; `None` (logged)
+/// where it cannot be mounted (no `/dev/fuse`, no permission, ...).
+fn start_dax(shared: &Arc<SharedDevice>, dir: Option<&Path>, window: u64) -> Option<Arc<DaxPlane>> {
+    let mount = |size, backend| mount_plane(dir, size, backend);
+    match DaxPlane::start(shared.clone(), window, mount) {
+        Ok(d) => {
+            tracing::info!(window, plane = ?d, "DAX window on: guests may mount with -o dax");
+            Some(d)
+        }
+        Err(e) => {
+            let mut msg = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                msg.push_str(&format!(": {s}"));
+                src = s.source();
+            }
+            tracing::warn!(error = %msg, "DAX disabled: the residency plane cannot be mounted; serving without a DAX window");
+            None
+        }
+    }
+}
+
+/// The daemon's cache-control executor, configured from `cfg`.
+fn new_controller(
     cfg: &DaemonConfig,
-    state: &Arc<DaemonState>,
-) -> Result<Option<ControlSocket>, StartControlError> {
+    shared: &Arc<SharedDevice>,
+    metrics: &Arc<Metrics>,
+    dax: Option<&Arc<DaxPlane>>,
+) -> Result<Arc<Controller>, StartControlError> {
     let quota = cfg
         .control
         .pin_quota_bytes
@@ -505,10 +545,10 @@ pub fn start_control(
         device_origin: cfg.device_origin.clone(),
     };
     let controller = Controller::new(
-        state.shared.clone(),
-        state.metrics.clone(),
-        state.dax().cloned(),
-        Arc::new(DevicePlacement(state.shared.clone())),
+        shared.clone(),
+        metrics.clone(),
+        dax.cloned(),
+        Arc::new(DevicePlacement(shared.clone())),
         &cfg.shared_dir,
         ControlOptions {
             pin_quota_bytes: quota,
@@ -516,16 +556,12 @@ pub fn start_control(
         },
         about,
     )?;
-    state.set_control(controller.clone());
     tracing::info!(
         pin_quota_bytes = quota,
         guest_device_control = cfg.control.guest_device_control,
         "guest cache hints on (FUSE_IOCTL)"
     );
-    match &cfg.control.socket {
-        Some(path) => ControlSocket::start(path, cfg.control.socket_mode, controller).map(Some),
-        None => Ok(None),
-    }
+    Ok(controller)
 }
 
 /// The process's open socket fds.

@@ -3,7 +3,7 @@
 use clap::Parser;
 use cxlfs_device_model::Device;
 use cxlfsd::config::{Cli, DaemonConfig};
-use cxlfsd::daemon::{DaemonState, SessionOptions};
+use cxlfsd::daemon::{DaemonState, Features, SessionOptions};
 use cxlfsd::device::placement::Placement;
 use cxlfsd::device::SharedDevice;
 use cxlfsd::metrics::file::MetricsFileWriter;
@@ -63,7 +63,17 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
     let placement = Placement::new(cfg.cxl_ratio)?;
     let shared = Arc::new(SharedDevice::with_placement(device, placement));
     tracing::info!(cxl_ratio = cfg.cxl_ratio, "DRAM/CXL placement");
-    let state = DaemonState::new(
+    if !cfg.dax.enabled {
+        tracing::info!("DAX window off (--dax off)");
+    }
+    let features = Features {
+        dax: cfg
+            .dax
+            .enabled
+            .then_some((cfg.dax.pool_dir.as_deref(), cfg.dax.window)),
+        control: Some(&cfg),
+    };
+    let (state, control_socket) = DaemonState::start(
         shared,
         SessionOptions {
             shared_dir: cfg.shared_dir.clone(),
@@ -73,13 +83,8 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
                 max_readahead: cfg.max_readahead,
             },
         },
-    );
-    if cfg.dax.enabled {
-        state.enable_dax(cfg.dax.pool_dir.as_deref(), cfg.dax.window);
-    } else {
-        tracing::info!("DAX window off (--dax off)");
-    }
-    let control_socket = cxlfsd::daemon::start_control(&cfg, &state)?;
+        features,
+    )?;
     if let Some(addr) = cfg.metrics_addr {
         let bound = metrics::serve(addr, cfg.metrics_allow_remote, state.metrics.clone())?;
         tracing::info!(addr = %bound, "metrics endpoint up");

@@ -12,7 +12,7 @@ use cxlfs_hint::{HintOp, HintReply, HintRequest, CXLFS_IOC_HINT, HINT_SIZE};
 use cxlfsd::abi::{self, opcode, Cursor, InHeader, OutHeader};
 use cxlfsd::config::{Cli, DaemonConfig, FileConfig};
 use cxlfsd::control::{self, ControlSocket};
-use cxlfsd::daemon::{DaemonState, SessionOptions, VmServer};
+use cxlfsd::daemon::{DaemonState, Features, SessionOptions, VmServer};
 use cxlfsd::device::SharedDevice;
 use cxlfsd::passthrough::CacheMode;
 use cxlfsd::server::ServerOptions;
@@ -74,7 +74,7 @@ fn rig(extra: &[&str], prepare: impl FnOnce(&Path)) -> Rig {
     let shared = Arc::new(SharedDevice::new(
         cxlfs_device_model::Device::new(cfg.device.clone()).unwrap(),
     ));
-    let state = DaemonState::new(
+    let (state, control) = DaemonState::start(
         shared.clone(),
         SessionOptions {
             shared_dir: cfg.shared_dir.clone(),
@@ -84,11 +84,15 @@ fn rig(extra: &[&str], prepare: impl FnOnce(&Path)) -> Rig {
                 max_readahead: None,
             },
         },
-    );
+        Features {
+            dax: None,
+            control: Some(&cfg),
+        },
+    )
+    .unwrap();
     let metrics_addr =
         cxlfsd::metrics::serve("127.0.0.1:0".parse().unwrap(), false, state.metrics.clone())
             .unwrap();
-    let control = cxlfsd::daemon::start_control(&cfg, &state).unwrap();
     // The daemon's own session server: passthrough under the timing layer,
     // the controller's hint handler as its ioctl seam.
     let vm = state.vm_server(state.metrics.vm("vm0"), None).unwrap();

@@ -74,7 +74,7 @@ mod tests {
         let shared = Arc::new(SharedDevice::new(
             Device::new(DeviceConfig::default()).unwrap(),
         ));
-        let m = Metrics::new(shared);
+        let m = Metrics::new(shared, None);
         let v = m.vm("vm0");
         v.record_charge(&Charge {
             completes_at_ns: 0,

@@ -4,9 +4,9 @@
 //! A leaf: this module knows no other daemon module (only the FUSE opcode
 //! names of the FUSE ABI crate). The figures it
 //! does not count itself come in through providers registered at start
-//! ([`DeviceSource`] for the device model, placement and pool, given to
-//! [`Metrics::new`]; [`PlaneSource`] for the residency plane, attached with
-//! [`Metrics::attach_plane`] once DAX is up), and the data path hands its
+//! ([`DeviceSource`] for the device model, placement and pool, and
+//! [`PlaneSource`] for the residency plane when DAX is on, both given to
+//! [`Metrics::new`]), and the data path hands its
 //! device work over as plain [`DeviceWork`]. The implementations live with
 //! what they describe: the device's in `device/figures.rs`, the plane's in
 //! `dax/`.
@@ -46,7 +46,7 @@ pub use snapshot::{Snapshot, VmRow};
 use latency::put;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -78,7 +78,7 @@ pub struct PlaneFigures {
 }
 
 /// The residency plane's figures (DAX on): attached once it is up
-/// ([`Metrics::attach_plane`]).
+/// (given to [`Metrics::new`]).
 pub trait PlaneSource: Send + Sync {
     /// The plane's counters now (`None` once it is shut down).
     fn figures(&self) -> Option<PlaneFigures>;
@@ -94,7 +94,7 @@ pub trait PlaneSource: Send + Sync {
 pub struct Metrics {
     vms: Mutex<Vec<Arc<VmMetrics>>>,
     device: Arc<dyn DeviceSource>,
-    plane: OnceLock<Arc<dyn PlaneSource>>,
+    plane: Option<Arc<dyn PlaneSource>>,
     record_latency: AtomicBool,
     /// Plane trap counts at the last `reset_stats` (the plane's own
     /// counters never go back), by VM id (`None`: unknown threads).
@@ -105,26 +105,21 @@ impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Metrics")
             .field("vms", &self.vm_names())
-            .field("plane", &self.plane.get().is_some())
+            .field("plane", &self.plane.as_ref().is_some())
             .finish_non_exhaustive()
     }
 }
 
 impl Metrics {
     /// Metrics over the device figures of `device`.
-    pub fn new(device: Arc<dyn DeviceSource>) -> Self {
+    pub fn new(device: Arc<dyn DeviceSource>, plane: Option<Arc<dyn PlaneSource>>) -> Self {
         Metrics {
             vms: Mutex::new(Vec::new()),
             device,
-            plane: OnceLock::new(),
+            plane,
             record_latency: AtomicBool::new(true),
             trap_baseline: Mutex::new(BTreeMap::new()),
         }
-    }
-
-    /// Adds the residency plane's figures (DAX on). Once only.
-    pub fn attach_plane(&self, plane: Arc<dyn PlaneSource>) {
-        let _ = self.plane.set(plane);
     }
 
     /// The counters of VM `name`, if it was ever configured or seen.
@@ -155,7 +150,7 @@ impl Metrics {
     /// The plane's figures now (all zero without DAX).
     fn plane_figures(&self) -> PlaneFigures {
         self.plane
-            .get()
+            .as_ref()
             .and_then(|p| p.figures())
             .unwrap_or_default()
     }
@@ -163,7 +158,7 @@ impl Metrics {
     /// Pool traps of `vm` since start or the last reset (0 without DAX);
     /// the value of `cxlfs_pool_traps_total{vm}`.
     pub fn traps_of(&self, vm: &str) -> u64 {
-        let Some(id) = self.plane.get().and_then(|p| p.vm_id(vm)) else {
+        let Some(id) = self.plane.as_ref().and_then(|p| p.vm_id(vm)) else {
             return 0;
         };
         self.traps_since_reset(Some(id), &self.plane_figures())
@@ -198,7 +193,7 @@ impl Metrics {
                 c.store(0, Ordering::Relaxed);
             }
         }
-        if let Some(plane) = self.plane.get().and_then(|p| p.figures()) {
+        if let Some(plane) = self.plane.as_ref().and_then(|p| p.figures()) {
             *lock(&self.trap_baseline) = plane.traps_by_vm;
         }
     }
@@ -218,7 +213,7 @@ impl Metrics {
     }
 
     fn device_totals_with(&self, plane: &PlaneFigures) -> DeviceTotals {
-        let source = self.plane.get();
+        let source = self.plane.as_ref();
         DeviceTotals {
             shared_pages: source.map_or(0, |p| p.shared_pages()),
             traps: self.all_traps_since_reset(plane),
@@ -258,6 +253,6 @@ pub(crate) mod test_support {
 
     /// Metrics over [`IdleDevice`].
     pub fn metrics() -> Arc<Metrics> {
-        Arc::new(Metrics::new(Arc::new(IdleDevice)))
+        Arc::new(Metrics::new(Arc::new(IdleDevice), None))
     }
 }

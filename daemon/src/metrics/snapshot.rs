@@ -118,7 +118,7 @@ impl Metrics {
         let vms = lock(&self.vms).clone();
         let plane = self.plane_figures();
         let device = self.device_totals_with(&plane);
-        let source = self.plane.get();
+        let source = self.plane.as_ref();
         let mut all = VmRow {
             vm: ALL_VM.to_string(),
             counters: vec![0; VM_COUNTERS.len()],

@@ -9,7 +9,7 @@ use cxlfs_device_model::{Device, DeviceConfig};
 use cxlfsd::abi::{self, opcode, Cursor, InHeader, OutHeader};
 use cxlfsd::backend::QueueOptions;
 use cxlfsd::config::VmSpec;
-use cxlfsd::daemon::{DaemonState, SessionOptions};
+use cxlfsd::daemon::{DaemonState, Features, SessionOptions};
 use cxlfsd::device::SharedDevice;
 use cxlfsd::passthrough::CacheMode;
 use cxlfsd::server::ServerOptions;
@@ -411,16 +411,19 @@ pub fn start_daemon(
     share: &Path,
     sockets: &Path,
 ) -> (Arc<DaemonState>, Vec<std::thread::JoinHandle<()>>) {
-    start_daemon_with(share, sockets, &["a", "b"], &[], |_| {})
+    start_daemon_with(share, sockets, &["a", "b"], &[], None, |_| {})
 }
 
 /// A daemon with `vms`, device overrides `extra` on top of
-/// [`start_daemon`]'s, and `before_vms` run before the VMs' sockets open.
+/// [`start_daemon`]'s, the DAX window on when `dax_pool_dir` is given (a
+/// [`WINDOW`]-sized window; off if the plane cannot be mounted), and
+/// `before_vms` run before the VMs' sockets open.
 pub fn start_daemon_with(
     share: &Path,
     sockets: &Path,
     vms: &[&str],
     extra: &[&str],
+    dax_pool_dir: Option<&Path>,
     before_vms: impl FnOnce(&DaemonState),
 ) -> (Arc<DaemonState>, Vec<std::thread::JoinHandle<()>>) {
     let mut overrides = vec![
@@ -430,7 +433,7 @@ pub fn start_daemon_with(
     overrides.extend(extra.iter().map(|s| s.to_string()));
     let cfg = DeviceConfig::default().with_overrides(&overrides).unwrap();
     let shared = Arc::new(SharedDevice::new(Device::new(cfg).unwrap()));
-    let state = DaemonState::new(
+    let (state, _) = DaemonState::start(
         shared,
         SessionOptions {
             shared_dir: share.to_path_buf(),
@@ -444,7 +447,12 @@ pub fn start_daemon_with(
                 max_readahead: None,
             },
         },
-    );
+        Features {
+            dax: dax_pool_dir.map(|d| (Some(d), WINDOW)),
+            control: None,
+        },
+    )
+    .unwrap();
     before_vms(&state);
     let threads = vms
         .iter()
@@ -481,8 +489,8 @@ pub fn skip_or_fail(why: &str) {
 }
 
 impl DaxDaemon {
-    /// [`start_daemon_with`] (sockets in a directory of its own) plus
-    /// `enable_dax` (a [`WINDOW`]-sized window) after `before_dax`; `None`,
+    /// [`start_daemon_with`] (sockets in a directory of its own) with the
+    /// DAX window on, `before_dax` run before the VMs' sockets open; `None`,
     /// with a SKIP line and the daemon shut down, where the residency plane
     /// cannot be mounted (no /dev/fuse or no permission); a panic instead
     /// under `CI=true` ([`skip_or_fail`]).
@@ -494,11 +502,15 @@ impl DaxDaemon {
     ) -> Option<DaxDaemon> {
         let sockets = tempfile::tempdir().unwrap();
         let pool_dir = tempfile::tempdir().unwrap();
-        let mut dax_on = false;
-        let (state, threads) = start_daemon_with(share, sockets.path(), vms, extra, |st| {
-            before_dax(st);
-            dax_on = st.enable_dax(Some(pool_dir.path()), WINDOW);
-        });
+        let (state, threads) = start_daemon_with(
+            share,
+            sockets.path(),
+            vms,
+            extra,
+            Some(pool_dir.path()),
+            before_dax,
+        );
+        let dax_on = state.dax().is_some();
         let mut daemon = DaxDaemon {
             state,
             threads,
