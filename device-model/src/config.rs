@@ -51,57 +51,7 @@ fn bad(key: &str, reason: impl Into<String>) -> LoadConfigError {
     }
 }
 
-/// The eviction policies of the DRAM cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum PolicyKind {
-    /// First in, first out.
-    #[serde(rename = "fifo")]
-    Fifo,
-    /// Last in, first out (Cylon's surprise winner on strided scans).
-    #[serde(rename = "lifo")]
-    Lifo,
-    /// Least recently used.
-    #[serde(rename = "lru")]
-    Lru,
-    /// CLOCK (second chance).
-    #[serde(rename = "clock")]
-    Clock,
-    /// S3-FIFO: small FIFO (10 %), main FIFO, ghost FIFO, 2-bit frequency.
-    #[serde(rename = "s3fifo")]
-    S3Fifo,
-    /// Simplified 2Q: A1in FIFO, A1out ghost, Am LRU.
-    #[serde(rename = "2q")]
-    TwoQ,
-    /// Least frequently recently used: LRU privileged + LFU unprivileged partition.
-    #[serde(rename = "lfru")]
-    Lfru,
-}
-
-impl PolicyKind {
-    /// Every policy, in the order tables list them.
-    pub const ALL: [PolicyKind; 7] = [
-        PolicyKind::Fifo,
-        PolicyKind::Lifo,
-        PolicyKind::Lru,
-        PolicyKind::Clock,
-        PolicyKind::S3Fifo,
-        PolicyKind::TwoQ,
-        PolicyKind::Lfru,
-    ];
-
-    /// The name used in configs and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            PolicyKind::Fifo => "fifo",
-            PolicyKind::Lifo => "lifo",
-            PolicyKind::Lru => "lru",
-            PolicyKind::Clock => "clock",
-            PolicyKind::S3Fifo => "s3fifo",
-            PolicyKind::TwoQ => "2q",
-            PolicyKind::Lfru => "lfru",
-        }
-    }
-}
+pub use crate::policy::PolicyKind;
 
 impl fmt::Display for PolicyKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -114,21 +64,15 @@ impl FromStr for PolicyKind {
 
     fn from_str(s: &str) -> Result<Self, String> {
         let norm = s.trim().to_ascii_lowercase().replace(['-', '_'], "");
-        let kind = match norm.as_str() {
-            "fifo" => PolicyKind::Fifo,
-            "lifo" => PolicyKind::Lifo,
-            "lru" => PolicyKind::Lru,
-            "clock" => PolicyKind::Clock,
-            "s3fifo" => PolicyKind::S3Fifo,
-            "2q" | "twoq" => PolicyKind::TwoQ,
-            "lfru" => PolicyKind::Lfru,
-            _ => {
-                let names: Vec<_> = PolicyKind::ALL.iter().map(|p| p.name()).collect();
-                return Err(format!(
-                    "unknown policy `{s}` (known: {})",
-                    names.join(", ")
-                ));
-            }
+        let Some(kind) = PolicyKind::ALL
+            .into_iter()
+            .find(|k| k.name() == norm || k.aliases().contains(&norm.as_str()))
+        else {
+            let names: Vec<_> = PolicyKind::ALL.iter().map(|p| p.name()).collect();
+            return Err(format!(
+                "unknown policy `{s}` (known: {})",
+                names.join(", ")
+            ));
         };
         Ok(kind)
     }

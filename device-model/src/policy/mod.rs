@@ -36,7 +36,8 @@ pub use s3fifo::S3Fifo;
 pub use twoq::TwoQ;
 
 use crate::cache::SlotId;
-use crate::config::{PolicyKind, PolicyParams};
+use crate::config::PolicyParams;
+use serde::{Deserialize, Serialize};
 
 /// A slot chosen by [`EvictionPolicy::evict`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,96 +130,122 @@ pub(crate) fn share(ways: u32, ratio: f64, min: u32) -> u32 {
     raw.max(min).min(ways)
 }
 
-/// One of the concrete policies, dispatched with a `match` (no virtual calls
-/// on the access path).
-#[derive(Debug, Clone)]
-pub enum Policy {
-    /// See [`Fifo`].
-    Fifo(Fifo),
-    /// See [`Lifo`].
-    Lifo(Lifo),
-    /// See [`Lru`].
-    Lru(Lru),
-    /// See [`Clock`].
-    Clock(Clock),
-    /// See [`S3Fifo`].
-    S3Fifo(S3Fifo),
-    /// See [`TwoQ`].
-    TwoQ(TwoQ),
-    /// See [`Lfru`].
-    Lfru(Lfru),
-}
-
-impl Policy {
-    /// An empty policy of `kind` for a cache of `sets` sets of `ways` slots
-    /// (slot ids `0 .. sets * ways`).
-    pub fn new(kind: PolicyKind, params: &PolicyParams, sets: u32, ways: u32) -> Self {
-        match kind {
-            PolicyKind::Fifo => Policy::Fifo(Fifo::new(sets, ways)),
-            PolicyKind::Lifo => Policy::Lifo(Lifo::new(sets, ways)),
-            PolicyKind::Lru => Policy::Lru(Lru::new(sets, ways)),
-            PolicyKind::Clock => Policy::Clock(Clock::new(sets, ways)),
-            PolicyKind::S3Fifo => Policy::S3Fifo(S3Fifo::new(sets, ways, params)),
-            PolicyKind::TwoQ => Policy::TwoQ(TwoQ::new(sets, ways, params)),
-            PolicyKind::Lfru => Policy::Lfru(Lfru::new(sets, ways, params)),
+/// The one registration site of the eviction policies. Each entry names a
+/// policy's variant and type, its config name (and any other spellings the
+/// command line accepts), and how to build it; from this table come
+/// [`PolicyKind`] (names, parsing, serde), [`Policy`] (static dispatch: a
+/// `match`, no virtual calls on the access path) and [`Policy::new`].
+macro_rules! policies {
+    ($(
+        $(#[$doc:meta])*
+        $variant:ident($ty:ty) = $name:literal $(| $alias:literal)*,
+            new: $ctor:expr;
+    )*) => {
+        /// The eviction policies of the DRAM cache.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum PolicyKind {
+            $($(#[$doc])* #[serde(rename = $name)] $variant,)*
         }
-    }
-}
 
-macro_rules! dispatch {
-    ($self:ident, $p:ident => $e:expr) => {
-        match $self {
-            Policy::Fifo($p) => $e,
-            Policy::Lifo($p) => $e,
-            Policy::Lru($p) => $e,
-            Policy::Clock($p) => $e,
-            Policy::S3Fifo($p) => $e,
-            Policy::TwoQ($p) => $e,
-            Policy::Lfru($p) => $e,
+        impl PolicyKind {
+            /// Every policy, in the order tables list them.
+            pub const ALL: [PolicyKind; [$(stringify!($variant)),*].len()] =
+                [$(PolicyKind::$variant),*];
+
+            /// The name used in configs and on the command line.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(PolicyKind::$variant => $name,)*
+                }
+            }
+
+            /// Other spellings the command line accepts (normalized: lower
+            /// case, no `-` or `_`).
+            pub fn aliases(self) -> &'static [&'static str] {
+                match self {
+                    $(PolicyKind::$variant => &[$($alias),*],)*
+                }
+            }
+        }
+
+        /// One of the concrete policies.
+        #[derive(Debug, Clone)]
+        pub enum Policy {
+            $(#[doc = concat!("See [`", stringify!($ty), "`].")] $variant($ty),)*
+        }
+
+        impl Policy {
+            /// An empty policy of `kind` for a cache of `sets` sets of `ways`
+            /// slots (slot ids `0 .. sets * ways`).
+            pub fn new(kind: PolicyKind, params: &PolicyParams, sets: u32, ways: u32) -> Self {
+                match kind {
+                    $(PolicyKind::$variant => {
+                        let build: fn(u32, u32, &PolicyParams) -> $ty = $ctor;
+                        Policy::$variant(build(sets, ways, params))
+                    })*
+                }
+            }
+        }
+
+        impl EvictionPolicy for Policy {
+            #[inline]
+            fn kind(&self) -> PolicyKind {
+                match self { $(Policy::$variant(p) => p.kind(),)* }
+            }
+            #[inline]
+            fn ghost_capacity(&self) -> u32 {
+                match self { $(Policy::$variant(p) => p.ghost_capacity(),)* }
+            }
+            #[inline]
+            fn on_insert(&mut self, set: u32, slot: SlotId, page: u64, from_ghost: bool) {
+                match self { $(Policy::$variant(p) => p.on_insert(set, slot, page, from_ghost),)* }
+            }
+            #[inline]
+            fn on_hit(&mut self, set: u32, slot: SlotId) {
+                match self { $(Policy::$variant(p) => p.on_hit(set, slot),)* }
+            }
+            #[inline]
+            fn on_remove(&mut self, set: u32, slot: SlotId) {
+                match self { $(Policy::$variant(p) => p.on_remove(set, slot),)* }
+            }
+            #[inline]
+            fn evict(&mut self, set: u32) -> Option<Victim> {
+                match self { $(Policy::$variant(p) => p.evict(set),)* }
+            }
+            #[inline]
+            fn tracked(&self, set: u32) -> u32 {
+                match self { $(Policy::$variant(p) => p.tracked(set),)* }
+            }
+            fn drain_set(&mut self, set: u32, out: &mut Vec<SlotId>) {
+                match self { $(Policy::$variant(p) => p.drain_set(set, out),)* }
+            }
+            #[inline]
+            fn upcoming_victims(&self, set: u32) -> [Option<SlotId>; 2] {
+                match self { $(Policy::$variant(p) => p.upcoming_victims(set),)* }
+            }
+            #[inline]
+            fn prefetch_slot(&self, slot: SlotId) {
+                match self { $(Policy::$variant(p) => p.prefetch_slot(slot),)* }
+            }
         }
     };
 }
 
-impl EvictionPolicy for Policy {
-    #[inline]
-    fn kind(&self) -> PolicyKind {
-        dispatch!(self, p => p.kind())
-    }
-    #[inline]
-    fn ghost_capacity(&self) -> u32 {
-        dispatch!(self, p => p.ghost_capacity())
-    }
-    #[inline]
-    fn on_insert(&mut self, set: u32, slot: SlotId, page: u64, from_ghost: bool) {
-        dispatch!(self, p => p.on_insert(set, slot, page, from_ghost))
-    }
-    #[inline]
-    fn on_hit(&mut self, set: u32, slot: SlotId) {
-        dispatch!(self, p => p.on_hit(set, slot))
-    }
-    #[inline]
-    fn on_remove(&mut self, set: u32, slot: SlotId) {
-        dispatch!(self, p => p.on_remove(set, slot))
-    }
-    #[inline]
-    fn evict(&mut self, set: u32) -> Option<Victim> {
-        dispatch!(self, p => p.evict(set))
-    }
-    #[inline]
-    fn tracked(&self, set: u32) -> u32 {
-        dispatch!(self, p => p.tracked(set))
-    }
-    fn drain_set(&mut self, set: u32, out: &mut Vec<SlotId>) {
-        dispatch!(self, p => p.drain_set(set, out))
-    }
-    #[inline]
-    fn upcoming_victims(&self, set: u32) -> [Option<SlotId>; 2] {
-        dispatch!(self, p => p.upcoming_victims(set))
-    }
-    #[inline]
-    fn prefetch_slot(&self, slot: SlotId) {
-        dispatch!(self, p => p.prefetch_slot(slot))
-    }
+policies! {
+    /// First in, first out.
+    Fifo(Fifo) = "fifo", new: |sets, ways, _| Fifo::new(sets, ways);
+    /// Last in, first out (Cylon's surprise winner on strided scans).
+    Lifo(Lifo) = "lifo", new: |sets, ways, _| Lifo::new(sets, ways);
+    /// Least recently used.
+    Lru(Lru) = "lru", new: |sets, ways, _| Lru::new(sets, ways);
+    /// CLOCK (second chance).
+    Clock(Clock) = "clock", new: |sets, ways, _| Clock::new(sets, ways);
+    /// S3-FIFO: small FIFO (10 %), main FIFO, ghost FIFO, 2-bit frequency.
+    S3Fifo(S3Fifo) = "s3fifo", new: S3Fifo::new;
+    /// Simplified 2Q: A1in FIFO, A1out ghost, Am LRU.
+    TwoQ(TwoQ) = "2q" | "twoq", new: TwoQ::new;
+    /// Least frequently recently used: LRU privileged + LFU unprivileged partition.
+    Lfru(Lfru) = "lfru", new: Lfru::new;
 }
 
 #[cfg(test)]
