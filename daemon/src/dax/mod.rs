@@ -120,8 +120,14 @@ impl PlaneState {
         Some((file, owner.chunk * EXTENT_SIZE + pool_offset % EXTENT_SIZE))
     }
 
-    fn is_window_extent(&self, extent: u64) -> bool {
-        lock(&self.windows).extents.contains(&extent)
+    /// The items of `items` whose pool page (`page_of`) lies in a
+    /// window-mapped extent, under one look at the table.
+    fn in_windows<T>(&self, items: Vec<T>, page_of: impl Fn(&T) -> u64) -> Vec<T> {
+        let w = lock(&self.windows);
+        items
+            .into_iter()
+            .filter(|t| w.extents.contains(&(page_of(t) * PAGE / EXTENT_SIZE)))
+            .collect()
     }
 }
 
@@ -441,10 +447,7 @@ impl DaxPlane {
     /// back; never on a plane thread). Returns the pages handed over.
     pub fn evict_pages(&self, pages: Vec<u64>, wait: bool) -> u64 {
         let Some(plane) = self.plane() else { return 0 };
-        let mut pages: Vec<u64> = pages
-            .into_iter()
-            .filter(|p| self.state.is_window_extent(p * PAGE / EXTENT_SIZE))
-            .collect();
+        let mut pages = self.state.in_windows(pages, |&p| p);
         pages.sort_unstable();
         pages.dedup();
         let mut tickets = Vec::new();
@@ -471,11 +474,6 @@ impl DaxPlane {
         lock(&self.state.windows).files.get(&key).cloned()
     }
 
-    /// Whether pool extent `extent` was ever mapped into a window.
-    pub fn is_window_extent(&self, extent: u64) -> bool {
-        self.state.is_window_extent(extent)
-    }
-
     /// The pool ranges (page aligned, within window-mapped extents) that
     /// hold the file's bytes `[offset, offset + len)`, in file order.
     fn window_ranges(&self, key: FileKey, offset: u64, len: u64) -> Vec<(u64, u64)> {
@@ -488,10 +486,11 @@ impl DaxPlane {
             .div_ceil(PAGE)
             .saturating_mul(PAGE);
         let own = self.shared.pool().own_extents(key);
+        let windows = lock(&self.state.windows);
         own.into_iter()
             .filter(|&(chunk, e)| {
                 let (lo, hi) = (chunk * EXTENT_SIZE, (chunk + 1) * EXTENT_SIZE);
-                lo < end && hi > start && self.state.is_window_extent(e)
+                lo < end && hi > start && windows.extents.contains(&e)
             })
             .map(|(chunk, e)| {
                 let lo = (chunk * EXTENT_SIZE).max(start);
@@ -538,10 +537,7 @@ impl DeviceObserver for DaxPlane {
     }
 
     fn prefetched(&self, pages: Vec<(u64, u64)>) {
-        let pages: Vec<(u64, u64)> = pages
-            .into_iter()
-            .filter(|&(p, _)| self.state.is_window_extent(p * PAGE / EXTENT_SIZE))
-            .collect();
+        let pages = self.state.in_windows(pages, |&(p, _)| p);
         if pages.is_empty() {
             return;
         }
