@@ -160,10 +160,12 @@ handshake 0
     );
 
     // In the guest: every pass-1 read waited at least for the NAND, and
-    // pass 2 is faster. Per read, the fastest reads of each pass (min, 5th
-    // percentile: the ones no other host load got in the way of) differ by
-    // about one NAND read (at least half of one is required); the whole pass
-    // takes less time. Pass 4 (evicted again) is slow again.
+    // pass 2 is faster. Per read, the 5th percentile and the median of each
+    // pass differ by about one NAND read (at least half of one is required);
+    // the whole pass takes less time. Pass 4 (evicted again) is slow again.
+    // Not the minimum: under TCG one read in 1 500 can overlap the modeled
+    // wait with guest-side work the hit path pays in full, and CI saw a
+    // pass-4 minimum 8 µs short of the bound while p5 and p50 cleared it.
     let (p1, p2, p4) = (&stats[0], &stats[1], &stats[3]);
     let half = NAND_READ_NS / 2;
     assert!(
@@ -172,7 +174,7 @@ handshake 0
         p1.clat_min_ns
     );
     assert!(
-        p1.clat_min_ns >= p2.clat_min_ns + half && p1.clat_p5_ns >= p2.clat_p5_ns + half,
+        p1.clat_p5_ns >= p2.clat_p5_ns + half && p1.clat_p50_ns >= p2.clat_p50_ns + half,
         "pass 2's reads are not faster than pass 1's by >= tR/2\n{report}"
     );
     assert!(
@@ -180,7 +182,7 @@ handshake 0
         "pass 2 took longer than pass 1\n{report}"
     );
     assert!(
-        p4.clat_min_ns >= p2.clat_min_ns + half && p4.clat_p5_ns >= p2.clat_p5_ns + half,
+        p4.clat_p5_ns >= p2.clat_p5_ns + half && p4.clat_p50_ns >= p2.clat_p50_ns + half,
         "pass 4 (evicted) is not slower than pass 2\n{report}"
     );
 
