@@ -27,12 +27,11 @@ use crate::passthrough::{CacheMode, InodeObserver, OpenSharedDirError, Passthrou
 use crate::server::{DaxMapper, IoctlHandler, Server, ServerOptions};
 use crate::timing::{Coherence, TimedFs};
 use cxlfs_api::control::{DaemonSummary, VmEndpoint};
-use residency::{
-    FusePoolPlane, NotifyTicket, PlaneOptions, PoolBackend, ResidencyPlane, SendNotifyError,
-};
+use residency::{FusePoolPlane, PlaneOptions, PoolBackend, ResidencyPlane};
 use rustix::event::{PollFd, PollFlags};
 use std::collections::HashSet;
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -74,8 +73,8 @@ impl InodeObserver for PoolRefs {
     }
 }
 
-/// A mountpoint the daemon created: removed when dropped (after the plane
-/// mounted on it is gone).
+/// A mountpoint the daemon created: removed when dropped (once the plane
+/// mounted on it is detached, or failed to mount).
 struct CreatedDir(Option<PathBuf>);
 
 impl Drop for CreatedDir {
@@ -83,38 +82,6 @@ impl Drop for CreatedDir {
         if let Some(dir) = &self.0 {
             let _ = std::fs::remove_dir(dir);
         }
-    }
-}
-
-/// The residency plane as mounted on the host: the FUSE pool file, then
-/// its mountpoint (fields drop in order: unmount first, then the
-/// directory the daemon created goes).
-struct MountedPlane {
-    plane: FusePoolPlane,
-    _dir: CreatedDir,
-}
-
-impl ResidencyPlane for MountedPlane {
-    fn map_target(&self) -> &residency::MapTarget {
-        self.plane.map_target()
-    }
-    fn fill(&self, off: u64, data: Vec<u8>) -> Result<NotifyTicket, SendNotifyError> {
-        self.plane.fill(off, data)
-    }
-    fn evict(&self, off: u64, len: u64) -> Result<NotifyTicket, SendNotifyError> {
-        self.plane.evict(off, len)
-    }
-    fn sync(&self, off: u64, len: u64) -> Result<(), SendNotifyError> {
-        self.plane.sync(off, len)
-    }
-    fn register_vmm(&self, vm: residency::VmId, pid: u32) {
-        self.plane.register_vmm(vm, pid);
-    }
-    fn unregister_vmm(&self, vm: residency::VmId) {
-        self.plane.unregister_vmm(vm);
-    }
-    fn metrics(&self) -> residency::PlaneMetricsSnapshot {
-        self.plane.metrics()
     }
 }
 
@@ -127,15 +94,25 @@ fn mount_plane(
 ) -> Result<Arc<dyn ResidencyPlane>, StartDaxError> {
     let dir = dir.map_or_else(crate::dax::default_pool_dir, Path::to_path_buf);
     let created = CreatedDir((!dir.exists()).then(|| dir.clone()));
-    std::fs::create_dir_all(&dir).map_err(|source| StartDaxError::CreateDir {
-        path: dir.clone(),
-        source,
-    })?;
-    let plane = FusePoolPlane::mount(&dir, size, backend, PlaneOptions::default())?;
-    Ok(Arc::new(MountedPlane {
-        plane,
-        _dir: created,
-    }))
+    // Owner-only whatever the umask (`/run/cxlfsd` too, when we create it).
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|source| StartDaxError::CreateDir {
+            path: dir.clone(),
+            source,
+        })?;
+    // Detached once open: the pool is reachable only through descriptors
+    // (the plane's, and the ones VMMs get over vhost-user), never by path.
+    let options = PlaneOptions {
+        detach: true,
+        ..PlaneOptions::default()
+    };
+    let plane = FusePoolPlane::mount(&dir, size, backend, options)?;
+    // Nothing is mounted on it any more.
+    drop(created);
+    Ok(Arc::new(plane))
 }
 
 /// The vhost-user protocol side of one connection.

@@ -144,8 +144,17 @@ struct Fixture {
 fn mount(b: &Arc<BenchBackend>, mode: ReaderMode) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let readers = if mode == ReaderMode::Spin { 1 } else { 2 };
-    let p = FusePoolPlane::mount(dir.path(), POOL, b.clone(), PlaneOptions { readers, mode })
-        .expect("mount the pool");
+    let p = FusePoolPlane::mount(
+        dir.path(),
+        POOL,
+        b.clone(),
+        PlaneOptions {
+            readers,
+            mode,
+            detach: false,
+        },
+    )
+    .expect("mount the pool");
     Fixture { p, _dir: dir }
 }
 

@@ -91,6 +91,11 @@ pub struct PlaneOptions {
     pub readers: usize,
     /// How they wait.
     pub mode: ReaderMode,
+    /// Detach the mount once the pool file is open (`umount2(MNT_DETACH)`):
+    /// the plane lives on through its descriptors, and nobody — no host
+    /// user, no other process of the same user — can reach the pool by
+    /// path any more. VMMs get it as a descriptor over vhost-user.
+    pub detach: bool,
 }
 
 impl Default for PlaneOptions {
@@ -98,6 +103,7 @@ impl Default for PlaneOptions {
         PlaneOptions {
             readers: 2,
             mode: ReaderMode::Block,
+            detach: false,
         }
     }
 }
@@ -132,6 +138,15 @@ pub enum MountPlaneError {
         #[source]
         source: io::Error,
     },
+    /// The mount could not be detached once the pool was open.
+    #[error("cannot detach the pool mount at {path}")]
+    Detach {
+        /// The mountpoint.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
 }
 
 /// The request-answering part of a plane, independent of the transport
@@ -142,6 +157,8 @@ pub(crate) struct Server {
     pub(crate) metrics: PlaneMetrics,
     pub(crate) vms: VmResolver,
     mtime: u64,
+    /// `(uid, gid)` the pool belongs to (the daemon's).
+    owner: (u32, u32),
     /// Set on shutdown: a GETATTR of the root from `stop_tid` ends the
     /// request thread that answers it.
     stop: AtomicBool,
@@ -205,6 +222,7 @@ impl Server {
             metrics: PlaneMetrics::new(size),
             vms: VmResolver::new(),
             mtime,
+            owner: owner(),
             stop: AtomicBool::new(false),
             stop_tid: AtomicU32::new(0),
             alive: AtomicUsize::new(0),
@@ -212,10 +230,14 @@ impl Server {
     }
 
     fn attr(&self, nodeid: u64) -> Attr {
+        // Owner-only: the pool holds every VM's file pages. The mount is
+        // not `allow_other` and checks these bits (`default_permissions`),
+        // so only the daemon's own user can open it; VMMs get the file as
+        // a descriptor over vhost-user.
         let (mode, size, nlink) = if nodeid == abi::ROOT_ID {
-            (libc::S_IFDIR | 0o755, 0, 2)
+            (libc::S_IFDIR | 0o700, 0, 2)
         } else {
-            (libc::S_IFREG | 0o666, self.size, 1)
+            (libc::S_IFREG | 0o600, self.size, 1)
         };
         Attr {
             ino: nodeid,
@@ -226,6 +248,8 @@ impl Server {
             ctime: self.mtime,
             mode,
             nlink,
+            uid: self.owner.0,
+            gid: self.owner.1,
             blksize: PAGE_SIZE as u32,
             ..Attr::default()
         }
@@ -562,6 +586,12 @@ impl std::fmt::Debug for FusePoolPlane {
     }
 }
 
+/// The daemon's effective uid and gid: the pool's only user.
+fn owner() -> (u32, u32) {
+    // SAFETY: geteuid/getegid have no preconditions and cannot fail.
+    unsafe { (libc::geteuid(), libc::getegid()) }
+}
+
 fn gettid() -> u32 {
     // SAFETY: gettid has no preconditions and cannot fail.
     unsafe { libc::gettid() as u32 }
@@ -590,8 +620,11 @@ impl FusePoolPlane {
             path: mountpoint.to_path_buf(),
             source,
         };
+        // No `allow_other`: no other host user may even look up the pool.
+        // `default_permissions`: the kernel checks the owner-only modes.
+        let (uid, gid) = owner();
         let data = format!(
-            "fd={},rootmode=40000,user_id=0,group_id=0,allow_other",
+            "fd={},rootmode=40000,user_id={uid},group_id={gid},default_permissions",
             dev.as_raw_fd()
         );
         let target = CString::new(mountpoint.as_os_str().as_bytes())
@@ -701,7 +734,13 @@ impl FusePoolPlane {
                 path: path.clone(),
                 source,
             })?;
-        tracing::info!(mountpoint = %mountpoint.display(), size, "pool plane mounted");
+        if options.detach {
+            m.detach().map_err(|source| MountPlaneError::Detach {
+                path: mountpoint.to_path_buf(),
+                source,
+            })?;
+        }
+        tracing::info!(mountpoint = %mountpoint.display(), size, detached = options.detach, "pool plane mounted");
         Ok(FusePoolPlane {
             target: MapTarget {
                 path,
@@ -936,6 +975,24 @@ fn notifier(server: &Server, dev: &File, rx: Receiver<Notice>) {
     }
 }
 
+impl Mounted {
+    /// Lazily unmounts the pool (once): path lookups end, the descriptors
+    /// keep the connection.
+    fn detach(&mut self) -> io::Result<()> {
+        if !self.mounted {
+            return Ok(());
+        }
+        let p = CString::new(self.mountpoint.as_os_str().as_bytes())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        // SAFETY: a valid NUL-terminated path.
+        if unsafe { libc::umount2(p.as_ptr(), libc::MNT_DETACH) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        self.mounted = false;
+        Ok(())
+    }
+}
+
 impl Drop for Mounted {
     fn drop(&mut self) {
         // 1. No more notifications; let queued ones finish (they may wait
@@ -946,15 +1003,8 @@ impl Drop for Mounted {
         }
         // 2. Lazy unmount: no new path lookups; the root fd keeps the
         //    connection reachable.
-        if self.mounted {
-            if let Ok(p) = CString::new(self.mountpoint.as_os_str().as_bytes()) {
-                // SAFETY: a valid NUL-terminated path.
-                let rc = unsafe { libc::umount2(p.as_ptr(), libc::MNT_DETACH) };
-                if rc != 0 {
-                    tracing::warn!(error = %io::Error::last_os_error(), "cannot unmount the pool");
-                }
-            }
-            self.mounted = false;
+        if let Err(e) = self.detach() {
+            tracing::warn!(error = %e, "cannot unmount the pool");
         }
         // 3. Stop the request threads: a GETATTR of the root from this
         //    thread ends the one that answers it (blocking readers have no
