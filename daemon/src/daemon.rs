@@ -85,6 +85,56 @@ impl Drop for CreatedDir {
     }
 }
 
+/// A VM's vhost-user socket, bound and listening, not yet served.
+pub struct ListeningVm {
+    vm: VmSpec,
+    listener: Listener,
+}
+
+/// Binds VM `vm`'s socket, owner-only (see [`bind_owner_only`]).
+pub fn listen(vm: VmSpec) -> Result<ListeningVm, ServeVmError> {
+    let listener = bind_owner_only(&vm.socket).map_err(|source| ServeVmError::Listen {
+        path: vm.socket.display().to_string(),
+        source,
+    })?;
+    tracing::info!(vm = %vm.name, socket = %vm.socket.display(), "listening");
+    Ok(ListeningVm {
+        vm,
+        listener: Listener::from(listener),
+    })
+}
+
+/// A Unix socket at `path` that only the daemon's user can connect to,
+/// whatever the umask and without changing it (the umask is process-wide):
+/// bound in a fresh owner-only directory beside `path`, set to 0600, then
+/// renamed over `path` (replacing a stale socket of an earlier run), so no
+/// other user can connect at any moment.
+pub fn bind_owner_only(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"))?;
+    let private = parent.join(format!(
+        ".{}.{}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    std::fs::DirBuilder::new().mode(0o700).create(&private)?;
+    let staged = private.join("sock");
+    let bound = std::os::unix::net::UnixListener::bind(&staged).and_then(|l| {
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))?;
+        std::fs::rename(&staged, path)?;
+        Ok(l)
+    });
+    let _ = std::fs::remove_file(&staged);
+    let _ = std::fs::remove_dir(&private);
+    bound
+}
+
 /// Mounts the residency plane at `dir` (`None`: a fresh directory under
 /// `/run/cxlfsd`), created if missing.
 fn mount_plane(
@@ -158,9 +208,9 @@ pub enum ServeVmError {
     Listen {
         /// Socket path.
         path: String,
-        /// The vhost error.
+        /// The OS error.
         #[source]
-        source: vhost::vhost_user::Error,
+        source: std::io::Error,
     },
     /// The serving thread could not be spawned.
     #[error("cannot spawn the thread for VM {vm}")]
@@ -315,11 +365,16 @@ impl DaemonState {
 
     /// Starts the serving thread of one VM.
     pub fn spawn_vm(self: &Arc<Self>, vm: VmSpec) -> Result<JoinHandle<()>, ServeVmError> {
-        let listener = Listener::new(&vm.socket, true).map_err(|source| ServeVmError::Listen {
-            path: vm.socket.display().to_string(),
-            source,
-        })?;
-        tracing::info!(vm = %vm.name, socket = %vm.socket.display(), "listening");
+        self.spawn_listening(listen(vm)?)
+    }
+
+    /// Starts the serving thread of a VM whose socket is already bound
+    /// (bound before the sandbox, served after).
+    pub fn spawn_listening(
+        self: &Arc<Self>,
+        bound: ListeningVm,
+    ) -> Result<JoinHandle<()>, ServeVmError> {
+        let ListeningVm { vm, listener } = bound;
         let state = self.clone();
         let name = vm.name.clone();
         thread::Builder::new()

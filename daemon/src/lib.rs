@@ -31,6 +31,7 @@ pub mod device;
 pub mod ids;
 pub mod metrics;
 pub mod passthrough;
+pub mod sandbox;
 pub mod server;
 pub mod signals;
 pub mod timing;

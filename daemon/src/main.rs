@@ -7,6 +7,7 @@ use cxlfsd::daemon::{DaemonState, Features, SessionOptions};
 use cxlfsd::device::placement::Placement;
 use cxlfsd::device::SharedDevice;
 use cxlfsd::metrics::file::MetricsFileWriter;
+use cxlfsd::sandbox::{caps, seccomp, Keep, Leftovers, SandboxMode};
 use cxlfsd::server::ServerOptions;
 use cxlfsd::{metrics, signals};
 use std::process::ExitCode;
@@ -57,6 +58,12 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
     }
     // Before any thread exists, so that every thread inherits the mask.
     signals::block_termination_signals()?;
+    // Also before any thread: a namespace is per thread.
+    let sandbox = cli.sandbox.unwrap_or_else(default_sandbox);
+    let fd_limit = cxlfsd::sandbox::prepare(sandbox)?;
+    // Sessions open it by path from inside the sandbox, where the current
+    // directory is the new root's.
+    let shared_dir = std::fs::canonicalize(&cfg.shared_dir)?;
 
     let device = Device::new(cfg.device.clone())?;
     tracing::info!(device = %cfg.device_origin, capacity = device.capacity_bytes(), "device model ready");
@@ -76,7 +83,7 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
     let (state, control_socket) = DaemonState::start(
         shared,
         SessionOptions {
-            shared_dir: cfg.shared_dir.clone(),
+            shared_dir: shared_dir.clone(),
             cache: cfg.cache,
             queues: cfg.queues,
             server: ServerOptions {
@@ -97,9 +104,32 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
         }
         None => None,
     };
+    let listening = cfg
+        .vms
+        .iter()
+        .map(|vm| cxlfsd::daemon::listen(vm.clone()))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Removed at exit through their directories: the sandbox hides them.
+    let mut leftovers = Leftovers::default();
+    for path in cfg.vms.iter().map(|v| &v.socket).chain(&cfg.control.socket) {
+        leftovers.remember(path);
+    }
+    // Everything the daemon needs from the host is open: confine it.
+    let keep = Keep {
+        dirs: vec![shared_dir],
+    };
+    cxlfsd::sandbox::enter(sandbox, &keep)?;
+    let extra_caps: &[u32] = if cfg.queues.realtime_priority.is_some() {
+        &[caps::CAP_SYS_NICE]
+    } else {
+        &[]
+    };
+    caps::drop_capabilities(extra_caps)?;
+    seccomp::install(cli.seccomp)?;
+    tracing::info!(%sandbox, seccomp = %cli.seccomp, fd_limit, "confined; serving");
     let mut threads = Vec::new();
-    for vm in &cfg.vms {
-        threads.push(state.spawn_vm(vm.clone())?);
+    for vm in listening {
+        threads.push(state.spawn_listening(vm)?);
     }
     let sig = signals::wait_for_termination();
     tracing::info!(signal = sig, "shutting down");
@@ -123,6 +153,17 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
     // Before exit: the pool must not be open on our own mount when our
     // FUSE threads die (see DaxPlane::shutdown).
     state.stop_dax();
+    leftovers.remove_all();
     tracing::info!("clean shutdown");
     Ok(())
+}
+
+/// The strongest sandbox that works: a mount namespace needs root.
+fn default_sandbox() -> SandboxMode {
+    // SAFETY: no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        SandboxMode::Namespace
+    } else {
+        SandboxMode::None
+    }
 }

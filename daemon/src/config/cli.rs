@@ -95,6 +95,15 @@ pub struct Cli {
     /// Interval of --metrics-file samples, e.g. `1s`, `250ms` (default 1s).
     #[arg(long, value_name = "DURATION")]
     pub metrics_interval: Option<String>,
+    /// Sandbox (as virtiofsd's): `namespace` = a private mount namespace
+    /// whose root holds only the shares, `/proc` and fusectl; `none`.
+    /// Default: `namespace` as root, else `none`.
+    #[arg(long, value_name = "namespace|none")]
+    pub sandbox: Option<crate::sandbox::SandboxMode>,
+    /// What a system call off the allow-list does: kill (default) | log |
+    /// trap | none. `log` allows and logs it to the kernel log.
+    #[arg(long, value_name = "ACTION", default_value_t)]
+    pub seccomp: crate::sandbox::SeccompMode,
     /// Print the effective configuration and exit.
     #[arg(long)]
     pub print_config: bool,

@@ -53,6 +53,30 @@ pub enum StartMetricsFileError {
     Spawn(#[source] io::Error),
 }
 
+/// Opens (creating or truncating) the series file without following a
+/// symlink at `path` (the daemon runs as root: a planted link must not
+/// make it truncate another file) and without blocking on a FIFO; only a
+/// regular file is accepted.
+fn open_series(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    // Truncated only once known to be a regular file.
+    file.set_len(0)?;
+    Ok(file)
+}
+
 /// Why the final sample could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum WriteMetricsFileError {
@@ -116,7 +140,7 @@ impl MetricsFileWriter {
         interval: Duration,
         metrics: Arc<Metrics>,
     ) -> Result<Self, StartMetricsFileError> {
-        let file = File::create(path).map_err(|source| StartMetricsFileError::Create {
+        let file = open_series(path).map_err(|source| StartMetricsFileError::Create {
             path: path.to_path_buf(),
             source,
         })?;
@@ -227,6 +251,24 @@ mod tests {
         "fuse_latency_ns",
         "pacing_error_ns",
     ];
+
+    #[test]
+    fn refuses_a_symlink_and_a_fifo_and_leaves_their_targets_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"keep me").unwrap();
+        let link = dir.path().join("series.jsonl");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let err = MetricsFileWriter::start(&link, Duration::from_secs(1), metrics()).unwrap_err();
+        assert!(matches!(err, StartMetricsFileError::Create { .. }), "{err}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // Returns (ENXIO: no reader) rather than blocking.
+        assert!(MetricsFileWriter::start(&fifo, Duration::from_secs(1), metrics()).is_err());
+    }
 
     #[test]
     fn one_line_per_vm_and_all_with_the_fixed_fields() {

@@ -2,16 +2,32 @@
 //! `GET /metrics.json` gets the snapshot as one JSON object
 //! ([`cxlfs_api::metrics::MetricsSnapshot`]); every other request gets the
 //! full Prometheus text exposition, whatever its path.
+//!
+//! Bounded, because any local user can connect: a request head of at most
+//! [`MAX_HEAD`] bytes (the rest is not read), [`IO_TIMEOUT`] for reading it
+//! and for writing the answer, and at most [`MAX_CLIENTS`] connections
+//! answered at once (each on its own short-lived thread; more are closed
+//! unanswered), so a slow or hostile client neither blocks the scraper nor
+//! grows the daemon. A full HTTP library would not change what is served
+//! (one GET, one body) and would bring an async runtime into a daemon that
+//! has none.
 
 use super::Metrics;
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
 /// The path of the JSON snapshot.
 pub const JSON_PATH: &str = "/metrics.json";
+/// Largest request head read (request line and headers).
+pub const MAX_HEAD: u64 = 8 * 1024;
+/// Time allowed to read the request and to write the answer.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// Connections answered at once.
+pub const MAX_CLIENTS: usize = 4;
 
 /// Why the metrics endpoint could not start.
 #[derive(Debug, thiserror::Error)]
@@ -47,13 +63,10 @@ pub fn serve(
     thread::Builder::new()
         .name("cxlfsd-metrics".into())
         .spawn(move || {
+            let active = Arc::new(AtomicUsize::new(0));
             for stream in listener.incoming() {
                 match stream {
-                    Ok(s) => {
-                        if let Err(e) = answer(s, &metrics) {
-                            tracing::debug!(error = %e, "metrics request failed");
-                        }
-                    }
+                    Ok(s) => admit(s, &metrics, &active),
                     Err(e) => tracing::debug!(error = %e, "metrics accept failed"),
                 }
             }
@@ -80,13 +93,45 @@ fn body_for(path: &str, metrics: &Metrics) -> (String, &'static str) {
     }
 }
 
+/// Answers `stream` on a thread of its own, or closes it when
+/// [`MAX_CLIENTS`] are being answered already.
+fn admit(stream: TcpStream, metrics: &Arc<Metrics>, active: &Arc<AtomicUsize>) {
+    if active.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
+        active.fetch_sub(1, Ordering::AcqRel);
+        tracing::debug!("metrics: too many clients; connection closed");
+        return;
+    }
+    let (m, a) = (metrics.clone(), active.clone());
+    let spawned = thread::Builder::new()
+        .name("cxlfsd-metrics-client".into())
+        .spawn(move || {
+            if let Err(e) = answer(stream, &m) {
+                tracing::debug!(error = %e, "metrics request failed");
+            }
+            a.fetch_sub(1, Ordering::AcqRel);
+        });
+    if let Err(e) = spawned {
+        active.fetch_sub(1, Ordering::AcqRel);
+        tracing::debug!(error = %e, "metrics: cannot spawn a client thread");
+    }
+}
+
 fn answer(stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
+    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+    let mut reader = BufReader::new(stream.try_clone()?.take(MAX_HEAD));
+    // The whole head within IO_TIMEOUT, not each read: a client trickling
+    // a byte at a time gets no longer than one that sends nothing.
+    let deadline = std::time::Instant::now() + IO_TIMEOUT;
     // The request line names the path; the rest of the head is ignored.
     let mut first = String::new();
     let mut line = String::new();
     loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        stream.set_read_timeout(Some(left))?;
         line.clear();
         if reader.read_line(&mut line)? == 0 || line == "\r\n" || line == "\n" {
             break;
@@ -133,6 +178,47 @@ mod tests {
         let (head, body) = get(bound, "/metrics");
         assert!(head.starts_with("HTTP/1.1 200 OK"));
         assert!(body.contains("cxlfs_nand_reads_total"));
+    }
+
+    #[test]
+    fn a_silent_client_does_not_hold_up_a_scrape_and_heads_are_capped() {
+        let bound = serve("127.0.0.1:0".parse().unwrap(), false, metrics()).unwrap();
+        let _silent = TcpStream::connect(bound).unwrap();
+        let t = std::time::Instant::now();
+        let (head, _) = get(bound, "/metrics");
+        assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+        assert!(t.elapsed() < IO_TIMEOUT, "waited {:?}", t.elapsed());
+        // A head far beyond MAX_HEAD, never ended: cut off, not buffered.
+        let mut big = TcpStream::connect(bound).unwrap();
+        let line = format!("GET /metrics HTTP/1.1\r\nX: {}\r\n", "a".repeat(64 * 1024));
+        let _ = big.write_all(line.as_bytes());
+        let mut out = String::new();
+        let _ = io::Read::read_to_string(&mut big, &mut out);
+        assert!(
+            out.is_empty() || out.starts_with("HTTP/1.1 200 OK"),
+            "{out:.80}"
+        );
+    }
+
+    #[test]
+    fn clients_beyond_the_cap_are_closed_and_service_resumes() {
+        let bound = serve("127.0.0.1:0".parse().unwrap(), false, metrics()).unwrap();
+        let silent: Vec<TcpStream> = (0..MAX_CLIENTS)
+            .map(|_| TcpStream::connect(bound).unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(200));
+        // Over the cap: closed without an answer, at once.
+        let mut s = TcpStream::connect(bound).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        let _ = write!(s, "GET /metrics HTTP/1.1\r\n\r\n");
+        let mut out = String::new();
+        let _ = io::Read::read_to_string(&mut s, &mut out);
+        assert!(out.is_empty(), "answered over the cap: {out:.80}");
+        // The silent ones time out; then scrapes are answered again.
+        std::thread::sleep(IO_TIMEOUT + Duration::from_millis(500));
+        let (head, _) = get(bound, "/metrics");
+        assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+        drop(silent);
     }
 
     #[test]

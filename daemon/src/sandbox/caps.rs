@@ -1,0 +1,279 @@
+//! Dropping capabilities on every thread.
+//!
+//! Capability sets are per thread, and by the time the daemon is ready to
+//! drop them the residency plane, the control socket and the metrics
+//! threads are already running (the pool mount needs its request threads
+//! before the pool can be opened). So the drop is broadcast the way glibc
+//! broadcasts `setuid`: a real-time signal to every thread, whose handler
+//! makes the (async-signal-safe) `prctl`/`capset` calls on itself; the
+//! caller waits for every thread to report, repeats until no thread is
+//! left unvisited, then checks each thread's `CapEff`/`CapBnd` in
+//! `/proc/self/task`.
+
+use std::collections::HashSet;
+use std::io;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// What the data path needs (virtiofsd's default set): acting on files
+/// of any owner on a guest's behalf, switching fsuid/fsgid per request,
+/// creating device nodes, setting file capabilities. Not CAP_SYS_ADMIN:
+/// the pool is mounted and detached before the drop.
+pub const KEPT: &[u32] = &[
+    0,  // CAP_CHOWN
+    1,  // CAP_DAC_OVERRIDE
+    3,  // CAP_FOWNER
+    4,  // CAP_FSETID
+    6,  // CAP_SETGID
+    7,  // CAP_SETUID
+    27, // CAP_MKNOD
+    31, // CAP_SETFCAP
+];
+
+/// CAP_SETPCAP: needed (in the effective set) to shrink the bounding set.
+const CAP_SETPCAP: u32 = 8;
+/// `_LINUX_CAPABILITY_VERSION_3`.
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// Why capabilities could not be dropped.
+#[derive(Debug, thiserror::Error)]
+pub enum DropCapabilitiesError {
+    /// The signal handler could not be installed.
+    #[error("cannot install the capability-drop signal handler")]
+    Handler(#[source] io::Error),
+    /// `/proc/self/task` could not be listed.
+    #[error("cannot list this process's threads")]
+    Threads(#[source] io::Error),
+    /// A thread did not run the handler in time.
+    #[error("{0} thread(s) did not drop their capabilities within 2 s")]
+    Timeout(usize),
+    /// A thread's `prctl`/`capset` failed.
+    #[error("{0} thread(s) failed to drop their capabilities")]
+    Failed(usize),
+    /// A thread still holds a capability outside [`KEPT`].
+    #[error("thread {tid} still holds capabilities {extra:#x} ({set})")]
+    StillHeld {
+        /// The thread.
+        tid: u32,
+        /// `CapEff` or `CapBnd`.
+        set: &'static str,
+        /// The capabilities beyond [`KEPT`].
+        extra: u64,
+    },
+}
+
+/// The capability set every thread keeps, low and high words (read by the
+/// signal handler: atomics, no locks).
+static KEEP_LO: AtomicU32 = AtomicU32::new(0);
+static KEEP_HI: AtomicU32 = AtomicU32::new(0);
+static LAST_CAP: AtomicU32 = AtomicU32::new(40);
+static DONE: AtomicUsize = AtomicUsize::new(0);
+static FAILED: AtomicUsize = AtomicUsize::new(0);
+
+/// `struct __user_cap_header_struct` (linux/capability.h).
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+/// `struct __user_cap_data_struct` (linux/capability.h); v3 takes two.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+fn keep_mask() -> u64 {
+    KEPT.iter().fold(0u64, |m, &c| m | (1u64 << c))
+}
+
+/// Drops this thread's capabilities to the kept set. Only system calls:
+/// it runs in a signal handler.
+fn drop_on_this_thread() -> bool {
+    let (lo, hi) = (
+        KEEP_LO.load(Ordering::Acquire),
+        KEEP_HI.load(Ordering::Acquire),
+    );
+    let keep = u64::from(lo) | (u64::from(hi) << 32);
+    let mut ok = true;
+    // The bounding set first, while CAP_SETPCAP is still effective.
+    for cap in 0..=LAST_CAP.load(Ordering::Acquire).min(63) {
+        if keep & (1u64 << cap) == 0 && cap != CAP_SETPCAP {
+            // SAFETY: prctl with integer arguments only.
+            ok &= unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) }
+                == 0;
+        }
+    }
+    // SAFETY: as above.
+    ok &= unsafe {
+        libc::prctl(
+            libc::PR_CAPBSET_DROP,
+            libc::c_ulong::from(CAP_SETPCAP),
+            0,
+            0,
+            0,
+        )
+    } == 0;
+    // SAFETY: as above.
+    unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [
+        CapData {
+            effective: lo,
+            permitted: lo,
+            inheritable: 0,
+        },
+        CapData {
+            effective: hi,
+            permitted: hi,
+            inheritable: 0,
+        },
+    ];
+    // SAFETY: `header` and `data` are the v3 layouts the kernel reads.
+    ok &= unsafe {
+        libc::syscall(
+            libc::SYS_capset,
+            std::ptr::addr_of_mut!(header),
+            data.as_mut_ptr(),
+        )
+    } == 0;
+    ok
+}
+
+extern "C" fn on_signal(_: libc::c_int) {
+    if !drop_on_this_thread() {
+        FAILED.fetch_add(1, Ordering::AcqRel);
+    }
+    DONE.fetch_add(1, Ordering::AcqRel);
+}
+
+fn signal() -> libc::c_int {
+    libc::SIGRTMIN() + 4
+}
+
+fn install_handler() -> io::Result<()> {
+    // SAFETY: sigaction is plain data; all-zero is a valid value.
+    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+    sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
+    sa.sa_flags = libc::SA_RESTART;
+    // SAFETY: `sa` is initialised; the handler only makes system calls
+    // and touches atomics.
+    if unsafe { libc::sigaction(signal(), &sa, std::ptr::null_mut()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn tids() -> io::Result<Vec<u32>> {
+    Ok(std::fs::read_dir("/proc/self/task")?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect())
+}
+
+/// `key`'s hex mask in `/proc/self/task/TID/status`.
+fn task_caps(tid: u32, key: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
+    status.lines().find_map(|l| {
+        let v = l.strip_prefix(key)?.strip_prefix(':')?;
+        u64::from_str_radix(v.trim(), 16).ok()
+    })
+}
+
+/// CAP_SYS_NICE, kept only for `--realtime-priority`.
+pub const CAP_SYS_NICE: u32 = 23;
+
+/// Drops every thread's capabilities (effective, permitted, inheritable,
+/// ambient, bounding) to [`KEPT`] plus `extra`. A no-op when not running
+/// as root.
+pub fn drop_capabilities(extra: &[u32]) -> Result<(), DropCapabilitiesError> {
+    // SAFETY: no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(());
+    }
+    let keep = extra
+        .iter()
+        .filter(|&&c| c < 64)
+        .fold(keep_mask(), |m, &c| m | (1u64 << c));
+    KEEP_LO.store(keep as u32, Ordering::Release);
+    KEEP_HI.store((keep >> 32) as u32, Ordering::Release);
+    if let Some(last) = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+    {
+        LAST_CAP.store(last, Ordering::Release);
+    }
+    install_handler().map_err(DropCapabilitiesError::Handler)?;
+    // SAFETY: no preconditions.
+    let (pid, me) = unsafe { (libc::getpid(), libc::gettid()) };
+    let mut visited = HashSet::new();
+    let mut sent = 0usize;
+    DONE.store(0, Ordering::Release);
+    FAILED.store(0, Ordering::Release);
+    // A thread spawned by one not yet visited inherits full capabilities
+    // and is missing from the first listing: list again until none is new.
+    for _ in 0..16 {
+        let fresh: Vec<u32> = tids()
+            .map_err(DropCapabilitiesError::Threads)?
+            .into_iter()
+            .filter(|t| !visited.contains(t))
+            .collect();
+        if fresh.is_empty() {
+            break;
+        }
+        for tid in fresh {
+            visited.insert(tid);
+            sent += 1;
+            if tid as libc::pid_t == me {
+                on_signal(0);
+                continue;
+            }
+            // SAFETY: signalling a thread of our own process.
+            let rc = unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, signal()) };
+            if rc != 0 {
+                // Exited meanwhile: nothing to drop.
+                DONE.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while DONE.load(Ordering::Acquire) < sent {
+            if Instant::now() > deadline {
+                return Err(DropCapabilitiesError::Timeout(
+                    sent - DONE.load(Ordering::Acquire),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let failed = FAILED.load(Ordering::Acquire);
+    if failed > 0 {
+        return Err(DropCapabilitiesError::Failed(failed));
+    }
+    for tid in tids().map_err(DropCapabilitiesError::Threads)? {
+        for set in ["CapEff", "CapBnd"] {
+            let extra = task_caps(tid, set).unwrap_or(0) & !keep;
+            if extra != 0 {
+                return Err(DropCapabilitiesError::StillHeld { tid, set, extra });
+            }
+        }
+    }
+    tracing::info!(
+        threads = visited.len(),
+        kept = format!("{keep:#x}"),
+        "capabilities dropped on every thread"
+    );
+    Ok(())
+}
