@@ -431,7 +431,7 @@ impl DaemonState {
                 continue;
             }
             metrics.connections.fetch_add(1, Ordering::Relaxed);
-            let peer = peer_pid(&fds_before, &vm.socket);
+            let peer = peer_pid(&fds_before, listener.as_raw_fd());
             tracing::info!(vm = %vm.name, vmm_pid = ?peer, "front-end connected");
             if let (Some(d), Some(pid)) = (&dax, peer) {
                 d.plane().register_vmm(d.vm(), pid);
@@ -613,33 +613,40 @@ fn socket_fds() -> HashSet<i32> {
     .collect()
 }
 
-/// The pid of the process at the other end of the connection just
-/// accepted on `socket` (`SO_PEERCRED`): vhost-user-backend accepts
-/// internally, so the new connection is found among the socket fds that
-/// were not open before, as the one bound to `socket` with a peer.
-fn peer_pid(before: &HashSet<i32>, socket: &Path) -> Option<u32> {
-    use std::os::unix::ffi::OsStrExt;
-    let want = socket.as_os_str().as_bytes();
-    let mut found = None;
-    for fd in socket_fds().difference(before) {
-        // SAFETY: sockaddr_un is plain data; all-zero is a valid value.
-        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
-        // SAFETY: `addr`/`len` are valid for writes of `len` bytes; a stale
-        // fd number only makes the call fail.
-        let rc = unsafe { libc::getsockname(*fd, std::ptr::addr_of_mut!(addr).cast(), &mut len) };
-        if rc != 0 || i32::from(addr.sun_family) != libc::AF_UNIX {
-            continue;
-        }
-        let path_len = (len as usize)
-            .saturating_sub(std::mem::size_of::<libc::sa_family_t>())
-            .min(addr.sun_path.len());
-        let path: Vec<u8> = addr.sun_path[..path_len]
+/// The path a Unix socket is bound to (`getsockname`), as bytes.
+fn bound_path(fd: i32) -> Option<Vec<u8>> {
+    // SAFETY: sockaddr_un is plain data; all-zero is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+    // SAFETY: `addr`/`len` are valid for writes of `len` bytes; a stale
+    // fd number only makes the call fail.
+    let rc = unsafe { libc::getsockname(fd, std::ptr::addr_of_mut!(addr).cast(), &mut len) };
+    if rc != 0 || i32::from(addr.sun_family) != libc::AF_UNIX {
+        return None;
+    }
+    let path_len = (len as usize)
+        .saturating_sub(std::mem::size_of::<libc::sa_family_t>())
+        .min(addr.sun_path.len());
+    Some(
+        addr.sun_path[..path_len]
             .iter()
             .map(|&c| c as u8)
             .take_while(|&c| c != 0)
-            .collect();
-        if path != want {
+            .collect(),
+    )
+}
+
+/// The pid of the process at the other end of the connection just
+/// accepted on `listener` (`SO_PEERCRED`): vhost-user-backend accepts
+/// internally, so the new connection is found among the socket fds that
+/// were not open before, as the one with the listener's address and a
+/// peer. (The address is the one bound, not the socket's public path: see
+/// [`bind_owner_only`].)
+fn peer_pid(before: &HashSet<i32>, listener: i32) -> Option<u32> {
+    let want = bound_path(listener)?;
+    let mut found = None;
+    for fd in socket_fds().difference(before) {
+        if bound_path(*fd).as_deref() != Some(want.as_slice()) {
             continue;
         }
         // SAFETY: ucred is plain data; all-zero is a valid value.
