@@ -109,8 +109,14 @@ const COMMON: &[i64] = &[
     libc::SYS_geteuid,
     libc::SYS_getgid,
     libc::SYS_getegid,
+    // Per-request credentials: the passthrough switches the worker
+    // thread's euid/egid (raw syscalls, one thread) around a creation.
     libc::SYS_setfsuid,
     libc::SYS_setfsgid,
+    libc::SYS_setresuid,
+    libc::SYS_setresgid,
+    libc::SYS_getresuid,
+    libc::SYS_getresgid,
     libc::SYS_capget,
     // Descriptors and I/O.
     libc::SYS_read,
