@@ -1,8 +1,6 @@
 //! Acting as the guest caller on the host: a per-thread credential switch
 //! for the operations that create nodes (the kernel then gives the node the
-//! caller's owner and group and checks the caller's access to the parent),
-//! and a per-thread umask of 0 (the mode the guest asks for is the mode the
-//! node gets).
+//! caller's owner and group and checks the caller's access to the parent).
 //!
 //! POSIX credentials are per process, and glibc's `setresuid` broadcasts to
 //! every thread. Linux keeps them per thread, and the raw syscalls (what
@@ -20,7 +18,6 @@ use crate::server::Context;
 use rustix::fs::{Gid, Uid};
 use rustix::io::Errno;
 use rustix::thread::{set_thread_res_gid, set_thread_res_uid};
-use std::cell::Cell;
 
 /// How guest ids and set-id bits reach the host: `--translate-uid`,
 /// `--translate-gid`, `--strip-setid`. The default passes every id
@@ -142,31 +139,6 @@ impl Drop for CallerGuard {
             }
         }
     }
-}
-
-thread_local! {
-    static UMASK_ZERO: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Gives the calling thread its own umask of 0, once per thread.
-///
-/// The guest kernel has already applied the caller's umask to the mode it
-/// sends (this server does not negotiate FUSE_DONT_MASK), so the daemon's
-/// umask must not mask it a second time. virtiofsd sets the process umask
-/// to 0; here only the worker threads get it (`unshare(CLONE_FS)` makes
-/// the umask, cwd and root per thread), so the sockets, pool directory and
-/// metrics file the daemon creates keep the umask it was started with.
-pub fn thread_umask_zero() -> Result<(), Errno> {
-    if UMASK_ZERO.with(Cell::get) {
-        return Ok(());
-    }
-    // SAFETY: CLONE_FS only detaches this thread's root, cwd and umask;
-    // file descriptor tables (CLONE_FILES, the unsafe part) stay shared.
-    unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::FS) }?;
-    // After the unshare this is this thread's umask only.
-    rustix::process::umask(rustix::fs::Mode::empty());
-    UMASK_ZERO.with(|c| c.set(true));
-    Ok(())
 }
 
 #[cfg(test)]

@@ -17,8 +17,7 @@
 //! Guest credentials ([`creds`]): nodes are created (CREATE, MKDIR,
 //! SYMLINK) as the caller — the worker thread takes the caller's
 //! (translated) uid and gid for the call — with exactly the mode the guest
-//! asked for (the worker's umask is 0; the guest kernel applied the
-//! caller's). Files are opened with the access mode the guest asked for.
+//! asked for (see [`PassthroughFs::creation_mode`] for the umask). Files are opened with the access mode the guest asked for.
 //! SETATTR, OPEN, READ and WRITE act as the daemon (root), as in
 //! virtiofsd: the guest kernel has checked the caller's rights; what a
 //! guest root can do to the host's files is in `DESIGN.md` ("Guest
@@ -43,7 +42,7 @@ use crate::server::{
     AttrReply, Context, Created, Creation, DirSink, Direction, FileIo, FileSystem, FsResult,
     HostFile, Named, Opened, Timed, Transfer,
 };
-use creds::{thread_umask_zero, CallerGuard};
+use creds::CallerGuard;
 use rustix::fs::{AtFlags, Mode, OFlags, Stat, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
 use rustix::io::Errno;
 use rustix::path::DecInt;
@@ -289,19 +288,48 @@ impl PassthroughFs {
     }
 
     /// The calling worker thread acts as `ctx`'s caller until the guard
-    /// drops, with a umask of 0 (see [`creds`]).
+    /// drops (see [`creds`]).
     fn as_caller(&self, ctx: &Context) -> Result<CallerGuard, Errno> {
-        let creds = self.ids.host_creds(ctx)?;
-        thread_umask_zero()?;
-        CallerGuard::switch_to(creds)
+        CallerGuard::switch_to(self.ids.host_creds(ctx)?)
     }
 
     /// The permission bits a new node gets: the guest's mode (its kernel
     /// already took the caller's umask off; taking the request's `umask`
     /// off again changes nothing then, and is right if it did not), set-id
     /// bits stripped if asked.
-    fn creation_mode(&self, how: Creation, is_dir: bool) -> Mode {
+    ///
+    /// The daemon's own umask must not mask it a second time. virtiofsd
+    /// sets the process umask to 0; here the sockets, pool and metrics file
+    /// the daemon creates keep the umask it was started with, and a node
+    /// the umask narrowed gets its mode back with one chmod, made as the
+    /// caller (so the kernel's rules on S_ISGID still apply). A per-thread
+    /// umask (`unshare(CLONE_FS)`) would need `unshare` in the seccomp
+    /// allow-list of the data path.
+    pub fn creation_mode(&self, how: Creation, is_dir: bool) -> Mode {
         Mode::from_raw_mode(self.ids.mode_bits(how.mode & !how.umask, is_dir))
+    }
+
+    /// Gives a node just created as the caller (still acting as it) the
+    /// permission bits the daemon's umask took off. `fd`: the node, opened
+    /// for I/O or `O_PATH`.
+    fn restore_mode(&self, fd: &impl AsFd, want: Mode) -> Result<(), Errno> {
+        let st = rustix::fs::fstat(fd)?;
+        let want = want.as_raw_mode();
+        if st.st_mode & 0o777 == want & 0o777 {
+            return Ok(());
+        }
+        // Keep an S_ISGID a directory inherited from its parent.
+        let keep = if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            st.st_mode & libc::S_ISGID
+        } else {
+            0
+        };
+        rustix::fs::chmodat(
+            &self.proc_self_fd,
+            DecInt::from_fd(fd),
+            Mode::from_raw_mode(keep | want),
+            AtFlags::empty(),
+        )
     }
 
     /// OPEN of an existing regular file (never a special file) with the
@@ -755,12 +783,22 @@ impl FileSystem for PassthroughFs {
     fn mkdir(&self, ctx: &Context, at: Named<'_>, how: Creation) -> FsResult<EntryOut> {
         let name = check_name(at.name)?;
         let dir = self.inode(at.parent)?;
-        let mode = self.creation_mode(how, true);
-        {
+        // mkdir(2) ignores set-id bits (`mkdir -m 2775` is a chmod after).
+        let mode = Mode::from_raw_mode(self.creation_mode(how, true).as_raw_mode() & 0o1777);
+        let made = {
             let _caller = self.as_caller(ctx)?;
             rustix::fs::mkdirat(&dir.fd, name, mode)?;
-        }
-        self.lookup(ctx, at.parent, name)
+            // The new directory itself, whatever has its name by now.
+            rustix::fs::openat(
+                &dir.fd,
+                name,
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .and_then(|fd| self.restore_mode(&fd, mode).map(|()| fd))
+        };
+        let (inode, st) = self.register(made?)?;
+        Ok(Timed::now(self.entry(&inode, &st)))
     }
 
     fn unlink(&self, _ctx: &Context, at: Named<'_>, dir: bool) -> FsResult<()> {
@@ -814,6 +852,7 @@ impl FileSystem for PassthroughFs {
         let created = {
             let _caller = self.as_caller(ctx)?;
             rustix::fs::openat(&dir.fd, name, oflags, mode)
+                .and_then(|fd| self.restore_mode(&fd, mode).map(|()| fd))
         };
         let (entry, fh) = match created {
             Ok(fd) => {
