@@ -108,6 +108,7 @@ fn main() {
             server: ServerOptions {
                 max_readahead: None,
             },
+            guest_ids: Default::default(),
         },
     );
     let t = state

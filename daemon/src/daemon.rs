@@ -23,7 +23,7 @@ use crate::dax::{DaxPlane, DaxSession, StartDaxError};
 use crate::device::SharedDevice;
 use crate::ids::FileKey;
 use crate::metrics::{Metrics, PlaneSource, VmMetrics};
-use crate::passthrough::{CacheMode, InodeObserver, OpenSharedDirError, PassthroughFs};
+use crate::passthrough::{CacheMode, GuestIds, InodeObserver, OpenSharedDirError, PassthroughFs};
 use crate::server::{DaxMapper, IoctlHandler, Server, ServerOptions};
 use crate::timing::{Coherence, TimedFs};
 use cxlfs_api::control::{DaemonSummary, VmEndpoint};
@@ -52,6 +52,8 @@ pub struct SessionOptions {
     pub queues: QueueOptions,
     /// FUSE server options.
     pub server: ServerOptions,
+    /// Guest uid/gid translation and set-id stripping.
+    pub guest_ids: GuestIds,
 }
 
 /// What each VM session's FUSE server serves: the share, timed by the device.
@@ -482,7 +484,8 @@ impl DaemonState {
     ) -> Result<VmServer, OpenSharedDirError> {
         let refs: Arc<dyn InodeObserver> = Arc::new(PoolRefs(self.shared.clone()));
         let fs = PassthroughFs::new(&self.opts.shared_dir, self.opts.cache)?
-            .with_inode_observer(Some(refs));
+            .with_inode_observer(Some(refs))
+            .with_guest_ids(self.opts.guest_ids.clone());
         let coherence = self.dax.as_ref().map(|d| d.clone() as Arc<dyn Coherence>);
         let timed = TimedFs::new(fs, self.shared.clone(), vm_metrics.clone(), coherence);
         let ioctl = self.control.as_ref().map(|c| {

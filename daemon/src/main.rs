@@ -89,6 +89,7 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
             server: ServerOptions {
                 max_readahead: cfg.max_readahead,
             },
+            guest_ids: cfg.guest_ids.clone(),
         },
         features,
     )?;

@@ -83,6 +83,7 @@ fn rig(extra: &[&str], prepare: impl FnOnce(&Path)) -> Rig {
             server: ServerOptions {
                 max_readahead: None,
             },
+            guest_ids: Default::default(),
         },
         Features {
             dax: None,

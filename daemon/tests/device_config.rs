@@ -51,6 +51,7 @@ fn get_config_reports_the_tag_and_request_queues() {
             server: ServerOptions {
                 max_readahead: None,
             },
+            guest_ids: Default::default(),
         },
     );
     let socket = socks.path().join("c.sock");

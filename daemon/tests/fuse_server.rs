@@ -220,3 +220,136 @@ fn read_is_charged_and_paced() {
     let small = s.handle(t2, &req(opcode::READ, 6, nodeid, &a), 16 + 100);
     assert_eq!(small.reply.unwrap().len(), 116);
 }
+
+/// `fuse_init_out.flags` of an INIT reply.
+fn init_reply_flags(r: &Handled) -> u32 {
+    let reply = r.reply.as_ref().unwrap();
+    u32::from_le_bytes(reply[16 + 12..16 + 16].try_into().unwrap())
+}
+
+fn mode_of(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+fn chmod(path: &std::path::Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+fn write_args(fh: u64, offset: u64, write_flags: u32, data: &[u8]) -> Vec<u8> {
+    use cxlfsd::abi::zerocopy::IntoBytes;
+    let w = abi::WriteIn {
+        fh,
+        offset,
+        size: data.len() as u32,
+        write_flags,
+        ..Default::default()
+    };
+    let mut a = w.as_bytes().to_vec();
+    a.extend_from_slice(data);
+    a
+}
+
+fn setattr_args(s: abi::SetattrIn) -> Vec<u8> {
+    use cxlfsd::abi::zerocopy::IntoBytes;
+    s.as_bytes().to_vec()
+}
+
+#[test]
+fn killpriv_v2_is_negotiated_and_honoured() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("f");
+    std::fs::write(&f, b"0123456789").unwrap();
+    let s = server(dir.path());
+    let r = s.handle(0, &req(opcode::INIT, 1, 0, &init_args()), 4096);
+    let flags = u64::from(init_reply_flags(&r));
+    assert_ne!(flags & abi::init_flags::HANDLE_KILLPRIV_V2, 0);
+    assert_eq!(
+        flags & abi::init_flags::DONT_MASK,
+        0,
+        "the kernel applies the umask"
+    );
+
+    // WRITE: set-id bits stay without the flag, go with it.
+    chmod(&f, 0o6755);
+    let (nodeid, _) = open_f(&s);
+    let rdwr = (libc::O_RDWR as u32).to_le_bytes();
+    let r = s.handle(
+        0,
+        &req(opcode::OPEN, 9, nodeid, &[&rdwr[..], &[0; 4]].concat()),
+        4096,
+    );
+    let fh = u64::from_le_bytes(r.reply.unwrap()[16..24].try_into().unwrap());
+    let w = |unique, flags| {
+        let r = s.handle(
+            0,
+            &req(
+                opcode::WRITE,
+                unique,
+                nodeid,
+                &write_args(fh, 0, flags, b"ab"),
+            ),
+            4096,
+        );
+        assert_eq!(reply_header(&r).error, 0);
+    };
+    w(10, 0);
+    assert_eq!(mode_of(&f), 0o6755);
+    w(11, abi::write_flags::KILL_SUIDGID);
+    assert_eq!(mode_of(&f), 0o755);
+    // S_ISGID without group exec is not a set-gid program: kept.
+    chmod(&f, 0o6745);
+    w(12, abi::write_flags::KILL_SUIDGID);
+    assert_eq!(mode_of(&f), 0o2745);
+
+    // SETATTR of the size with FATTR_KILL_SUIDGID.
+    chmod(&f, 0o4755);
+    let a = abi::SetattrIn {
+        valid: abi::fattr::SIZE | abi::fattr::KILL_SUIDGID,
+        size: 3,
+        ..Default::default()
+    };
+    let r = s.handle(0, &req(opcode::SETATTR, 13, nodeid, &setattr_args(a)), 4096);
+    assert_eq!(reply_header(&r).error, 0);
+    assert_eq!(mode_of(&f), 0o755);
+    assert_eq!(std::fs::metadata(&f).unwrap().len(), 3);
+
+    // OPEN with O_TRUNC and FUSE_OPEN_KILL_SUIDGID.
+    chmod(&f, 0o4755);
+    let mut o = Vec::new();
+    o.extend_from_slice(&((libc::O_WRONLY | libc::O_TRUNC) as u32).to_le_bytes());
+    o.extend_from_slice(&abi::open_in_flags::KILL_SUIDGID.to_le_bytes());
+    let r = s.handle(0, &req(opcode::OPEN, 14, nodeid, &o), 4096);
+    assert_eq!(reply_header(&r).error, 0);
+    assert_eq!(mode_of(&f), 0o755);
+    assert_eq!(std::fs::metadata(&f).unwrap().len(), 0);
+}
+
+#[test]
+fn setattr_size_beyond_off_t_is_einval() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("f"), b"keep").unwrap();
+    let s = server(dir.path());
+    let (nodeid, fh) = open_f(&s);
+    for (i, size) in [u64::MAX, 1 << 63, (1 << 63) + 4096]
+        .into_iter()
+        .enumerate()
+    {
+        for with_fh in [false, true] {
+            let a = abi::SetattrIn {
+                valid: abi::fattr::SIZE | if with_fh { abi::fattr::FH } else { 0 },
+                fh,
+                size,
+                ..Default::default()
+            };
+            let r = s.handle(
+                0,
+                &req(opcode::SETATTR, 20 + i as u64, nodeid, &setattr_args(a)),
+                4096,
+            );
+            assert_eq!(reply_header(&r).error, -libc::EINVAL, "size {size:#x}");
+        }
+    }
+    assert_eq!(std::fs::read(dir.path().join("f")).unwrap(), b"keep");
+}

@@ -341,8 +341,19 @@ pub mod write_flags {
     pub const CACHE: u32 = 1 << 0;
     /// `lock_owner` is valid.
     pub const LOCKOWNER: u32 = 1 << 1;
-    /// Kill suid/sgid (`FUSE_WRITE_KILL_PRIV`).
-    pub const KILL_PRIV: u32 = 1 << 2;
+    /// Kill suid/sgid (`FUSE_WRITE_KILL_SUIDGID`, formerly
+    /// `FUSE_WRITE_KILL_PRIV`; with HANDLE_KILLPRIV_V2: the writer lacks
+    /// CAP_FSETID).
+    pub const KILL_SUIDGID: u32 = 1 << 2;
+    /// The old name of [`KILL_SUIDGID`].
+    pub const KILL_PRIV: u32 = KILL_SUIDGID;
+}
+
+/// `fuse_open_in.open_flags` / `fuse_create_in.open_flags` bits (7.33).
+pub mod open_in_flags {
+    /// Kill suid/sgid (`FUSE_OPEN_KILL_SUIDGID`): an O_TRUNC open by a
+    /// caller without CAP_FSETID, with HANDLE_KILLPRIV_V2.
+    pub const KILL_SUIDGID: u32 = 1 << 0;
 }
 
 /// `fuse_read_in.read_flags` bits.

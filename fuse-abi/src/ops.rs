@@ -290,8 +290,8 @@ pub struct SetattrIn {
 pub struct OpenIn {
     /// `open(2)` flags.
     pub flags: u32,
-    /// Unused (`open_flags` from 7.38).
-    pub unused: u32,
+    /// [`crate::open_in_flags`] (7.33; 0 before).
+    pub open_flags: u32,
 }
 
 /// `struct fuse_create_in`: CREATE's argument, followed by the name.
@@ -306,8 +306,8 @@ pub struct CreateIn {
     pub mode: u32,
     /// The caller's umask.
     pub umask: u32,
-    /// Padding (`open_flags` from 7.38).
-    pub padding: u32,
+    /// [`crate::open_in_flags`] (7.33; 0 before).
+    pub open_flags: u32,
 }
 
 /// `struct fuse_open_out`: the reply to OPEN, OPENDIR (and CREATE's second part).

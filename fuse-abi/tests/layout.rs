@@ -171,7 +171,7 @@ fn offsets_match_the_kernel() {
     });
     offsets!(OpenIn {
         flags: 0,
-        unused: 4
+        open_flags: 4
     });
     offsets!(OpenOut {
         fh: 0,
@@ -182,7 +182,7 @@ fn offsets_match_the_kernel() {
         flags: 0,
         mode: 4,
         umask: 8,
-        padding: 12
+        open_flags: 12
     });
     offsets!(MknodIn {
         mode: 0,

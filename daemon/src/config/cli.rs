@@ -107,6 +107,22 @@ pub struct Cli {
     /// Print the effective configuration and exit.
     #[arg(long)]
     pub print_config: bool,
+    // --- guest credentials (issue 11 item 3) ---
+    /// Translate uids between guests and the host, virtiofsd's syntax
+    /// (repeatable): `map:GUEST:HOST:COUNT`, `guest:GUEST:HOST:COUNT`,
+    /// `host:HOST:GUEST:COUNT`, `squash-guest:GUEST:HOST:COUNT`,
+    /// `squash-host:HOST:GUEST:COUNT`, `forbid-guest:GUEST:COUNT`. Ids no
+    /// rule covers pass unchanged.
+    #[arg(long = "translate-uid", value_name = "RULE")]
+    pub translate_uid: Vec<String>,
+    /// Translate gids (same syntax as --translate-uid; repeatable).
+    #[arg(long = "translate-gid", value_name = "RULE")]
+    pub translate_gid: Vec<String>,
+    /// Strip S_ISUID / S_ISGID from the modes guests give files (CREATE,
+    /// chmod; directories keep S_ISGID): for hosts that mount the shared
+    /// directory without `nosuid`.
+    #[arg(long)]
+    pub strip_setid: bool,
 }
 
 impl TryFrom<&Cli> for Settings {
@@ -149,6 +165,9 @@ impl TryFrom<&Cli> for Settings {
             cxl_ratio: cli.cxl_ratio,
             metrics_file: cli.metrics_file.clone(),
             metrics_interval: cli.metrics_interval.clone(),
+            translate_uid: (!cli.translate_uid.is_empty()).then(|| cli.translate_uid.clone()),
+            translate_gid: (!cli.translate_gid.is_empty()).then(|| cli.translate_gid.clone()),
+            strip_setid: cli.strip_setid.then_some(true),
         })
     }
 }

@@ -37,7 +37,7 @@ pub use cli::Cli;
 pub use settings::{FileConfig, Settings};
 
 use crate::backend::QueueOptions;
-use crate::passthrough::CacheMode;
+use crate::passthrough::{CacheMode, GuestIds, IdMap};
 use cxlfs_device_model::presets::preset;
 use cxlfs_device_model::{DeviceConfig, LoadConfigError};
 use serde::Deserialize;
@@ -123,6 +123,9 @@ pub struct DaemonConfig {
     pub metrics_file: Option<PathBuf>,
     /// Its sampling interval.
     pub metrics_interval: std::time::Duration,
+    // --- guest credentials (issue 11 item 3) ---
+    /// uid/gid translation and set-id stripping.
+    pub guest_ids: GuestIds,
 }
 
 /// Why the configuration could not be built.
@@ -163,6 +166,15 @@ pub enum LoadDaemonConfigError {
     /// A setting is out of range.
     #[error("{0}")]
     Invalid(String),
+    /// A `--translate-uid` / `--translate-gid` rule is malformed.
+    #[error("{key}")]
+    TranslateIds {
+        /// `translate_uid` or `translate_gid`.
+        key: &'static str,
+        /// What is wrong with the rule.
+        #[source]
+        source: crate::passthrough::ParseIdMapError,
+    },
 }
 
 fn parse_vm(s: &str) -> Result<VmSpec, LoadDaemonConfigError> {
@@ -198,6 +210,19 @@ fn device_from_value(v: &toml::Value) -> Result<(DeviceConfig, String), LoadDaem
 fn size(key: &str, text: &str) -> Result<u64, LoadDaemonConfigError> {
     cxlfs_device_model::units::parse_size(text)
         .map_err(|e| LoadDaemonConfigError::Invalid(format!("{key} `{text}`: {e}")))
+}
+
+/// `translate_uid`, `translate_gid`, `strip_setid`.
+fn guest_ids(s: &Settings) -> Result<GuestIds, LoadDaemonConfigError> {
+    let map = |key, rules: &Option<Vec<String>>| {
+        IdMap::parse(rules.as_deref().unwrap_or_default())
+            .map_err(|source| LoadDaemonConfigError::TranslateIds { key, source })
+    };
+    Ok(GuestIds {
+        uids: map("translate_uid", &s.translate_uid)?,
+        gids: map("translate_gid", &s.translate_gid)?,
+        strip_setid: s.strip_setid.unwrap_or(false),
+    })
 }
 
 fn control_config(s: &Settings) -> Result<ControlConfig, LoadDaemonConfigError> {
@@ -330,7 +355,9 @@ impl TryFrom<Settings> for DaemonConfig {
             None => crate::device::placement::DEFAULT_CXL_RATIO,
         };
         let metrics_interval = metrics_interval(&s)?;
+        let guest_ids = guest_ids(&s)?;
         Ok(DaemonConfig {
+            guest_ids,
             control,
             cxl_ratio,
             metrics_file: s.metrics_file,
@@ -615,8 +642,56 @@ mod tests {
             let flag = flag.replace('_', "-");
             assert!(longs.contains(&flag.as_str()), "no --{flag} for `{key}`");
         }
-        assert_eq!(Settings::KEYS.len(), 22);
+        assert_eq!(Settings::KEYS.len(), 25);
         // ... and `sets` is not a file key.
         assert!(toml::from_str::<FileConfig>("sets = [\"a=1\"]").is_err());
+    }
+
+    #[test]
+    fn guest_id_translation_from_flags_and_file() {
+        let c = DaemonConfig::merge(
+            &cli(&[
+                "--shared-dir",
+                "/a",
+                "--translate-uid",
+                "map:0:100000:65536",
+                "--translate-uid",
+                "forbid-guest:70000:10",
+                "--translate-gid",
+                "squash-guest:0:100000:4294967295",
+                "--strip-setid",
+            ]),
+            FileConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(c.guest_ids.uids.to_host(0), Ok(100_000));
+        assert!(c.guest_ids.uids.to_host(70_001).is_err());
+        assert_eq!(c.guest_ids.gids.to_host(42), Ok(100_000));
+        assert!(c.guest_ids.strip_setid);
+        let file: FileConfig = toml::from_str(
+            "shared_dir = \"/a\"\ntranslate_gid = [\"map:0:5000:10\"]\nstrip_setid = true",
+        )
+        .unwrap();
+        let c = DaemonConfig::merge(&cli(&[]), file).unwrap();
+        assert_eq!(c.guest_ids.gids.to_host(1), Ok(5001));
+        assert!(c.guest_ids.uids.is_identity());
+        assert!(c.guest_ids.strip_setid);
+        // Default: virtiofsd's (identity, set-id bits kept).
+        let c = DaemonConfig::merge(&cli(&["--shared-dir", "/a"]), FileConfig::default()).unwrap();
+        assert_eq!(c.guest_ids, GuestIds::default());
+        let e = DaemonConfig::merge(
+            &cli(&["--shared-dir", "/a", "--translate-uid", "map:0:1"]),
+            FileConfig::default(),
+        )
+        .unwrap_err();
+        assert!(matches!(
+            e,
+            LoadDaemonConfigError::TranslateIds {
+                key: "translate_uid",
+                ..
+            }
+        ));
+        let shown = std::error::Error::source(&e).unwrap().to_string();
+        assert!(shown.contains("map:0:1"), "{shown}");
     }
 }

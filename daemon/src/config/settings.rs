@@ -92,6 +92,13 @@ settings! {
         metrics_interval: String,
         /// VMs (`[[vm]]`, or every `--vm`).
         vm: Vec<VmSpec>,
+        // --- guest credentials (issue 11 item 3) ---
+        /// uid translation rules (virtiofsd's `--translate-uid` syntax).
+        translate_uid: Vec<String>,
+        /// gid translation rules.
+        translate_gid: Vec<String>,
+        /// Strip set-id bits from modes guests set.
+        strip_setid: bool,
     }
 }
 

@@ -94,6 +94,8 @@ pub struct Creation {
     pub umask: u32,
     /// `O_*` flags (CREATE; 0 for MKDIR).
     pub flags: u32,
+    /// `FUSE_OPEN_*` flags of CREATE (`abi::open_in_flags`; 0 for MKDIR).
+    pub open_flags: u32,
 }
 
 impl Creation {
@@ -194,8 +196,9 @@ pub trait FileSystem: Send + Sync {
         Err(Errno::NOSYS)
     }
 
-    /// OPEN with the guest's `O_*` flags.
-    fn open(&self, ctx: &Context, nodeid: u64, flags: u32) -> FsResult<Opened> {
+    /// OPEN with the guest's `O_*` flags and `FUSE_OPEN_*` `open_flags`
+    /// (`abi::open_in_flags`).
+    fn open(&self, ctx: &Context, nodeid: u64, flags: u32, open_flags: u32) -> FsResult<Opened> {
         Err(Errno::NOSYS)
     }
 
@@ -269,6 +272,9 @@ pub struct FileIo<'a> {
     pub offset: u64,
     /// Bytes to move.
     pub size: u32,
+    /// `fuse_write_in.write_flags` (WRITE; `abi::write_flags`) or
+    /// `fuse_read_in.read_flags` (READ).
+    pub flags: u32,
     /// Where the payload starts in the request (WRITE) or reply (READ).
     pub at: usize,
     /// Moves the payload between the message and the file.
@@ -282,6 +288,7 @@ impl std::fmt::Debug for FileIo<'_> {
             .field("fh", &self.fh)
             .field("offset", &self.offset)
             .field("size", &self.size)
+            .field("flags", &self.flags)
             .finish_non_exhaustive()
     }
 }

@@ -334,7 +334,7 @@ impl<F: FileSystem> Server<F> {
             }),
             opcode::OPEN => args.read::<OpenIn>().map_err(parse_err).and_then(|o| {
                 self.fs
-                    .open(&ctx, h.nodeid, o.flags)
+                    .open(&ctx, h.nodeid, o.flags, o.open_flags)
                     .map(|o| o.map(|o| open_bytes(&o)))
             }),
             opcode::CREATE => self.create(&ctx, &h, &mut args),
@@ -518,6 +518,7 @@ impl<F: FileSystem> Server<F> {
             mode: c.mode,
             umask: c.umask,
             flags: c.flags,
+            open_flags: c.open_flags,
         };
         let t = self.fs.create(ctx, at, how)?;
         Ok(t.map(|(entry, opened)| {
@@ -550,6 +551,7 @@ impl<F: FileSystem> Server<F> {
                 fh: r.fh,
                 offset: r.offset,
                 size,
+                flags: r.read_flags,
                 at: OUT_HEADER_LEN,
                 payload: io,
             },
@@ -579,6 +581,7 @@ impl<F: FileSystem> Server<F> {
                 fh: w.fh,
                 offset: w.offset,
                 size: w.size,
+                flags: w.write_flags,
                 at: WRITE_PAYLOAD_AT,
                 payload: io,
             },
@@ -676,6 +679,7 @@ impl<F: FileSystem> Server<F> {
             mode: m.mode,
             umask: m.umask,
             flags: 0,
+            open_flags: 0,
         };
         let e = self.fs.mkdir(ctx, at, how)?;
         Ok(e.map(|e| entry_bytes(&e)))

@@ -139,7 +139,7 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
         fn mkdir(&self, ctx: &Context, at: Named<'_>, how: Creation) -> FsResult<EntryOut>;
         fn unlink(&self, ctx: &Context, at: Named<'_>, dir: bool) -> FsResult<()>;
         fn rename(&self, ctx: &Context, from: Named<'_>, to: Named<'_>, flags: u32) -> FsResult<()>;
-        fn open(&self, ctx: &Context, nodeid: u64, flags: u32) -> FsResult<Opened>;
+        fn open(&self, ctx: &Context, nodeid: u64, flags: u32, open_flags: u32) -> FsResult<Opened>;
         fn create(&self, ctx: &Context, at: Named<'_>, how: Creation) -> FsResult<Created>;
         fn flush(&self, ctx: &Context, nodeid: u64, fh: u64) -> FsResult<()>;
         fn release(&self, ctx: &Context, nodeid: u64, fh: u64);

@@ -446,6 +446,7 @@ pub fn start_daemon_with(
             server: ServerOptions {
                 max_readahead: None,
             },
+            guest_ids: Default::default(),
         },
         Features {
             dax: dax_pool_dir.map(|d| (Some(d), WINDOW)),
