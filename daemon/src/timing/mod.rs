@@ -41,9 +41,10 @@ pub struct SyncPoolError {
 /// Keeps the pool's copies of file pages coherent with the host files (the
 /// DAX plane implements it).
 pub trait Coherence: Send + Sync {
-    /// Held across every change of a file's bytes behind the pool, so that
-    /// no plane fill reads them meanwhile.
-    fn change_guard(&self) -> MutexGuard<'_, ()>;
+    /// Held across every change of file `key`'s bytes behind the pool, so
+    /// that no plane fill reads them meanwhile (per file: other files'
+    /// changes and fills go on).
+    fn change_guard(&self, key: FileKey) -> MutexGuard<'_, ()>;
 
     /// Writes back and drops the pool's pages of file bytes
     /// `[offset, offset + len)` of `key`, and waits.
@@ -160,8 +161,11 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
         };
         // The pool must not keep bytes of the old size (nor write them back
         // over the new one), and no plane fill may read the file meanwhile.
-        let _guard = coherence.change_guard();
-        if let Ok(f) = self.inner.host_file(nodeid, None, false) {
+        let Ok(f) = self.inner.host_file(nodeid, None, false) else {
+            return self.inner.setattr(ctx, nodeid, attr);
+        };
+        let _guard = coherence.change_guard(f.key);
+        {
             let from = f.size.min(attr.size);
             let to = f
                 .size
@@ -192,7 +196,7 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
         // DAX: the pool may hold (dirty) pages of this range; no plane fill
         // may read the file until the new bytes are in it.
         let guard = self.coherence.as_ref().map(|c| {
-            let g = c.change_guard();
+            let g = c.change_guard(key);
             c.evict_file_range(key, offset, u64::from(size));
             g
         });
