@@ -112,6 +112,9 @@ pub struct DaxSession {
     disconnect: Mutex<Option<DisconnectHook>>,
     next_id: AtomicU64,
     pub(super) slots: Mutex<BTreeMap<u64, Slot>>,
+    /// Pool extents this session ever mapped writable (its guest's stores
+    /// may sit there): written back when the VM goes.
+    stored: Mutex<std::collections::BTreeSet<u64>>,
 }
 
 impl std::fmt::Debug for DaxSession {
@@ -136,6 +139,7 @@ impl DaxSession {
             disconnect: Mutex::new(None),
             next_id: AtomicU64::new(0),
             slots: Mutex::new(BTreeMap::new()),
+            stored: Mutex::new(std::collections::BTreeSet::new()),
         }
     }
 
@@ -318,6 +322,9 @@ impl DaxSession {
             slots.insert(m.moffset, Slot { writable, ..slot });
             old
         };
+        if writable {
+            lock(&self.stored).insert(extent);
+        }
         // The same range again (e.g. read-only upgraded to writable):
         // unmap, then map.
         if let Some(old) = replaced {
@@ -458,27 +465,21 @@ impl DaxSession {
         }
     }
 
-    /// Writes back the pool pages this VM's window maps (its guest's
-    /// stores) to the host files; called when the VM disconnects, before
-    /// its slots are forgotten and its files' references dropped. Never
-    /// call it from a plane thread.
+    /// Writes back the pool extents this VM ever mapped writable (its
+    /// guest's stores, including those made after an unmap was asked for)
+    /// to the host files; called when the VM disconnects, before its slots
+    /// are forgotten and its files' references dropped. Never call it from
+    /// a plane thread.
     pub fn write_back(&self) {
         let Some(plane) = self.dax.plane() else {
             return;
         };
-        for (off, len) in self.mapped_pool_ranges() {
-            if let Err(e) = plane.sync(off, len) {
-                tracing::warn!(vm = %self.metrics.name, error = %e, off, len, "cannot write back a window slot");
+        let extents = std::mem::take(&mut *lock(&self.stored));
+        for extent in extents {
+            if let Err(e) = plane.sync(extent * EXTENT_SIZE, EXTENT_SIZE) {
+                tracing::warn!(vm = %self.metrics.name, error = %e, extent, "cannot write back a window extent");
             }
         }
-    }
-
-    /// The pool ranges `(offset, len)` this VM's window maps now.
-    pub fn mapped_pool_ranges(&self) -> Vec<(u64, u64)> {
-        lock(&self.slots)
-            .values()
-            .map(|s| (s.extent * EXTENT_SIZE, s.len))
-            .collect()
     }
 
     /// The front-end dropped its maps (device reset, disconnect): forget
