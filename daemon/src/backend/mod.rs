@@ -396,14 +396,17 @@ impl FsBackend {
         // guest memory to the file directly.
         let total = bufs.readable_len();
         let mut hdr = [0u8; std::mem::size_of::<InHeader>()];
-        let is_write = bufs.copy_in(0, &mut hdr) == hdr.len()
-            && abi::Cursor::new(&hdr)
-                .read::<InHeader>()
-                .is_ok_and(|h| h.opcode == abi::opcode::WRITE);
-        let want = if is_write {
-            total.min(WRITE_PAYLOAD_AT)
+        let header = if bufs.copy_in(0, &mut hdr) == hdr.len() {
+            abi::Cursor::new(&hdr).read::<InHeader>().ok()
         } else {
-            total.min(MAX_REQUEST)
+            None
+        };
+        // Only what the header claims is read (the server looks at nothing
+        // past it): a chain padded to 1 MiB costs no 1 MiB copy.
+        let want = match header {
+            Some(h) if h.opcode == abi::opcode::WRITE => total.min(WRITE_PAYLOAD_AT),
+            Some(h) => total.min(MAX_REQUEST).min((h.len as usize).max(hdr.len())),
+            None => total.min(MAX_REQUEST),
         };
         // The worker's own buffer, grown to the largest request seen and
         // never zeroed again: `copy_in` overwrites what is used (a guest

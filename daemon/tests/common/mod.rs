@@ -329,6 +329,18 @@ impl Guest {
         head
     }
 
+    /// Writes `bytes` into guest memory at `gpa`.
+    pub fn write_mem(&self, gpa: u64, bytes: &[u8]) {
+        self.mem.write_slice(bytes, GuestAddress(gpa)).unwrap();
+    }
+
+    /// Reads `len` bytes of guest memory at `gpa`.
+    pub fn read_mem(&self, gpa: u64, len: usize) -> Vec<u8> {
+        let mut out = vec![0u8; len];
+        self.mem.read_slice(&mut out, GuestAddress(gpa)).unwrap();
+        out
+    }
+
     /// Waits for the next used element: `(id, len)`.
     pub fn wait_used(&mut self, timeout: Duration) -> Option<(u32, u32)> {
         let start = Instant::now();
