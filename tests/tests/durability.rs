@@ -1,7 +1,7 @@
 //! Durability of stores made through the DAX window (issue 11, item 7).
 //!
 //! * `sigterm_loses_no_window_store`: a TCG guest on the patched QEMU
-//!   stores a pattern into a file through its DAX window (fio's mmap
+//!   stores a pattern into 64 KiB of a file through its DAX window (fio's mmap
 //!   engine: plain stores, no msync, no FUSE WRITE or FSYNC reaches the
 //!   daemon), then the daemon gets SIGTERM while the guest still runs. After
 //!   the daemon has exited, the host file holds the pattern: the shutdown
@@ -16,6 +16,9 @@ use std::time::Duration;
 
 const MIB: usize = 1 << 20;
 const PATTERN: &[u8] = b"DAXSTORE";
+/// Pages the guest stores into (64 KiB: few enough that the host kernel
+/// leaves them dirty until the daemon writes them back).
+const STORED: usize = 16;
 
 #[test]
 fn sigterm_loses_no_window_store() {
@@ -24,8 +27,6 @@ fn sigterm_loses_no_window_store() {
     let mut d = Daemon::start(
         &["vm0"],
         &[
-            "--cache",
-            "never",
             "--dax-writeback-interval",
             "0",
             "--set",
@@ -36,7 +37,10 @@ fn sigterm_loses_no_window_store() {
     d.write_guest_script(&format!(
         r#"{GUEST_PRELUDE}
 grep ' /mnt virtiofs ' /proc/mounts | grep -q dax=always || {{ echo "not a DAX mount"; cat /proc/mounts; exit 1; }}
-run fio --name=st --filename=/mnt/win.bin --ioengine=mmap --rw=write --bs=64k --size=4M \
+# Keep the inode (and its DAX ranges) alive: REMOVEMAPPING makes QEMU
+# munmap the slot, and the host kernel writes dirty pages back on munmap.
+exec 3</mnt/win.bin
+run fio --name=st --filename=/mnt/win.bin --ioengine=mmap --rw=write --bs=4k --size=64k \
     --buffer_pattern='"DAXSTORE"' --end_fsync=0 --fsync_on_close=0
 handshake 1
 sleep 600
@@ -67,26 +71,35 @@ sleep 600
         "the guest never synced the file"
     );
     assert!(
-        metrics.count("cxlfs_dax_maps_total", &[("vm", "vm0")]) >= 2,
-        "the 4 MiB file was mapped through the window"
+        metrics.count("cxlfs_dax_maps_total", &[("vm", "vm0")]) >= 1,
+        "the file was mapped through the window"
+    );
+    eprintln!(
+        "window slots unmapped before SIGTERM: {}",
+        metrics.count("cxlfs_dax_unmaps_total", &[("vm", "vm0")])
     );
     let pages = |b: &[u8]| {
         b.chunks(4096)
             .filter(|p| p.chunks(PATTERN.len()).all(|c| c == PATTERN))
             .count()
     };
+    // The host kernel may already have written some back (FUSE's strict
+    // dirty limits); a few pages usually stay dirty until the shutdown.
     eprintln!(
-        "pages with the pattern on the host before SIGTERM: {} of {}",
-        pages(&before),
-        LEN / 4096
+        "pages with the pattern on the host before SIGTERM: {} of {STORED}",
+        pages(&before[..STORED * 4096])
     );
     let after = fs::read(share.join("win.bin")).unwrap();
     assert_eq!(after.len(), LEN, "the file keeps its size");
     assert_eq!(
-        pages(&after),
-        LEN / 4096,
+        pages(&after[..STORED * 4096]),
+        STORED,
         "every page stored through the window is in the host file after SIGTERM\n{}",
         d.diagnostics()
+    );
+    assert!(
+        after[STORED * 4096..].iter().all(|&b| b == 0),
+        "nothing else changed"
     );
     drop(vm);
 }
