@@ -3,9 +3,14 @@
 //! * `sigterm_loses_no_window_store`: a TCG guest on the patched QEMU
 //!   stores a pattern into 64 KiB of a file through its DAX window (fio's mmap
 //!   engine: plain stores, no msync, no FUSE WRITE or FSYNC reaches the
-//!   daemon), then the daemon gets SIGTERM while the guest still runs. After
+//!   daemon), then its VMM is frozen (SIGSTOP: it cannot unmap the window,
+//!   which would make the host kernel write the pages back) and the daemon
+//!   gets SIGTERM. After
 //!   the daemon has exited, the host file holds the pattern: the shutdown
-//!   wrote the pool's dirty pages back and fsynced the files. The periodic
+//!   wrote the pool's dirty pages back and fsynced the files. (Closing the
+//!   daemon's own pool fd at unmount also writes them back — FUSE's flush
+//!   runs `write_inode_now` — so the test guards the outcome; the explicit,
+//!   ordered write-back is what adds the fsync and the device-model charge.) The periodic
 //!   write-back is off (`--dax-writeback-interval 0`) so that only the
 //!   shutdown path can have written the pages.
 #![allow(clippy::unwrap_used)]
@@ -26,12 +31,7 @@ fn sigterm_loses_no_window_store() {
     const LEN: usize = 4 * MIB;
     let mut d = Daemon::start(
         &["vm0"],
-        &[
-            "--dax-writeback-interval",
-            "0",
-            "--set",
-            "nand.read_ns=1us",
-        ],
+        &["--dax-writeback-interval", "0", "--set", "nand.read_ns=1us"],
         |share| fs::write(share.join("win.bin"), vec![0u8; LEN]).unwrap(),
     );
     d.write_guest_script(&format!(
@@ -56,7 +56,15 @@ sleep 600
     }
     let metrics = d.scrape();
     let before = fs::read(share.join("win.bin")).unwrap();
+    // Freeze the VMM: a live QEMU unmaps its window when the daemon goes,
+    // and the host kernel writes dirty pages back on munmap. A frozen (or
+    // hung) one does not, so only the daemon's shutdown can save the stores.
+    let pgid = vm.process_group().expect("the guest runs") as libc::pid_t;
+    // SAFETY: a plain system call on this test's own guest process group.
+    assert_eq!(unsafe { libc::killpg(pgid, libc::SIGSTOP) }, 0);
     let status = d.stop();
+    // SAFETY: as above; lets the guest be killed normally.
+    unsafe { libc::killpg(pgid, libc::SIGCONT) };
     assert!(status.success(), "cxlfsd exit status {status}");
     let l = [("vm", "vm0"), ("opcode", "write")];
     assert_eq!(
