@@ -745,7 +745,7 @@ fn a_request_padded_to_1mib_is_read_as_far_as_its_header_says() {
     let (state, threads) = common::start_daemon(share.path(), socks.path());
     let mut a = Guest::connect(&socks.path().join("a.sock"));
     a.init();
-    let mut call = |a: &mut Guest, len: u32| {
+    let call = |a: &mut Guest, len: u32| {
         let req = a.request_bytes(opcode::GETATTR, abi::ROOT_ID, &[0u8; 16]);
         a.write_mem(AT, &req);
         let head = a.submit(&[(AT, len, false), (REPLY, 4096, true)]);
