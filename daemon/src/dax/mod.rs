@@ -27,7 +27,7 @@ use crate::device::placement::{self, Tier};
 use crate::device::{page_runs, DeviceObserver, PrefetchedPages, SharedDevice, EXTENT_SIZE, PAGE};
 use crate::ids::{FileKey, VmId};
 use crate::metrics::{PlaneFigures, PlaneSource, PlaneVmId, VmMetrics};
-use crate::timing::{Coherence, SyncPoolError};
+use crate::timing::{Coherence, FileGuard, FileLocks, SyncPoolError};
 use backend::DaemonPoolBackend;
 use residency::{PoolBackend, ResidencyPlane};
 use std::collections::{HashMap, HashSet};
@@ -52,15 +52,6 @@ pub const DEFAULT_REPLY_TIMEOUT: std::time::Duration = std::time::Duration::from
 /// written back to the host files: a daemon crash loses at most this much
 /// of them (the kernel's own flusher writes them back after ~30 s).
 pub const DEFAULT_WRITEBACK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
-/// Shards of the plane-fill guard.
-const FILL_SHARDS: usize = 64;
-
-/// The fill-guard shard of `key`.
-fn fill_shard(key: FileKey) -> usize {
-    let h = (key.ino ^ key.dev.rotate_left(32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    (h >> 58) as usize % FILL_SHARDS
-}
-
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -152,10 +143,10 @@ pub struct DaxPlane {
     prefetch_pushed: AtomicU64,
     /// Serializes pushing a file's bytes into the plane (NOTIFY_STORE)
     /// against every change of those bytes behind it: FUSE WRITE,
-    /// truncation, a VM mapping an extent writable. One lock per shard of
-    /// files, so one VM's slow WRITE holds up only what hashes with its
-    /// file. See [`Coherence::change_guard`].
-    plane_fill: Box<[Mutex<()>]>,
+    /// truncation, a VM mapping an extent writable. One lock per file, so
+    /// one VM's slow WRITE holds up nothing of other files. See
+    /// [`Coherence::change_guard`].
+    plane_fill: FileLocks,
     /// How long a back-end channel request waits for the front-end's ack.
     reply_timeout_ms: AtomicU64,
     /// Period of the `pool-writeback` thread (0: off).
@@ -243,7 +234,7 @@ impl DaxPlane {
             state,
             sessions: Mutex::new(Vec::new()),
             prefetch_pushed: AtomicU64::new(0),
-            plane_fill: (0..FILL_SHARDS).map(|_| Mutex::new(())).collect(),
+            plane_fill: FileLocks::default(),
             reply_timeout_ms: AtomicU64::new(DEFAULT_REPLY_TIMEOUT.as_millis() as u64),
             writeback_ms: AtomicU64::new(DEFAULT_WRITEBACK_INTERVAL.as_millis() as u64),
             prefetch_tx: Mutex::new(Some(fill_tx)),
@@ -690,8 +681,8 @@ impl DeviceObserver for DaxPlane {
 }
 
 impl Coherence for DaxPlane {
-    fn change_guard(&self, key: FileKey) -> MutexGuard<'_, ()> {
-        lock(&self.plane_fill[fill_shard(key)])
+    fn change_guard(&self, key: FileKey) -> FileGuard<'_> {
+        self.plane_fill.lock(key)
     }
 
     fn evict_file_range(&self, key: FileKey, offset: u64, len: u64) {
