@@ -52,6 +52,7 @@ pub const DEFAULT_REPLY_TIMEOUT: std::time::Duration = std::time::Duration::from
 /// written back to the host files: a daemon crash loses at most this much
 /// of them (the kernel's own flusher writes them back after ~30 s).
 pub const DEFAULT_WRITEBACK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -77,6 +78,9 @@ pub enum StartDaxError {
     /// The prefetch filler thread could not be started.
     #[error("cannot start the pool-prefetch thread")]
     SpawnFiller(#[source] std::io::Error),
+    /// The periodic write-back thread could not be started.
+    #[error("cannot start the pool-writeback thread")]
+    SpawnWriteback(#[source] std::io::Error),
 }
 
 /// Why dirty pool pages could not all be written back.
@@ -248,7 +252,7 @@ impl DaxPlane {
         std::thread::Builder::new()
             .name("pool-writeback".into())
             .spawn(move || run_writeback(&weak))
-            .map_err(StartDaxError::SpawnFiller)?;
+            .map_err(StartDaxError::SpawnWriteback)?;
         let observer: Arc<dyn DeviceObserver> = dax.clone();
         shared.subscribe(Arc::downgrade(&observer));
         Ok(dax)
@@ -283,10 +287,16 @@ impl DaxPlane {
         plane.sync(0, size).map_err(WriteBackError::Pool)?;
         drop(plane);
         let files: Vec<Arc<File>> = lock(&self.state.windows).files.values().cloned().collect();
+        // Every file is tried; the first failure is returned.
+        let mut result = Ok(());
         for f in files {
-            f.sync_data().map_err(WriteBackError::Fsync)?;
+            if let Err(e) = f.sync_data() {
+                if result.is_ok() {
+                    result = Err(WriteBackError::Fsync(e));
+                }
+            }
         }
-        Ok(())
+        result
     }
 
     /// Prefetched pages pushed into the plane so far.
