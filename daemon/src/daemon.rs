@@ -341,9 +341,19 @@ impl DaemonState {
         }
     }
 
-    /// Writes back every dirty page: fsync of open files, syncfs of the share,
-    /// and a flush of the device model's dirty cache pages.
+    /// Writes back every dirty page: the pool's (stores made through DAX
+    /// windows) into the host files, fsync of those and of open files,
+    /// syncfs of the share, and a flush of the device model's dirty cache
+    /// pages. Call it before [`DaemonState::stop_dax`].
     pub fn flush_all(&self) {
+        if let Some(d) = &self.dax {
+            match d.write_back_all() {
+                Ok(()) => tracing::info!("pool write-back complete"),
+                Err(e) => {
+                    tracing::error!(error = %e, "pool write-back failed: window stores may be lost")
+                }
+            }
+        }
         for (_, s) in lock(&self.sessions).iter() {
             s.fs().inner().sync_all();
         }
@@ -439,6 +449,12 @@ impl DaemonState {
                 d.plane().register_vmm(d.vm(), pid);
             }
             if let Some(h) = daemon.shutdown_handle() {
+                if let Some(d) = &dax {
+                    // A front-end that stops answering the back-end channel
+                    // loses its connection (and only it).
+                    let h = h.clone();
+                    d.set_disconnect(Box::new(move || h.shutdown()));
+                }
                 lock(&self.live).push((vm.name.clone(), h.clone()));
                 if self.shutting_down() {
                     h.shutdown();
@@ -461,6 +477,9 @@ impl DaemonState {
             lock(&self.live).retain(|(n, _)| n != &vm.name);
             if let Some(d) = &dax {
                 d.plane().unregister_vmm(d.vm());
+                // Stores made through the window live in pool pages: write
+                // them back while the files still own their extents.
+                d.write_back();
                 // The front-end drops its maps when the back-end goes.
                 d.forget_all();
             }

@@ -93,6 +93,10 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
         },
         features,
     )?;
+    if let Some(d) = state.dax() {
+        d.set_writeback_interval(cfg.dax.writeback_interval);
+        d.set_reply_timeout(cfg.dax.reply_timeout);
+    }
     if let Some(addr) = cfg.metrics_addr {
         let bound = metrics::serve(addr, cfg.metrics_allow_remote, state.metrics.clone())?;
         tracing::info!(addr = %bound, "metrics endpoint up");

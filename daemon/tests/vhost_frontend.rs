@@ -10,6 +10,10 @@
 //! serves SHMEM_MAP / SHMEM_UNMAP by really mmapping the pool file into a
 //! window it owns, and reads the file through it (misses trap into the
 //! daemon through the residency plane's FUSE mount).
+//!
+//! Isolation (issue 11): a front-end that never answers the back-end
+//! channel stalls only its own VM, and loses its connection after the
+//! reply timeout.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -18,6 +22,7 @@ use common::{start_daemon, DaxDaemon, Guest, MEM_SIZE, NAND_READ_NS, REP, WINDOW
 use cxlfsd::abi::{self, opcode};
 use std::time::{Duration, Instant};
 use vhost::vhost_user::VhostUserFrontend;
+use vhost::VhostBackend;
 
 #[test]
 fn frontend_drives_two_vms_and_survives_bad_input() {
@@ -598,4 +603,170 @@ fn prefetched_pages_are_pushed_into_the_plane_unless_mapped_writable() {
     );
     drop(g);
     daemon.shutdown();
+}
+
+/// A writable SETUPMAPPING whose VMM never acknowledges the SHMEM_MAP:
+/// while it waits, another VM's READs, FUSE WRITEs to the same file (which
+/// take that file's fill guard), DAX maps and window reads all complete
+/// promptly; after the reply timeout the request fails with EIO, the stuck
+/// VM's connection is dropped (and counted), and the VM can connect again.
+#[test]
+fn unanswered_setupmapping_stalls_only_its_own_vm() {
+    use std::sync::atomic::Ordering::Relaxed;
+    const TIMEOUT: Duration = Duration::from_secs(2);
+    // What the other VM's requests may take while the first is stuck
+    // (milliseconds normally; the old code blocked them until the ack).
+    const BOUND: Duration = Duration::from_millis(500);
+    let share = tempfile::tempdir().unwrap();
+    let content: Vec<u8> = (0..(4u32 << 20)).map(|i| (i * 7 % 249) as u8).collect();
+    std::fs::write(share.path().join("f.bin"), &content).unwrap();
+    let extra = ["cache.size_bytes=64MiB", "nand.read_ns=20us"];
+    let Some(mut daemon) = DaxDaemon::start(share.path(), &["stuck", "ok"], &extra, |st| {
+        st.dax().unwrap().set_reply_timeout(TIMEOUT);
+    }) else {
+        return;
+    };
+    let state = daemon.state.clone();
+    let (mut s, channel) = daemon.connect_unanswered("stuck");
+    s.init();
+    let ns = s.lookup("f.bin");
+    let fs = s.open(ns);
+    let (window, mut g) = daemon.connect("ok");
+    g.init();
+    let ng = g.lookup("f.bin");
+    let mut o = (libc::O_RDWR as u32).to_le_bytes().to_vec();
+    o.extend_from_slice(&[0u8; 4]);
+    let (h, out, _) = g.call(opcode::OPEN, ng, &o);
+    assert_eq!(h.error, 0);
+    let fg = u64::from_le_bytes(out[0..8].try_into().unwrap());
+
+    let t0 = Instant::now();
+    let stuck = std::thread::spawn(move || {
+        let e = setupmapping(&mut s, fs, 0, MIB2, 3, 0);
+        (e, t0.elapsed(), s)
+    });
+    // Let the SHMEM_MAP go out.
+    std::thread::sleep(Duration::from_millis(200));
+
+    let mut worst = Duration::ZERO;
+    let mut ops = 0u64;
+    let timed = |worst: &mut Duration, f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        f();
+        *worst = (*worst).max(t.elapsed());
+    };
+    // A DAX map of the other VM, writable, of the same file's chunk 1.
+    timed(&mut worst, &mut || {
+        assert_eq!(setupmapping(&mut g, fg, MIB2, MIB2, 3, 0), 0);
+    });
+    timed(&mut worst, &mut || {
+        assert_eq!(window.read(0, 8192), &content[MIB2 as usize..][..8192]);
+    });
+    while t0.elapsed() + Duration::from_millis(300) < TIMEOUT {
+        let off = (ops % 256) * 4096;
+        timed(&mut worst, &mut || {
+            let (data, _) = g.read(ng, fg, off, 4096);
+            assert_eq!(data, &content[off as usize..][..4096]);
+        });
+        // A FUSE WRITE of the bytes already there (the file stays as it is).
+        timed(&mut worst, &mut || {
+            let mut w = Vec::new();
+            w.extend_from_slice(&fg.to_le_bytes());
+            w.extend_from_slice(&off.to_le_bytes());
+            w.extend_from_slice(&8u32.to_le_bytes());
+            w.extend_from_slice(&[0u8; 20]);
+            w.extend_from_slice(&content[off as usize..][..8]);
+            assert_eq!(g.call(opcode::WRITE, ng, &w).0.error, 0);
+        });
+        ops += 1;
+    }
+    assert!(
+        !stuck.is_finished(),
+        "the unanswered SETUPMAPPING must still be waiting while the other VM works"
+    );
+    assert!(ops >= 5, "only {ops} rounds in {:?}", t0.elapsed());
+    assert!(
+        worst < BOUND,
+        "the other VM waited {worst:?} on a request while one VMM did not answer"
+    );
+
+    let (err, took, s) = stuck.join().unwrap();
+    assert_eq!(err, -libc::EIO, "an unanswered SHMEM_MAP fails the request");
+    assert!(
+        took >= TIMEOUT && took < TIMEOUT + Duration::from_secs(5),
+        "failed after {took:?} (timeout {TIMEOUT:?})"
+    );
+    let vs = state.metrics.vm("stuck");
+    assert_eq!(vs.backend_timeouts.load(Relaxed), 1);
+    assert_eq!(vs.dax_maps.load(Relaxed), 0);
+    // Its connection is dropped: the vhost-user socket stops answering.
+    let t1 = Instant::now();
+    while s.frontend.get_features().is_ok() {
+        assert!(
+            t1.elapsed() < Duration::from_secs(5),
+            "the stuck VM's connection is still up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let text = state.metrics.render();
+    assert!(
+        text.contains("cxlfs_backend_channel_timeouts_total{vm=\"stuck\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("cxlfs_backend_channel_timeouts_total{vm=\"ok\"} 0"),
+        "{text}"
+    );
+    // The other VM goes on, and the stuck one's VMM can come back.
+    assert_eq!(g.read(ng, fg, 0, 100).0, &content[..100]);
+    drop(s);
+    drop(channel);
+    let (w2, mut s2) = daemon.connect("stuck");
+    s2.init();
+    let n2 = s2.lookup("f.bin");
+    let f2 = s2.open(n2);
+    assert_eq!(setupmapping(&mut s2, f2, 0, MIB2, 2, 0), 0);
+    assert_eq!(w2.read(4096, 4096), &content[4096..8192]);
+    drop(s2);
+    drop(g);
+    daemon.shutdown();
+}
+
+/// A guest may pad any request's readable part to 1 MiB: the back-end reads
+/// only what the header claims (it used to allocate, zero and copy the whole
+/// 1 MiB for every such request). Prints the time per padded request.
+#[test]
+fn a_request_padded_to_1mib_is_read_as_far_as_its_header_says() {
+    const PAD: u32 = 1 << 20;
+    const AT: u64 = 0x10_0000;
+    const REPLY: u64 = 0x30_0000;
+    let share = tempfile::tempdir().unwrap();
+    let socks = tempfile::tempdir().unwrap();
+    let (state, threads) = common::start_daemon(share.path(), socks.path());
+    let mut a = Guest::connect(&socks.path().join("a.sock"));
+    a.init();
+    let call = |a: &mut Guest, len: u32| {
+        let req = a.request_bytes(opcode::GETATTR, abi::ROOT_ID, &[0u8; 16]);
+        a.write_mem(AT, &req);
+        let head = a.submit(&[(AT, len, false), (REPLY, 4096, true)]);
+        let (id, n) = a.wait_used(Duration::from_secs(10)).expect("no reply");
+        assert_eq!(id, u32::from(head));
+        let out = a.read_mem(REPLY, n as usize);
+        abi::OutHeader::parse(&mut abi::Cursor::new(&out)).unwrap()
+    };
+    for (len, name) in [(56, "unpadded"), (PAD, "padded to 1 MiB"), (56, "unpadded")] {
+        let n = 500;
+        let t = Instant::now();
+        for _ in 0..n {
+            let h = call(&mut a, len);
+            assert_eq!(h.error, 0, "GETATTR {name}");
+            assert_eq!(h.len as usize, abi::OUT_HEADER_LEN + 104, "{name}");
+        }
+        eprintln!("GETATTR {name}: {:?} per request", t.elapsed() / n);
+    }
+    drop(a);
+    state.request_shutdown();
+    for t in threads {
+        t.join().unwrap();
+    }
 }

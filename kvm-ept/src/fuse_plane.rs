@@ -8,8 +8,10 @@
 //! into every VM that touches it from then on, with no further trap.
 //!
 //! Threads:
-//! * request threads ([`PlaneOptions::readers`]) read `/dev/fuse`, answer
-//!   each request, and spin for replies due within
+//! * request threads ([`PlaneOptions::readers`], and in
+//!   [`ReaderMode::Block`] one more than the VMs registered, so that one
+//!   VM's misses stuck in slow host reads leave a thread for the others)
+//!   read `/dev/fuse`, answer each request, and spin for replies due within
 //!   [`pace::INLINE_SPIN_NS`]; replies due later go to
 //! * the pacer, a deadline heap that sleeps, spins the last
 //!   [`pace::SPIN_NS`], then writes the reply;
@@ -84,10 +86,15 @@ pub enum ReaderMode {
     Spin,
 }
 
+/// Most request threads a plane grows to as VMs register.
+pub const MAX_READERS: usize = 64;
+
 /// How a plane is set up.
 #[derive(Debug, Clone, Copy)]
 pub struct PlaneOptions {
-    /// Request threads (at least 1).
+    /// Request threads at the start (at least 1). In [`ReaderMode::Block`]
+    /// the plane adds one per VM registered beyond that (up to
+    /// [`MAX_READERS`]): a reader does the host read of its miss itself.
     pub readers: usize,
     /// How they wait.
     pub mode: ReaderMode,
@@ -547,9 +554,40 @@ fn write_reply(dev: &File, reply: &[u8]) {
 }
 
 struct Threads {
-    readers: Vec<JoinHandle<()>>,
+    readers: std::sync::Mutex<Vec<JoinHandle<()>>>,
     pacer: Option<JoinHandle<()>>,
     notifier: Option<JoinHandle<()>>,
+}
+
+/// What it takes to start one more request thread (gone at shutdown).
+struct ReaderSpawner {
+    server: Arc<Server>,
+    dev: Arc<File>,
+    pacer: Sender<Held>,
+    mode: ReaderMode,
+    /// Threads to keep at least.
+    base: usize,
+    /// VMs ever registered.
+    vms: std::collections::HashSet<VmId>,
+}
+
+impl ReaderSpawner {
+    fn spawn(&self, i: usize) -> Result<JoinHandle<()>, MountPlaneError> {
+        let (s, d, tx) = (self.server.clone(), self.dev.clone(), self.pacer.clone());
+        let mode = self.mode;
+        self.server.alive.fetch_add(1, Ordering::AcqRel);
+        thread::Builder::new()
+            .name(format!("pool-req{i}"))
+            .spawn(move || reader(&s, &d, tx, mode))
+            .map_err(|e| {
+                self.server.alive.fetch_sub(1, Ordering::AcqRel);
+                MountPlaneError::Spawn(e)
+            })
+    }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The mount and its threads; dropping it unmounts and joins them.
@@ -562,6 +600,7 @@ struct Mounted {
     mode: ReaderMode,
     notify_tx: Option<Sender<Notice>>,
     threads: Threads,
+    spawner: std::sync::Mutex<Option<ReaderSpawner>>,
     /// The mount's root (`O_PATH`): reaches the connection after a lazy
     /// unmount, to wake request threads at shutdown.
     root: Option<File>,
@@ -658,10 +697,11 @@ impl FusePoolPlane {
             mode: options.mode,
             notify_tx: None,
             threads: Threads {
-                readers: Vec::new(),
+                readers: std::sync::Mutex::new(Vec::new()),
                 pacer: None,
                 notifier: None,
             },
+            spawner: std::sync::Mutex::new(None),
             root: None,
             mounted: true,
             _exit_guard: None,
@@ -689,22 +729,19 @@ impl FusePoolPlane {
                 Box::new(move || notifier(&s, &d, notify_rx)),
             )?);
         }
-        for i in 0..options.readers.max(1) {
-            let (s, d, tx) = (server.clone(), dev.clone(), pace_tx.clone());
-            let mode = options.mode;
-            server.alive.fetch_add(1, Ordering::AcqRel);
-            match spawn(
-                format!("pool-req{i}"),
-                Box::new(move || reader(&s, &d, tx, mode)),
-            ) {
-                Ok(h) => m.threads.readers.push(h),
-                Err(e) => {
-                    server.alive.fetch_sub(1, Ordering::AcqRel);
-                    return Err(e);
-                }
-            }
+        let spawner = ReaderSpawner {
+            server: server.clone(),
+            dev: dev.clone(),
+            pacer: pace_tx,
+            mode: options.mode,
+            base: options.readers.max(1),
+            vms: std::collections::HashSet::new(),
+        };
+        for i in 0..spawner.base {
+            let h = spawner.spawn(i)?;
+            lock(&m.threads.readers).push(h);
         }
-        drop(pace_tx);
+        *lock(&m.spawner) = Some(spawner);
         m.root = Some(
             OpenOptions::new()
                 .read(true)
@@ -754,6 +791,34 @@ impl FusePoolPlane {
     /// The mountpoint.
     pub fn mountpoint(&self) -> &Path {
         &self.m.mountpoint
+    }
+
+    /// Request threads started so far.
+    pub fn readers(&self) -> usize {
+        lock(&self.m.threads.readers).len()
+    }
+
+    /// A VM registered: in [`ReaderMode::Block`], keeps one request thread
+    /// more than the VMs seen (each reader does its miss's host read
+    /// itself, blocking; spinning readers each burn a core and do not grow).
+    fn grow_readers(&self, vm: VmId) {
+        let mut g = lock(&self.m.spawner);
+        let Some(sp) = g.as_mut() else { return };
+        sp.vms.insert(vm);
+        if sp.mode != ReaderMode::Block {
+            return;
+        }
+        let want = sp.base.max(sp.vms.len() + 1).min(MAX_READERS);
+        let mut readers = lock(&self.m.threads.readers);
+        while readers.len() < want {
+            match sp.spawn(readers.len()) {
+                Ok(h) => readers.push(h),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot start another pool request thread");
+                    return;
+                }
+            }
+        }
     }
 
     /// The live counters.
@@ -839,6 +904,7 @@ impl ResidencyPlane for FusePoolPlane {
 
     fn register_vmm(&self, vm: VmId, pid: u32) {
         self.m.server.vms.register(vm, pid);
+        self.grow_readers(vm);
     }
 
     fn unregister_vmm(&self, vm: VmId) {
@@ -995,6 +1061,8 @@ impl Mounted {
 
 impl Drop for Mounted {
     fn drop(&mut self) {
+        // 0. No new request threads; the pacer ends once the readers have.
+        lock(&self.spawner).take();
         // 1. No more notifications; let queued ones finish (they may wait
         //    for write-backs the request threads answer).
         self.notify_tx = None;
@@ -1032,7 +1100,7 @@ impl Drop for Mounted {
             }
         }
         self.root = None;
-        let readers = std::mem::take(&mut self.threads.readers);
+        let readers = std::mem::take(&mut *lock(&self.threads.readers));
         if self.server.alive.load(Ordering::Acquire) > 0 {
             // Could not reach them (connection already gone?): they end on
             // ENODEV; don't block on them.

@@ -367,3 +367,111 @@ fn drop_unmounts_and_stops() {
     assert!(!mounts.contains(mountpoint.to_str().unwrap()));
     assert!(std::fs::read_dir(&mountpoint).unwrap().next().is_none());
 }
+
+/// Host reads that block until the test opens the gate (a slow host file
+/// behind some VM's misses): misses of pages below `GATED` wait for it.
+struct GatedBackend {
+    start: Instant,
+    open: Mutex<bool>,
+    cv: std::sync::Condvar,
+}
+
+const GATED: u64 = 2 * PAGE_SIZE;
+
+impl PoolBackend for GatedBackend {
+    fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+    fn on_miss(&self, m: &Miss, dst: &mut [u8]) -> Result<MissReply, ServeMissError> {
+        if m.pool_offset < GATED {
+            let mut open = self.open.lock().unwrap();
+            while !*open {
+                open = self.cv.wait(open).unwrap();
+            }
+        }
+        dst.fill(0x5a);
+        Ok(MissReply {
+            data: MissData::InPlace { len: dst.len() },
+            completes_at_ns: m.arrival_ns,
+        })
+    }
+    fn on_writeback(&self, _: u64, _: &[u8], _: u32, t: u64) -> Result<u64, WritebackError> {
+        Ok(t)
+    }
+}
+
+/// Request threads grow with the VMs registered (one more than the VMs):
+/// with two VMs, two misses stuck in slow host reads still leave a thread
+/// for a third miss (with the two fixed threads of before, it waited until
+/// the slow reads were done).
+#[test]
+fn request_threads_grow_with_vms_so_slow_host_reads_hold_no_other_miss() {
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        skip_or_fail(&format!("cannot open /dev/fuse ({e})"));
+        return;
+    }
+    let b = Arc::new(GatedBackend {
+        start: Instant::now(),
+        open: Mutex::new(false),
+        cv: std::sync::Condvar::new(),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let opts = PlaneOptions {
+        readers: 2,
+        ..PlaneOptions::default()
+    };
+    let p = match FusePoolPlane::mount(dir.path(), POOL, b.clone(), opts) {
+        Ok(p) => p,
+        Err(residency::MountPlaneError::Mount { source, .. })
+            if source.raw_os_error() == Some(libc::EPERM) =>
+        {
+            skip_or_fail(&format!("mounting FUSE is not permitted here ({source})"));
+            return;
+        }
+        Err(e) => panic!("mount: {e:?}"),
+    };
+    assert_eq!(p.readers(), 2);
+    p.register_vmm(0, 1_000_001);
+    p.register_vmm(1, 1_000_002);
+    p.register_vmm(1, 1_000_003); // the same VM again: no new thread
+    assert_eq!(p.readers(), 3, "one more than the VMs");
+    // Two misses stuck in slow host reads (pages 0 and 1), each on a thread
+    // of its own, as two vCPUs of one VM would be.
+    let target = p.map_target().clone();
+    let stuck: Vec<_> = (0..2u64)
+        .map(|i| {
+            let t = target.clone();
+            std::thread::spawn(move || Mapping::new(&t).read(i * PAGE_SIZE))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        stuck.iter().all(|h| !h.is_finished()),
+        "the gate holds them"
+    );
+    // Another miss is answered meanwhile.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = target.clone();
+    std::thread::spawn(move || {
+        let v = Mapping::new(&t).read(5 * PAGE_SIZE);
+        let _ = tx.send(v);
+    });
+    let got = rx.recv_timeout(Duration::from_secs(3));
+    // Open the gate whatever happened, so that nothing hangs.
+    *b.open.lock().unwrap() = true;
+    b.cv.notify_all();
+    assert_eq!(
+        got,
+        Ok(0x5a),
+        "a miss waited behind two others' slow host reads"
+    );
+    for h in stuck {
+        assert_eq!(h.join().unwrap(), 0x5a);
+    }
+    drop(p);
+    drop(dir);
+}

@@ -527,6 +527,12 @@ impl Vm {
         &self.name
     }
 
+    /// The process group of the guest's runner, QEMU included (`None` once
+    /// collected): for tests that freeze or signal the VMM.
+    pub fn process_group(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Whether the guest is still running.
     pub fn running(&mut self) -> bool {
         self.child

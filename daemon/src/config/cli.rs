@@ -71,6 +71,15 @@ pub struct Cli {
     /// Where to mount the pool (default: /run/cxlfsd/pool-PID).
     #[arg(long, value_name = "DIR")]
     pub pool_dir: Option<PathBuf>,
+    /// Write the pool's dirty pages (guest stores through DAX windows) back
+    /// to the host files this often (default 5s; 0: off). A daemon crash
+    /// loses at most this much of them.
+    #[arg(long, value_name = "DURATION")]
+    pub dax_writeback_interval: Option<String>,
+    /// How long a SHMEM_MAP / SHMEM_UNMAP waits for the VMM's reply-ack
+    /// before that VM's connection is dropped (default 10s).
+    #[arg(long, value_name = "DURATION")]
+    pub dax_reply_timeout: Option<String>,
     /// Serve cache-control commands (JSON lines) on this Unix socket.
     #[arg(long, value_name = "PATH")]
     pub control_socket: Option<PathBuf>,
@@ -158,6 +167,8 @@ impl TryFrom<&Cli> for Settings {
             dax: cli.dax,
             dax_window: cli.dax_window.clone(),
             pool_dir: cli.pool_dir.clone(),
+            dax_writeback_interval: cli.dax_writeback_interval.clone(),
+            dax_reply_timeout: cli.dax_reply_timeout.clone(),
             control_socket: cli.control_socket.clone(),
             control_socket_mode: cli.control_socket_mode.clone(),
             pin_quota_bytes: cli.pin_quota_bytes.clone(),

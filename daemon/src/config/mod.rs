@@ -15,7 +15,8 @@
 //! # preset = "cylon"
 //! # cache.size_bytes = "64MiB"
 //!
-//! dax = "off"                   # DAX window (default on); dax_window, pool_dir
+//! dax = "off"                   # DAX window (default on); dax_window, pool_dir,
+//!                               # dax_writeback_interval = "5s", dax_reply_timeout = "10s"
 //! control_socket = "/run/cxlfsd/control.sock"  # cache control (docs/control-api.md)
 //! # control_socket_mode = "0600", pin_quota_bytes = "16MiB", guest_device_control = false
 //! cxl_ratio = 50                # % of file pages on the CXL-SSD (default 100)
@@ -80,6 +81,10 @@ pub struct DaxOptions {
     pub window: u64,
     /// Pool mountpoint (`None`: under /run/cxlfsd).
     pub pool_dir: Option<PathBuf>,
+    /// Period of the pool's background write-back (zero: off).
+    pub writeback_interval: std::time::Duration,
+    /// How long a back-end channel request waits for the VMM's ack.
+    pub reply_timeout: std::time::Duration,
 }
 
 /// One VM in `daemon.toml`.
@@ -299,12 +304,35 @@ fn dax_options(s: &Settings) -> Result<DaxOptions, LoadDaemonConfigError> {
             "dax_window must be a positive multiple of 2 MiB, got {window}"
         )));
     }
+    let duration = |name: &str, t: &Option<String>, default: std::time::Duration| {
+        let Some(t) = t else { return Ok(default) };
+        cxlfs_device_model::units::parse_duration_ns(t)
+            .map(std::time::Duration::from_nanos)
+            .map_err(|e| LoadDaemonConfigError::Invalid(format!("{name} `{t}`: {e}")))
+    };
+    let writeback_interval = duration(
+        "dax_writeback_interval",
+        &s.dax_writeback_interval,
+        crate::dax::DEFAULT_WRITEBACK_INTERVAL,
+    )?;
+    let reply_timeout = duration(
+        "dax_reply_timeout",
+        &s.dax_reply_timeout,
+        crate::dax::DEFAULT_REPLY_TIMEOUT,
+    )?;
+    if reply_timeout < std::time::Duration::from_millis(1) {
+        return Err(LoadDaemonConfigError::Invalid(
+            "dax_reply_timeout must be at least 1ms".into(),
+        ));
+    }
     Ok(DaxOptions {
         // On unless turned off; an abnormal exit cannot wedge the
         // process (kvm-ept's exit guard), and without FUSE it falls back.
         enabled: s.dax.unwrap_or(OnOff::On) == OnOff::On,
         window,
         pool_dir: s.pool_dir.clone(),
+        writeback_interval,
+        reply_timeout,
     })
 }
 
@@ -642,7 +670,7 @@ mod tests {
             let flag = flag.replace('_', "-");
             assert!(longs.contains(&flag.as_str()), "no --{flag} for `{key}`");
         }
-        assert_eq!(Settings::KEYS.len(), 25);
+        assert_eq!(Settings::KEYS.len(), 27);
         // ... and `sets` is not a file key.
         assert!(toml::from_str::<FileConfig>("sets = [\"a=1\"]").is_err());
     }

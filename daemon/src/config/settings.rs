@@ -76,6 +76,10 @@ settings! {
         dax_window: String,
         /// Pool mountpoint.
         pool_dir: PathBuf,
+        /// Period of the pool's background write-back ("0": off).
+        dax_writeback_interval: String,
+        /// How long a SHMEM_MAP / SHMEM_UNMAP waits for the VMM's ack.
+        dax_reply_timeout: String,
         /// Control socket path.
         control_socket: PathBuf,
         /// Control socket permissions, octal text (e.g. "0660").

@@ -27,7 +27,7 @@ use crate::device::placement::{self, Tier};
 use crate::device::{page_runs, DeviceObserver, PrefetchedPages, SharedDevice, EXTENT_SIZE, PAGE};
 use crate::ids::{FileKey, VmId};
 use crate::metrics::{PlaneFigures, PlaneSource, PlaneVmId, VmMetrics};
-use crate::timing::{Coherence, SyncPoolError};
+use crate::timing::{Coherence, FileGuard, FileLocks, SyncPoolError};
 use backend::DaemonPoolBackend;
 use residency::{PoolBackend, ResidencyPlane};
 use std::collections::{HashMap, HashSet};
@@ -44,6 +44,14 @@ pub const MAP_ALIGNMENT_SHIFT: u16 = 21;
 pub const SLOT_SIZE: u64 = EXTENT_SIZE;
 /// Default size of the window reported by `GET_SHMEM_CONFIG`.
 pub const DEFAULT_WINDOW_BYTES: u64 = 1 << 30;
+/// How long a back-end channel request (SHMEM_MAP / SHMEM_UNMAP) waits for
+/// the front-end's reply-ack before the connection is dropped. QEMU maps a
+/// slot in well under a millisecond; this is for front-ends that hang.
+pub const DEFAULT_REPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How often dirty pool pages (guest stores through DAX windows) are
+/// written back to the host files: a daemon crash loses at most this much
+/// of them (the kernel's own flusher writes them back after ~30 s).
+pub const DEFAULT_WRITEBACK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -70,6 +78,48 @@ pub enum StartDaxError {
     /// The prefetch filler thread could not be started.
     #[error("cannot start the pool-prefetch thread")]
     SpawnFiller(#[source] std::io::Error),
+    /// The periodic write-back thread could not be started.
+    #[error("cannot start the pool-writeback thread")]
+    SpawnWriteback(#[source] std::io::Error),
+}
+
+/// Why dirty pool pages could not all be written back.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteBackError {
+    /// The plane refused or failed the write-back.
+    #[error("cannot write back the pool's dirty pages")]
+    Pool(#[source] residency::SendNotifyError),
+    /// A host file could not be fsynced.
+    #[error("cannot fsync a host file behind the pool")]
+    Fsync(#[source] std::io::Error),
+}
+
+/// The `pool-writeback` thread: every [`DaxPlane::set_writeback_interval`]
+/// writes back the pool's dirty pages, so a daemon crash (whose exit guard
+/// aborts the pool's connection, dropping dirty pages) loses at most that
+/// much of the guests' window stores. Ends with the plane.
+fn run_writeback(dax: &std::sync::Weak<DaxPlane>) {
+    let tick = std::time::Duration::from_millis(100);
+    let mut since = std::time::Duration::ZERO;
+    loop {
+        std::thread::sleep(tick);
+        since += tick;
+        let Some(d) = dax.upgrade() else { return };
+        if d.plane().is_none() {
+            return;
+        }
+        let every = d.writeback_ms.load(Ordering::Relaxed);
+        if every == 0 || since.as_millis() < u128::from(every) {
+            continue;
+        }
+        since = std::time::Duration::ZERO;
+        if let Some(plane) = d.plane() {
+            let size = plane.map_target().size;
+            if let Err(e) = plane.sync(0, size) {
+                tracing::warn!(error = %e, "periodic write-back of the pool failed");
+            }
+        }
+    }
 }
 
 /// The per-VM counters the plane's traps are charged to, indexed by [`VmId`].
@@ -95,10 +145,16 @@ pub struct DaxPlane {
     sessions: Mutex<Vec<std::sync::Weak<DaxSession>>>,
     /// Prefetched pages pushed into the plane (no trap when first touched).
     prefetch_pushed: AtomicU64,
-    /// Serializes pushing file bytes into the plane (NOTIFY_STORE) against
-    /// every change of those bytes behind it: FUSE WRITE, truncation, a VM
-    /// mapping an extent writable. See [`Coherence::change_guard`].
-    plane_fill: Mutex<()>,
+    /// Serializes pushing a file's bytes into the plane (NOTIFY_STORE)
+    /// against every change of those bytes behind it: FUSE WRITE,
+    /// truncation, a VM mapping an extent writable. One lock per file, so
+    /// one VM's slow WRITE holds up nothing of other files. See
+    /// [`Coherence::change_guard`].
+    plane_fill: FileLocks,
+    /// How long a back-end channel request waits for the front-end's ack.
+    reply_timeout_ms: AtomicU64,
+    /// Period of the `pool-writeback` thread (0: off).
+    writeback_ms: AtomicU64,
     /// Where prefetched pages go to be pushed into the plane.
     prefetch_tx: Mutex<Option<Sender<PrefetchedPages>>>,
 }
@@ -182,7 +238,9 @@ impl DaxPlane {
             state,
             sessions: Mutex::new(Vec::new()),
             prefetch_pushed: AtomicU64::new(0),
-            plane_fill: Mutex::new(()),
+            plane_fill: FileLocks::default(),
+            reply_timeout_ms: AtomicU64::new(DEFAULT_REPLY_TIMEOUT.as_millis() as u64),
+            writeback_ms: AtomicU64::new(DEFAULT_WRITEBACK_INTERVAL.as_millis() as u64),
             prefetch_tx: Mutex::new(Some(fill_tx)),
         });
         let weak = Arc::downgrade(&dax);
@@ -190,9 +248,55 @@ impl DaxPlane {
             .name("pool-prefetch".into())
             .spawn(move || filler::run(&weak, &fill_rx))
             .map_err(StartDaxError::SpawnFiller)?;
+        let weak = Arc::downgrade(&dax);
+        std::thread::Builder::new()
+            .name("pool-writeback".into())
+            .spawn(move || run_writeback(&weak))
+            .map_err(StartDaxError::SpawnWriteback)?;
         let observer: Arc<dyn DeviceObserver> = dax.clone();
         shared.subscribe(Arc::downgrade(&observer));
         Ok(dax)
+    }
+
+    /// How long a back-end channel request waits for the front-end's ack.
+    pub fn reply_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.reply_timeout_ms.load(Ordering::Relaxed))
+    }
+
+    /// Sets [`DaxPlane::reply_timeout`] (at least 1 ms).
+    pub fn set_reply_timeout(&self, t: std::time::Duration) {
+        let ms = u64::try_from(t.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.reply_timeout_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Sets the period of the background write-back of dirty pool pages
+    /// (`Duration::ZERO`: off; see [`DEFAULT_WRITEBACK_INTERVAL`]).
+    pub fn set_writeback_interval(&self, t: std::time::Duration) {
+        let ms = u64::try_from(t.as_millis()).unwrap_or(u64::MAX);
+        self.writeback_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Writes every dirty pool page back to its host file (stores guests
+    /// made through their windows), then fsyncs the host files behind
+    /// window-mapped extents. Never call it from a plane thread.
+    pub fn write_back_all(&self) -> Result<(), WriteBackError> {
+        let Some(plane) = self.plane() else {
+            return Ok(());
+        };
+        let size = plane.map_target().size;
+        plane.sync(0, size).map_err(WriteBackError::Pool)?;
+        drop(plane);
+        let files: Vec<Arc<File>> = lock(&self.state.windows).files.values().cloned().collect();
+        // Every file is tried; the first failure is returned.
+        let mut result = Ok(());
+        for f in files {
+            if let Err(e) = f.sync_data() {
+                if result.is_ok() {
+                    result = Err(WriteBackError::Fsync(e));
+                }
+            }
+        }
+        result
     }
 
     /// Prefetched pages pushed into the plane so far.
@@ -229,11 +333,18 @@ impl DaxPlane {
         if count == 0 || (first_page + count - 1) * page / EXTENT_SIZE != extent {
             return 0;
         }
-        let _guard = self.change_guard();
+        let Some(owner) = self.shared.pool().owner_of(extent) else {
+            return 0;
+        };
+        let _guard = self.change_guard(owner.key);
         if self.mapped_writable(extent) {
             return 0;
         }
         let pool_off = first_page * page;
+        // Under the guard: the extent must still be that file's.
+        if self.shared.pool().owner_of(extent).map(|o| o.key) != Some(owner.key) {
+            return 0;
+        }
         let Some((file, file_off)) = self.state.file_at(&self.shared, pool_off) else {
             return 0;
         };
@@ -580,8 +691,8 @@ impl DeviceObserver for DaxPlane {
 }
 
 impl Coherence for DaxPlane {
-    fn change_guard(&self) -> MutexGuard<'_, ()> {
-        lock(&self.plane_fill)
+    fn change_guard(&self, key: FileKey) -> FileGuard<'_> {
+        self.plane_fill.lock(key)
     }
 
     fn evict_file_range(&self, key: FileKey, offset: u64, len: u64) {

@@ -4,6 +4,12 @@
 //! extent holding the file range; REMOVEMAPPING → `SHMEM_UNMAP`. Maps never
 //! overlap; a read-only slot upgraded to writable is unmapped, then mapped
 //! again.
+//!
+//! The back-end channel is driven by a thread of its own (`dax-chan-VM`):
+//! a request thread hands it a message and waits for the front-end's
+//! reply-ack at most [`DaxPlane::reply_timeout`], holding no lock. A
+//! front-end that does not answer in time gets its connection dropped
+//! (only its VM stalls, and only until then); the daemon serves the others.
 
 use super::{lock, DaxPlane, MAP_ALIGNMENT_SHIFT, SLOT_SIZE};
 use crate::abi::{setupmapping_flags, RemoveMappingOne, SetupMappingIn};
@@ -15,12 +21,28 @@ use crate::server::{DaxMapper, FileSystem};
 use crate::timing::Coherence;
 use rustix::io::Errno;
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
+use std::fs::File;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use vhost::vhost_user::message::{VhostUserMMap, VhostUserMMapFlags};
 use vhost::vhost_user::{Backend, VhostUserFrontendReqHandler};
 
-/// One live window slot.
+/// Where a slot stands with the front-end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotState {
+    /// SHMEM_MAP sent, not acknowledged yet.
+    Mapping,
+    /// Mapped.
+    Live,
+    /// SHMEM_UNMAP sent, not acknowledged yet (the guest may still store).
+    Unmapping,
+}
+
+/// One window slot. It is in the table from before its SHMEM_MAP is sent
+/// until its SHMEM_UNMAP is acknowledged, so that a writable one keeps
+/// plane fills off its extent the whole time the guest could store there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Slot {
     key: FileKey,
@@ -28,15 +50,71 @@ pub(super) struct Slot {
     pub(super) len: u64,
     pub(super) writable: bool,
     pub(super) extent: u64,
+    state: SlotState,
+    /// Tells a slot from a later one at the same offset.
+    id: u64,
 }
+
+/// Why a message on the back-end channel failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendChannelError {
+    /// The front-end never handed over a back-end channel.
+    #[error("the front-end offered no back-end channel")]
+    NotOffered,
+    /// The channel was given up (an earlier timeout, or the session ended).
+    #[error("the back-end channel is closed")]
+    Closed,
+    /// No reply-ack within the timeout: the connection is being dropped.
+    #[error("no reply from the front-end within {0:?}")]
+    Timeout(Duration),
+    /// The front-end answered with an error (or the socket failed).
+    #[error("the front-end refused the request")]
+    Frontend(#[source] std::io::Error),
+}
+
+/// One message for the channel thread.
+enum ChannelMsg {
+    Map(VhostUserMMap, Arc<File>),
+    Unmap(VhostUserMMap),
+}
+
+struct ChannelJob {
+    msg: ChannelMsg,
+    done: SyncSender<std::io::Result<()>>,
+}
+
+/// Runs on `dax-chan-VM`: sends each message and waits for its ack. A
+/// front-end that never answers parks this thread (and only it) until its
+/// end of the socket closes; nobody waits on it longer than the timeout.
+fn run_channel(backend: &Backend, jobs: &mpsc::Receiver<ChannelJob>) {
+    for job in jobs {
+        let r = match &job.msg {
+            ChannelMsg::Map(req, file) => backend.shmem_map(req, &**file),
+            ChannelMsg::Unmap(req) => backend.shmem_unmap(req),
+        };
+        // The waiter may have timed out and gone.
+        let _ = job.done.send(r.map(|_| ()));
+    }
+}
+
+/// Called once when the front-end stops answering: drops its connection.
+pub type DisconnectHook = Box<dyn Fn() + Send + Sync>;
 
 /// The DAX window of one VM connection.
 pub struct DaxSession {
     dax: Arc<DaxPlane>,
     pub(super) vm: VmId,
     metrics: Arc<VmMetrics>,
-    backend: Mutex<Option<Backend>>,
+    /// Jobs for the channel thread (`None` until the channel is offered).
+    channel: Mutex<Option<Sender<ChannelJob>>>,
+    /// Set on the first reply-ack timeout: nothing more is sent.
+    dead: AtomicBool,
+    disconnect: Mutex<Option<DisconnectHook>>,
+    next_id: AtomicU64,
     pub(super) slots: Mutex<BTreeMap<u64, Slot>>,
+    /// Pool extents this session ever mapped writable (its guest's stores
+    /// may sit there): written back when the VM goes.
+    stored: Mutex<std::collections::BTreeSet<u64>>,
 }
 
 impl std::fmt::Debug for DaxSession {
@@ -56,9 +134,19 @@ impl DaxSession {
             dax,
             vm,
             metrics,
-            backend: Mutex::new(None),
+            channel: Mutex::new(None),
+            dead: AtomicBool::new(false),
+            disconnect: Mutex::new(None),
+            next_id: AtomicU64::new(0),
             slots: Mutex::new(BTreeMap::new()),
+            stored: Mutex::new(std::collections::BTreeSet::new()),
         }
+    }
+
+    /// What to do when the front-end stops answering the back-end channel
+    /// (the daemon drops the connection).
+    pub fn set_disconnect(&self, hook: DisconnectHook) {
+        *lock(&self.disconnect) = Some(hook);
     }
 
     /// The daemon's plane.
@@ -71,24 +159,75 @@ impl DaxSession {
         self.vm
     }
 
-    /// The front-end handed over its back-end request channel.
+    /// The front-end handed over its back-end request channel: a thread
+    /// of its own drives it. A second channel replaces the first (whose
+    /// thread ends once its queue is drained).
     pub fn set_backend(&self, backend: Backend) {
-        *lock(&self.backend) = Some(backend);
+        let (tx, rx) = mpsc::channel::<ChannelJob>();
+        let spawned = std::thread::Builder::new()
+            .name(format!("dax-chan-{}", self.metrics.name))
+            .spawn(move || run_channel(&backend, &rx));
+        match spawned {
+            Ok(_) => *lock(&self.channel) = Some(tx),
+            Err(e) => {
+                tracing::error!(vm = %self.metrics.name, error = %e, "cannot start the back-end channel thread; no DAX window for this VM");
+            }
+        }
     }
 
     /// Whether the front-end can take SHMEM_MAP requests (it gave us the
-    /// back-end channel).
+    /// back-end channel, and has not stopped answering it).
     pub fn window_offered(&self) -> bool {
-        lock(&self.backend).is_some()
+        lock(&self.channel).is_some() && !self.dead.load(Ordering::Acquire)
+    }
+
+    /// Whether the front-end stopped answering the back-end channel.
+    pub fn channel_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
+    }
+
+    /// Sends `msg` on the back-end channel and waits for its ack, at most
+    /// the plane's reply timeout; holds no lock meanwhile.
+    fn send(&self, msg: ChannelMsg) -> Result<(), BackendChannelError> {
+        if self.dead.load(Ordering::Acquire) {
+            return Err(BackendChannelError::Closed);
+        }
+        let tx = lock(&self.channel)
+            .clone()
+            .ok_or(BackendChannelError::NotOffered)?;
+        let (done, wait) = mpsc::sync_channel(1);
+        tx.send(ChannelJob { msg, done })
+            .map_err(|_| BackendChannelError::Closed)?;
+        let timeout = self.dax.reply_timeout();
+        match wait.recv_timeout(timeout) {
+            Ok(r) => r.map_err(BackendChannelError::Frontend),
+            Err(RecvTimeoutError::Disconnected) => Err(BackendChannelError::Closed),
+            Err(RecvTimeoutError::Timeout) => {
+                self.give_up(timeout);
+                Err(BackendChannelError::Timeout(timeout))
+            }
+        }
+    }
+
+    /// The front-end did not answer in time: nothing more is sent to it and
+    /// its connection is dropped (once).
+    fn give_up(&self, after: Duration) {
+        if self.dead.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.metrics
+            .backend_timeouts
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(vm = %self.metrics.name, timeout = ?after, "front-end did not acknowledge a back-end channel request in time; dropping its connection");
+        lock(&self.channel).take();
+        if let Some(hook) = lock(&self.disconnect).take() {
+            hook();
+        }
     }
 
     /// Live slots.
     pub fn slot_count(&self) -> usize {
         lock(&self.slots).len()
-    }
-
-    fn backend(&self) -> Result<Backend, Errno> {
-        lock(&self.backend).clone().ok_or(Errno::NOSYS)
     }
 
     /// FUSE_SETUPMAPPING of node `nodeid`. The kernel sends `fh` = -1 and
@@ -101,7 +240,9 @@ impl DaxSession {
     ) -> Result<(), Errno> {
         let window = self.dax.window;
         let plane = self.dax.plane().ok_or(Errno::NOSYS)?;
-        let backend = self.backend()?;
+        if !self.window_offered() {
+            return Err(Errno::NOSYS);
+        }
         let bad = |why: &str| {
             tracing::debug!(vm = %self.metrics.name, ?m, why, "SETUPMAPPING refused");
             Errno::INVAL
@@ -131,19 +272,12 @@ impl DaxSession {
         let writable = m.flags & setupmapping_flags::WRITE != 0;
         let key = file.key;
         let chunk = m.foffset / SLOT_SIZE;
-        // A writable slot lets the guest store into pool pages: no plane
-        // fill of them may be in flight (see `DaxPlane::fill_from_file`).
-        let _fill_guard = writable.then(|| self.dax.change_guard());
-        let mut slots = lock(&self.slots);
-        if let Some(old) = slots.get(&m.moffset).copied() {
+        if let Some(old) = lock(&self.slots).get(&m.moffset).copied() {
             if (old.key, old.foffset, old.len) != (key, m.foffset, m.len) {
                 return Err(bad("overlaps a live slot"));
             }
-            // The same range again (e.g. read-only upgraded to writable):
-            // unmap, then map.
-            self.unmap(&backend, m.moffset, old.len)?;
-            slots.remove(&m.moffset);
         }
+        // Host I/O (the first open of the file for the pool), under no lock.
         let open = || {
             fs.host_file(nodeid, fh, true)?
                 .pool_file
@@ -153,6 +287,53 @@ impl DaxSession {
             tracing::warn!(vm = %self.metrics.name, "pool full: no extent of its own for a DAX slot");
             Errno::NOMEM
         })?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let slot = Slot {
+            key,
+            foffset: m.foffset,
+            len: m.len,
+            writable,
+            extent,
+            state: SlotState::Mapping,
+            id,
+        };
+        // Claim the slot before the front-end hears of it. A writable one
+        // lets the guest store into pool pages: it is entered under the fill
+        // guard, so every plane fill of the extent either finished before or
+        // sees it and stays off (see `DaxPlane::fill_from_file`). Neither
+        // the guard nor the table is held while the front-end answers.
+        let replaced = {
+            let _fill_guard = writable.then(|| self.dax.change_guard(key));
+            let mut slots = lock(&self.slots);
+            let old = slots.get(&m.moffset).copied();
+            match old {
+                Some(o) if (o.key, o.foffset, o.len) != (key, m.foffset, m.len) => {
+                    return Err(bad("overlaps a live slot"));
+                }
+                Some(o) if o.state != SlotState::Live => {
+                    tracing::debug!(vm = %self.metrics.name, moffset = m.moffset, "SETUPMAPPING of a slot in flight");
+                    return Err(Errno::BUSY);
+                }
+                _ => {}
+            }
+            // Upgraded read-only → writable: the old mapping stays writable
+            // in the table until it is replaced.
+            let writable = writable || old.is_some_and(|o| o.writable);
+            slots.insert(m.moffset, Slot { writable, ..slot });
+            old
+        };
+        if writable {
+            lock(&self.stored).insert(extent);
+        }
+        // The same range again (e.g. read-only upgraded to writable):
+        // unmap, then map.
+        if let Some(old) = replaced {
+            if let Err(e) = self.unmap(m.moffset, old.len) {
+                self.settle(m.moffset, id, Some(old));
+                return Err(e);
+            }
+            self.metrics.dax_unmaps.fetch_add(1, Ordering::Relaxed);
+        }
         let req = VhostUserMMap {
             shmid: 0,
             padding: [0; 7],
@@ -165,27 +346,44 @@ impl DaxSession {
                 0
             },
         };
-        let target = plane.map_target();
-        if let Err(e) = backend.shmem_map(&req, &*target.file) {
+        let target = plane.map_target().file.clone();
+        drop(plane);
+        if let Err(e) = self.send(ChannelMsg::Map(req, target)) {
             tracing::warn!(vm = %self.metrics.name, error = %e, moffset = m.moffset, "SHMEM_MAP failed");
+            self.settle(m.moffset, id, None);
             return Err(Errno::IO);
         }
-        slots.insert(
+        self.settle(
             m.moffset,
-            Slot {
-                key,
-                foffset: m.foffset,
-                len: m.len,
-                writable,
-                extent,
-            },
+            id,
+            Some(Slot {
+                state: SlotState::Live,
+                ..slot
+            }),
         );
         self.metrics.dax_maps.fetch_add(1, Ordering::Relaxed);
         tracing::trace!(vm = %self.metrics.name, moffset = m.moffset, foffset = m.foffset, extent, writable, "DAX slot mapped");
         Ok(())
     }
 
-    fn unmap(&self, backend: &Backend, moffset: u64, len: u64) -> Result<(), Errno> {
+    /// Replaces slot `id` at `moffset` by `to` (`None`: removes it), unless
+    /// the table moved on meanwhile (a reset forgot it).
+    fn settle(&self, moffset: u64, id: u64, to: Option<Slot>) {
+        let mut slots = lock(&self.slots);
+        if slots.get(&moffset).is_some_and(|s| s.id == id) {
+            match to {
+                Some(s) => {
+                    slots.insert(moffset, s);
+                }
+                None => {
+                    slots.remove(&moffset);
+                }
+            }
+        }
+    }
+
+    /// SHMEM_UNMAP of `(moffset, len)`, acknowledged.
+    fn unmap(&self, moffset: u64, len: u64) -> Result<(), Errno> {
         let req = VhostUserMMap {
             shmid: 0,
             padding: [0; 7],
@@ -194,31 +392,50 @@ impl DaxSession {
             len,
             flags: 0,
         };
-        match backend.shmem_unmap(&req) {
-            Ok(_) => {
-                self.metrics.dax_unmaps.fetch_add(1, Ordering::Relaxed);
-                Ok(())
+        self.send(ChannelMsg::Unmap(req)).map_err(|e| {
+            tracing::warn!(vm = %self.metrics.name, error = %e, moffset, len, "SHMEM_UNMAP failed");
+            match e {
+                BackendChannelError::NotOffered => Errno::NOSYS,
+                _ => Errno::IO,
             }
-            Err(e) => {
-                tracing::warn!(vm = %self.metrics.name, error = %e, moffset, len, "SHMEM_UNMAP failed");
-                Err(Errno::IO)
-            }
-        }
+        })
     }
 
     /// FUSE_REMOVEMAPPING of `(moffset, len)` ranges: each must be a live
     /// slot exactly. All are tried; the first error is returned.
     pub fn remove_mappings(&self, ranges: &[RemoveMappingOne]) -> Result<(), Errno> {
-        let backend = self.backend()?;
-        let mut slots = lock(&self.slots);
+        if !self.window_offered() {
+            return Err(Errno::NOSYS);
+        }
         let mut result = Ok(());
         for r in ranges {
             let (moffset, len) = (r.moffset, r.len);
-            let r = match slots.get(&moffset) {
-                Some(s) if s.len == len => self.unmap(&backend, moffset, len).map(|()| {
-                    slots.remove(&moffset);
-                }),
-                _ => {
+            // Marked, not removed, until the front-end acknowledges: a
+            // writable slot keeps plane fills off its extent until then.
+            let claimed = {
+                let mut slots = lock(&self.slots);
+                match slots.get_mut(&moffset) {
+                    Some(s) if s.len == len && s.state == SlotState::Live => {
+                        s.state = SlotState::Unmapping;
+                        Some(*s)
+                    }
+                    _ => None,
+                }
+            };
+            let r = match claimed {
+                Some(s) => match self.unmap(moffset, len) {
+                    Ok(()) => {
+                        self.settle(moffset, s.id, None);
+                        self.metrics.dax_unmaps.fetch_add(1, Ordering::Relaxed);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        // Still mapped as far as we know.
+                        self.settle(moffset, s.id, Some(s_live(s)));
+                        Err(e)
+                    }
+                },
+                None => {
                     tracing::debug!(vm = %self.metrics.name, moffset, len, "REMOVEMAPPING of no slot");
                     Err(Errno::INVAL)
                 }
@@ -233,13 +450,34 @@ impl DaxSession {
     /// The guest's FUSE session ended (DESTROY) or restarted (INIT): asks
     /// the front-end to unmap every live slot (best effort), then forgets them.
     pub fn unmap_all(&self) {
-        let slots = std::mem::take(&mut *lock(&self.slots));
-        if slots.is_empty() {
-            return;
+        let slots: Vec<(u64, Slot)> = {
+            let mut t = lock(&self.slots);
+            for s in t.values_mut() {
+                s.state = SlotState::Unmapping;
+            }
+            t.iter().map(|(&o, &s)| (o, s)).collect()
+        };
+        for (moffset, s) in slots {
+            if self.unmap(moffset, s.len).is_ok() {
+                self.metrics.dax_unmaps.fetch_add(1, Ordering::Relaxed);
+            }
+            self.settle(moffset, s.id, None);
         }
-        if let Ok(backend) = self.backend() {
-            for (moffset, s) in slots {
-                let _ = self.unmap(&backend, moffset, s.len);
+    }
+
+    /// Writes back the pool extents this VM ever mapped writable (its
+    /// guest's stores, including those made after an unmap was asked for)
+    /// to the host files; called when the VM disconnects, before its slots
+    /// are forgotten and its files' references dropped. Never call it from
+    /// a plane thread.
+    pub fn write_back(&self) {
+        let Some(plane) = self.dax.plane() else {
+            return;
+        };
+        let extents = std::mem::take(&mut *lock(&self.stored));
+        for extent in extents {
+            if let Err(e) = plane.sync(extent * EXTENT_SIZE, EXTENT_SIZE) {
+                tracing::warn!(vm = %self.metrics.name, error = %e, extent, "cannot write back a window extent");
             }
         }
     }
@@ -253,6 +491,13 @@ impl DaxSession {
     /// Writable slots (for tests and logs).
     pub fn writable_slots(&self) -> usize {
         lock(&self.slots).values().filter(|s| s.writable).count()
+    }
+}
+
+fn s_live(s: Slot) -> Slot {
+    Slot {
+        state: SlotState::Live,
+        ..s
     }
 }
 

@@ -175,6 +175,7 @@ vm_counters! {
     prefetch_used => "cxlfs_vm_prefetch_used_total", all device(prefetch_used), help "Prefetched pages the VM used.";
     dax_maps => "cxlfs_dax_maps_total", help "DAX window slots mapped (VHOST_USER_BACKEND_SHMEM_MAP).";
     dax_unmaps => "cxlfs_dax_unmaps_total", help "DAX window slots unmapped (VHOST_USER_BACKEND_SHMEM_UNMAP).";
+    backend_timeouts => "cxlfs_backend_channel_timeouts_total", help "Back-end channel requests the front-end did not acknowledge in time (the connection was dropped).";
     bad_chains => "cxlfs_bad_descriptor_chains_total", json "bad_descriptor_chains", help "Descriptor chains dropped as malformed.";
     connections => "cxlfs_vm_connections_total", help "vhost-user connections accepted.";
 }

@@ -22,8 +22,9 @@ use crate::server::{
 };
 use cxlfs_device_model::Op;
 use rustix::io::Errno;
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// A file's dirty pool pages could not be written back.
 #[derive(Debug, thiserror::Error)]
@@ -38,12 +39,53 @@ pub struct SyncPoolError {
     pub source: residency::SendNotifyError,
 }
 
+/// One lock per file, taken by key: files never share one, so a slow
+/// change of one file holds up nothing of another's. A file's entry exists
+/// only while someone holds it.
+#[derive(Debug, Default)]
+pub struct FileLocks {
+    held: Mutex<HashSet<FileKey>>,
+    freed: Condvar,
+}
+
+impl FileLocks {
+    /// Waits until nobody holds `key`'s lock, then holds it.
+    pub fn lock(&self, key: FileKey) -> FileGuard<'_> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        while held.contains(&key) {
+            held = self.freed.wait(held).unwrap_or_else(|e| e.into_inner());
+        }
+        held.insert(key);
+        FileGuard { locks: self, key }
+    }
+}
+
+/// A held [`FileLocks`] lock; released when dropped.
+#[derive(Debug)]
+pub struct FileGuard<'a> {
+    locks: &'a FileLocks,
+    key: FileKey,
+}
+
+impl Drop for FileGuard<'_> {
+    fn drop(&mut self) {
+        let mut held: MutexGuard<'_, HashSet<FileKey>> =
+            self.locks.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.remove(&self.key);
+        drop(held);
+        // Waiters for other files wake and wait again: rare (a file's
+        // change against its own fill), and cheap.
+        self.locks.freed.notify_all();
+    }
+}
+
 /// Keeps the pool's copies of file pages coherent with the host files (the
 /// DAX plane implements it).
 pub trait Coherence: Send + Sync {
-    /// Held across every change of a file's bytes behind the pool, so that
-    /// no plane fill reads them meanwhile.
-    fn change_guard(&self) -> MutexGuard<'_, ()>;
+    /// Held across every change of file `key`'s bytes behind the pool, so
+    /// that no plane fill reads them meanwhile (per file: other files'
+    /// changes and fills go on).
+    fn change_guard(&self, key: FileKey) -> FileGuard<'_>;
 
     /// Writes back and drops the pool's pages of file bytes
     /// `[offset, offset + len)` of `key`, and waits.
@@ -160,8 +202,11 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
         };
         // The pool must not keep bytes of the old size (nor write them back
         // over the new one), and no plane fill may read the file meanwhile.
-        let _guard = coherence.change_guard();
-        if let Ok(f) = self.inner.host_file(nodeid, None, false) {
+        let Ok(f) = self.inner.host_file(nodeid, None, false) else {
+            return self.inner.setattr(ctx, nodeid, attr);
+        };
+        let _guard = coherence.change_guard(f.key);
+        {
             let from = f.size.min(attr.size);
             let to = f
                 .size
@@ -192,7 +237,7 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
         // DAX: the pool may hold (dirty) pages of this range; no plane fill
         // may read the file until the new bytes are in it.
         let guard = self.coherence.as_ref().map(|c| {
-            let g = c.change_guard();
+            let g = c.change_guard(key);
             c.evict_file_range(key, offset, u64::from(size));
             g
         });
@@ -217,5 +262,35 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
             }
         }
         self.inner.fsync(ctx, nodeid, fh, datasync)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn key(ino: u64) -> FileKey {
+        FileKey { dev: 1, ino }
+    }
+
+    #[test]
+    fn file_locks_hold_one_file_and_never_another() {
+        let locks = Arc::new(FileLocks::default());
+        let a = locks.lock(key(1));
+        // Another file: at once, while the first is held.
+        drop(locks.lock(key(2)));
+        // The same file waits until the first guard goes.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let l = locks.clone();
+        let t = std::thread::spawn(move || {
+            let _g = l.lock(key(1));
+            tx.send(()).ok();
+        });
+        assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+        drop(a);
+        assert!(rx.recv_timeout(Duration::from_secs(5)).is_ok());
+        t.join().ok();
+        assert!(locks.held.lock().map(|h| h.is_empty()).unwrap_or(false));
     }
 }

@@ -194,6 +194,24 @@ impl Guest {
     /// Connects; with `window`, also negotiates the DAX window and hands
     /// the back-end channel over, served by `window` on its own thread.
     pub fn connect_with(socket: &Path, window: Option<Arc<Window>>) -> Guest {
+        Self::connect_inner(socket, window, true).0
+    }
+
+    /// Connects with the DAX window negotiated and a back-end channel that
+    /// nobody reads (a hung VMM): every SHMEM_MAP / SHMEM_UNMAP waits for an
+    /// ack that never comes. The handler keeps the channel open; drop it to
+    /// close it.
+    pub fn connect_unanswered(socket: &Path) -> (Guest, FrontendReqHandler<Window>) {
+        let (g, h) = Self::connect_inner(socket, Some(Window::new(WINDOW)), false);
+        (g, h.unwrap())
+    }
+
+    fn connect_inner(
+        socket: &Path,
+        window: Option<Arc<Window>>,
+        serve: bool,
+    ) -> (Guest, Option<FrontendReqHandler<Window>>) {
+        let mut unserved = None;
         let mut frontend = Frontend::connect(socket, 2).unwrap();
         let features = frontend.get_features().unwrap();
         frontend.set_owner().unwrap();
@@ -217,7 +235,11 @@ impl Guest {
             // SAFETY: the handler owns the fd and outlives this borrow.
             let tx = unsafe { std::os::fd::BorrowedFd::borrow_raw(handler.get_tx_raw_fd()) };
             frontend.set_backend_request_fd(&tx).unwrap();
-            std::thread::spawn(move || while handler.handle_request().is_ok() {});
+            if serve {
+                std::thread::spawn(move || while handler.handle_request().is_ok() {});
+            } else {
+                unserved = Some(handler);
+            }
         } else {
             frontend
                 .set_protocol_features(proto & VhostUserProtocolFeatures::MQ)
@@ -260,7 +282,7 @@ impl Guest {
         frontend.set_vring_call(REQUEST_QUEUE, &call).unwrap();
         frontend.set_vring_kick(REQUEST_QUEUE, &kick).unwrap();
         frontend.set_vring_enable(REQUEST_QUEUE, true).unwrap();
-        Guest {
+        let guest = Guest {
             frontend,
             mem,
             kick,
@@ -270,7 +292,8 @@ impl Guest {
             next_desc: 0,
             unique: 1,
             spin: false,
-        }
+        };
+        (guest, unserved)
     }
 
     /// Queues a chain of `(gpa, len, device-writable)` and kicks; returns the head.
@@ -304,6 +327,18 @@ impl Guest {
             .unwrap();
         self.kick.write(1).unwrap();
         head
+    }
+
+    /// Writes `bytes` into guest memory at `gpa`.
+    pub fn write_mem(&self, gpa: u64, bytes: &[u8]) {
+        self.mem.write_slice(bytes, GuestAddress(gpa)).unwrap();
+    }
+
+    /// Reads `len` bytes of guest memory at `gpa`.
+    pub fn read_mem(&self, gpa: u64, len: usize) -> Vec<u8> {
+        let mut out = vec![0u8; len];
+        self.mem.read_slice(&mut out, GuestAddress(gpa)).unwrap();
+        out
     }
 
     /// Waits for the next used element: `(id, len)`.
@@ -534,6 +569,13 @@ impl DaxDaemon {
         let socket = self.sockets.path().join(format!("{vm}.sock"));
         let guest = Guest::connect_with(&socket, Some(window.clone()));
         (window, guest)
+    }
+
+    /// A front-end for `vm` whose back-end channel is never answered
+    /// ([`Guest::connect_unanswered`]).
+    pub fn connect_unanswered(&self, vm: &str) -> (Guest, FrontendReqHandler<Window>) {
+        let socket = self.sockets.path().join(format!("{vm}.sock"));
+        Guest::connect_unanswered(&socket)
     }
 
     /// Stops the VMs' threads and waits for them (the plane stays mounted
