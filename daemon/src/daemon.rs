@@ -17,7 +17,7 @@ use crate::backend::{CacheWindow, FsBackend, GuestMem, QueueOptions};
 use crate::config::{DaemonConfig, VmSpec};
 use crate::control::{
     ControlOptions, ControlSocket, Controller, DevicePlacement, StartControlError,
-    DEFAULT_PIN_QUOTA_PERCENT,
+    DEFAULT_MAX_RANGE_CACHE_PERCENT, DEFAULT_PIN_QUOTA_PERCENT,
 };
 use crate::dax::{DaxPlane, DaxSession, StartDaxError};
 use crate::device::SharedDevice;
@@ -25,7 +25,7 @@ use crate::ids::FileKey;
 use crate::metrics::{Metrics, PlaneSource, VmMetrics};
 use crate::passthrough::{CacheMode, InodeObserver, OpenSharedDirError, PassthroughFs};
 use crate::server::{DaxMapper, IoctlHandler, Server, ServerOptions};
-use crate::timing::{Coherence, TimedFs};
+use crate::timing::{Coherence, OpenFiles, TimedFs};
 use cxlfs_api::control::{DaemonSummary, VmEndpoint};
 use residency::{
     FusePoolPlane, NotifyTicket, PlaneOptions, PoolBackend, ResidencyPlane, SendNotifyError,
@@ -53,6 +53,8 @@ pub struct SessionOptions {
     pub queues: QueueOptions,
     /// FUSE server options.
     pub server: ServerOptions,
+    /// Inodes + open handles one VM may hold (each a host fd).
+    pub max_open_files: u64,
 }
 
 /// What each VM session's FUSE server serves: the share, timed by the device.
@@ -69,8 +71,10 @@ impl InodeObserver for PoolRefs {
         self.0.acquire_file(key);
     }
 
-    fn inode_dropped(&self, key: FileKey, deleted: bool) {
-        self.0.release_file(key, deleted);
+    /// The last session's reference returns the file's extents to the
+    /// pool, deleted or not (see `device::pool`).
+    fn inode_dropped(&self, key: FileKey, _deleted: bool) {
+        self.0.release_file(key);
     }
 }
 
@@ -176,6 +180,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Why a VM could not be served.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeVmError {
+    /// The VM's shared directory is not a directory.
+    #[error("shared directory {dir} of VM {vm} is not a directory")]
+    NoShare {
+        /// VM name.
+        vm: String,
+        /// The directory.
+        dir: String,
+    },
     /// The socket could not be created.
     #[error("cannot listen on {path}")]
     Listen {
@@ -222,6 +234,7 @@ impl DaemonState {
         opts: SessionOptions,
         features: Features<'_>,
     ) -> Result<(Arc<Self>, Option<ControlSocket>), StartControlError> {
+        raise_fd_limit();
         let dax = features
             .dax
             .and_then(|(dir, window)| start_dax(&shared, dir, window));
@@ -338,11 +351,18 @@ impl DaemonState {
 
     /// Starts the serving thread of one VM.
     pub fn spawn_vm(self: &Arc<Self>, vm: VmSpec) -> Result<JoinHandle<()>, ServeVmError> {
+        let share = vm.share(&self.opts.shared_dir);
+        if !share.is_dir() {
+            return Err(ServeVmError::NoShare {
+                vm: vm.name.clone(),
+                dir: share.display().to_string(),
+            });
+        }
         let listener = Listener::new(&vm.socket, true).map_err(|source| ServeVmError::Listen {
             path: vm.socket.display().to_string(),
             source,
         })?;
-        tracing::info!(vm = %vm.name, socket = %vm.socket.display(), "listening");
+        tracing::info!(vm = %vm.name, socket = %vm.socket.display(), share = %share.display(), "listening");
         let state = self.clone();
         let name = vm.name.clone();
         thread::Builder::new()
@@ -434,6 +454,12 @@ impl DaemonState {
             backend.close();
             server.fs().inner().sync_all();
             lock(&self.sessions).retain(|(n, _)| n != &vm.name);
+            // The session's inodes hold pool references (and host fds):
+            // return them now, so deleted files' extents and disk space come
+            // back, then reclaim what the window kept mapped until now.
+            server.fs().inner().reset();
+            let reclaimed = self.shared.reclaim_unreferenced();
+            tracing::info!(vm = %vm.name, reclaimed_extents = reclaimed, "session released its files");
             drop(daemon);
         }
         tracing::info!(vm = %vm.name, "stopped listening");
@@ -448,11 +474,25 @@ impl DaemonState {
         vm_metrics: Arc<VmMetrics>,
         dax: Option<Arc<DaxSession>>,
     ) -> Result<VmServer, OpenSharedDirError> {
+        self.vm_server_at(&self.opts.shared_dir, vm_metrics, dax)
+    }
+
+    /// [`DaemonState::vm_server`] over directory `share` (the VM's own).
+    pub fn vm_server_at(
+        &self,
+        share: &Path,
+        vm_metrics: Arc<VmMetrics>,
+        dax: Option<Arc<DaxSession>>,
+    ) -> Result<VmServer, OpenSharedDirError> {
         let refs: Arc<dyn InodeObserver> = Arc::new(PoolRefs(self.shared.clone()));
-        let fs = PassthroughFs::new(&self.opts.shared_dir, self.opts.cache)?
-            .with_inode_observer(Some(refs));
+        let fs = PassthroughFs::new(share, self.opts.cache)?.with_inode_observer(Some(refs));
         let coherence = self.dax.as_ref().map(|d| d.clone() as Arc<dyn Coherence>);
-        let timed = TimedFs::new(fs, self.shared.clone(), vm_metrics.clone(), coherence);
+        let open_files: OpenFiles<PassthroughFs> = Box::new(|fs: &PassthroughFs| {
+            let (inodes, handles) = fs.counts();
+            (inodes + handles) as u64
+        });
+        let timed = TimedFs::new(fs, self.shared.clone(), vm_metrics.clone(), coherence)
+            .with_open_files_cap(self.opts.max_open_files, open_files);
         let ioctl = self.control.as_ref().map(|c| {
             Arc::new(crate::control::hint::HintHandler::new(
                 c.clone(),
@@ -471,7 +511,8 @@ impl DaemonState {
             d.register_session(&session);
             session
         });
-        let server = Arc::new(self.vm_server(vm_metrics.clone(), dax.clone())?);
+        let share = vm.share(&self.opts.shared_dir);
+        let server = Arc::new(self.vm_server_at(share, vm_metrics.clone(), dax.clone())?);
         let mem: GuestMem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
         let backend = Arc::new(FsBackend::new(
             server.clone(),
@@ -552,6 +593,14 @@ fn new_controller(
         &cfg.shared_dir,
         ControlOptions {
             pin_quota_bytes: quota,
+            max_range_bytes: cfg
+                .control
+                .max_range_bytes
+                .unwrap_or(cfg.device.cache.size_bytes * DEFAULT_MAX_RANGE_CACHE_PERCENT / 100),
+            prefetch_budget_bytes: cfg
+                .control
+                .prefetch_budget_bytes
+                .unwrap_or(cfg.device.cache.size_bytes),
             guest_device_control: cfg.control.guest_device_control,
         },
         about,
@@ -562,6 +611,40 @@ fn new_controller(
         "guest cache hints on (FUSE_IOCTL)"
     );
     Ok(controller)
+}
+
+/// Raises the soft RLIMIT_NOFILE to the most the process may have (root:
+/// `fs.nr_open`; else the hard limit): every VM's inodes and handles are
+/// host fds of this one process, each VM capped by `max_open_files`.
+fn raise_fd_limit() {
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<libc::rlim_t>().ok());
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid, writable rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return;
+    }
+    let before = lim.rlim_cur;
+    for max in [
+        nr_open.unwrap_or(lim.rlim_max).max(lim.rlim_max),
+        lim.rlim_max,
+    ] {
+        let want = libc::rlimit {
+            rlim_cur: max,
+            rlim_max: max,
+        };
+        // SAFETY: `want` is a valid rlimit; raising the hard limit needs
+        // CAP_SYS_RESOURCE, so the second try keeps the hard limit.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } == 0 {
+            tracing::debug!(before, now = max, "RLIMIT_NOFILE raised");
+            return;
+        }
+    }
+    tracing::warn!(limit = before, "cannot raise RLIMIT_NOFILE");
 }
 
 /// The process's open socket fds.

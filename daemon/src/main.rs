@@ -77,6 +77,7 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
         shared,
         SessionOptions {
             shared_dir: cfg.shared_dir.clone(),
+            max_open_files: cfg.max_open_files,
             cache: cfg.cache,
             queues: cfg.queues,
             server: ServerOptions {

@@ -78,6 +78,7 @@ fn rig(extra: &[&str], prepare: impl FnOnce(&Path)) -> Rig {
         shared.clone(),
         SessionOptions {
             shared_dir: cfg.shared_dir.clone(),
+            max_open_files: cfg.max_open_files,
             cache: CacheMode::Never,
             queues: cfg.queues,
             server: ServerOptions {

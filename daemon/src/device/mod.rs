@@ -410,29 +410,69 @@ impl SharedDevice {
         self.pool().acquire(key);
     }
 
-    /// Drops one reference on a file; `deleted`: the host file no longer
-    /// exists (no links left), so with the last reference its extents go
-    /// back to the pool, their device pages are discarded unwritten, and
-    /// the observers drop them (before another file can get them).
-    pub fn release_file(&self, key: FileKey, deleted: bool) {
-        let freed = {
+    /// Drops one reference on a file; with the last one its extents go
+    /// back to the pool ([`SharedDevice::reclaim`]), deleted or not.
+    pub fn release_file(&self, key: FileKey) {
+        if self.pool().release(key) == 0 {
+            self.reclaim_where(key, 0, true);
+        }
+    }
+
+    /// Reclaims the file's chunks from `from_chunk` on (the file was
+    /// truncated to `from_chunk` chunks or fewer): their device pages are
+    /// discarded unwritten (the bytes are gone from the host file), the
+    /// observers drop them from the residency plane, then the extents
+    /// return to the pool. Extents a DAX window maps stay with the file.
+    /// Returns the extents reclaimed. Never call it from a plane thread,
+    /// nor holding the pool or device lock.
+    pub fn reclaim(&self, key: FileKey, from_chunk: u64) -> u64 {
+        self.reclaim_where(key, from_chunk, false)
+    }
+
+    /// [`SharedDevice::reclaim`]; `unreferenced`: only if no VM holds a
+    /// reference on the file (checked under the pool lock).
+    fn reclaim_where(&self, key: FileKey, from_chunk: u64, unreferenced: bool) -> u64 {
+        let mut freed = Vec::new();
+        let mut gone = false;
+        self.observers.with_mapped(&mut |mapped| {
             let mut pool = self.pool();
-            pool.release(key);
-            if !(deleted && pool.refs(key) == 0) {
+            if unreferenced && pool.refs(key) > 0 {
                 return;
             }
-            pool.take_file(key)
-        };
-        {
-            let mut dev = self.device();
-            for &extent in &freed {
-                if let Err(e) = dev.discard(extent * EXTENT_SIZE, EXTENT_SIZE) {
-                    tracing::warn!(error = %e, extent, "cannot discard a freed pool extent");
-                }
+            freed = pool.take(key, from_chunk, mapped);
+            gone = !pool.knows(key);
+        });
+        if freed.is_empty() {
+            if gone {
+                self.observers.released(key, &[], true);
+            }
+            return 0;
+        }
+        for &extent in &freed {
+            // One extent per lock: the data path waits for one at most.
+            if let Err(e) = self.device().discard(extent * EXTENT_SIZE, EXTENT_SIZE) {
+                tracing::warn!(error = %e, extent, "cannot discard a reclaimed pool extent");
             }
         }
-        self.observers.released(key, &freed);
+        self.observers.released(key, &freed, gone);
         self.pool().free_extents(&freed);
+        tracing::debug!(
+            ?key,
+            from_chunk,
+            extents = freed.len(),
+            "pool extents reclaimed"
+        );
+        freed.len() as u64
+    }
+
+    /// Reclaims every file no VM holds a reference on (after a VM
+    /// disconnected: extents a window kept then are free now). Returns the
+    /// extents reclaimed.
+    pub fn reclaim_unreferenced(&self) -> u64 {
+        let keys = self.pool().unreferenced();
+        keys.into_iter()
+            .map(|k| self.reclaim_where(k, 0, true))
+            .sum()
     }
 
     /// Writes every dirty device page back; returns when that is durable.
@@ -450,21 +490,30 @@ mod tests {
     const K: FileKey = FileKey { dev: 1, ino: 2 };
 
     #[test]
-    fn deleting_a_file_discards_its_device_pages() {
+    fn the_last_reference_discards_a_files_device_pages() {
         let cfg = cxlfs_device_model::DeviceConfig::default()
             .with_overrides(&["cache.size_bytes=16MiB"])
             .unwrap();
         let shared = SharedDevice::new(Device::new(cfg).unwrap());
+        // Two sessions know the file.
+        shared.pool().acquire(K);
         shared.pool().acquire(K);
         let first = shared.charge(0, Op::Read, K, 0, 8192).unwrap();
         assert_eq!(first.page_misses, 2);
-        shared.release_file(K, false);
-        shared.pool().acquire(K);
+        shared.release_file(K);
         let again = shared
             .charge(first.completes_at_ns, Op::Read, K, 0, 8192)
             .unwrap();
-        assert_eq!(again.page_hits, 2, "a closed file keeps its cached pages");
-        shared.release_file(K, true);
+        assert_eq!(
+            again.page_hits, 2,
+            "a file another session knows keeps its cached pages"
+        );
+        shared.release_file(K);
+        assert_eq!(
+            shared.pool().allocated_extents(),
+            0,
+            "last reference: reclaimed"
+        );
         assert_eq!(shared.stats().resident_pages, 0);
         let other = FileKey { dev: 1, ino: 9 };
         shared.pool().acquire(other);
@@ -475,6 +524,23 @@ mod tests {
             fresh.page_misses, 2,
             "a new file must not hit a deleted file's pages"
         );
+    }
+
+    #[test]
+    fn truncation_reclaims_the_chunks_past_the_end() {
+        let shared = device_with(100, &[]);
+        shared.pool().acquire(K);
+        shared.charge(0, Op::Write, K, 0, 5 * EXTENT_SIZE).unwrap();
+        assert_eq!(shared.pool().allocated_extents(), 5);
+        assert_eq!(shared.reclaim(K, 2), 3);
+        assert_eq!(shared.pool().allocated_extents(), 2);
+        assert!(shared.pool().extent_of(K, 1).is_some());
+        assert!(shared.pool().extent_of(K, 2).is_none());
+        // Referenced: the sweep leaves it; the last reference reclaims it.
+        assert_eq!(shared.reclaim_unreferenced(), 0);
+        shared.release_file(K);
+        assert_eq!(shared.pool().allocated_extents(), 0);
+        assert_eq!(shared.stats().resident_pages, 0);
     }
 
     fn device_with(ratio: u8, extra: &[&str]) -> SharedDevice {

@@ -8,14 +8,21 @@
 //! `(st_dev, st_ino)` ([`FileKey`]), not by a VM's node id: two VMs reading
 //! the same file touch the same device pages, so the device cache is shared.
 //!
-//! Extents are allocated on first touch and stay with the file for as long
-//! as it exists on the host: the file's data lives on the device whether or
-//! not a guest holds it open, so reopening it finds its cached pages again
-//! and no other file can inherit them. They return to the pool when the
-//! file is deleted and the last guest reference goes. A file deleted on the
-//! host behind the daemon's back keeps its extents; if the host reuses its
-//! inode number, the new file inherits the old one's residency (a timing
-//! inaccuracy only: data always comes from the host file).
+//! Extents are allocated on first touch and stay with the file while some
+//! VM session knows its inode (a guest kernel keeps inodes across close, in
+//! its dentry cache): reopening finds its cached pages again. They return
+//! to the pool ([`Pool::take`], then [`Pool::free_extents`] once their
+//! pages are gone from the device and the residency plane):
+//! * when the file is truncated: the chunks wholly past the new size;
+//! * when the last reference goes (the last session forgets the inode, or
+//!   disconnects), deleted or not: a file nobody knows holds no pool space,
+//!   so a guest cannot exhaust the pool with files it no longer holds;
+//! * never while a DAX window maps the extent (no alias: a guest would see
+//!   the next owner's pages); such extents stay with the file until a later
+//!   reclaim finds them unmapped (a disconnect sweeps unreferenced files).
+//!
+//! Files a host command touched that no VM knows (refs 0) keep their
+//! extents until a VM's last reference or a disconnect sweep reclaims them.
 
 use super::placement::TierCensus;
 use crate::ids::FileKey;
@@ -112,11 +119,55 @@ impl Pool {
         self.files.entry(key).or_default().refs += 1;
     }
 
-    /// A VM dropped a reference. The file keeps its extents.
-    pub fn release(&mut self, key: FileKey) {
-        if let Some(f) = self.files.get_mut(&key) {
-            f.refs = f.refs.saturating_sub(1);
+    /// A VM dropped a reference; returns the references left. The file
+    /// keeps its extents until the caller reclaims them ([`Pool::take`]).
+    pub fn release(&mut self, key: FileKey) -> u64 {
+        match self.files.get_mut(&key) {
+            Some(f) => {
+                f.refs = f.refs.saturating_sub(1);
+                f.refs
+            }
+            None => 0,
         }
+    }
+
+    /// Takes the file's chunks from `from_chunk` on out of it, except those
+    /// whose extent `keep` holds (a window maps it): returns the file's own
+    /// extents among them, off the free list (the caller frees them with
+    /// [`Pool::free_extents`] once their pages are gone). Aliased chunks
+    /// are simply forgotten. A file left with no chunk and no reference is
+    /// forgotten. Work is bounded by the file's chunks.
+    pub fn take(&mut self, key: FileKey, from_chunk: u64, keep: &dyn Fn(u64) -> bool) -> Vec<u64> {
+        let cap = self.capacity_extents;
+        let Some(f) = self.files.get_mut(&key) else {
+            return Vec::new();
+        };
+        let mut own = Vec::new();
+        f.extents.retain(|&chunk, &mut e| {
+            if chunk < from_chunk || (e < cap && keep(e)) {
+                return true;
+            }
+            if e < cap {
+                own.push(e);
+            }
+            false
+        });
+        if f.extents.is_empty() && f.refs == 0 {
+            self.files.remove(&key);
+        }
+        for e in &own {
+            self.owners.remove(e);
+        }
+        own
+    }
+
+    /// Files no VM holds a reference on that still have extents.
+    pub fn unreferenced(&self) -> Vec<FileKey> {
+        self.files
+            .iter()
+            .filter(|(_, f)| f.refs == 0 && !f.extents.is_empty())
+            .map(|(&k, _)| k)
+            .collect()
     }
 
     /// The file is gone from the host: returns its own extents (not those it
@@ -132,13 +183,8 @@ impl Pool {
     /// the free list (the caller frees them with [`Pool::free_extents`] once
     /// their pages are gone from the residency plane). Returns them.
     pub fn take_file(&mut self, key: FileKey) -> Vec<u64> {
-        let Some(f) = self.files.remove(&key) else {
-            return Vec::new();
-        };
-        let own: Vec<u64> = f.extents.into_values().filter(|&e| e < self.next).collect();
-        for e in &own {
-            self.owners.remove(e);
-        }
+        let own = self.take(key, 0, &|_| false);
+        self.files.remove(&key);
         own
     }
 
@@ -173,6 +219,11 @@ impl Pool {
             .collect();
         v.sort_unstable();
         v
+    }
+
+    /// Whether the pool knows the file (references or extents).
+    pub fn knows(&self, key: FileKey) -> bool {
+        self.files.contains_key(&key)
     }
 
     /// References VMs hold on the file.
@@ -287,9 +338,9 @@ mod tests {
         let a = p.segments(K, 0, 1)[0].addr / EXTENT_SIZE;
         let b = p.segments(other, 0, 1)[0].addr / EXTENT_SIZE;
         assert_ne!(a, b);
-        p.release(K);
-        // Still on the device: reopening finds the same extent, and no other
-        // file can be handed it.
+        assert_eq!(p.release(K), 0);
+        // Still on the device until the caller takes it: no other file can
+        // be handed it.
         assert_eq!(p.allocated_extents(), 2);
         let third = FileKey { dev: 1, ino: 4 };
         assert_ne!(p.segments(third, 0, 1)[0].addr / EXTENT_SIZE, a);
@@ -301,6 +352,24 @@ mod tests {
             p.segments(FileKey { dev: 1, ino: 5 }, 0, 1)[0].addr / EXTENT_SIZE,
             a
         );
+    }
+
+    #[test]
+    fn take_keeps_earlier_chunks_and_mapped_extents() {
+        let mut p = Pool::new(8 * EXTENT_SIZE);
+        p.acquire(K);
+        p.segments(K, 0, 4 * EXTENT_SIZE);
+        let mapped = p.extent_of(K, 3).unwrap();
+        let taken = p.take(K, 1, &|e| e == mapped);
+        assert_eq!(taken.len(), 2);
+        assert!(p.extent_of(K, 0).is_some() && p.extent_of(K, 3).is_some());
+        assert!(taken.iter().all(|e| p.owner_of(*e).is_none()));
+        p.free_extents(&taken);
+        assert_eq!(p.allocated_extents(), 2);
+        p.release(K);
+        assert_eq!(p.unreferenced(), vec![K]);
+        assert_eq!(p.take(K, 0, &|_| false).len(), 2);
+        assert!(!p.knows(K), "no chunk, no reference: forgotten");
     }
 
     #[test]

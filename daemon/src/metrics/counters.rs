@@ -177,6 +177,7 @@ vm_counters! {
     dax_unmaps => "cxlfs_dax_unmaps_total", help "DAX window slots unmapped (VHOST_USER_BACKEND_SHMEM_UNMAP).";
     bad_chains => "cxlfs_bad_descriptor_chains_total", json "bad_descriptor_chains", help "Descriptor chains dropped as malformed.";
     connections => "cxlfs_vm_connections_total", help "vhost-user connections accepted.";
+    open_files_refused => "cxlfs_open_files_refused_total", help "LOOKUP/OPEN/CREATE answered EMFILE: the VM held its cap of inodes + handles.";
 }
 
 impl VmMetrics {

@@ -437,6 +437,7 @@ pub fn start_daemon_with(
         shared,
         SessionOptions {
             shared_dir: share.to_path_buf(),
+            max_open_files: cxlfsd::config::DEFAULT_MAX_OPEN_FILES,
             cache: CacheMode::Never,
             queues: QueueOptions {
                 request_queues: 1,
@@ -461,6 +462,7 @@ pub fn start_daemon_with(
                 .spawn_vm(VmSpec {
                     name: n.to_string(),
                     socket: sockets.join(format!("{n}.sock")),
+                    dir: None,
                 })
                 .unwrap()
         })
