@@ -192,7 +192,7 @@ fn parse_vm(s: &str) -> Result<VmSpec, LoadDaemonConfigError> {
     let bad = || LoadDaemonConfigError::BadVm(s.to_string());
     let (name, rest) = s.split_once('=').ok_or_else(bad)?;
     let (socket, dir) = match rest.split_once(':') {
-        Some((socket, dir)) if dir.is_empty() => (socket, None),
+        Some((socket, "")) => (socket, None),
         Some((socket, dir)) => (socket, Some(PathBuf::from(dir))),
         None => (rest, None),
     };
@@ -516,6 +516,63 @@ mod tests {
     }
 
     #[test]
+    fn per_vm_directories_and_bounds() {
+        let file: FileConfig = toml::from_str(
+            r#"
+            shared_dir = "/a"
+            max_open_files = 100
+            max_range_bytes = "8MiB"
+            prefetch_budget_bytes = "1MiB"
+            [[vm]]
+            name = "vm0"
+            socket = "/tmp/0.sock"
+            dir = "/srv/vm0"
+            [[vm]]
+            name = "vm1"
+            socket = "/tmp/1.sock"
+            "#,
+        )
+        .unwrap();
+        let c = DaemonConfig::merge(&cli(&[]), file.clone()).unwrap();
+        let shared = std::path::Path::new("/a");
+        assert_eq!(c.vms[0].share(shared), std::path::Path::new("/srv/vm0"));
+        assert_eq!(c.vms[1].share(shared), shared);
+        assert_eq!(c.max_open_files, 100);
+        assert_eq!(c.control.max_range_bytes, Some(8 << 20));
+        assert_eq!(c.control.prefetch_budget_bytes, Some(1 << 20));
+        let c = DaemonConfig::merge(
+            &cli(&[
+                "--vm",
+                "x=/tmp/x.sock:/srv/x",
+                "--vm",
+                "y=/tmp/y.sock",
+                "--vm",
+                "z=/tmp/z.sock:",
+                "--max-open-files",
+                "20",
+            ]),
+            file.clone(),
+        )
+        .unwrap();
+        let dirs: Vec<_> = c.vms.iter().map(|v| v.dir.clone()).collect();
+        assert_eq!(dirs, [Some(PathBuf::from("/srv/x")), None, None]);
+        assert_eq!(c.vms[0].socket, PathBuf::from("/tmp/x.sock"));
+        assert_eq!(c.max_open_files, 20);
+        let d = DaemonConfig::merge(&cli(&["--shared-dir", "/a"]), FileConfig::default()).unwrap();
+        assert_eq!(d.max_open_files, DEFAULT_MAX_OPEN_FILES);
+        for bad in [
+            &["--vm", "=/s:/d"][..],
+            &["--vm", "a=:/d"],
+            &["--max-open-files", "3"],
+        ] {
+            assert!(
+                DaemonConfig::merge(&cli(bad), file.clone()).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
     fn control_settings_from_file_and_flags() {
         let file: FileConfig = toml::from_str(
             r#"
@@ -663,7 +720,7 @@ mod tests {
             let flag = flag.replace('_', "-");
             assert!(longs.contains(&flag.as_str()), "no --{flag} for `{key}`");
         }
-        assert_eq!(Settings::KEYS.len(), 22);
+        assert_eq!(Settings::KEYS.len(), 25);
         // ... and `sets` is not a file key.
         assert!(toml::from_str::<FileConfig>("sets = [\"a=1\"]").is_err());
     }

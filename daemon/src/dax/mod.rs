@@ -583,7 +583,7 @@ impl DeviceObserver for DaxPlane {
 
     /// Holds every VM's slot table while `f` runs, so no SETUPMAPPING can
     /// pick up an extent the pool is taking back.
-    fn with_mapped(&self, f: &mut dyn FnMut(&dyn Fn(u64) -> bool)) {
+    fn with_mapped(&self, f: crate::device::events::WithMapped<'_>) {
         let sessions: Vec<Arc<DaxSession>> = lock(&self.sessions)
             .iter()
             .filter_map(std::sync::Weak::upgrade)

@@ -7,6 +7,11 @@
 use crate::ids::FileKey;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
+/// A test of whether a pool extent is mapped (by a DAX window).
+pub type MappedTest<'a> = &'a dyn Fn(u64) -> bool;
+/// What runs while mappings are held still.
+pub type WithMapped<'a> = &'a mut dyn FnMut(MappedTest<'_>);
+
 /// Receives the device's events. Called outside the device and pool locks.
 pub trait DeviceObserver: Send + Sync {
     /// Pool pages the device evicted (page numbers, unsorted). Must not
@@ -27,7 +32,7 @@ pub trait DeviceObserver: Send + Sync {
     /// window slot); while `f` runs, no new mapping can start. The pool
     /// never reclaims an extent a window maps: a guest would reach the
     /// pages of whatever file gets it next.
-    fn with_mapped(&self, f: &mut dyn FnMut(&dyn Fn(u64) -> bool)) {
+    fn with_mapped(&self, f: WithMapped<'_>) {
         f(&|_| false);
     }
 
@@ -85,12 +90,8 @@ impl Observers {
 
     /// Runs `f` with the union of every live observer's mapped test, all
     /// of them holding their mappings still.
-    pub(super) fn with_mapped(&self, f: &mut dyn FnMut(&dyn Fn(u64) -> bool)) {
-        fn nest(
-            obs: &[Arc<dyn DeviceObserver>],
-            outer: &dyn Fn(u64) -> bool,
-            f: &mut dyn FnMut(&dyn Fn(u64) -> bool),
-        ) {
+    pub(super) fn with_mapped(&self, f: WithMapped<'_>) {
+        fn nest(obs: &[Arc<dyn DeviceObserver>], outer: &dyn Fn(u64) -> bool, f: WithMapped<'_>) {
             match obs.split_first() {
                 None => f(outer),
                 Some((o, rest)) => o.with_mapped(&mut |mapped| {
