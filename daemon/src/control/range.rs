@@ -115,7 +115,7 @@ impl Controller {
             (RangeOp::Pin, Principal::Host) => Ok((max, Some(too_large(max)))),
             (RangeOp::Prefetch, Principal::Vm(vm)) => {
                 let budget = self.prefetch_budget(vm);
-                if budget == 0 {
+                if budget < PAGE_SIZE {
                     return Err(ControlCommandError::Throttled {
                         vm: vm.clone(),
                         budget_bytes: self.opts.prefetch_budget_bytes,
