@@ -71,10 +71,8 @@ impl InodeObserver for PoolRefs {
         self.0.acquire_file(key);
     }
 
-    /// The last session's reference returns the file's extents to the
-    /// pool, deleted or not (see `device::pool`).
-    fn inode_dropped(&self, key: FileKey, _deleted: bool) {
-        self.0.release_file(key);
+    fn inode_dropped(&self, key: FileKey, deleted: bool) {
+        self.0.release_file(key, deleted);
     }
 }
 
@@ -456,9 +454,10 @@ impl DaemonState {
             lock(&self.sessions).retain(|(n, _)| n != &vm.name);
             // The session's inodes hold pool references (and host fds):
             // return them now, so deleted files' extents and disk space come
-            // back, then reclaim what the window kept mapped until now.
+            // back (other files' extents become reclaimable), then reclaim
+            // deleted files' extents the window kept mapped until now.
             server.fs().inner().reset();
-            let reclaimed = self.shared.reclaim_unreferenced();
+            let reclaimed = self.shared.reclaim_deleted_idle();
             tracing::info!(vm = %vm.name, reclaimed_extents = reclaimed, "session released its files");
             drop(daemon);
         }

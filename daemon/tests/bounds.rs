@@ -10,8 +10,9 @@
 //! * a pin over the quota is refused before any work; a prefetch is cut to
 //!   the range bound and then throttled by the VM's budget;
 //! * pool extents come back after a truncation, an `O_TRUNC` open, the last
-//!   FORGET, and a disconnect (also with a DAX window that still mapped
-//!   them);
+//!   FORGET of a deleted file, and a disconnect (also with a DAX window
+//!   that still mapped them); an existing file's extents stay idle after
+//!   its last FORGET and are reclaimed when the pool runs short;
 //! * each VM sees only its own directory;
 //! * a VM at its open-files cap gets EMFILE while another VM works on.
 
@@ -353,7 +354,7 @@ fn pins_over_the_quota_are_refused_and_prefetch_is_cut_then_throttled() {
 }
 
 #[test]
-fn truncation_o_trunc_and_the_last_forget_return_extents() {
+fn truncation_o_trunc_the_last_forget_and_a_short_pool_return_extents() {
     let r = rig(&[], |s| {
         std::fs::write(s.join("f.bin"), vec![1u8; 8 << 20]).unwrap();
         std::fs::write(s.join("g.bin"), vec![2u8; 4 << 20]).unwrap();
@@ -375,7 +376,8 @@ fn truncation_o_trunc_and_the_last_forget_return_extents() {
     r.open_flags(g.nodeid, (libc::O_WRONLY | libc::O_TRUNC) as u32);
     assert_eq!(r.extents(), 0);
     assert_eq!(std::fs::metadata(r.share.join("g.bin")).unwrap().len(), 0);
-    // The last FORGET of a file gives its extents back (no deletion needed).
+    // The last FORGET of a file that still exists: its extents stay for a
+    // reopen, on the idle list, reclaimed first when the pool runs short.
     std::fs::write(r.share.join("h.bin"), vec![3u8; 4 << 20]).unwrap();
     let h = r.open("h.bin");
     r.read(h, 0, 4096);
@@ -384,9 +386,25 @@ fn truncation_o_trunc_and_the_last_forget_return_extents() {
     let again = r.lookup("h.bin").unwrap();
     assert_eq!(again, h.nodeid);
     r.forget(h.nodeid, 1);
-    assert_eq!(r.extents(), 2, "one lookup left");
+    assert!(
+        r.state.shared.pool().oldest_idle().is_none(),
+        "one lookup left"
+    );
     r.forget(h.nodeid, 1);
-    assert_eq!(r.extents(), 0, "the last reference went");
+    assert_eq!(r.extents(), 2, "idle, kept for a reopen");
+    assert!(r.state.shared.pool().oldest_idle().is_some());
+    let cap = r.state.shared.pool().capacity_extents();
+    r.state.shared.make_room(cap);
+    assert_eq!(r.extents(), 0, "a short pool reclaims idle files");
+    // The last FORGET of a deleted file gives its extents back at once.
+    std::fs::write(r.share.join("d.bin"), vec![4u8; 4 << 20]).unwrap();
+    let d = r.open("d.bin");
+    r.read(d, 0, 4096);
+    r.read(d, 2 << 20, 4096);
+    assert_eq!(r.extents(), 2);
+    std::fs::remove_file(r.share.join("d.bin")).unwrap();
+    r.forget(d.nodeid, 1);
+    assert_eq!(r.extents(), 0, "deleted: reclaimed with the last reference");
 }
 
 /// A daemon (no control) whose VMs are `vms` (name, own directory),
@@ -496,12 +514,17 @@ fn a_disconnect_returns_the_sessions_extents_and_fds() {
     std::fs::remove_file(share.path().join("gone.bin")).unwrap();
     assert!(fds_on(&share.path().join("gone.bin")) > 0);
     drop(g);
-    eventually("the disconnected session's extents come back", || {
-        state.shared.pool().allocated_extents() == 0
+    eventually("the deleted file's extents come back", || {
+        state.shared.pool().allocated_extents() == 2
     });
     eventually("the deleted file's fds are closed", || {
         fds_on(&share.path().join("gone.bin")) == 0
     });
+    // The file that still exists is idle: no reference holds its extents.
+    assert!(state.shared.pool().oldest_idle().is_some());
+    let cap = state.shared.pool().capacity_extents();
+    state.shared.make_room(cap);
+    assert_eq!(state.shared.pool().allocated_extents(), 0);
     // A new connection works as before.
     let mut g = Guest::connect(&sockets.path().join("a.sock"));
     g.init();
@@ -530,8 +553,10 @@ fn a_disconnect_returns_extents_a_dax_window_still_mapped() {
     assert_eq!(g.call(opcode::SETUPMAPPING, n, &a).0.error, 0);
     assert_eq!(window.read(0, 4), vec![5u8; 4]);
     assert_eq!(d.state.shared.pool().allocated_extents(), 1);
-    // The guest forgets the file but keeps the slot (a misbehaving guest):
-    // the mapped extent must not go back to the pool yet.
+    // The file is deleted on the host, and the guest forgets it but keeps
+    // the slot (a misbehaving guest): the mapped extent must not go back to
+    // the pool yet.
+    std::fs::remove_file(share.path().join("m.bin")).unwrap();
     let mut forget = Vec::new();
     forget.extend_from_slice(&1u64.to_le_bytes());
     let req = g.request_bytes(opcode::FORGET, n, &forget);

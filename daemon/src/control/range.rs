@@ -165,6 +165,11 @@ impl Controller {
                     self.spend_prefetch_budget(vm, bytes);
                 }
                 // Bounded: at most `max` bytes in 2 MiB pieces.
+                let want = spans
+                    .iter()
+                    .map(|&(a, b)| (b - a).div_ceil(EXTENT_SIZE) + 1)
+                    .sum();
+                self.shared.make_room(want);
                 let mut pool = self.shared.pool();
                 Ok(spans
                     .iter()

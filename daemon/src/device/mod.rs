@@ -105,6 +105,9 @@ pub struct RatioChange {
     pub plane_evicted_pages: u64,
 }
 
+/// The most idle files one [`SharedDevice::make_room`] reclaims.
+pub const MAKE_ROOM_FILES: usize = 64;
+
 /// Pages the device's prefetcher filled, with when each is ready (ns).
 pub type PrefetchedPages = Vec<(u64, u64)>;
 
@@ -391,6 +394,13 @@ impl SharedDevice {
         }
         let segments = {
             let mut pool = self.pool();
+            // Short of extents: reclaim idle files first (outside the lock).
+            let want = len.div_ceil(EXTENT_SIZE) + 1;
+            if pool.free_count() < want && pool.oldest_idle().is_some() {
+                drop(pool);
+                self.make_room(want);
+                pool = self.pool();
+            }
             let segments = pool.segments(key, offset, len);
             for s in &segments {
                 pool.touch(s.addr, u64::from(s.len));
@@ -410,11 +420,36 @@ impl SharedDevice {
         self.pool().acquire(key);
     }
 
-    /// Drops one reference on a file; with the last one its extents go
-    /// back to the pool ([`SharedDevice::reclaim`]), deleted or not.
-    pub fn release_file(&self, key: FileKey) {
-        if self.pool().release(key) == 0 {
+    /// Drops one reference on a file (`deleted`: the host file has no links
+    /// left). With the last one, a deleted file's extents go back to the
+    /// pool at once; a file that still exists keeps them on the idle list
+    /// (see `pool`), reclaimed when the pool runs short.
+    pub fn release_file(&self, key: FileKey, deleted: bool) {
+        if self.pool().release(key, deleted) == 0 && deleted {
             self.reclaim_where(key, 0, true);
+        }
+    }
+
+    /// Reclaims idle files, oldest release first, until `want` extents are
+    /// free (or no idle file is left; a file whose extents a window maps is
+    /// passed over). At most [`MAKE_ROOM_FILES`] files per call. Never call
+    /// it from a plane thread, nor holding a slot table, the pool or the
+    /// device lock.
+    pub fn make_room(&self, want: u64) {
+        for _ in 0..MAKE_ROOM_FILES {
+            let key = {
+                let pool = self.pool();
+                if pool.free_count() >= want {
+                    return;
+                }
+                match pool.oldest_idle() {
+                    Some(k) => k,
+                    None => return,
+                }
+            };
+            if self.reclaim_where(key, 0, true) == 0 {
+                self.pool().requeue_idle(key);
+            }
         }
     }
 
@@ -465,11 +500,11 @@ impl SharedDevice {
         freed.len() as u64
     }
 
-    /// Reclaims every file no VM holds a reference on (after a VM
-    /// disconnected: extents a window kept then are free now). Returns the
+    /// Reclaims every idle file that was deleted on the host (after a VM
+    /// disconnected: extents its window kept are unmapped now). Returns the
     /// extents reclaimed.
-    pub fn reclaim_unreferenced(&self) -> u64 {
-        let keys = self.pool().unreferenced();
+    pub fn reclaim_deleted_idle(&self) -> u64 {
+        let keys = self.pool().idle_deleted();
         keys.into_iter()
             .map(|k| self.reclaim_where(k, 0, true))
             .sum()
@@ -490,7 +525,7 @@ mod tests {
     const K: FileKey = FileKey { dev: 1, ino: 2 };
 
     #[test]
-    fn the_last_reference_discards_a_files_device_pages() {
+    fn deleting_a_file_discards_its_device_pages_and_idle_files_keep_theirs() {
         let cfg = cxlfs_device_model::DeviceConfig::default()
             .with_overrides(&["cache.size_bytes=16MiB"])
             .unwrap();
@@ -500,7 +535,7 @@ mod tests {
         shared.pool().acquire(K);
         let first = shared.charge(0, Op::Read, K, 0, 8192).unwrap();
         assert_eq!(first.page_misses, 2);
-        shared.release_file(K);
+        shared.release_file(K, false);
         let again = shared
             .charge(first.completes_at_ns, Op::Read, K, 0, 8192)
             .unwrap();
@@ -508,12 +543,19 @@ mod tests {
             again.page_hits, 2,
             "a file another session knows keeps its cached pages"
         );
-        shared.release_file(K);
+        shared.release_file(K, false);
         assert_eq!(
             shared.pool().allocated_extents(),
-            0,
-            "last reference: reclaimed"
+            1,
+            "an existing file stays idle with its extent"
         );
+        shared.pool().acquire(K);
+        let third = shared
+            .charge(again.completes_at_ns, Op::Read, K, 0, 8192)
+            .unwrap();
+        assert_eq!(third.page_hits, 2, "a reopen finds its cached pages");
+        shared.release_file(K, true);
+        assert_eq!(shared.pool().allocated_extents(), 0, "deleted: reclaimed");
         assert_eq!(shared.stats().resident_pages, 0);
         let other = FileKey { dev: 1, ino: 9 };
         shared.pool().acquire(other);
@@ -536,11 +578,55 @@ mod tests {
         assert_eq!(shared.pool().allocated_extents(), 2);
         assert!(shared.pool().extent_of(K, 1).is_some());
         assert!(shared.pool().extent_of(K, 2).is_none());
-        // Referenced: the sweep leaves it; the last reference reclaims it.
-        assert_eq!(shared.reclaim_unreferenced(), 0);
-        shared.release_file(K);
+        shared.release_file(K, true);
         assert_eq!(shared.pool().allocated_extents(), 0);
         assert_eq!(shared.stats().resident_pages, 0);
+    }
+
+    #[test]
+    fn a_short_pool_reclaims_idle_files_before_aliasing() {
+        // A small device: one 64 MiB LUN (a pool of ~30 extents).
+        let cfg = cxlfs_device_model::DeviceConfig::default()
+            .with_overrides(&[
+                "cache.size_bytes=1MiB",
+                "nand.channels=1",
+                "nand.luns_per_channel=1",
+                "nand.planes_per_lun=1",
+                "nand.blocks_per_plane=64",
+                "nand.pages_per_block=256",
+            ])
+            .unwrap();
+        let shared = SharedDevice::new(Device::new(cfg).unwrap());
+        let cap = shared.pool().capacity_extents();
+        // Idle files (released, not deleted) hold every extent.
+        for ino in 0..cap {
+            let k = FileKey {
+                dev: 1,
+                ino: 100 + ino,
+            };
+            shared.pool().acquire(k);
+            shared.charge(0, Op::Read, k, 0, 4096).unwrap();
+            shared.release_file(k, false);
+        }
+        // Each new file found the pool short and reclaimed the oldest idle
+        // one: nothing shared an extent.
+        let (free, aliased) = {
+            let p = shared.pool();
+            (p.free_count(), p.aliased_chunks())
+        };
+        assert_eq!((free, aliased), (1, 0));
+        // A referenced file gets extents of its own: idle ones are reclaimed.
+        shared.pool().acquire(K);
+        shared.charge(0, Op::Read, K, 0, 3 * EXTENT_SIZE).unwrap();
+        assert_eq!(shared.pool().aliased_chunks(), 0);
+        assert_eq!(
+            shared.pool().oldest_idle(),
+            Some(FileKey {
+                dev: 1,
+                ino: 100 + 4
+            }),
+            "the oldest idle files went first"
+        );
     }
 
     fn device_with(ratio: u8, extra: &[&str]) -> SharedDevice {
