@@ -103,6 +103,7 @@ fn main() {
         shared,
         SessionOptions {
             shared_dir: share.path().to_path_buf(),
+            max_open_files: cxlfsd::config::DEFAULT_MAX_OPEN_FILES,
             cache: CacheMode::Never,
             queues: QueueOptions::default(),
             server: ServerOptions {
@@ -115,6 +116,7 @@ fn main() {
         .spawn_vm(VmSpec {
             name: "b".into(),
             socket: socks.path().join("b.sock"),
+            dir: None,
         })
         .unwrap();
     let mut g = Guest::connect(&socks.path().join("b.sock"));

@@ -17,7 +17,7 @@ use crate::backend::{CacheWindow, FsBackend, GuestMem, QueueOptions};
 use crate::config::{DaemonConfig, VmSpec};
 use crate::control::{
     ControlOptions, ControlSocket, Controller, DevicePlacement, StartControlError,
-    DEFAULT_PIN_QUOTA_PERCENT,
+    DEFAULT_MAX_RANGE_CACHE_PERCENT, DEFAULT_PIN_QUOTA_PERCENT,
 };
 use crate::dax::{DaxPlane, DaxSession, StartDaxError};
 use crate::device::SharedDevice;
@@ -25,7 +25,7 @@ use crate::ids::FileKey;
 use crate::metrics::{Metrics, PlaneSource, VmMetrics};
 use crate::passthrough::{CacheMode, GuestIds, InodeObserver, OpenSharedDirError, PassthroughFs};
 use crate::server::{DaxMapper, IoctlHandler, Server, ServerOptions};
-use crate::timing::{Coherence, TimedFs};
+use crate::timing::{Coherence, OpenFiles, TimedFs};
 use cxlfs_api::control::{DaemonSummary, VmEndpoint};
 use residency::{FusePoolPlane, PlaneOptions, PoolBackend, ResidencyPlane};
 use rustix::event::{PollFd, PollFlags};
@@ -54,6 +54,8 @@ pub struct SessionOptions {
     pub server: ServerOptions,
     /// Guest uid/gid translation and set-id stripping.
     pub guest_ids: GuestIds,
+    /// Inodes + open handles one VM may hold (each a host fd).
+    pub max_open_files: u64,
 }
 
 /// What each VM session's FUSE server serves: the share, timed by the device.
@@ -205,6 +207,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Why a VM could not be served.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeVmError {
+    /// The VM's shared directory is not a directory.
+    #[error("shared directory {dir} of VM {vm} is not a directory")]
+    NoShare {
+        /// VM name.
+        vm: String,
+        /// The directory.
+        dir: String,
+    },
     /// The socket could not be created.
     #[error("cannot listen on {path}")]
     Listen {
@@ -251,6 +261,9 @@ impl DaemonState {
         opts: SessionOptions,
         features: Features<'_>,
     ) -> Result<(Arc<Self>, Option<ControlSocket>), StartControlError> {
+        if let Err(e) = crate::sandbox::raise_file_limit() {
+            tracing::warn!(error = %e, "cannot raise RLIMIT_NOFILE");
+        }
         let dax = features
             .dax
             .and_then(|(dir, window)| start_dax(&shared, dir, window));
@@ -387,6 +400,14 @@ impl DaemonState {
         bound: ListeningVm,
     ) -> Result<JoinHandle<()>, ServeVmError> {
         let ListeningVm { vm, listener } = bound;
+        let share = vm.share(&self.opts.shared_dir);
+        if !share.is_dir() {
+            return Err(ServeVmError::NoShare {
+                vm: vm.name.clone(),
+                dir: share.display().to_string(),
+            });
+        }
+        tracing::info!(vm = %vm.name, share = %share.display(), "serving");
         let state = self.clone();
         let name = vm.name.clone();
         thread::Builder::new()
@@ -487,6 +508,13 @@ impl DaemonState {
             backend.close();
             server.fs().inner().sync_all();
             lock(&self.sessions).retain(|(n, _)| n != &vm.name);
+            // The session's inodes hold pool references (and host fds):
+            // return them now, so deleted files' extents and disk space come
+            // back (other files' extents become reclaimable), then reclaim
+            // deleted files' extents the window kept mapped until now.
+            server.fs().inner().reset();
+            let reclaimed = self.shared.reclaim_deleted_idle();
+            tracing::info!(vm = %vm.name, reclaimed_extents = reclaimed, "session released its files");
             drop(daemon);
         }
         tracing::info!(vm = %vm.name, "stopped listening");
@@ -501,12 +529,27 @@ impl DaemonState {
         vm_metrics: Arc<VmMetrics>,
         dax: Option<Arc<DaxSession>>,
     ) -> Result<VmServer, OpenSharedDirError> {
+        self.vm_server_at(&self.opts.shared_dir, vm_metrics, dax)
+    }
+
+    /// [`DaemonState::vm_server`] over directory `share` (the VM's own).
+    pub fn vm_server_at(
+        &self,
+        share: &Path,
+        vm_metrics: Arc<VmMetrics>,
+        dax: Option<Arc<DaxSession>>,
+    ) -> Result<VmServer, OpenSharedDirError> {
         let refs: Arc<dyn InodeObserver> = Arc::new(PoolRefs(self.shared.clone()));
-        let fs = PassthroughFs::new(&self.opts.shared_dir, self.opts.cache)?
+        let fs = PassthroughFs::new(share, self.opts.cache)?
             .with_inode_observer(Some(refs))
             .with_guest_ids(self.opts.guest_ids.clone());
         let coherence = self.dax.as_ref().map(|d| d.clone() as Arc<dyn Coherence>);
-        let timed = TimedFs::new(fs, self.shared.clone(), vm_metrics.clone(), coherence);
+        let open_files: OpenFiles<PassthroughFs> = Box::new(|fs: &PassthroughFs| {
+            let (inodes, handles) = fs.counts();
+            (inodes + handles) as u64
+        });
+        let timed = TimedFs::new(fs, self.shared.clone(), vm_metrics.clone(), coherence)
+            .with_open_files_cap(self.opts.max_open_files, open_files);
         let ioctl = self.control.as_ref().map(|c| {
             Arc::new(crate::control::hint::HintHandler::new(
                 c.clone(),
@@ -525,7 +568,8 @@ impl DaemonState {
             d.register_session(&session);
             session
         });
-        let server = Arc::new(self.vm_server(vm_metrics.clone(), dax.clone())?);
+        let share = vm.share(&self.opts.shared_dir);
+        let server = Arc::new(self.vm_server_at(share, vm_metrics.clone(), dax.clone())?);
         let mem: GuestMem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
         let backend = Arc::new(FsBackend::new(
             server.clone(),
@@ -606,6 +650,14 @@ fn new_controller(
         &cfg.shared_dir,
         ControlOptions {
             pin_quota_bytes: quota,
+            max_range_bytes: cfg
+                .control
+                .max_range_bytes
+                .unwrap_or(cfg.device.cache.size_bytes * DEFAULT_MAX_RANGE_CACHE_PERCENT / 100),
+            prefetch_budget_bytes: cfg
+                .control
+                .prefetch_budget_bytes
+                .unwrap_or(cfg.device.cache.size_bytes),
             guest_device_control: cfg.control.guest_device_control,
         },
         about,

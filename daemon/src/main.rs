@@ -84,6 +84,7 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
         shared,
         SessionOptions {
             shared_dir: shared_dir.clone(),
+            max_open_files: cfg.max_open_files,
             cache: cfg.cache,
             queues: cfg.queues,
             server: ServerOptions {
@@ -109,8 +110,18 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
         }
         None => None,
     };
-    let listening = cfg
-        .vms
+    // Absolute and resolved: they are bound at the same paths in the
+    // sandbox, whose current directory is its root.
+    let mut vms = cfg.vms.clone();
+    for vm in &mut vms {
+        if let Some(dir) = &vm.dir {
+            vm.dir =
+                Some(std::fs::canonicalize(dir).map_err(|e| {
+                    format!("vm {}: share directory {}: {e}", vm.name, dir.display())
+                })?);
+        }
+    }
+    let listening = vms
         .iter()
         .map(|vm| cxlfsd::daemon::listen(vm.clone()))
         .collect::<Result<Vec<_>, _>>()?;
@@ -121,7 +132,9 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
     }
     // Everything the daemon needs from the host is open: confine it.
     let keep = Keep {
-        dirs: vec![shared_dir],
+        dirs: std::iter::once(shared_dir)
+            .chain(vms.iter().filter_map(|v| v.dir.clone()))
+            .collect(),
     };
     cxlfsd::sandbox::enter(sandbox, &keep)?;
     let extra_caps: &[u32] = if cfg.queues.realtime_priority.is_some() {

@@ -78,6 +78,7 @@ fn rig(extra: &[&str], prepare: impl FnOnce(&Path)) -> Rig {
         shared.clone(),
         SessionOptions {
             shared_dir: cfg.shared_dir.clone(),
+            max_open_files: cfg.max_open_files,
             cache: CacheMode::Never,
             queues: cfg.queues,
             server: ServerOptions {
@@ -723,7 +724,9 @@ fn query_stats_agrees_with_prometheus_and_reset_zeroes_both() {
 
 #[test]
 fn malformed_oversized_and_escaping_requests_change_nothing() {
-    let r = rig(&[], |s| {
+    // Ranges up to 4 MiB, so that the 2 MiB pin below reaches the device
+    // (tests/bounds.rs covers the refusal at the default bound).
+    let r = rig(&["--max-range-bytes", "4MiB"], |s| {
         write_file(s, "ok.bin", 64 * 1024, 9);
         std::fs::create_dir(s.join("sub")).unwrap();
         write_file(&s.join("sub"), "in.bin", 8192, 10);

@@ -42,6 +42,7 @@ fn get_config_reports_the_tag_and_request_queues() {
         Arc::new(SharedDevice::new(Device::new(cfg).unwrap())),
         SessionOptions {
             shared_dir: share.path().to_path_buf(),
+            max_open_files: cxlfsd::config::DEFAULT_MAX_OPEN_FILES,
             cache: CacheMode::Never,
             queues: QueueOptions {
                 request_queues: 2,
@@ -59,6 +60,7 @@ fn get_config_reports_the_tag_and_request_queues() {
         .spawn_vm(VmSpec {
             name: "c".into(),
             socket: socket.clone(),
+            dir: None,
         })
         .unwrap();
     let mut f = connect(&socket);

@@ -18,11 +18,13 @@ pub struct Cli {
     /// Daemon config file (TOML): device, shared_dir, vm list, ...
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Host directory exported to every VM.
+    /// Host directory exported to every VM without a directory of its own.
     #[arg(long, value_name = "DIR")]
     pub shared_dir: Option<PathBuf>,
-    /// A VM: its name and its vhost-user socket (repeatable; replaces the file's list).
-    #[arg(long = "vm", value_name = "NAME=SOCKET_PATH")]
+    /// A VM: its name, its vhost-user socket and optionally its own shared
+    /// directory (`NAME=SOCK:DIR`; VMs share files only where they share a
+    /// directory). Repeatable; replaces the file's list.
+    #[arg(long = "vm", value_name = "NAME=SOCKET_PATH[:DIR]")]
     pub vms: Vec<String>,
     /// Start the device from a named preset (replaces the file's `device`).
     #[arg(long, value_name = "NAME")]
@@ -89,6 +91,18 @@ pub struct Cli {
     /// Bytes each VM may pin in the device cache (default: 25 % of it).
     #[arg(long, value_name = "BYTES")]
     pub pin_quota_bytes: Option<String>,
+    /// Most bytes of file data one pin or prefetch covers (default: the
+    /// device cache size); a larger pin is refused, a prefetch cut.
+    #[arg(long, value_name = "BYTES")]
+    pub max_range_bytes: Option<String>,
+    /// Bytes each VM may prefetch per second through hints (default: the
+    /// device cache size).
+    #[arg(long, value_name = "BYTES")]
+    pub prefetch_budget_bytes: Option<String>,
+    /// Inodes + open files each VM may hold (each is a host fd); LOOKUP /
+    /// OPEN beyond it get EMFILE (default 65536).
+    #[arg(long, value_name = "N")]
+    pub max_open_files: Option<u64>,
     /// Let guests change the whole device (set_policy, set_prefetch,
     /// set_cxl_ratio, reset_stats) through cache hints.
     #[arg(long)]
@@ -172,6 +186,9 @@ impl TryFrom<&Cli> for Settings {
             control_socket: cli.control_socket.clone(),
             control_socket_mode: cli.control_socket_mode.clone(),
             pin_quota_bytes: cli.pin_quota_bytes.clone(),
+            max_range_bytes: cli.max_range_bytes.clone(),
+            prefetch_budget_bytes: cli.prefetch_budget_bytes.clone(),
+            max_open_files: cli.max_open_files,
             guest_device_control: cli.guest_device_control.then_some(true),
             cxl_ratio: cli.cxl_ratio,
             metrics_file: cli.metrics_file.clone(),

@@ -58,6 +58,10 @@ pub struct ControlConfig {
     pub socket_mode: u32,
     /// Per-VM pin quota in bytes (`None`: 25 % of the device cache).
     pub pin_quota_bytes: Option<u64>,
+    /// Most bytes one pin / prefetch covers (`None`: the device cache).
+    pub max_range_bytes: Option<u64>,
+    /// Bytes one VM may prefetch per second (`None`: the device cache).
+    pub prefetch_budget_bytes: Option<u64>,
     /// Guests may run device-wide commands.
     pub guest_device_control: bool,
 }
@@ -95,7 +99,22 @@ pub struct VmSpec {
     pub name: String,
     /// vhost-user socket path (the daemon listens; QEMU connects).
     pub socket: PathBuf,
+    /// The VM's own shared directory (`None`: the daemon's `shared_dir`).
+    /// VMs see each other's files only where they share a directory.
+    #[serde(default)]
+    pub dir: Option<PathBuf>,
 }
+
+impl VmSpec {
+    /// The directory this VM is served: its own, or the daemon's.
+    pub fn share<'a>(&'a self, shared_dir: &'a std::path::Path) -> &'a std::path::Path {
+        self.dir.as_deref().unwrap_or(shared_dir)
+    }
+}
+
+/// Default cap on the inodes and open handles one VM holds (each is a host
+/// fd): enough to list a tree of tens of thousands of files.
+pub const DEFAULT_MAX_OPEN_FILES: u64 = 65_536;
 
 /// The effective configuration.
 #[derive(Debug, Clone)]
@@ -110,6 +129,8 @@ pub struct DaemonConfig {
     pub vms: Vec<VmSpec>,
     /// Cache mode.
     pub cache: CacheMode,
+    /// Inodes + open handles one VM may hold (host fds).
+    pub max_open_files: u64,
     /// Metrics address.
     pub metrics_addr: Option<SocketAddr>,
     /// Allow non-loopback metrics.
@@ -159,8 +180,8 @@ pub enum LoadDaemonConfigError {
     /// `device` is neither a preset name nor a table.
     #[error("`device` must be a preset name or a table, got {0}")]
     DeviceType(String),
-    /// A `--vm` flag is not `NAME=SOCKET_PATH`.
-    #[error("--vm `{0}` is not of the form NAME=SOCKET_PATH")]
+    /// A `--vm` flag is not `NAME=SOCKET_PATH[:DIR]`.
+    #[error("--vm `{0}` is not of the form NAME=SOCKET_PATH or NAME=SOCKET_PATH:DIR")]
     BadVm(String),
     /// Two VMs with one name or one socket.
     #[error("VM name or socket `{0}` used twice")]
@@ -182,14 +203,24 @@ pub enum LoadDaemonConfigError {
     },
 }
 
+/// `NAME=SOCKET` or `NAME=SOCKET:DIR` (the socket path must not contain
+/// `:` when a directory follows; the first `:` splits them).
 fn parse_vm(s: &str) -> Result<VmSpec, LoadDaemonConfigError> {
-    match s.split_once('=') {
-        Some((name, socket)) if !name.is_empty() && !socket.is_empty() => Ok(VmSpec {
-            name: name.to_string(),
-            socket: PathBuf::from(socket),
-        }),
-        _ => Err(LoadDaemonConfigError::BadVm(s.to_string())),
+    let bad = || LoadDaemonConfigError::BadVm(s.to_string());
+    let (name, rest) = s.split_once('=').ok_or_else(bad)?;
+    let (socket, dir) = match rest.split_once(':') {
+        Some((socket, "")) => (socket, None),
+        Some((socket, dir)) => (socket, Some(PathBuf::from(dir))),
+        None => (rest, None),
+    };
+    if name.is_empty() || socket.is_empty() {
+        return Err(bad());
     }
+    Ok(VmSpec {
+        name: name.to_string(),
+        socket: PathBuf::from(socket),
+        dir,
+    })
 }
 
 fn device_from_value(v: &toml::Value) -> Result<(DeviceConfig, String), LoadDaemonConfigError> {
@@ -249,10 +280,20 @@ fn control_config(s: &Settings) -> Result<ControlConfig, LoadDaemonConfigError> 
         Some(t) => Some(size("pin_quota_bytes", t)?),
         None => None,
     };
+    let max_range_bytes = match &s.max_range_bytes {
+        Some(t) => Some(size("max_range_bytes", t)?).filter(|&n| n > 0),
+        None => None,
+    };
+    let prefetch_budget_bytes = match &s.prefetch_budget_bytes {
+        Some(t) => Some(size("prefetch_budget_bytes", t)?),
+        None => None,
+    };
     Ok(ControlConfig {
         socket: s.control_socket.clone(),
         socket_mode,
         pin_quota_bytes,
+        max_range_bytes,
+        prefetch_budget_bytes,
         guest_device_control: s.guest_device_control.unwrap_or(false),
     })
 }
@@ -384,8 +425,15 @@ impl TryFrom<Settings> for DaemonConfig {
         };
         let metrics_interval = metrics_interval(&s)?;
         let guest_ids = guest_ids(&s)?;
+        let max_open_files = s.max_open_files.unwrap_or(DEFAULT_MAX_OPEN_FILES);
+        if max_open_files < 16 {
+            return Err(LoadDaemonConfigError::Invalid(format!(
+                "max_open_files must be at least 16, got {max_open_files}"
+            )));
+        }
         Ok(DaemonConfig {
             guest_ids,
+            max_open_files,
             control,
             cxl_ratio,
             metrics_file: s.metrics_file,
@@ -520,6 +568,63 @@ mod tests {
             c.vms.iter().map(|v| v.name.as_str()).collect::<Vec<_>>(),
             ["x", "y"]
         );
+    }
+
+    #[test]
+    fn per_vm_directories_and_bounds() {
+        let file: FileConfig = toml::from_str(
+            r#"
+            shared_dir = "/a"
+            max_open_files = 100
+            max_range_bytes = "8MiB"
+            prefetch_budget_bytes = "1MiB"
+            [[vm]]
+            name = "vm0"
+            socket = "/tmp/0.sock"
+            dir = "/srv/vm0"
+            [[vm]]
+            name = "vm1"
+            socket = "/tmp/1.sock"
+            "#,
+        )
+        .unwrap();
+        let c = DaemonConfig::merge(&cli(&[]), file.clone()).unwrap();
+        let shared = std::path::Path::new("/a");
+        assert_eq!(c.vms[0].share(shared), std::path::Path::new("/srv/vm0"));
+        assert_eq!(c.vms[1].share(shared), shared);
+        assert_eq!(c.max_open_files, 100);
+        assert_eq!(c.control.max_range_bytes, Some(8 << 20));
+        assert_eq!(c.control.prefetch_budget_bytes, Some(1 << 20));
+        let c = DaemonConfig::merge(
+            &cli(&[
+                "--vm",
+                "x=/tmp/x.sock:/srv/x",
+                "--vm",
+                "y=/tmp/y.sock",
+                "--vm",
+                "z=/tmp/z.sock:",
+                "--max-open-files",
+                "20",
+            ]),
+            file.clone(),
+        )
+        .unwrap();
+        let dirs: Vec<_> = c.vms.iter().map(|v| v.dir.clone()).collect();
+        assert_eq!(dirs, [Some(PathBuf::from("/srv/x")), None, None]);
+        assert_eq!(c.vms[0].socket, PathBuf::from("/tmp/x.sock"));
+        assert_eq!(c.max_open_files, 20);
+        let d = DaemonConfig::merge(&cli(&["--shared-dir", "/a"]), FileConfig::default()).unwrap();
+        assert_eq!(d.max_open_files, DEFAULT_MAX_OPEN_FILES);
+        for bad in [
+            &["--vm", "=/s:/d"][..],
+            &["--vm", "a=:/d"],
+            &["--max-open-files", "3"],
+        ] {
+            assert!(
+                DaemonConfig::merge(&cli(bad), file.clone()).is_err(),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]
@@ -670,7 +775,7 @@ mod tests {
             let flag = flag.replace('_', "-");
             assert!(longs.contains(&flag.as_str()), "no --{flag} for `{key}`");
         }
-        assert_eq!(Settings::KEYS.len(), 27);
+        assert_eq!(Settings::KEYS.len(), 30);
         // ... and `sets` is not a file key.
         assert!(toml::from_str::<FileConfig>("sets = [\"a=1\"]").is_err());
     }

@@ -86,6 +86,12 @@ settings! {
         control_socket_mode: String,
         /// Per-VM pin quota (e.g. "16MiB").
         pin_quota_bytes: String,
+        /// Most bytes one pin / prefetch covers (e.g. "256MiB").
+        max_range_bytes: String,
+        /// Bytes one VM may prefetch per second (e.g. "64MiB").
+        prefetch_budget_bytes: String,
+        /// Inodes + open handles one VM may hold.
+        max_open_files: u64,
         /// Guests may change the whole device.
         guest_device_control: bool,
         /// Percent of file pages on the CXL tier (0..=100).

@@ -178,14 +178,11 @@ impl Controller {
                 dev: st.st_dev,
                 ino: st.st_ino,
             };
-            let plane = if self.dax_on() {
-                Some(self.pool_file(key, &fd)?)
-            } else {
-                None
-            };
+            let file = self.pool_file(key, &fd)?;
             return Ok(ResolvedFile {
                 key,
-                plane,
+                plane: self.dax_on().then(|| file.clone()),
+                data: file,
                 size: st.st_size as u64,
             });
         }
@@ -194,6 +191,7 @@ impl Controller {
 
     /// The host file kept open for the residency plane: the pool's, or a
     /// fresh read-write open through `/proc/self/fd` (never a path lookup).
+    /// Also what the file's layout is read from.
     fn pool_file(&self, key: FileKey, opath: &OwnedFd) -> Result<Arc<File>, ControlCommandError> {
         if let Some(f) = self.dax.as_ref().and_then(|d| d.window_file(key)) {
             return Ok(f);

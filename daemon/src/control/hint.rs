@@ -174,21 +174,24 @@ fn run(
         return Err(bad("a range hint needs a regular file, not a directory"));
     }
     let (key, size) = (file.key, file.size);
-    let plane = match controller
-        .dax_on()
-        .then(|| controller.shared_pool_file(key))
-    {
-        None => None,
-        Some(Some(f)) => Some(f),
-        Some(None) => Some(Arc::new(
+    // The file open for its layout (and the plane's fills, DAX on): the
+    // pool's copy if it has one, else a fresh open of the handle's inode.
+    let data = match controller.shared_pool_file(key) {
+        Some(f) => f,
+        None => Arc::new(
             fs.host_file(0, Some(ioc.fh), true)
-                .map_err(io("open the file for the residency plane"))?
+                .map_err(io("open the file"))?
                 .pool_file
                 .ok_or_else(|| bad("not a regular file"))?,
-        )),
+        ),
     };
     let target = Target::File {
-        file: ResolvedFile { key, plane, size },
+        file: ResolvedFile {
+            key,
+            plane: controller.dax_on().then(|| data.clone()),
+            data,
+            size,
+        },
         offset: req.offset,
         len: req.length,
     };

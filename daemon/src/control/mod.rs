@@ -13,8 +13,12 @@
 //!   it (`--guest-device-control`).
 //!
 //! File ranges map to device pages through the pool (extents are allocated
-//! as needed), exactly like the data path. The device lock is taken per
-//! 2 MiB segment, so a large command never stalls the data path for long.
+//! as needed), exactly like the data path, but only for the file's
+//! allocated data and at most `max_range_bytes` of it, checked before any
+//! work proportional to the range (`range`). The device lock is taken per
+//! 2 MiB segment, so a large command never stalls the data path for long;
+//! a guest's pins count against its quota and its prefetches against a
+//! per-VM budget (bytes per second, `budget`).
 //! With DAX on, prefetched or pinned pages are also stored into the
 //! residency plane (no trap on the next guest access) and evicted pages are
 //! dropped from it before the command returns.
@@ -24,6 +28,7 @@
 //! `pins` keeps who holds which pin; [`socket`] serves the host;
 //! [`hint`] serves guests.
 
+mod budget;
 pub mod executor;
 pub mod hint;
 mod pins;
@@ -55,6 +60,9 @@ pub use socket::ControlSocket;
 
 /// Default per-VM pin quota as a share of the device cache.
 pub const DEFAULT_PIN_QUOTA_PERCENT: u64 = 25;
+/// Default bound on the bytes one range command covers: the device cache
+/// (pinning or prefetching more than the cache holds only churns it).
+pub const DEFAULT_MAX_RANGE_CACHE_PERCENT: u64 = 100;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -103,6 +111,16 @@ pub enum ControlCommandError {
         /// Its quota.
         quota_bytes: u64,
     },
+    /// The VM used up its prefetch budget; it refills over a second.
+    #[error(
+        "{vm} has used its prefetch budget of {budget_bytes} bytes per second; try again later"
+    )]
+    Throttled {
+        /// The VM.
+        vm: String,
+        /// Its budget.
+        budget_bytes: u64,
+    },
     /// The device model refused it.
     #[error("device: {0}")]
     Device(#[from] AccessError),
@@ -124,6 +142,7 @@ impl ControlCommandError {
             ControlCommandError::NotFound(_) => ErrorCode::NotFound,
             ControlCommandError::Forbidden(_) => ErrorCode::Forbidden,
             ControlCommandError::QuotaExceeded { .. } => ErrorCode::QuotaExceeded,
+            ControlCommandError::Throttled { .. } => ErrorCode::Busy,
             ControlCommandError::Device(AccessError::SetFullyPinned { .. }) => {
                 ErrorCode::CacheFullyPinned
             }
@@ -139,6 +158,7 @@ impl ControlCommandError {
             ControlCommandError::NotFound(_) => Errno::NOENT,
             ControlCommandError::Forbidden(_) => Errno::PERM,
             ControlCommandError::QuotaExceeded { .. } => Errno::DQUOT,
+            ControlCommandError::Throttled { .. } => Errno::AGAIN,
             ControlCommandError::Device(AccessError::SetFullyPinned { .. }) => Errno::NOSPC,
             ControlCommandError::Device(_) | ControlCommandError::Io { .. } => Errno::IO,
         }
@@ -199,6 +219,11 @@ impl PlacementControl for DevicePlacement {
 pub struct ControlOptions {
     /// Bytes one VM may hold pinned.
     pub pin_quota_bytes: u64,
+    /// The most bytes of file data (or pool bytes) one pin or prefetch
+    /// covers; a pin over it is refused, a prefetch cut to it.
+    pub max_range_bytes: u64,
+    /// Bytes one VM may prefetch per second (a token bucket of that size).
+    pub prefetch_budget_bytes: u64,
     /// Guests may run the device-wide commands (set_policy, set_prefetch,
     /// set_cxl_ratio, reset_stats).
     pub guest_device_control: bool,
@@ -214,6 +239,7 @@ pub struct Controller {
     root: OwnedFd,
     proc_self_fd: OwnedFd,
     pins: Mutex<pins::PinTable>,
+    budgets: Mutex<budget::Budgets>,
     daemon: DaemonSummary,
 }
 
@@ -272,6 +298,7 @@ impl Controller {
             placement,
             opts,
             pins: Mutex::new(pins::PinTable::default()),
+            budgets: Mutex::new(budget::Budgets::new()),
             daemon,
         }))
     }

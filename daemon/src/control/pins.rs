@@ -40,7 +40,9 @@ impl Controller {
     }
 
     /// Pins the pages of `segs` for `who`, within its quota; all or
-    /// nothing (a refusal of the device is rolled back page by page).
+    /// nothing (a refusal of the device is rolled back page by page). The
+    /// caller bounded `segs` by the quota and `max_range_bytes` already
+    /// (`Controller::segments`), so the page lists here are bounded too.
     pub(super) fn pin(
         &self,
         who: &Principal,
@@ -69,14 +71,17 @@ impl Controller {
                 });
             }
         }
-        // Pin page by page so that a refusal can be rolled back exactly.
+        // Pin page by page so that a refusal can be rolled back exactly;
+        // the device lock is taken per 2 MiB segment, so the data path of
+        // other VMs waits for one segment at most.
         let mut newly_pinned = Vec::new();
         let mut fresh = Vec::new();
         let mut failure = None;
         let mut evicted = Vec::new();
-        {
+        let is_new: BTreeSet<u64> = new.iter().copied().collect();
+        'segs: for &(a, l) in segs {
             let mut dev = self.shared.device();
-            for &p in &new {
+            for p in pages_of(a, l).filter(|p| is_new.contains(p)) {
                 let addr = p * PAGE_SIZE;
                 if dev.is_pinned(addr) {
                     continue;
@@ -92,16 +97,21 @@ impl Controller {
                     }
                     Err(e) => {
                         failure = Some(e);
-                        break;
+                        evicted.extend(dev.drain_evictions());
+                        break 'segs;
                     }
                 }
             }
-            if failure.is_some() {
-                for &p in &newly_pinned {
+            evicted.extend(dev.drain_evictions());
+        }
+        if failure.is_some() {
+            for chunk in newly_pinned.chunks(512) {
+                let mut dev = self.shared.device();
+                for &p in chunk {
                     let _ = dev.unpin(p * PAGE_SIZE, PAGE_SIZE);
                 }
+                evicted.extend(dev.drain_evictions());
             }
-            evicted.extend(dev.drain_evictions());
         }
         self.mirror(evicted, false);
         if let Some(e) = failure {

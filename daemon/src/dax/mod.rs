@@ -157,6 +157,9 @@ pub struct DaxPlane {
     writeback_ms: AtomicU64,
     /// Where prefetched pages go to be pushed into the plane.
     prefetch_tx: Mutex<Option<Sender<PrefetchedPages>>>,
+    /// Serializes pool reclaims that hold every slot table
+    /// ([`DeviceObserver::with_mapped`]).
+    reclaiming: Mutex<()>,
 }
 
 /// What the plane's backend and the daemon side share.
@@ -242,6 +245,7 @@ impl DaxPlane {
             reply_timeout_ms: AtomicU64::new(DEFAULT_REPLY_TIMEOUT.as_millis() as u64),
             writeback_ms: AtomicU64::new(DEFAULT_WRITEBACK_INTERVAL.as_millis() as u64),
             prefetch_tx: Mutex::new(Some(fill_tx)),
+            reclaiming: Mutex::new(()),
         });
         let weak = Arc::downgrade(&dax);
         std::thread::Builder::new()
@@ -658,31 +662,52 @@ impl DeviceObserver for DaxPlane {
         }
     }
 
-    fn released(&self, key: FileKey, extents: &[u64]) {
+    fn released(&self, key: FileKey, extents: &[u64], file_gone: bool) {
         let window: Vec<u64> = {
             let mut w = lock(&self.state.windows);
-            w.files.remove(&key);
+            if file_gone {
+                // The pool forgot the file: close the fd kept for traps.
+                w.files.remove(&key);
+            }
             extents
                 .iter()
                 .copied()
                 .filter(|e| w.extents.remove(e))
                 .collect()
         };
-        // The plane must forget the deleted file's pages before another file
-        // gets the extents (its write-backs find no owner and are dropped).
+        // The plane must forget the reclaimed pages before another file
+        // gets the extents (their write-backs find no owner and are dropped).
         let Some(plane) = self.plane() else { return };
         for extent in window {
             match plane.evict(extent * EXTENT_SIZE, EXTENT_SIZE) {
                 Ok(t) => {
                     if let Err(e) = t.wait() {
-                        tracing::warn!(error = %e, extent, "pool eviction of a deleted file failed");
+                        tracing::warn!(error = %e, extent, "pool eviction of a reclaimed extent failed");
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, extent, "cannot evict a deleted file's pool extent")
+                    tracing::warn!(error = %e, extent, "cannot evict a reclaimed pool extent")
                 }
             }
         }
+    }
+
+    /// Holds every VM's slot table while `f` runs, so no SETUPMAPPING can
+    /// pick up an extent the pool is taking back.
+    fn with_mapped(&self, f: crate::device::events::WithMapped<'_>) {
+        let sessions: Vec<Arc<DaxSession>> = lock(&self.sessions)
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect();
+        // One reclaim at a time takes several slot tables; nobody else holds
+        // two, so this order cannot deadlock.
+        let _one = lock(&self.reclaiming);
+        let tables: Vec<_> = sessions.iter().map(|s| lock(&s.slots)).collect();
+        let mapped: HashSet<u64> = tables
+            .iter()
+            .flat_map(|t| t.values().map(|slot| slot.extent))
+            .collect();
+        f(&|e| mapped.contains(&e));
     }
 
     fn moved_to_cxl(&self, old: u8, new: u8) -> u64 {

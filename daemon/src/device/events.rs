@@ -7,6 +7,11 @@
 use crate::ids::FileKey;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
+/// A test of whether a pool extent is mapped (by a DAX window).
+pub type MappedTest<'a> = &'a dyn Fn(u64) -> bool;
+/// What runs while mappings are held still.
+pub type WithMapped<'a> = &'a mut dyn FnMut(MappedTest<'_>);
+
 /// Receives the device's events. Called outside the device and pool locks.
 pub trait DeviceObserver: Send + Sync {
     /// Pool pages the device evicted (page numbers, unsorted). Must not
@@ -17,10 +22,19 @@ pub trait DeviceObserver: Send + Sync {
     /// ready at. Must not wait.
     fn prefetched(&self, pages: Vec<(u64, u64)>);
 
-    /// The host file `key` is gone (deleted, last reference dropped); its
-    /// own `extents` go back to the pool right after this returns: drop
-    /// every page of them now (may wait; never called on a plane thread).
-    fn released(&self, key: FileKey, extents: &[u64]);
+    /// Extents of the host file `key` are reclaimed (truncated away, or
+    /// the file's last reference went: `file_gone`); they go back to the
+    /// pool right after this returns: drop every page of them now (may
+    /// wait; never called on a plane thread).
+    fn released(&self, key: FileKey, extents: &[u64], file_gone: bool);
+
+    /// Runs `f` with a test of which extents the observer maps now (a DAX
+    /// window slot); while `f` runs, no new mapping can start. The pool
+    /// never reclaims an extent a window maps: a guest would reach the
+    /// pages of whatever file gets it next.
+    fn with_mapped(&self, f: WithMapped<'_>) {
+        f(&|_| false);
+    }
 
     /// The CXL share went from `old` to `new` (> `old`) percent: pages that
     /// were DRAM-tier are CXL-tier now, and their next access must reach
@@ -68,9 +82,23 @@ impl Observers {
         }
     }
 
-    pub(super) fn released(&self, key: FileKey, extents: &[u64]) {
+    pub(super) fn released(&self, key: FileKey, extents: &[u64], file_gone: bool) {
         for o in self.live() {
-            o.released(key, extents);
+            o.released(key, extents, file_gone);
         }
+    }
+
+    /// Runs `f` with the union of every live observer's mapped test, all
+    /// of them holding their mappings still.
+    pub(super) fn with_mapped(&self, f: WithMapped<'_>) {
+        fn nest(obs: &[Arc<dyn DeviceObserver>], outer: &dyn Fn(u64) -> bool, f: WithMapped<'_>) {
+            match obs.split_first() {
+                None => f(outer),
+                Some((o, rest)) => o.with_mapped(&mut |mapped| {
+                    nest(rest, &|e| outer(e) || mapped(e), f);
+                }),
+            }
+        }
+        nest(&self.live(), &|_| false, f);
     }
 }

@@ -105,6 +105,9 @@ pub struct RatioChange {
     pub plane_evicted_pages: u64,
 }
 
+/// The most idle files one [`SharedDevice::make_room`] reclaims.
+pub const MAKE_ROOM_FILES: usize = 64;
+
 /// Pages the device's prefetcher filled, with when each is ready (ns).
 pub type PrefetchedPages = Vec<(u64, u64)>;
 
@@ -391,6 +394,13 @@ impl SharedDevice {
         }
         let segments = {
             let mut pool = self.pool();
+            // Short of extents: reclaim idle files first (outside the lock).
+            let want = len.div_ceil(EXTENT_SIZE) + 1;
+            if pool.free_count() < want && pool.oldest_idle().is_some() {
+                drop(pool);
+                self.make_room(want);
+                pool = self.pool();
+            }
             let segments = pool.segments(key, offset, len);
             for s in &segments {
                 pool.touch(s.addr, u64::from(s.len));
@@ -410,29 +420,94 @@ impl SharedDevice {
         self.pool().acquire(key);
     }
 
-    /// Drops one reference on a file; `deleted`: the host file no longer
-    /// exists (no links left), so with the last reference its extents go
-    /// back to the pool, their device pages are discarded unwritten, and
-    /// the observers drop them (before another file can get them).
+    /// Drops one reference on a file (`deleted`: the host file has no links
+    /// left). With the last one, a deleted file's extents go back to the
+    /// pool at once; a file that still exists keeps them on the idle list
+    /// (see `pool`), reclaimed when the pool runs short.
     pub fn release_file(&self, key: FileKey, deleted: bool) {
-        let freed = {
-            let mut pool = self.pool();
-            pool.release(key);
-            if !(deleted && pool.refs(key) == 0) {
-                return;
-            }
-            pool.take_file(key)
-        };
-        {
-            let mut dev = self.device();
-            for &extent in &freed {
-                if let Err(e) = dev.discard(extent * EXTENT_SIZE, EXTENT_SIZE) {
-                    tracing::warn!(error = %e, extent, "cannot discard a freed pool extent");
+        if self.pool().release(key, deleted) == 0 && deleted {
+            self.reclaim_where(key, 0, true);
+        }
+    }
+
+    /// Reclaims idle files, oldest release first, until `want` extents are
+    /// free (or no idle file is left; a file whose extents a window maps is
+    /// passed over). At most [`MAKE_ROOM_FILES`] files per call. Never call
+    /// it from a plane thread, nor holding a slot table, the pool or the
+    /// device lock.
+    pub fn make_room(&self, want: u64) {
+        for _ in 0..MAKE_ROOM_FILES {
+            let key = {
+                let pool = self.pool();
+                if pool.free_count() >= want {
+                    return;
                 }
+                match pool.oldest_idle() {
+                    Some(k) => k,
+                    None => return,
+                }
+            };
+            if self.reclaim_where(key, 0, true) == 0 {
+                self.pool().requeue_idle(key);
             }
         }
-        self.observers.released(key, &freed);
+    }
+
+    /// Reclaims the file's chunks from `from_chunk` on (the file was
+    /// truncated to `from_chunk` chunks or fewer): their device pages are
+    /// discarded unwritten (the bytes are gone from the host file), the
+    /// observers drop them from the residency plane, then the extents
+    /// return to the pool. Extents a DAX window maps stay with the file.
+    /// Returns the extents reclaimed. Never call it from a plane thread,
+    /// nor holding the pool or device lock.
+    pub fn reclaim(&self, key: FileKey, from_chunk: u64) -> u64 {
+        self.reclaim_where(key, from_chunk, false)
+    }
+
+    /// [`SharedDevice::reclaim`]; `unreferenced`: only if no VM holds a
+    /// reference on the file (checked under the pool lock).
+    fn reclaim_where(&self, key: FileKey, from_chunk: u64, unreferenced: bool) -> u64 {
+        let mut freed = Vec::new();
+        let mut gone = false;
+        self.observers.with_mapped(&mut |mapped| {
+            let mut pool = self.pool();
+            if unreferenced && pool.refs(key) > 0 {
+                return;
+            }
+            freed = pool.take(key, from_chunk, mapped);
+            gone = !pool.knows(key);
+        });
+        if freed.is_empty() {
+            if gone {
+                self.observers.released(key, &[], true);
+            }
+            return 0;
+        }
+        for &extent in &freed {
+            // One extent per lock: the data path waits for one at most.
+            if let Err(e) = self.device().discard(extent * EXTENT_SIZE, EXTENT_SIZE) {
+                tracing::warn!(error = %e, extent, "cannot discard a reclaimed pool extent");
+            }
+        }
+        self.observers.released(key, &freed, gone);
         self.pool().free_extents(&freed);
+        tracing::debug!(
+            ?key,
+            from_chunk,
+            extents = freed.len(),
+            "pool extents reclaimed"
+        );
+        freed.len() as u64
+    }
+
+    /// Reclaims every idle file that was deleted on the host (after a VM
+    /// disconnected: extents its window kept are unmapped now). Returns the
+    /// extents reclaimed.
+    pub fn reclaim_deleted_idle(&self) -> u64 {
+        let keys = self.pool().idle_deleted();
+        keys.into_iter()
+            .map(|k| self.reclaim_where(k, 0, true))
+            .sum()
     }
 
     /// Writes every dirty device page back; returns when that is durable.
@@ -450,21 +525,37 @@ mod tests {
     const K: FileKey = FileKey { dev: 1, ino: 2 };
 
     #[test]
-    fn deleting_a_file_discards_its_device_pages() {
+    fn deleting_a_file_discards_its_device_pages_and_idle_files_keep_theirs() {
         let cfg = cxlfs_device_model::DeviceConfig::default()
             .with_overrides(&["cache.size_bytes=16MiB"])
             .unwrap();
         let shared = SharedDevice::new(Device::new(cfg).unwrap());
+        // Two sessions know the file.
+        shared.pool().acquire(K);
         shared.pool().acquire(K);
         let first = shared.charge(0, Op::Read, K, 0, 8192).unwrap();
         assert_eq!(first.page_misses, 2);
         shared.release_file(K, false);
-        shared.pool().acquire(K);
         let again = shared
             .charge(first.completes_at_ns, Op::Read, K, 0, 8192)
             .unwrap();
-        assert_eq!(again.page_hits, 2, "a closed file keeps its cached pages");
+        assert_eq!(
+            again.page_hits, 2,
+            "a file another session knows keeps its cached pages"
+        );
+        shared.release_file(K, false);
+        assert_eq!(
+            shared.pool().allocated_extents(),
+            1,
+            "an existing file stays idle with its extent"
+        );
+        shared.pool().acquire(K);
+        let third = shared
+            .charge(again.completes_at_ns, Op::Read, K, 0, 8192)
+            .unwrap();
+        assert_eq!(third.page_hits, 2, "a reopen finds its cached pages");
         shared.release_file(K, true);
+        assert_eq!(shared.pool().allocated_extents(), 0, "deleted: reclaimed");
         assert_eq!(shared.stats().resident_pages, 0);
         let other = FileKey { dev: 1, ino: 9 };
         shared.pool().acquire(other);
@@ -474,6 +565,67 @@ mod tests {
         assert_eq!(
             fresh.page_misses, 2,
             "a new file must not hit a deleted file's pages"
+        );
+    }
+
+    #[test]
+    fn truncation_reclaims_the_chunks_past_the_end() {
+        let shared = device_with(100, &[]);
+        shared.pool().acquire(K);
+        shared.charge(0, Op::Write, K, 0, 5 * EXTENT_SIZE).unwrap();
+        assert_eq!(shared.pool().allocated_extents(), 5);
+        assert_eq!(shared.reclaim(K, 2), 3);
+        assert_eq!(shared.pool().allocated_extents(), 2);
+        assert!(shared.pool().extent_of(K, 1).is_some());
+        assert!(shared.pool().extent_of(K, 2).is_none());
+        shared.release_file(K, true);
+        assert_eq!(shared.pool().allocated_extents(), 0);
+        assert_eq!(shared.stats().resident_pages, 0);
+    }
+
+    #[test]
+    fn a_short_pool_reclaims_idle_files_before_aliasing() {
+        // A small device: one 64 MiB LUN (a pool of ~30 extents).
+        let cfg = cxlfs_device_model::DeviceConfig::default()
+            .with_overrides(&[
+                "cache.size_bytes=1MiB",
+                "nand.channels=1",
+                "nand.luns_per_channel=1",
+                "nand.planes_per_lun=1",
+                "nand.blocks_per_plane=64",
+                "nand.pages_per_block=256",
+            ])
+            .unwrap();
+        let shared = SharedDevice::new(Device::new(cfg).unwrap());
+        let cap = shared.pool().capacity_extents();
+        // Idle files (released, not deleted) hold every extent.
+        for ino in 0..cap {
+            let k = FileKey {
+                dev: 1,
+                ino: 100 + ino,
+            };
+            shared.pool().acquire(k);
+            shared.charge(0, Op::Read, k, 0, 4096).unwrap();
+            shared.release_file(k, false);
+        }
+        // Each new file found the pool short and reclaimed the oldest idle
+        // one: nothing shared an extent.
+        let (free, aliased) = {
+            let p = shared.pool();
+            (p.free_count(), p.aliased_chunks())
+        };
+        assert_eq!((free, aliased), (1, 0));
+        // A referenced file gets extents of its own: idle ones are reclaimed.
+        shared.pool().acquire(K);
+        shared.charge(0, Op::Read, K, 0, 3 * EXTENT_SIZE).unwrap();
+        assert_eq!(shared.pool().aliased_chunks(), 0);
+        assert_eq!(
+            shared.pool().oldest_idle(),
+            Some(FileKey {
+                dev: 1,
+                ino: 100 + 4
+            }),
+            "the oldest idle files went first"
         );
     }
 

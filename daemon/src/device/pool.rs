@@ -8,18 +8,30 @@
 //! `(st_dev, st_ino)` ([`FileKey`]), not by a VM's node id: two VMs reading
 //! the same file touch the same device pages, so the device cache is shared.
 //!
-//! Extents are allocated on first touch and stay with the file for as long
-//! as it exists on the host: the file's data lives on the device whether or
-//! not a guest holds it open, so reopening it finds its cached pages again
-//! and no other file can inherit them. They return to the pool when the
-//! file is deleted and the last guest reference goes. A file deleted on the
-//! host behind the daemon's back keeps its extents; if the host reuses its
-//! inode number, the new file inherits the old one's residency (a timing
-//! inaccuracy only: data always comes from the host file).
+//! Extents are allocated on first touch and stay with the file while some
+//! VM session knows its inode. They return to the pool ([`Pool::take`],
+//! then [`Pool::free_extents`] once their pages are gone from the device
+//! and the residency plane):
+//! * when the file is truncated: the chunks wholly past the new size;
+//! * when the last reference goes and the file is deleted on the host;
+//! * when the last reference goes on a file that still exists, the file
+//!   joins the *idle list* and keeps its extents (a reopen finds its cached
+//!   pages: guest kernels with short entry timeouts forget a file at every
+//!   close). Idle files are reclaimed, oldest release first, when the pool
+//!   runs short (`SharedDevice::make_room`), so no guest can fill the pool
+//!   with files it no longer holds, and extents are shared (aliased) only
+//!   when referenced files fill it;
+//! * never while a DAX window maps the extent (no alias: a guest would see
+//!   the next owner's pages); such extents stay with the file until a later
+//!   reclaim finds them unmapped (a disconnect sweeps deleted idle files).
+//!
+//! Files a host command touched that no VM knows are not on the idle list
+//! (no reference ever went); they are reclaimed when a VM's last reference
+//! to them goes, or by a truncation.
 
 use super::placement::TierCensus;
 use crate::ids::FileKey;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Bytes per pool extent (= one DAX window slot).
 pub const EXTENT_SIZE: u64 = 2 << 20;
@@ -30,6 +42,10 @@ pub const PAGE: u64 = 4096;
 struct FileExtents {
     /// Inode references held by VMs.
     refs: u64,
+    /// With no reference: its place in the idle list (release order).
+    idle: Option<u64>,
+    /// Deleted on the host when the last reference went.
+    deleted: bool,
     /// Pool extent index per 2 MiB file chunk, allocated on first touch.
     extents: HashMap<u64, u64>,
 }
@@ -55,6 +71,10 @@ pub struct Pool {
     owners: HashMap<u64, (FileKey, u64)>,
     /// Pool pages placed so far (touched), per interleave slot.
     census: TierCensus,
+    /// Files no VM references, oldest release first (reclaimed first when
+    /// the pool runs short).
+    idle: BTreeMap<u64, FileKey>,
+    idle_seq: u64,
 }
 
 /// One contiguous piece of a file range in device address space.
@@ -77,6 +97,8 @@ impl Pool {
             aliased: 0,
             owners: HashMap::new(),
             census: TierCensus::default(),
+            idle: BTreeMap::new(),
+            idle_seq: 0,
         }
     }
 
@@ -109,14 +131,97 @@ impl Pool {
 
     /// A VM took a reference on the file's inode.
     pub fn acquire(&mut self, key: FileKey) {
-        self.files.entry(key).or_default().refs += 1;
+        let f = self.files.entry(key).or_default();
+        f.refs += 1;
+        if let Some(seq) = f.idle.take() {
+            self.idle.remove(&seq);
+        }
     }
 
-    /// A VM dropped a reference. The file keeps its extents.
-    pub fn release(&mut self, key: FileKey) {
-        if let Some(f) = self.files.get_mut(&key) {
-            f.refs = f.refs.saturating_sub(1);
+    /// A VM dropped a reference (`deleted`: the host file has no links
+    /// left); returns the references left. A file with none joins the idle
+    /// list and keeps its extents until the caller reclaims them
+    /// ([`Pool::take`]).
+    pub fn release(&mut self, key: FileKey, deleted: bool) -> u64 {
+        let Some(f) = self.files.get_mut(&key) else {
+            return 0;
+        };
+        f.refs = f.refs.saturating_sub(1);
+        if f.refs == 0 {
+            f.deleted |= deleted;
+            if f.idle.is_none() {
+                self.idle_seq += 1;
+                f.idle = Some(self.idle_seq);
+                self.idle.insert(self.idle_seq, key);
+            }
         }
+        f.refs
+    }
+
+    /// The idle file (no reference, extents held) released longest ago.
+    pub fn oldest_idle(&self) -> Option<FileKey> {
+        self.idle.values().next().copied()
+    }
+
+    /// Moves an idle file to the young end of the idle list (its extents
+    /// could not be reclaimed now: a window maps them).
+    pub fn requeue_idle(&mut self, key: FileKey) {
+        if let Some(f) = self.files.get_mut(&key) {
+            if let Some(seq) = f.idle.take() {
+                self.idle.remove(&seq);
+                self.idle_seq += 1;
+                f.idle = Some(self.idle_seq);
+                self.idle.insert(self.idle_seq, key);
+            }
+        }
+    }
+
+    /// Idle files that were deleted on the host (their extents serve no
+    /// reopen).
+    pub fn idle_deleted(&self) -> Vec<FileKey> {
+        self.idle
+            .values()
+            .filter(|k| self.files.get(k).is_some_and(|f| f.deleted))
+            .copied()
+            .collect()
+    }
+
+    /// Extents the pool can still hand out without reclaiming.
+    pub fn free_count(&self) -> u64 {
+        self.capacity_extents - self.allocated_extents()
+    }
+
+    /// Takes the file's chunks from `from_chunk` on out of it, except those
+    /// whose extent `keep` holds (a window maps it): returns the file's own
+    /// extents among them, off the free list (the caller frees them with
+    /// [`Pool::free_extents`] once their pages are gone). Aliased chunks
+    /// are simply forgotten. A file left with no chunk and no reference is
+    /// forgotten. Work is bounded by the file's chunks.
+    pub fn take(&mut self, key: FileKey, from_chunk: u64, keep: &dyn Fn(u64) -> bool) -> Vec<u64> {
+        let cap = self.capacity_extents;
+        let Some(f) = self.files.get_mut(&key) else {
+            return Vec::new();
+        };
+        let mut own = Vec::new();
+        f.extents.retain(|&chunk, &mut e| {
+            if chunk < from_chunk || (e < cap && keep(e)) {
+                return true;
+            }
+            if e < cap {
+                own.push(e);
+            }
+            false
+        });
+        if f.extents.is_empty() && f.refs == 0 {
+            if let Some(seq) = f.idle {
+                self.idle.remove(&seq);
+            }
+            self.files.remove(&key);
+        }
+        for e in &own {
+            self.owners.remove(e);
+        }
+        own
     }
 
     /// The file is gone from the host: returns its own extents (not those it
@@ -132,12 +237,9 @@ impl Pool {
     /// the free list (the caller frees them with [`Pool::free_extents`] once
     /// their pages are gone from the residency plane). Returns them.
     pub fn take_file(&mut self, key: FileKey) -> Vec<u64> {
-        let Some(f) = self.files.remove(&key) else {
-            return Vec::new();
-        };
-        let own: Vec<u64> = f.extents.into_values().filter(|&e| e < self.next).collect();
-        for e in &own {
-            self.owners.remove(e);
+        let own = self.take(key, 0, &|_| false);
+        if let Some(seq) = self.files.remove(&key).and_then(|f| f.idle) {
+            self.idle.remove(&seq);
         }
         own
     }
@@ -173,6 +275,11 @@ impl Pool {
             .collect();
         v.sort_unstable();
         v
+    }
+
+    /// Whether the pool knows the file (references or extents).
+    pub fn knows(&self, key: FileKey) -> bool {
+        self.files.contains_key(&key)
     }
 
     /// References VMs hold on the file.
@@ -287,9 +394,9 @@ mod tests {
         let a = p.segments(K, 0, 1)[0].addr / EXTENT_SIZE;
         let b = p.segments(other, 0, 1)[0].addr / EXTENT_SIZE;
         assert_ne!(a, b);
-        p.release(K);
-        // Still on the device: reopening finds the same extent, and no other
-        // file can be handed it.
+        assert_eq!(p.release(K, false), 0);
+        // Still on the device until the caller takes it: no other file can
+        // be handed it.
         assert_eq!(p.allocated_extents(), 2);
         let third = FileKey { dev: 1, ino: 4 };
         assert_ne!(p.segments(third, 0, 1)[0].addr / EXTENT_SIZE, a);
@@ -301,6 +408,45 @@ mod tests {
             p.segments(FileKey { dev: 1, ino: 5 }, 0, 1)[0].addr / EXTENT_SIZE,
             a
         );
+    }
+
+    #[test]
+    fn take_keeps_earlier_chunks_and_mapped_extents() {
+        let mut p = Pool::new(8 * EXTENT_SIZE);
+        p.acquire(K);
+        p.segments(K, 0, 4 * EXTENT_SIZE);
+        let mapped = p.extent_of(K, 3).unwrap();
+        let taken = p.take(K, 1, &|e| e == mapped);
+        assert_eq!(taken.len(), 2);
+        assert!(p.extent_of(K, 0).is_some() && p.extent_of(K, 3).is_some());
+        assert!(taken.iter().all(|e| p.owner_of(*e).is_none()));
+        p.free_extents(&taken);
+        assert_eq!(p.allocated_extents(), 2);
+        p.release(K, false);
+        assert_eq!(p.oldest_idle(), Some(K));
+        assert!(p.idle_deleted().is_empty());
+        assert_eq!(p.take(K, 0, &|_| false).len(), 2);
+        assert!(!p.knows(K), "no chunk, no reference: forgotten");
+        assert_eq!(p.oldest_idle(), None, "and off the idle list");
+    }
+
+    #[test]
+    fn the_idle_list_is_in_release_order_and_acquire_leaves_it() {
+        let mut p = Pool::new(8 * EXTENT_SIZE);
+        let (a, b) = (FileKey { dev: 1, ino: 10 }, FileKey { dev: 1, ino: 11 });
+        for k in [a, b] {
+            p.acquire(k);
+            p.segments(k, 0, 1);
+        }
+        p.release(b, false);
+        p.release(a, true);
+        assert_eq!(p.oldest_idle(), Some(b));
+        assert_eq!(p.idle_deleted(), vec![a]);
+        p.requeue_idle(b);
+        assert_eq!(p.oldest_idle(), Some(a));
+        p.acquire(a);
+        assert_eq!(p.oldest_idle(), Some(b));
+        assert_eq!(p.free_count(), 6);
     }
 
     #[test]

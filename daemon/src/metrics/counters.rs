@@ -178,6 +178,7 @@ vm_counters! {
     backend_timeouts => "cxlfs_backend_channel_timeouts_total", help "Back-end channel requests the front-end did not acknowledge in time (the connection was dropped).";
     bad_chains => "cxlfs_bad_descriptor_chains_total", json "bad_descriptor_chains", help "Descriptor chains dropped as malformed.";
     connections => "cxlfs_vm_connections_total", help "vhost-user connections accepted.";
+    open_files_refused => "cxlfs_open_files_refused_total", help "LOOKUP/OPEN/CREATE answered EMFILE: the VM held its cap of inodes + handles.";
 }
 
 impl VmMetrics {

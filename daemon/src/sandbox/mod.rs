@@ -141,8 +141,10 @@ fn mount(
     }
 }
 
-/// Raises the soft open-file limit to the hard limit (every VM's inodes
-/// are held as descriptors). Returns the new limit.
+/// Raises the open-file limit (every VM's inodes are held as
+/// descriptors): to `fs.nr_open` where the process may raise its hard
+/// limit (CAP_SYS_RESOURCE, before the capabilities are dropped), else the
+/// soft limit to the hard one. Returns the new limit.
 pub fn raise_file_limit() -> Result<u64, EnterSandboxError> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -152,14 +154,29 @@ pub fn raise_file_limit() -> Result<u64, EnterSandboxError> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return Err(EnterSandboxError::RaiseFileLimit(io::Error::last_os_error()));
     }
-    if lim.rlim_cur < lim.rlim_max {
-        lim.rlim_cur = lim.rlim_max;
-        // SAFETY: `lim` is a valid, initialised rlimit.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
-            return Err(EnterSandboxError::RaiseFileLimit(io::Error::last_os_error()));
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<libc::rlim_t>().ok())
+        .unwrap_or(lim.rlim_max)
+        .max(lim.rlim_max);
+    let mut last = None;
+    for max in [nr_open, lim.rlim_max] {
+        if lim.rlim_cur >= max {
+            return Ok(lim.rlim_cur);
         }
+        let want = libc::rlimit {
+            rlim_cur: max,
+            rlim_max: max,
+        };
+        // SAFETY: `want` is a valid, initialised rlimit.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } == 0 {
+            return Ok(max);
+        }
+        last = Some(io::Error::last_os_error());
     }
-    Ok(lim.rlim_cur)
+    Err(EnterSandboxError::RaiseFileLimit(
+        last.unwrap_or_else(|| io::Error::other("no limit to raise")),
+    ))
 }
 
 /// First step, before any thread exists: raises the open-file limit and,
@@ -252,7 +269,12 @@ pub fn enter(mode: SandboxMode, keep: &Keep) -> Result<(), EnterSandboxError> {
         Some("mode=0755,size=1m,nr_inodes=4096"),
     )
     .map_err(mount_err("mount a tmpfs on", &root))?;
-    for d in &keep.dirs {
+    // Parents before children: a later bind of a parent would hide an
+    // earlier one of its child.
+    let mut dirs = keep.dirs.clone();
+    dirs.sort_by(|a, b| (a.components().count(), a).cmp(&(b.components().count(), b)));
+    dirs.dedup();
+    for d in &dirs {
         let at = mirror_dir(&root, d)?;
         mount(Some(d), &at, None, libc::MS_BIND | libc::MS_REC, None)
             .map_err(mount_err("bind", d))?;

@@ -9,6 +9,12 @@
 //!   a WRITE or a truncation changes a file's bytes behind the pool, the
 //!   pool's copies are written back and dropped under the plane-fill guard;
 //!   FSYNC first writes back the stores guests made through their windows.
+//! * Pool extents of truncated bytes (SETATTR size, OPEN with `O_TRUNC`)
+//!   go back to the pool ([`SharedDevice::reclaim`]).
+//! * A cap on what one VM holds open ([`TimedFs::with_open_files_cap`]):
+//!   LOOKUP, OPEN, OPENDIR, CREATE, MKDIR and SYMLINK get `EMFILE` once the
+//!   VM's inodes and handles (each a host fd) reach it, so one guest
+//!   walking a huge tree cannot take the fds every VM needs.
 //!
 //! Everything else passes through to the wrapped filesystem unchanged.
 
@@ -23,7 +29,7 @@ use crate::server::{
 use cxlfs_device_model::Op;
 use rustix::io::Errno;
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// A file's dirty pool pages could not be written back.
@@ -95,12 +101,17 @@ pub trait Coherence: Send + Sync {
     fn sync_file_range(&self, key: FileKey, offset: u64, len: u64) -> Result<(), SyncPoolError>;
 }
 
+/// Counts what a filesystem holds open for its VM (inodes + handles).
+pub type OpenFiles<F> = Box<dyn Fn(&F) -> u64 + Send + Sync>;
+
 /// A filesystem whose data path is timed by the shared device.
 pub struct TimedFs<F> {
     inner: F,
     device: Arc<SharedDevice>,
     metrics: Arc<VmMetrics>,
     coherence: Option<Arc<dyn Coherence>>,
+    open_cap: Option<(u64, OpenFiles<F>)>,
+    cap_warned: AtomicBool,
 }
 
 impl<F> std::fmt::Debug for TimedFs<F> {
@@ -126,7 +137,39 @@ impl<F: FileSystem> TimedFs<F> {
             device,
             metrics,
             coherence,
+            open_cap: None,
+            cap_warned: AtomicBool::new(false),
         }
+    }
+
+    /// Caps the inodes + handles the VM holds at `cap`, as `count` counts
+    /// them: requests that would add one get `EMFILE` at the cap.
+    pub fn with_open_files_cap(mut self, cap: u64, count: OpenFiles<F>) -> Self {
+        self.open_cap = Some((cap, count));
+        self
+    }
+
+    /// `EMFILE` when the VM holds `cap` inodes + handles already.
+    fn check_open_cap(&self) -> Result<(), Errno> {
+        let Some((cap, count)) = &self.open_cap else {
+            return Ok(());
+        };
+        let held = count(&self.inner);
+        if held < *cap {
+            return Ok(());
+        }
+        self.metrics
+            .open_files_refused
+            .fetch_add(1, Ordering::Relaxed);
+        if !self.cap_warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(vm = %self.metrics.name, held, cap, "VM holds its cap of open files; LOOKUP/OPEN get EMFILE (cxlfsd --max-open-files)");
+        }
+        Err(Errno::MFILE)
+    }
+
+    /// Gives back the pool extents of `key` past `size` bytes (truncated).
+    fn reclaim_past(&self, key: FileKey, size: u64) {
+        self.device.reclaim(key, size.div_ceil(EXTENT_SIZE));
     }
 
     /// The wrapped filesystem.
@@ -173,19 +216,13 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
     pass_through! {
         fn init(&self, kernel_flags: u64) -> Result<u64, Errno>;
         fn destroy(&self);
-        fn lookup(&self, ctx: &Context, parent: u64, name: &[u8]) -> FsResult<EntryOut>;
         fn forget(&self, ctx: &Context, nodeid: u64, nlookup: u64);
         fn getattr(&self, ctx: &Context, nodeid: u64, fh: Option<u64>) -> FsResult<AttrReply>;
         fn readlink(&self, ctx: &Context, nodeid: u64) -> FsResult<Vec<u8>>;
-        fn symlink(&self, ctx: &Context, at: Named<'_>, target: &[u8]) -> FsResult<EntryOut>;
-        fn mkdir(&self, ctx: &Context, at: Named<'_>, how: Creation) -> FsResult<EntryOut>;
         fn unlink(&self, ctx: &Context, at: Named<'_>, dir: bool) -> FsResult<()>;
         fn rename(&self, ctx: &Context, from: Named<'_>, to: Named<'_>, flags: u32) -> FsResult<()>;
-        fn open(&self, ctx: &Context, nodeid: u64, flags: u32, open_flags: u32) -> FsResult<Opened>;
-        fn create(&self, ctx: &Context, at: Named<'_>, how: Creation) -> FsResult<Created>;
         fn flush(&self, ctx: &Context, nodeid: u64, fh: u64) -> FsResult<()>;
         fn release(&self, ctx: &Context, nodeid: u64, fh: u64);
-        fn opendir(&self, ctx: &Context, nodeid: u64) -> FsResult<Opened>;
         fn readdir(&self, ctx: &Context, fh: u64, offset: u64, emit: DirSink<'_>) -> FsResult<()>;
         fn statfs(&self, ctx: &Context, nodeid: u64) -> FsResult<Kstatfs>;
         fn host_file(&self, nodeid: u64, fh: Option<u64>, for_pool: bool) -> Result<HostFile, Errno>;
@@ -193,16 +230,21 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
     }
 
     fn setattr(&self, ctx: &Context, nodeid: u64, attr: &SetattrIn) -> FsResult<AttrReply> {
-        let Some(coherence) = self
-            .coherence
-            .as_ref()
-            .filter(|_| attr.valid & fattr::SIZE != 0)
-        else {
+        if attr.valid & fattr::SIZE == 0 {
             return self.inner.setattr(ctx, nodeid, attr);
+        }
+        let Some(coherence) = self.coherence.as_ref() else {
+            let before = self.inner.host_file(nodeid, None, false).ok();
+            let r = self.inner.setattr(ctx, nodeid, attr)?;
+            if let Some(f) = before.filter(|f| attr.size < f.size) {
+                self.reclaim_past(f.key, attr.size);
+            }
+            return Ok(r);
         };
         // The pool must not keep bytes of the old size (nor write them back
         // over the new one), and no plane fill may read the file meanwhile.
-        let Ok(f) = self.inner.host_file(nodeid, None, false) else {
+        let before = self.inner.host_file(nodeid, None, false).ok();
+        let Some(f) = &before else {
             return self.inner.setattr(ctx, nodeid, attr);
         };
         let _guard = coherence.change_guard(f.key);
@@ -215,7 +257,61 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
                 .saturating_mul(EXTENT_SIZE);
             coherence.evict_file_range(f.key, from, to - from);
         }
-        self.inner.setattr(ctx, nodeid, attr)
+        let r = self.inner.setattr(ctx, nodeid, attr)?;
+        if let Some(f) = before.filter(|f| attr.size < f.size) {
+            self.reclaim_past(f.key, attr.size);
+        }
+        Ok(r)
+    }
+
+    fn lookup(&self, ctx: &Context, parent: u64, name: &[u8]) -> FsResult<EntryOut> {
+        self.check_open_cap()?;
+        self.inner.lookup(ctx, parent, name)
+    }
+
+    fn symlink(&self, ctx: &Context, at: Named<'_>, target: &[u8]) -> FsResult<EntryOut> {
+        self.check_open_cap()?;
+        self.inner.symlink(ctx, at, target)
+    }
+
+    fn mkdir(&self, ctx: &Context, at: Named<'_>, how: Creation) -> FsResult<EntryOut> {
+        self.check_open_cap()?;
+        self.inner.mkdir(ctx, at, how)
+    }
+
+    fn create(&self, ctx: &Context, at: Named<'_>, how: Creation) -> FsResult<Created> {
+        self.check_open_cap()?;
+        self.inner.create(ctx, at, how)
+    }
+
+    fn opendir(&self, ctx: &Context, nodeid: u64) -> FsResult<Opened> {
+        self.check_open_cap()?;
+        self.inner.opendir(ctx, nodeid)
+    }
+
+    fn open(&self, ctx: &Context, nodeid: u64, flags: u32, open_flags: u32) -> FsResult<Opened> {
+        self.check_open_cap()?;
+        let truncates = flags & libc::O_TRUNC as u32 != 0
+            && flags & libc::O_ACCMODE as u32 != libc::O_RDONLY as u32;
+        if !truncates {
+            return self.inner.open(ctx, nodeid, flags, open_flags);
+        }
+        // O_TRUNC (FUSE_ATOMIC_O_TRUNC): a truncation to 0, as SETATTR.
+        let key = self.inner.file_key(nodeid, None).ok();
+        let guard = match (self.coherence.as_ref(), key) {
+            (Some(c), Some(k)) => {
+                let g = c.change_guard(k);
+                c.evict_file_range(k, 0, u64::MAX);
+                Some(g)
+            }
+            _ => None,
+        };
+        let r = self.inner.open(ctx, nodeid, flags, open_flags)?;
+        if let Some(k) = key {
+            self.reclaim_past(k, 0);
+        }
+        drop(guard);
+        Ok(r)
     }
 
     fn read(&self, ctx: &Context, io: FileIo<'_>) -> FsResult<usize> {

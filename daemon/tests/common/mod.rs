@@ -398,6 +398,16 @@ impl Guest {
         (h, out[abi::OUT_HEADER_LEN..].to_vec(), elapsed)
     }
 
+    /// Sends a request that has no reply (FORGET); waits until the
+    /// back-end has used its descriptor.
+    pub fn submit_only(&mut self, req: &[u8]) {
+        let slot = u64::from(self.next_desc);
+        let req_at = REQ + slot * SLOT / 2;
+        self.mem.write_slice(req, GuestAddress(req_at)).unwrap();
+        self.submit(&[(req_at, req.len() as u32, false)]);
+        self.wait_used(Duration::from_secs(10)).expect("not used");
+    }
+
     pub fn call(&mut self, op: u32, nodeid: u64, args: &[u8]) -> (OutHeader, Vec<u8>, Duration) {
         let req = self.request_bytes(op, nodeid, args);
         self.raw(&req, 64 * 1024)
@@ -472,6 +482,7 @@ pub fn start_daemon_with(
         shared,
         SessionOptions {
             shared_dir: share.to_path_buf(),
+            max_open_files: cxlfsd::config::DEFAULT_MAX_OPEN_FILES,
             cache: CacheMode::Never,
             queues: QueueOptions {
                 request_queues: 1,
@@ -497,6 +508,7 @@ pub fn start_daemon_with(
                 .spawn_vm(VmSpec {
                     name: n.to_string(),
                     socket: sockets.join(format!("{n}.sock")),
+                    dir: None,
                 })
                 .unwrap()
         })
