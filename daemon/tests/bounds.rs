@@ -96,6 +96,7 @@ fn rig(extra: &[&str], prepare: impl FnOnce(&Path)) -> Rig {
         SessionOptions {
             shared_dir: cfg.shared_dir.clone(),
             max_open_files: cfg.max_open_files,
+            guest_ids: Default::default(),
             cache: CacheMode::Never,
             queues: cfg.queues,
             server: ServerOptions {
@@ -429,6 +430,7 @@ fn vm_daemon(
         SessionOptions {
             shared_dir: share.to_path_buf(),
             max_open_files,
+            guest_ids: Default::default(),
             cache: CacheMode::Never,
             queues: QueueOptions {
                 request_queues: 1,
