@@ -55,7 +55,14 @@ fn file() -> &'static Mutex<File> {
 
 /// An input: `head`, `skip`, `len`, `offset`, the descriptors
 /// (`(addr, len, flags, next)`), then `data` (written at [`DATA`]).
-pub fn input(head: u8, skip: u16, len: u16, offset: u32, descs: &[(u64, u32, u16, u16)], data: &[u8]) -> Vec<u8> {
+pub fn input(
+    head: u8,
+    skip: u16,
+    len: u16,
+    offset: u32,
+    descs: &[(u64, u32, u16, u16)],
+    data: &[u8],
+) -> Vec<u8> {
     let mut b = vec![head];
     b.extend_from_slice(&skip.to_le_bytes());
     b.extend_from_slice(&len.to_le_bytes());
@@ -77,7 +84,9 @@ pub fn input(head: u8, skip: u16, len: u16, offset: u32, descs: &[(u64, u32, u16
 ///
 /// # Panics
 /// When the walker panics or disagrees with the checks above.
-pub fn run(data: &[u8]) {
+///
+/// Returns the readable and writable lengths of a chain that resolved.
+pub fn run(data: &[u8]) -> Option<(usize, usize)> {
     let mut rest = data;
     let head = u16::from(crate::take::<1>(&mut rest)[0]) % QSIZE;
     let skip = usize::from(u16::from_le_bytes(crate::take::<2>(&mut rest)));
@@ -89,7 +98,8 @@ pub fn run(data: &[u8]) {
     let ranges: Vec<(GuestAddress, usize)> =
         REGIONS.iter().map(|&(a, l)| (GuestAddress(a), l)).collect();
     let mem: GuestMemoryMmap = GuestMemoryMmap::from_ranges(&ranges).expect("guest memory");
-    mem.write_slice(table, GuestAddress(0)).expect("the table fits");
+    mem.write_slice(table, GuestAddress(0))
+        .expect("the table fits");
     let room = REGIONS[0].1 + REGIONS[1].1 - DATA as usize;
     mem.write_slice(&payload[..payload.len().min(room)], GuestAddress(DATA))
         .expect("the data fits");
@@ -112,9 +122,7 @@ pub fn run(data: &[u8]) {
         .expect("one chain is available");
 
     let reader = Reader::<()>::new(&mem, chain.clone());
-    let Ok(mut bufs) = ChainBufs::new(&mem, chain) else {
-        return;
-    };
+    let mut bufs = ChainBufs::new(&mem, chain).ok()?;
     let total = bufs.readable_len();
     let out = bufs.writable_len();
 
@@ -125,8 +133,13 @@ pub fn run(data: &[u8]) {
     let mut reader = reader.expect("rust-vmm's Reader takes every chain ChainBufs takes");
     assert_eq!(reader.available_bytes(), total, "readable length");
     let mut theirs = vec![0u8; whole_len];
-    reader.read_exact(&mut theirs).expect("the reader reads as far");
-    assert!(whole == theirs, "readable bytes differ from virtio_queue::Reader's");
+    reader
+        .read_exact(&mut theirs)
+        .expect("the reader reads as far");
+    assert!(
+        whole == theirs,
+        "readable bytes differ from virtio_queue::Reader's"
+    );
 
     // A part of it.
     let mut part = vec![0u8; len];
@@ -167,9 +180,13 @@ pub fn run(data: &[u8]) {
         len,
     });
     let moved = r.expect("a READ into the reply");
-    assert!(moved <= len.min(out.saturating_sub(skip)), "READ moved {moved}");
+    assert!(
+        moved <= len.min(out.saturating_sub(skip)),
+        "READ moved {moved}"
+    );
 
     // A reply at `skip`: stops at the end of the writable part.
     let n = bufs.copy_out(skip, &pattern);
     assert_eq!(n, len.min(out.saturating_sub(skip)), "copy_out length");
+    Some((total, out))
 }

@@ -25,12 +25,15 @@ fn has_float(v: &Value) -> bool {
 /// # Panics
 /// When the parser panics, when a refusal cannot be encoded as a reply
 /// line, or when an accepted request does not parse back from its own line.
-pub fn run(data: &[u8]) {
+///
+/// Returns whether the line was accepted.
+pub fn run(data: &[u8]) -> bool {
     match RequestEnvelope::parse_line(data) {
         Err(refused) => {
             let line = Reply::failure(refused.id, refused.error).to_line();
             assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'));
             serde_json::from_str::<Value>(&line).expect("a refusal is JSON");
+            false
         }
         Ok(env) => {
             let line = env.to_line();
@@ -47,6 +50,10 @@ pub fn run(data: &[u8]) {
             if !has_float(&env.id) {
                 assert_eq!(again.id, env.id, "line {line:?}");
             }
+            if let Some((_, spec)) = env.request.as_range() {
+                let _ = spec.target();
+            }
+            true
         }
     }
 }

@@ -139,7 +139,11 @@ fn expect_ok(s: &FuzzServer, req: &[u8], what: &str) -> Vec<u8> {
 /// INIT, LOOKUP f, OPEN f, OPENDIR root: the state every input starts from.
 pub(crate) fn prepare(s: &FuzzServer) {
     expect_ok(s, &request(opcode::INIT, 1, 0, &init_args()), "INIT");
-    let r = expect_ok(s, &request(opcode::LOOKUP, 2, abi::ROOT_ID, b"f\0"), "LOOKUP");
+    let r = expect_ok(
+        s,
+        &request(opcode::LOOKUP, 2, abi::ROOT_ID, b"f\0"),
+        "LOOKUP",
+    );
     let nodeid = u64::from_le_bytes(r[16..24].try_into().expect("8 bytes"));
     assert_eq!(nodeid, F_NODEID);
     let open = abi::OpenIn {
@@ -148,7 +152,12 @@ pub(crate) fn prepare(s: &FuzzServer) {
     };
     let r = expect_ok(
         s,
-        &request(opcode::OPEN, 3, F_NODEID, zerocopy::IntoBytes::as_bytes(&open)),
+        &request(
+            opcode::OPEN,
+            3,
+            F_NODEID,
+            zerocopy::IntoBytes::as_bytes(&open),
+        ),
         "OPEN",
     );
     assert_eq!(u64::from_le_bytes(r[16..24].try_into().expect("8")), F_FH);
@@ -157,7 +166,10 @@ pub(crate) fn prepare(s: &FuzzServer) {
         &request(opcode::OPENDIR, 4, abi::ROOT_ID, &[0u8; 8]),
         "OPENDIR",
     );
-    assert_eq!(u64::from_le_bytes(r[16..24].try_into().expect("8")), ROOT_FH);
+    assert_eq!(
+        u64::from_le_bytes(r[16..24].try_into().expect("8")),
+        ROOT_FH
+    );
 }
 
 /// Runs one input (see the module's documentation).
@@ -167,7 +179,9 @@ pub(crate) fn prepare(s: &FuzzServer) {
 /// reply longer than `out_cap`, a reply header whose `len` is not the
 /// reply's length, an `unique` that is not the request's, an error that is
 /// not a negative errno.
-pub fn run(data: &[u8]) {
+///
+/// Returns the reply's error (0: success; `None`: no reply).
+pub fn run(data: &[u8]) -> Option<i32> {
     let mut rest = data;
     let out_cap = (u32::from_le_bytes(crate::take::<4>(&mut rest)) % (OUT_CAP_MAX + 1)) as usize;
     static SHARE: OnceLock<tempfile::TempDir> = OnceLock::new();
@@ -179,9 +193,7 @@ pub fn run(data: &[u8]) {
     prepare(&s);
     let handled = s.handle(1_000, rest, out_cap);
     assert_eq!(handled.in_place, 0, "Server::handle folds READ data in");
-    let Some(reply) = handled.reply else {
-        return;
-    };
+    let reply = handled.reply?;
     assert!(
         reply.len() <= out_cap,
         "reply of {} bytes for {out_cap} bytes of room",
@@ -198,6 +210,11 @@ pub fn run(data: &[u8]) {
         assert_eq!(h.unique, req.unique, "the reply answers the request");
     }
     if h.error != 0 {
-        assert_eq!(reply.len(), std::mem::size_of::<OutHeader>(), "errors carry no payload");
+        assert_eq!(
+            reply.len(),
+            std::mem::size_of::<OutHeader>(),
+            "errors carry no payload"
+        );
     }
+    Some(h.error)
 }

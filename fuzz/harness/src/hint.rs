@@ -69,7 +69,9 @@ pub fn input(payload: &[u8]) -> Vec<u8> {
 /// When the server or the handler panics, when `decode` and `encode` do
 /// not agree, or when the reply is not a FUSE reply with an ioctl result
 /// that is 0 or a negative errno, followed by a whole `struct cxlfs_hint`.
-pub fn run(data: &[u8]) {
+///
+/// Returns the FUSE error (`Err`) or the ioctl's result.
+pub fn run(data: &[u8]) -> Result<i32, i32> {
     let mut rest = data;
     let sel = crate::take::<1>(&mut rest)[0];
     let cmd = u32::from_le_bytes(crate::take::<4>(&mut rest));
@@ -102,7 +104,11 @@ pub fn run(data: &[u8]) {
             assert_eq!(op as u32, req.op);
         }
     } else {
-        assert!(rest.len() < HINT_SIZE, "decode refused {} bytes", rest.len());
+        assert!(
+            rest.len() < HINT_SIZE,
+            "decode refused {} bytes",
+            rest.len()
+        );
     }
 
     static SHARE: OnceLock<tempfile::TempDir> = OnceLock::new();
@@ -124,13 +130,18 @@ pub fn run(data: &[u8]) {
     assert!((-4095..=0).contains(&h.error), "error {}", h.error);
     if h.error != 0 {
         assert_eq!(reply.len(), std::mem::size_of::<OutHeader>());
-        return;
+        return Err(h.error);
     }
     let body = &reply[std::mem::size_of::<OutHeader>()..];
     let (out, hint) = IoctlOut::read_from_prefix(body).expect("a fuse_ioctl_out");
-    assert!((-4095..=0).contains(&out.result), "ioctl result {}", out.result);
+    assert!(
+        (-4095..=0).contains(&out.result),
+        "ioctl result {}",
+        out.result
+    );
     assert_eq!(hint.len(), HINT_SIZE, "a whole struct cxlfs_hint follows");
     let (back, _) = cxlfs_hint::decode(hint).expect("the reply decodes");
     let (sent, _) = cxlfs_hint::decode(rest).expect("a handled hint was decodable");
     assert_eq!(back, sent, "the \"in\" half comes back unchanged");
+    Ok(out.result)
 }

@@ -114,7 +114,8 @@ fn fuse() -> Vec<(String, Vec<u8>)> {
         out_size: HINT_SIZE as u32,
         ..Default::default()
     };
-    let hint_bytes = cxlfs_hint::encode(&HintRequest::new(HintOp::QueryStats), &HintReply::default());
+    let hint_bytes =
+        cxlfs_hint::encode(&HintRequest::new(HintOp::QueryStats), &HintReply::default());
     let setup = abi::SetupMappingIn {
         fh: F_FH,
         len: 2 << 20,
@@ -128,43 +129,205 @@ fn fuse() -> Vec<(String, Vec<u8>)> {
     let c = 4096;
     let list: Vec<(&str, u32, Vec<u8>)> = vec![
         ("init", c, request(opcode::INIT, 1, 0, &init_args())),
-        ("init_short", c, request(opcode::INIT, 1, 0, &init_args()[..16])),
+        (
+            "init_short",
+            c,
+            request(opcode::INIT, 1, 0, &init_args()[..16]),
+        ),
         ("destroy", c, request(opcode::DESTROY, 9, 0, &[])),
         ("lookup_f", c, request(opcode::LOOKUP, 9, root, b"f\0")),
-        ("lookup_dotdot", c, request(opcode::LOOKUP, 9, root, b"..\0")),
-        ("lookup_d_g", c, request(opcode::LOOKUP, 9, root, b"d\0")),
+        (
+            "lookup_dotdot",
+            c,
+            request(opcode::LOOKUP, 9, root, b"..\0"),
+        ),
+        ("lookup_d", c, request(opcode::LOOKUP, 9, root, b"d\0")),
         ("getattr", c, request(opcode::GETATTR, 9, F_NODEID, &[])),
-        ("getattr_fh", c, request(opcode::GETATTR, 9, F_NODEID, getattr_fh.as_bytes())),
-        ("setattr_mode", c, request(opcode::SETATTR, 9, F_NODEID, &setattr(setattr_valid::MODE, 0, 0o600))),
-        ("setattr_size", c, request(opcode::SETATTR, 9, F_NODEID, &setattr(setattr_valid::SIZE | setattr_valid::FH, 4096, 0))),
-        ("setattr_times", c, request(opcode::SETATTR, 9, F_NODEID, &setattr(setattr_valid::ATIME_NOW | setattr_valid::MTIME_NOW, 0, 0))),
-        ("open", c, request(opcode::OPEN, 9, F_NODEID, open_ro.as_bytes())),
-        ("create", c, request(opcode::CREATE, 9, root, &cat(&[create_in.as_bytes(), b"new\0"]))),
-        ("read", OUT_CAP_MAX, request(opcode::READ, 9, F_NODEID, &read(F_FH, 0, 64 * 1024))),
-        ("read_short_room", 100, request(opcode::READ, 9, F_NODEID, &read(F_FH, 10, 4096))),
-        ("write", c, request(opcode::WRITE, 9, F_NODEID, &cat(&[write_in.as_bytes(), b"abcdefgh"]))),
-        ("release", c, request(opcode::RELEASE, 9, F_NODEID, release.as_bytes())),
-        ("flush", c, request(opcode::FLUSH, 9, F_NODEID, &[F_FH.as_bytes(), &[0u8; 16]].concat())),
-        ("fsync", c, request(opcode::FSYNC, 9, F_NODEID, fsync.as_bytes())),
+        (
+            "getattr_fh",
+            c,
+            request(opcode::GETATTR, 9, F_NODEID, getattr_fh.as_bytes()),
+        ),
+        (
+            "setattr_mode",
+            c,
+            request(
+                opcode::SETATTR,
+                9,
+                F_NODEID,
+                &setattr(setattr_valid::MODE, 0, 0o600),
+            ),
+        ),
+        (
+            "setattr_size",
+            c,
+            request(
+                opcode::SETATTR,
+                9,
+                F_NODEID,
+                &setattr(setattr_valid::SIZE | setattr_valid::FH, 4096, 0),
+            ),
+        ),
+        (
+            "setattr_times",
+            c,
+            request(
+                opcode::SETATTR,
+                9,
+                F_NODEID,
+                &setattr(setattr_valid::ATIME_NOW | setattr_valid::MTIME_NOW, 0, 0),
+            ),
+        ),
+        (
+            "open",
+            c,
+            request(opcode::OPEN, 9, F_NODEID, open_ro.as_bytes()),
+        ),
+        (
+            "create",
+            c,
+            request(
+                opcode::CREATE,
+                9,
+                root,
+                &cat(&[create_in.as_bytes(), b"new\0"]),
+            ),
+        ),
+        (
+            "read",
+            OUT_CAP_MAX,
+            request(opcode::READ, 9, F_NODEID, &read(F_FH, 0, 64 * 1024)),
+        ),
+        (
+            "read_short_room",
+            100,
+            request(opcode::READ, 9, F_NODEID, &read(F_FH, 10, 4096)),
+        ),
+        (
+            "write",
+            c,
+            request(
+                opcode::WRITE,
+                9,
+                F_NODEID,
+                &cat(&[write_in.as_bytes(), b"abcdefgh"]),
+            ),
+        ),
+        (
+            "release",
+            c,
+            request(opcode::RELEASE, 9, F_NODEID, release.as_bytes()),
+        ),
+        (
+            "flush",
+            c,
+            request(
+                opcode::FLUSH,
+                9,
+                F_NODEID,
+                &[F_FH.as_bytes(), &[0u8; 16]].concat(),
+            ),
+        ),
+        (
+            "fsync",
+            c,
+            request(opcode::FSYNC, 9, F_NODEID, fsync.as_bytes()),
+        ),
         ("opendir", c, request(opcode::OPENDIR, 9, root, &[0u8; 8])),
-        ("readdir", c, request(opcode::READDIR, 9, root, &read(ROOT_FH, 0, 4096))),
-        ("readdirplus", c, request(opcode::READDIRPLUS, 9, root, &read(ROOT_FH, 0, 4096))),
-        ("releasedir", c, request(opcode::RELEASEDIR, 9, root, releasedir.as_bytes())),
-        ("fsyncdir", c, request(opcode::FSYNCDIR, 9, root, fsync.as_bytes())),
-        ("mkdir", c, request(opcode::MKDIR, 9, root, &cat(&[mkdir_in.as_bytes(), b"e\0"]))),
+        (
+            "readdir",
+            c,
+            request(opcode::READDIR, 9, root, &read(ROOT_FH, 0, 4096)),
+        ),
+        (
+            "readdirplus",
+            c,
+            request(opcode::READDIRPLUS, 9, root, &read(ROOT_FH, 0, 4096)),
+        ),
+        (
+            "releasedir",
+            c,
+            request(opcode::RELEASEDIR, 9, root, releasedir.as_bytes()),
+        ),
+        (
+            "fsyncdir",
+            c,
+            request(opcode::FSYNCDIR, 9, root, fsync.as_bytes()),
+        ),
+        (
+            "mkdir",
+            c,
+            request(opcode::MKDIR, 9, root, &cat(&[mkdir_in.as_bytes(), b"e\0"])),
+        ),
         ("symlink", c, request(opcode::SYMLINK, 9, root, b"s\0f\0")),
         ("readlink", c, request(opcode::READLINK, 9, F_NODEID, &[])),
         ("unlink", c, request(opcode::UNLINK, 9, root, b"f\0")),
         ("rmdir", c, request(opcode::RMDIR, 9, root, b"d\0")),
-        ("rename", c, request(opcode::RENAME, 9, root, &cat(&[root.as_bytes(), b"f\0h\0"]))),
-        ("rename2", c, request(opcode::RENAME2, 9, root, &cat(&[rename2.as_bytes(), b"f\0d\0"]))),
+        (
+            "rename",
+            c,
+            request(opcode::RENAME, 9, root, &cat(&[root.as_bytes(), b"f\0h\0"])),
+        ),
+        (
+            "rename2",
+            c,
+            request(
+                opcode::RENAME2,
+                9,
+                root,
+                &cat(&[rename2.as_bytes(), b"f\0h2\0"]),
+            ),
+        ),
         ("statfs", c, request(opcode::STATFS, 9, root, &[])),
-        ("forget", c, request(opcode::FORGET, 9, F_NODEID, &1u64.to_le_bytes())),
-        ("batch_forget", c, request(opcode::BATCH_FORGET, 9, 0, &cat(&[batch.as_bytes(), forget_one.as_bytes(), forget_one.as_bytes()]))),
-        ("interrupt", c, request(opcode::INTERRUPT, 9, 0, &9u64.to_le_bytes())),
-        ("ioctl", c, request(opcode::IOCTL, 9, F_NODEID, &hint::ioctl_args(&ioctl_in, &hint_bytes))),
-        ("setupmapping", c, request(opcode::SETUPMAPPING, 9, F_NODEID, setup.as_bytes())),
-        ("removemapping", c, request(opcode::REMOVEMAPPING, 9, 0, &cat(&[remove.as_bytes(), remove_one.as_bytes()]))),
+        (
+            "forget",
+            c,
+            request(opcode::FORGET, 9, F_NODEID, &1u64.to_le_bytes()),
+        ),
+        (
+            "batch_forget",
+            c,
+            request(
+                opcode::BATCH_FORGET,
+                9,
+                0,
+                &cat(&[
+                    batch.as_bytes(),
+                    forget_one.as_bytes(),
+                    forget_one.as_bytes(),
+                ]),
+            ),
+        ),
+        (
+            "interrupt",
+            c,
+            request(opcode::INTERRUPT, 9, 0, &9u64.to_le_bytes()),
+        ),
+        (
+            "ioctl",
+            c,
+            request(
+                opcode::IOCTL,
+                9,
+                F_NODEID,
+                &hint::ioctl_args(&ioctl_in, &hint_bytes),
+            ),
+        ),
+        (
+            "setupmapping",
+            c,
+            request(opcode::SETUPMAPPING, 9, F_NODEID, setup.as_bytes()),
+        ),
+        (
+            "removemapping",
+            c,
+            request(
+                opcode::REMOVEMAPPING,
+                9,
+                0,
+                &cat(&[remove.as_bytes(), remove_one.as_bytes()]),
+            ),
+        ),
         ("unknown_op", c, request(200, 9, root, &[])),
         ("no_room", 8, request(opcode::STATFS, 9, root, &[])),
     ];
@@ -179,14 +342,43 @@ fn control() -> Vec<(String, Vec<u8>)> {
     params.insert("ghost_fraction".into(), serde_json::json!(0.5));
     let reqs = vec![
         ("prefetch", Request::range(RangeOp::Prefetch, file.clone())),
-        ("pin", Request::range(RangeOp::Pin, RangeSpec::file("f", None, None))),
+        (
+            "pin",
+            Request::range(RangeOp::Pin, RangeSpec::file("f", None, None)),
+        ),
         ("unpin", Request::range(RangeOp::Unpin, file.clone())),
-        ("evict_pool", Request::range(RangeOp::Evict, RangeSpec::pool(0, Some(1 << 21)))),
-        ("set_policy", Request::SetPolicy { name: "lru".into(), params: Default::default() }),
-        ("set_policy_params", Request::SetPolicy { name: "s3fifo".into(), params }),
-        ("set_prefetch", Request::SetPrefetch { degree: 4, stride: Some(1) }),
+        (
+            "evict_pool",
+            Request::range(RangeOp::Evict, RangeSpec::pool(0, Some(1 << 21))),
+        ),
+        (
+            "set_policy",
+            Request::SetPolicy {
+                name: "lru".into(),
+                params: Default::default(),
+            },
+        ),
+        (
+            "set_policy_params",
+            Request::SetPolicy {
+                name: "s3fifo".into(),
+                params,
+            },
+        ),
+        (
+            "set_prefetch",
+            Request::SetPrefetch {
+                degree: 4,
+                stride: Some(1),
+            },
+        ),
         ("set_cxl_ratio", Request::SetCxlRatio { percent: 50 }),
-        ("query_stats", Request::QueryStats { vm: Some("vm0".into()) }),
+        (
+            "query_stats",
+            Request::QueryStats {
+                vm: Some("vm0".into()),
+            },
+        ),
         ("reset_stats", Request::ResetStats {}),
         ("get_config", Request::GetConfig {}),
     ];
@@ -201,9 +393,18 @@ fn control() -> Vec<(String, Vec<u8>)> {
     for (n, line) in [
         ("bad_json", &b"{\"v\":1,"[..]),
         ("not_object", b"[1,2]"),
-        ("bad_version", b"{\"v\":2,\"id\":\"x\",\"cmd\":\"get_config\"}"),
-        ("unknown_cmd", b"{\"v\":1,\"id\":null,\"cmd\":\"format_disk\"}"),
-        ("extra_field", b"{\"v\":1,\"id\":1.5,\"cmd\":\"pin\",\"file\":\"f\",\"bogus\":1}"),
+        (
+            "bad_version",
+            b"{\"v\":2,\"id\":\"x\",\"cmd\":\"get_config\"}",
+        ),
+        (
+            "unknown_cmd",
+            b"{\"v\":1,\"id\":null,\"cmd\":\"format_disk\"}",
+        ),
+        (
+            "extra_field",
+            b"{\"v\":1,\"id\":1.5,\"cmd\":\"pin\",\"file\":\"f\",\"bogus\":1}",
+        ),
     ] {
         out.push((n.to_string(), line.to_vec()));
     }
@@ -216,9 +417,11 @@ fn hint_seeds() -> Vec<(String, Vec<u8>)> {
         f(&mut r);
         hint::input(&cxlfs_hint::encode(&r, &HintReply::default()))
     };
-    let range = |offset: u64, length: u64| move |r: &mut HintRequest| {
-        r.offset = offset;
-        r.length = length;
+    let range = |offset: u64, length: u64| {
+        move |r: &mut HintRequest| {
+            r.offset = offset;
+            r.length = length;
+        }
     };
     let mut out = vec![
         ("prefetch", with(HintOp::Prefetch, &range(0, 16384))),
@@ -226,12 +429,29 @@ fn hint_seeds() -> Vec<(String, Vec<u8>)> {
         ("pin_all", with(HintOp::Pin, &range(0, 0))),
         ("unpin", with(HintOp::Unpin, &range(0, 0))),
         ("evict", with(HintOp::Evict, &range(8192, 4096))),
-        ("set_policy", with(HintOp::SetPolicy, &|r| r.policy = cxlfs_hint::policy_field("clock").unwrap_or_default())),
-        ("set_prefetch", with(HintOp::SetPrefetch, &|r| { r.degree = 2; r.stride = 1; })),
-        ("set_cxl_ratio", with(HintOp::SetCxlRatio, &|r| r.percent = 25)),
+        (
+            "set_policy",
+            with(HintOp::SetPolicy, &|r| {
+                r.policy = cxlfs_hint::policy_field("clock").unwrap_or_default()
+            }),
+        ),
+        (
+            "set_prefetch",
+            with(HintOp::SetPrefetch, &|r| {
+                r.degree = 2;
+                r.stride = 1;
+            }),
+        ),
+        (
+            "set_cxl_ratio",
+            with(HintOp::SetCxlRatio, &|r| r.percent = 25),
+        ),
         ("query_stats", with(HintOp::QueryStats, &|_| {})),
         ("reset_stats", with(HintOp::ResetStats, &|_| {})),
-        ("bad_version", with(HintOp::QueryStats, &|r| r.abi_version = 99)),
+        (
+            "bad_version",
+            with(HintOp::QueryStats, &|r| r.abi_version = 99),
+        ),
     ];
     // The root's handle (selector bit 3): a directory.
     let mut dir = with(HintOp::Pin, &range(0, 0));
@@ -264,14 +484,63 @@ fn chain_seeds() -> Vec<(String, Vec<u8>)> {
     let mut with_table = vec![0u8; 0x40];
     with_table.extend_from_slice(&indirect_table);
     vec![
-        ("one_readable", chain::input(0, 0, 40, 0, &[(d, 40, 0, 0)], &req)),
-        ("request_reply", chain::input(0, 8, 16, 4096, &[(d, 40, NEXT, 1), (d + 0x400, 4096, WRITE, 0)], &req)),
-        ("three_parts", chain::input(2, 30, 40, 0, &[(d + 0x400, 512, WRITE, 0), (d + 20, 20, NEXT, 0), (d, 20, NEXT, 1)], &req)),
-        ("indirect", chain::input(0, 0, 40, 0, &[(d, 32, INDIRECT, 0)], &with_table)),
-        ("across_regions", chain::input(0, 0x100, 0x400, 0, &[(0xfe00, 0x400, 0, 0)], &req)),
-        ("outside_memory", chain::input(0, 0, 16, 0, &[(0x1_8000, 0x100, 0, 0)], &req)),
-        ("cycle", chain::input(0, 0, 16, 0, &[(d, 8, NEXT, 1), (d, 8, NEXT, 0)], &req)),
-        ("gap_region", chain::input(0, 0, 64, 0, &[(d, 40, NEXT, 1), (0x2_0000, 0x1000, WRITE, 0)], &req)),
+        (
+            "one_readable",
+            chain::input(0, 0, 40, 0, &[(d, 40, 0, 0)], &req),
+        ),
+        (
+            "request_reply",
+            chain::input(
+                0,
+                8,
+                16,
+                4096,
+                &[(d, 40, NEXT, 1), (d + 0x400, 4096, WRITE, 0)],
+                &req,
+            ),
+        ),
+        (
+            "three_parts",
+            chain::input(
+                2,
+                30,
+                40,
+                0,
+                &[
+                    (d + 0x400, 512, WRITE, 0),
+                    (d + 20, 20, NEXT, 0),
+                    (d, 20, NEXT, 1),
+                ],
+                &req,
+            ),
+        ),
+        (
+            "indirect",
+            chain::input(0, 0, 40, 0, &[(d + 0x40, 32, INDIRECT, 0)], &with_table),
+        ),
+        (
+            "across_regions",
+            chain::input(0, 0x100, 0x400, 0, &[(0xfe00, 0x400, 0, 0)], &req),
+        ),
+        (
+            "outside_memory",
+            chain::input(0, 0, 16, 0, &[(0x1_8000, 0x100, 0, 0)], &req),
+        ),
+        (
+            "cycle",
+            chain::input(0, 0, 16, 0, &[(d, 8, NEXT, 1), (d, 8, NEXT, 0)], &req),
+        ),
+        (
+            "gap_region",
+            chain::input(
+                0,
+                0,
+                64,
+                0,
+                &[(d, 40, NEXT, 1), (0x2_0000, 0x1000, WRITE, 0)],
+                &req,
+            ),
+        ),
     ]
     .into_iter()
     .map(|(n, b)| (n.to_string(), b))
