@@ -5,7 +5,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 CXLFS := $(TARGET_DIR)/release/cxlfs
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test bench lint unit e2e image qemu toolchain fonts build clean
+.PHONY: demo test bench fuzz lint unit e2e image qemu toolchain fonts build clean
 
 ## The main job: the virtiofs-on-CXL ratio sweep, small (experiments/demo.toml):
 ## cxlfsd with a DAX window, two guests sharing four files, fio zipf random reads,
@@ -59,6 +59,24 @@ bench: toolchain
 	daemon/bench/virtiofsd-comparison.sh
 	$(CARGO) bench --locked -p cxlfs-residency --bench pool_latency
 	$(CARGO) bench --locked -p cxlfsd --bench metrics_overhead
+
+## The cargo-fuzz targets (fuzz/README.md), each for FUZZ_SECONDS (default 60) in
+## turn, from the committed seeds (fuzz/corpus); fails on the first crash, hang
+## (FUZZ_TIMEOUT s per input) or leak. Nightly toolchain; installs cargo-fuzz with
+## `cargo install --locked` when missing. First replays every seed and saved crash
+## on stable. Its own workspace and target dir (fuzz/target), whatever CARGO_TARGET_DIR.
+FUZZ_SECONDS ?= 60
+FUZZ_TIMEOUT ?= 10
+FUZZ_TARGETS ?= fuse_request control_line hint_ioctl chain_walk
+fuzz:
+	@cargo +nightly fuzz --version >/dev/null 2>&1 || $(CARGO) install cargo-fuzz --locked
+	cd fuzz && env -u CARGO_TARGET_DIR $(CARGO) test --locked -p cxlfs-fuzz-harness
+	cd fuzz && for t in $(FUZZ_TARGETS); do \
+		mkdir -p target/corpus/$$t && \
+		env -u CARGO_TARGET_DIR cargo +nightly fuzz run $$t target/corpus/$$t corpus/$$t -- \
+			-max_total_time=$(FUZZ_SECONDS) -timeout=$(FUZZ_TIMEOUT) -print_final_stats=1 \
+			|| exit 1; \
+	done
 
 build: toolchain
 	$(CARGO) build --release --locked -p cxlfs --bin cxlfs
