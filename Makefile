@@ -19,6 +19,7 @@ demo: build fonts image qemu
 	$(CXLFS) run experiments/demo.toml --out $(DEMO_OUT) --force
 
 ## Every test: formatting, clippy with -D warnings, unit, property, golden and CLI tests,
+## the fuzz targets' seeds and regressions replayed on stable (fuzz/README.md),
 ## then the end-to-end tests with real QEMU guests (tests/, see tests/README.md).
 test: toolchain lint unit e2e
 
@@ -28,6 +29,7 @@ lint:
 
 unit: fonts
 	$(CARGO) test --workspace --locked --exclude cxlfs-e2e
+	cd fuzz && env -u CARGO_TARGET_DIR $(CARGO) test --locked -p cxlfs-fuzz-harness
 
 ## Real guests on cxlfsd: builds the guest image (cached; installs QEMU etc. with
 ## apt-get when missing) and cxlfsd in release mode, then runs the guests one

@@ -69,6 +69,13 @@ pub(crate) fn reset(dir: &Path) {
     std::fs::create_dir(dir.join("d")).expect("mkdir d");
     std::fs::write(dir.join("d/g"), b"g").expect("write d/g");
     std::os::unix::fs::symlink("f", dir.join("l")).expect("symlink l");
+    // A FIFO made on the host: opening it must never block a worker (the
+    // fuzzer's per-input timeout turns a regression into a hang report).
+    let fifo = std::ffi::CString::new(dir.join("p").as_os_str().as_encoded_bytes())
+        .expect("no NUL in the share path");
+    // SAFETY: a valid NUL-terminated path.
+    let rc = unsafe { libc::mkfifo(fifo.as_ptr(), 0o666) };
+    assert_eq!(rc, 0, "mkfifo p: {}", std::io::Error::last_os_error());
 }
 
 /// A fresh device (small cache, half the pages on the CXL tier).

@@ -41,6 +41,8 @@ fn server(dir: &std::path::Path) -> FuzzServer {
         ControlOptions {
             pin_quota_bytes: PIN_QUOTA,
             guest_device_control: true,
+            max_range_bytes: 1 << 20,
+            prefetch_budget_bytes: 1 << 20,
         },
         DaemonSummary::default(),
     )
