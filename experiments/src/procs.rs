@@ -238,8 +238,16 @@ mod tests {
         let addr = l.local_addr().unwrap();
         std::thread::spawn(move || {
             let (mut s, _) = l.accept().unwrap();
-            let mut req = [0u8; 1024];
-            let _ = s.read(&mut req);
+            // The whole request head first: answering and closing after a
+            // partial read would break the client's pipe mid-request.
+            let mut req = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => req.extend_from_slice(&buf[..n]),
+                }
+            }
             s.write_all(response.as_bytes()).unwrap();
         });
         addr
