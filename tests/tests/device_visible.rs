@@ -160,30 +160,29 @@ handshake 0
     );
 
     // In the guest: every pass-1 read waited at least for the NAND, and
-    // pass 2 is faster. Per read, the medians of the passes differ by about
-    // one NAND read (at least half of one is required), the 5th percentiles
-    // by at least a quarter (CI saw 49 µs of a 90 µs tR there: the modeled
-    // wait overlaps part of the daemon's own work, which a hit pays in full);
-    // the whole pass takes less time. Pass 4 (evicted again) is slow again.
-    // Not the minimum: one read in 1 500 is too few to bound (CI saw a
-    // pass-4 minimum 8 µs short of tR/2).
+    // pass 2 is faster; pass 4 (evicted again) is slow again. Compared at
+    // the fast end of each pass (minimum and 5th percentile: the reads no
+    // other host work got in the way of), by at least a quarter of tR —
+    // under TCG the modeled wait overlaps part of the path a hit pays in
+    // full (CI saw 37–70 µs of a 90 µs tR there). Not the median: a busy
+    // host moved pass 2's median by 100 µs in one CI run.
     let (p1, p2, p4) = (&stats[0], &stats[1], &stats[3]);
-    let (half, quarter) = (NAND_READ_NS / 2, NAND_READ_NS / 4);
+    let quarter = NAND_READ_NS / 4;
     assert!(
         p1.clat_min_ns >= NAND_READ_NS,
         "pass 1: a read completed in {} ns < tR\n{report}",
         p1.clat_min_ns
     );
     assert!(
-        p1.clat_p5_ns >= p2.clat_p5_ns + quarter && p1.clat_p50_ns >= p2.clat_p50_ns + half,
-        "pass 2's reads are not faster than pass 1's (p50 by tR/2, p5 by tR/4)\n{report}"
+        p1.clat_min_ns >= p2.clat_min_ns + quarter && p1.clat_p5_ns >= p2.clat_p5_ns + quarter,
+        "pass 2's reads are not faster than pass 1's (min and p5 by tR/4)\n{report}"
     );
     assert!(
         p1.runtime_ms > p2.runtime_ms,
         "pass 2 took longer than pass 1\n{report}"
     );
     assert!(
-        p4.clat_p5_ns >= p2.clat_p5_ns + quarter && p4.clat_p50_ns >= p2.clat_p50_ns + half,
+        p4.clat_min_ns >= p2.clat_min_ns + quarter && p4.clat_p5_ns >= p2.clat_p5_ns + quarter,
         "pass 4 (evicted) is not slower than pass 2\n{report}"
     );
 
