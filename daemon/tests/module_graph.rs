@@ -86,12 +86,16 @@ fn push_head(path: &str, out: &mut BTreeSet<String>) {
 }
 
 fn graph() -> Graph {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    graph_of(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"))
+}
+
+/// The module graph of the crate whose sources are under `src`.
+fn graph_of(src: &Path) -> Graph {
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    rust_files(src, &mut files);
     let mut g = Graph::new();
     for f in files {
-        let Some(m) = module_of(&src, &f) else {
+        let Some(m) = module_of(src, &f) else {
             continue;
         };
         let text = std::fs::read_to_string(&f).expect("read a source file");
@@ -146,6 +150,30 @@ fn the_daemon_modules_have_no_import_cycle() {
     assert!(g.len() >= 10, "found too few modules: {g:?}");
     if let Some(c) = find_cycle(&g) {
         panic!("import cycle among the daemon's modules: {}", c.join(" → "));
+    }
+}
+
+/// The same rule for every other crate of the workspace (the device
+/// model's cache, policies, config and presets once imported each other).
+#[test]
+fn no_crate_of_the_workspace_has_an_import_cycle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for krate in [
+        "device-model",
+        "experiments",
+        "api",
+        "kvm-ept",
+        "fuse-abi",
+        "hint",
+        "tests",
+    ] {
+        let g = graph_of(&root.join(krate).join("src"));
+        if krate == "device-model" {
+            assert!(g.len() >= 8, "found too few modules: {g:?}");
+        }
+        if let Some(c) = find_cycle(&g) {
+            panic!("import cycle among {krate}'s modules: {}", c.join(" → "));
+        }
     }
 }
 

@@ -21,11 +21,10 @@
 
 use crate::config::{CacheConfig, PolicyKind, PolicyParams};
 use crate::policy::{EvictionPolicy, Policy};
+use crate::slot::prefetch_read;
+pub use crate::slot::SlotId;
 use rustc_hash::FxHashMap;
 use std::fmt;
-
-/// Index of a cache slot (one 4 KiB frame). Set `s` owns slots `s*ways .. (s+1)*ways`.
-pub type SlotId = u32;
 
 /// What is known about a resident page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,22 +175,6 @@ impl PageMap {
     fn counted(&self) -> usize {
         self.counted
     }
-}
-
-/// Issues a CPU prefetch of the cache line holding `value`.
-#[inline(always)]
-pub(crate) fn prefetch_read<T>(value: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: PREFETCHT0 is a hint that never faults and changes no memory
-    // state; the pointer comes from a live reference; SSE is part of the
-    // x86_64 baseline, so the target feature is always present.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-            (value as *const T).cast::<i8>(),
-        );
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = value;
 }
 
 const F_RESIDENT: u8 = 1;

@@ -8,8 +8,6 @@
 use crate::units::{deserialize_duration_ns, deserialize_size, format_size};
 use crate::PAGE_SIZE;
 use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::str::FromStr;
 
 /// Why a device configuration could not be built.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -44,70 +42,14 @@ pub enum LoadConfigError {
     },
 }
 
-fn bad(key: &str, reason: impl Into<String>) -> LoadConfigError {
+pub(crate) fn bad(key: &str, reason: impl Into<String>) -> LoadConfigError {
     LoadConfigError::BadValue {
         key: key.to_string(),
         reason: reason.into(),
     }
 }
 
-pub use crate::policy::PolicyKind;
-
-impl fmt::Display for PolicyKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for PolicyKind {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        let norm = s.trim().to_ascii_lowercase().replace(['-', '_'], "");
-        let Some(kind) = PolicyKind::ALL
-            .into_iter()
-            .find(|k| k.name() == norm || k.aliases().contains(&norm.as_str()))
-        else {
-            let names: Vec<_> = PolicyKind::ALL.iter().map(|p| p.name()).collect();
-            return Err(format!(
-                "unknown policy `{s}` (known: {})",
-                names.join(", ")
-            ));
-        };
-        Ok(kind)
-    }
-}
-
-/// Tuning knobs of the policies that have any.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PolicyParams {
-    /// S3-FIFO: share of each set's capacity given to the small FIFO.
-    pub s3fifo_small_ratio: f64,
-    /// S3-FIFO: accesses (while in the small queue) needed to move to main.
-    pub s3fifo_move_to_main_threshold: u8,
-    /// 2Q: share of capacity for the A1in FIFO (Kin).
-    pub twoq_kin_ratio: f64,
-    /// 2Q: ghost A1out size as a share of capacity (Kout).
-    pub twoq_kout_ratio: f64,
-    /// LFRU: share of capacity for the privileged (LRU) partition.
-    pub lfru_privileged_ratio: f64,
-    /// LFRU: hits in the unprivileged partition needed for promotion.
-    pub lfru_promote_threshold: u8,
-}
-
-impl Default for PolicyParams {
-    fn default() -> Self {
-        PolicyParams {
-            s3fifo_small_ratio: 0.10,
-            s3fifo_move_to_main_threshold: 1,
-            twoq_kin_ratio: 0.25,
-            twoq_kout_ratio: 0.50,
-            lfru_privileged_ratio: 0.50,
-            lfru_promote_threshold: 2,
-        }
-    }
-}
+pub use crate::policy::{PolicyKind, PolicyParams};
 
 /// The device's DRAM cache of 4 KiB pages.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -239,28 +181,7 @@ pub struct DeviceConfig {
     pub link: LinkConfig,
 }
 
-impl Default for DeviceConfig {
-    fn default() -> Self {
-        crate::presets::cylon()
-    }
-}
-
 impl DeviceConfig {
-    /// Parses a TOML config. A top-level `preset = "NAME"` picks the base
-    /// (default: `cylon`); every other key must exist in it.
-    pub fn from_toml_str(text: &str) -> Result<Self, LoadConfigError> {
-        let mut file: toml::Table =
-            toml::from_str(text).map_err(|e| LoadConfigError::Syntax(e.message().to_string()))?;
-        let base = match file.remove("preset") {
-            None => DeviceConfig::default(),
-            Some(toml::Value::String(name)) => crate::presets::preset(&name)?,
-            Some(other) => return Err(bad("preset", format!("expected a name, got {other}"))),
-        };
-        let mut merged = base.to_table();
-        merge_into(&mut merged, file, "")?;
-        Self::from_table(merged)
-    }
-
     /// Applies `key=value` overrides in order (`cache.policy=s3fifo`,
     /// `cache.size_bytes=1GiB`). The value is read as TOML, else as a string.
     pub fn with_overrides<S: AsRef<str>>(&self, overrides: &[S]) -> Result<Self, LoadConfigError> {
@@ -281,7 +202,7 @@ impl DeviceConfig {
         toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot print config: {e}\n"))
     }
 
-    fn to_table(&self) -> toml::Table {
+    pub(crate) fn to_table(&self) -> toml::Table {
         match toml::Table::try_from(self) {
             Ok(t) => t,
             // Unreachable for this type; an empty table makes the caller fail loudly.
@@ -289,7 +210,7 @@ impl DeviceConfig {
         }
     }
 
-    fn from_table(table: toml::Table) -> Result<Self, LoadConfigError> {
+    pub(crate) fn from_table(table: toml::Table) -> Result<Self, LoadConfigError> {
         let cfg: DeviceConfig = serde_path_to_error::deserialize(toml::Value::Table(table))
             .map_err(|e| {
                 let key = e.path().to_string();
@@ -435,7 +356,7 @@ fn set_path(table: &mut toml::Table, key: &str, value: toml::Value) -> Result<()
     Err(unknown())
 }
 
-fn merge_into(
+pub(crate) fn merge_into(
     base: &mut toml::Table,
     over: toml::Table,
     prefix: &str,
@@ -516,15 +437,6 @@ mod tests {
             .with_overrides(&["cache"])
             .unwrap_err();
         assert!(matches!(err, LoadConfigError::MalformedOverride(_)));
-    }
-
-    #[test]
-    fn printed_config_loads_back() {
-        for name in crate::presets::PRESETS {
-            let cfg = crate::presets::preset(name).unwrap();
-            let text = cfg.to_toml_string();
-            assert_eq!(DeviceConfig::from_toml_str(&text).unwrap(), cfg, "{name}");
-        }
     }
 
     #[test]

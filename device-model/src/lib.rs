@@ -28,6 +28,7 @@ pub mod nand;
 pub mod policy;
 pub mod presets;
 pub mod replay;
+pub mod slot;
 pub mod trace;
 pub mod units;
 pub mod workload;

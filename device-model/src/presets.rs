@@ -2,8 +2,8 @@
 //! (see `docs/device-model.md` for where each number comes from).
 
 use crate::config::{
-    CacheConfig, DeviceConfig, LinkConfig, LoadConfigError, NandConfig, PolicyKind, PolicyParams,
-    PrefetchConfig,
+    merge_into, CacheConfig, DeviceConfig, LinkConfig, LoadConfigError, NandConfig, PolicyKind,
+    PolicyParams, PrefetchConfig,
 };
 use crate::PAGE_SIZE;
 
@@ -21,6 +21,36 @@ pub fn preset(name: &str) -> Result<DeviceConfig, LoadConfigError> {
             name: name.to_string(),
             known: PRESETS.join(", "),
         }),
+    }
+}
+
+/// The default device is Cylon's.
+impl Default for DeviceConfig {
+    fn default() -> Self {
+        cylon()
+    }
+}
+
+// Here rather than in `config`: a config file starts from a preset.
+impl DeviceConfig {
+    /// Parses a TOML config. A top-level `preset = "NAME"` picks the base
+    /// (default: `cylon`); every other key must exist in it.
+    pub fn from_toml_str(text: &str) -> Result<Self, LoadConfigError> {
+        let mut file: toml::Table =
+            toml::from_str(text).map_err(|e| LoadConfigError::Syntax(e.message().to_string()))?;
+        let base = match file.remove("preset") {
+            None => DeviceConfig::default(),
+            Some(toml::Value::String(name)) => preset(&name)?,
+            Some(other) => {
+                return Err(crate::config::bad(
+                    "preset",
+                    format!("expected a name, got {other}"),
+                ))
+            }
+        };
+        let mut merged = base.to_table();
+        merge_into(&mut merged, file, "")?;
+        Self::from_table(merged)
     }
 }
 
@@ -179,6 +209,15 @@ pub fn femu() -> DeviceConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn printed_config_loads_back() {
+        for name in PRESETS {
+            let cfg = preset(name).unwrap();
+            let text = cfg.to_toml_string();
+            assert_eq!(DeviceConfig::from_toml_str(&text).unwrap(), cfg, "{name}");
+        }
+    }
 
     #[test]
     fn presets_validate() {

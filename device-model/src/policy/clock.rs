@@ -1,9 +1,9 @@
 //! CLOCK (second chance).
 
 use super::list::SlotLists;
+use super::PolicyKind;
 use super::{EvictionPolicy, Victim};
-use crate::cache::SlotId;
-use crate::config::PolicyKind;
+use crate::slot::SlotId;
 
 /// CLOCK / second chance with one reference bit per slot (libCacheSim
 /// `Clock` with a 1-bit counter). Slots sit on a per-set FIFO standing in for

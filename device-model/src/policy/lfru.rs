@@ -2,8 +2,8 @@
 
 use super::list::SlotLists;
 use super::{share, EvictionPolicy, Victim};
-use crate::cache::SlotId;
-use crate::config::{PolicyKind, PolicyParams};
+use super::{PolicyKind, PolicyParams};
+use crate::slot::SlotId;
 
 /// Highest frequency bucket of the unprivileged partition.
 const FREQ_MAX: u8 = 7;

@@ -7,7 +7,7 @@
 //! *back* the oldest / least recently used one. `prev` points toward the
 //! front, `next` toward the back.
 
-use crate::cache::{prefetch_read, SlotId};
+use crate::slot::{prefetch_read, SlotId};
 
 /// "No slot" in links and heads.
 pub(crate) const NIL: u32 = u32::MAX;

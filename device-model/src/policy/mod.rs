@@ -35,9 +35,10 @@ pub use ordered::{Fifo, Lifo, Lru, Ordered};
 pub use s3fifo::S3Fifo;
 pub use twoq::TwoQ;
 
-use crate::cache::SlotId;
-use crate::config::PolicyParams;
+pub use crate::slot::SlotId;
 use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
 
 /// A slot chosen by [`EvictionPolicy::evict`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -293,6 +294,62 @@ mod tests {
             assert_eq!(out, vec![5, 6, 8, 9], "{kind}");
             assert_eq!(p.tracked(1), 0);
             assert_eq!(p.evict(1), None);
+        }
+    }
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for PolicyKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let norm = s.trim().to_ascii_lowercase().replace(['-', '_'], "");
+        let Some(kind) = PolicyKind::ALL
+            .into_iter()
+            .find(|k| k.name() == norm || k.aliases().contains(&norm.as_str()))
+        else {
+            let names: Vec<_> = PolicyKind::ALL.iter().map(|p| p.name()).collect();
+            return Err(format!(
+                "unknown policy `{s}` (known: {})",
+                names.join(", ")
+            ));
+        };
+        Ok(kind)
+    }
+}
+
+/// Tuning knobs of the policies that have any.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyParams {
+    /// S3-FIFO: share of each set's capacity given to the small FIFO.
+    pub s3fifo_small_ratio: f64,
+    /// S3-FIFO: accesses (while in the small queue) needed to move to main.
+    pub s3fifo_move_to_main_threshold: u8,
+    /// 2Q: share of capacity for the A1in FIFO (Kin).
+    pub twoq_kin_ratio: f64,
+    /// 2Q: ghost A1out size as a share of capacity (Kout).
+    pub twoq_kout_ratio: f64,
+    /// LFRU: share of capacity for the privileged (LRU) partition.
+    pub lfru_privileged_ratio: f64,
+    /// LFRU: hits in the unprivileged partition needed for promotion.
+    pub lfru_promote_threshold: u8,
+}
+
+impl Default for PolicyParams {
+    fn default() -> Self {
+        PolicyParams {
+            s3fifo_small_ratio: 0.10,
+            s3fifo_move_to_main_threshold: 1,
+            twoq_kin_ratio: 0.25,
+            twoq_kout_ratio: 0.50,
+            lfru_privileged_ratio: 0.50,
+            lfru_promote_threshold: 2,
         }
     }
 }

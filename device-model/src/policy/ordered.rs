@@ -3,9 +3,9 @@
 //! compile time, so each keeps its own fast path.
 
 use super::list::SlotLists;
+use super::PolicyKind;
 use super::{EvictionPolicy, Victim};
-use crate::cache::SlotId;
-use crate::config::PolicyKind;
+use crate::slot::SlotId;
 
 /// Discipline of an [`Ordered`] policy.
 const FIFO: u8 = 0;

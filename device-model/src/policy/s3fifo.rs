@@ -3,8 +3,8 @@
 
 use super::list::SlotLists;
 use super::{share, EvictionPolicy, Victim};
-use crate::cache::SlotId;
-use crate::config::{PolicyKind, PolicyParams};
+use super::{PolicyKind, PolicyParams};
+use crate::slot::SlotId;
 
 const FREQ_MASK: u8 = 0b011;
 const FREQ_MAX: u8 = 3;
@@ -145,7 +145,7 @@ impl EvictionPolicy for S3Fifo {
     fn prefetch_slot(&self, slot: SlotId) {
         self.lists.prefetch_link(slot);
         if let Some(st) = self.state.get(slot as usize) {
-            crate::cache::prefetch_read(st);
+            crate::slot::prefetch_read(st);
         }
     }
     fn tracked(&self, set: u32) -> u32 {

@@ -2,8 +2,8 @@
 
 use super::list::SlotLists;
 use super::{share, EvictionPolicy, Victim};
-use crate::cache::SlotId;
-use crate::config::{PolicyKind, PolicyParams};
+use super::{PolicyKind, PolicyParams};
+use crate::slot::SlotId;
 
 /// 2Q, per set: A1in, a FIFO of first-time pages (Kin = `kin_ratio` of the
 /// ways, at least 1); A1out, a ghost FIFO of pages evicted from A1in (Kout =
