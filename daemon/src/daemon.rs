@@ -95,48 +95,18 @@ pub struct ListeningVm {
     listener: Listener,
 }
 
-/// Binds VM `vm`'s socket, owner-only (see [`bind_owner_only`]).
+/// Binds VM `vm`'s socket, owner-only (see [`crate::sandbox::bind_owner_only`]).
 pub fn listen(vm: VmSpec) -> Result<ListeningVm, ServeVmError> {
-    let listener = bind_owner_only(&vm.socket).map_err(|source| ServeVmError::Listen {
-        path: vm.socket.display().to_string(),
-        source,
-    })?;
+    let listener =
+        crate::sandbox::bind_owner_only(&vm.socket).map_err(|source| ServeVmError::Listen {
+            path: vm.socket.display().to_string(),
+            source,
+        })?;
     tracing::info!(vm = %vm.name, socket = %vm.socket.display(), "listening");
     Ok(ListeningVm {
         vm,
         listener: Listener::from(listener),
     })
-}
-
-/// A Unix socket at `path` that only the daemon's user can connect to,
-/// whatever the umask and without changing it (the umask is process-wide):
-/// bound in a fresh owner-only directory beside `path`, set to 0600, then
-/// renamed over `path` (replacing a stale socket of an earlier run), so no
-/// other user can connect at any moment.
-pub fn bind_owner_only(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
-    use std::os::unix::fs::PermissionsExt;
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let name = path
-        .file_name()
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"))?;
-    let private = parent.join(format!(
-        ".{}.{}.tmp",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    std::fs::DirBuilder::new().mode(0o700).create(&private)?;
-    let staged = private.join("sock");
-    let bound = std::os::unix::net::UnixListener::bind(&staged).and_then(|l| {
-        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))?;
-        std::fs::rename(&staged, path)?;
-        Ok(l)
-    });
-    let _ = std::fs::remove_file(&staged);
-    let _ = std::fs::remove_dir(&private);
-    bound
 }
 
 /// Mounts the residency plane at `dir` (`None`: a fresh directory under
@@ -715,7 +685,7 @@ fn bound_path(fd: i32) -> Option<Vec<u8>> {
 /// internally, so the new connection is found among the socket fds that
 /// were not open before, as the one with the listener's address and a
 /// peer. (The address is the one bound, not the socket's public path: see
-/// [`bind_owner_only`].)
+/// [`crate::sandbox::bind_owner_only`].)
 fn peer_pid(before: &HashSet<i32>, listener: i32) -> Option<u32> {
     let want = bound_path(listener)?;
     let mut found = None;

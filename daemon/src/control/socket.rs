@@ -88,17 +88,13 @@ impl ControlSocket {
             // A stale socket of an earlier run.
             let _ = std::fs::remove_file(path);
         }
-        // Created owner-only (umask), then set to `mode`: nobody else can
-        // connect in between.
-        // SAFETY: umask(2) only swaps the process's file-creation mask.
-        let old = unsafe { libc::umask(0o177) };
-        let bound = UnixListener::bind(path);
-        // SAFETY: as above, restoring the previous mask.
-        unsafe { libc::umask(old) };
-        let listener = bound.map_err(|source| StartControlError::Bind {
-            path: shown.clone(),
-            source,
-        })?;
+        // Created owner-only, then set to `mode`: nobody else can connect
+        // in between.
+        let listener =
+            crate::sandbox::bind_owner_only(path).map_err(|source| StartControlError::Bind {
+                path: shown.clone(),
+                source,
+            })?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o777)).map_err(
             |source| StartControlError::Bind {
                 path: shown.clone(),

@@ -18,7 +18,7 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 pub use caps::{drop_capabilities, DropCapabilitiesError};
@@ -335,15 +335,6 @@ fn pivot_into(root: &Path) -> Result<(), EnterSandboxError> {
     Ok(())
 }
 
-/// The process's own status line `key` (e.g. `Seccomp`, `CapEff`).
-pub fn status_field(key: &str) -> Option<String> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    status.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        (k == key).then(|| v.trim().to_string())
-    })
-}
-
 /// Host paths the daemon removes at exit although the sandbox hides them
 /// (its sockets): each is remembered as its parent directory's descriptor,
 /// taken before the sandbox, and the name in it.
@@ -381,4 +372,34 @@ impl Leftovers {
             }
         }
     }
+}
+
+/// A Unix socket at `path` that only the daemon's user can connect to,
+/// whatever the umask and without changing it (the umask is process-wide):
+/// bound in a fresh owner-only directory beside `path`, set to 0600, then
+/// renamed over `path` (replacing a stale socket of an earlier run), so no
+/// other user can connect at any moment.
+pub fn bind_owner_only(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"))?;
+    let private = parent.join(format!(
+        ".{}.{}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    std::fs::DirBuilder::new().mode(0o700).create(&private)?;
+    let staged = private.join("sock");
+    let bound = std::os::unix::net::UnixListener::bind(&staged).and_then(|l| {
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))?;
+        std::fs::rename(&staged, path)?;
+        Ok(l)
+    });
+    let _ = std::fs::remove_file(&staged);
+    let _ = std::fs::remove_dir(&private);
+    bound
 }
