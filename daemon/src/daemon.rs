@@ -337,20 +337,11 @@ impl DaemonState {
                 }
             }
         }
+        // Each live session fsyncs its open files and syncfs-es its own
+        // share (a VM's directory or the common one); sessions that ended
+        // did the same at their disconnect.
         for (_, s) in lock(&self.sessions).iter() {
             s.fs().inner().sync_all();
-        }
-        match rustix::fs::open(
-            &self.opts.shared_dir,
-            rustix::fs::OFlags::RDONLY
-                | rustix::fs::OFlags::DIRECTORY
-                | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        )
-        .and_then(|fd| rustix::fs::syncfs(&fd))
-        {
-            Ok(()) => {}
-            Err(e) => tracing::warn!(error = %e, "syncfs of the shared directory failed"),
         }
         match self.shared.flush() {
             Ok(done) => tracing::info!(durable_at_ns = done, "device write-back complete"),
