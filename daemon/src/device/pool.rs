@@ -305,8 +305,9 @@ impl Pool {
             self.next += 1;
             self.next - 1
         } else {
-            // Full: share an extent (deterministically) rather than fail the I/O.
-            // TODO(issue-4): DAX needs a real eviction of pool extents here.
+            // Full even after `SharedDevice::make_room` reclaimed idle files'
+            // extents: share one (deterministically) rather than fail the I/O.
+            // A DAX window never maps a shared extent (`own_extent`).
             self.aliased += 1;
             (key.ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ chunk) % cap + cap
         };
