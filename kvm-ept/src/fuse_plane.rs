@@ -86,6 +86,9 @@ pub enum ReaderMode {
     Spin,
 }
 
+/// Threads of a split plane that take the helper's forwarded misses.
+const SPLIT_RECEIVERS: usize = 2;
+
 /// Most request threads a plane grows to as VMs register.
 pub const MAX_READERS: usize = 64;
 
@@ -145,6 +148,9 @@ pub enum MountPlaneError {
         #[source]
         source: io::Error,
     },
+    /// The helper process of a split plane could not be started.
+    #[error("cannot start the plane's helper process")]
+    Helper(#[from] crate::split::SpawnHelperError),
     /// The mount could not be detached once the pool was open.
     #[error("cannot detach the pool mount at {path}")]
     Detach {
@@ -544,7 +550,7 @@ struct Notice {
 
 /// Writes one whole message to `/dev/fuse`; `ENOENT` (the request was
 /// interrupted and is gone) is not an error.
-fn write_reply(dev: &File, reply: &[u8]) {
+pub(crate) fn write_reply(dev: &File, reply: &[u8]) {
     match (&*dev).write(reply) {
         Ok(n) if n == reply.len() => {}
         Ok(n) => tracing::warn!(n, len = reply.len(), "short FUSE reply write"),
@@ -608,6 +614,8 @@ struct Mounted {
     /// Aborts the connection if this process dies without unmounting;
     /// dropped last, after a clean unmount.
     _exit_guard: Option<crate::exit_guard::ExitGuard>,
+    /// Split planes: the helper process that reads the requests.
+    helper: Option<crate::split::Helper>,
 }
 
 /// The residency plane over a FUSE pool file. See the module docs.
@@ -644,6 +652,33 @@ impl FusePoolPlane {
         size: u64,
         backend: Arc<dyn PoolBackend>,
         options: PlaneOptions,
+    ) -> Result<Self, MountPlaneError> {
+        Self::start(mountpoint, size, backend, options, None)
+    }
+
+    /// Mounts a pool whose requests a helper process reads (see
+    /// [`crate::split`]): for a pool this process maps itself. Write-backs
+    /// are stored in `store` by the helper (and charged here afterwards
+    /// through [`PoolBackend::on_stored_writeback`]); misses come back here
+    /// and are answered as in [`FusePoolPlane::mount`]. `options.readers`
+    /// and `options.mode` are not used.
+    pub fn mount_split(
+        mountpoint: &Path,
+        size: u64,
+        backend: Arc<dyn PoolBackend>,
+        options: PlaneOptions,
+        store: &File,
+        helper: &crate::split::HelperCommand,
+    ) -> Result<Self, MountPlaneError> {
+        Self::start(mountpoint, size, backend, options, Some((store, helper)))
+    }
+
+    fn start(
+        mountpoint: &Path,
+        size: u64,
+        backend: Arc<dyn PoolBackend>,
+        options: PlaneOptions,
+        split: Option<(&File, &crate::split::HelperCommand)>,
     ) -> Result<Self, MountPlaneError> {
         if size == 0 || size % PAGE_SIZE != 0 {
             return Err(MountPlaneError::BadSize(size));
@@ -705,6 +740,7 @@ impl FusePoolPlane {
             root: None,
             mounted: true,
             _exit_guard: None,
+            helper: None,
         };
         let (pace_tx, pace_rx) = mpsc::channel::<Held>();
         let (notify_tx, notify_rx) = mpsc::channel::<Notice>();
@@ -729,19 +765,37 @@ impl FusePoolPlane {
                 Box::new(move || notifier(&s, &d, notify_rx)),
             )?);
         }
-        let spawner = ReaderSpawner {
-            server: server.clone(),
-            dev: dev.clone(),
-            pacer: pace_tx,
-            mode: options.mode,
-            base: options.readers.max(1),
-            vms: std::collections::HashSet::new(),
-        };
-        for i in 0..spawner.base {
-            let h = spawner.spawn(i)?;
-            lock(&m.threads.readers).push(h);
+        if let Some((store, cmd)) = split {
+            let helper = crate::split::Helper::spawn(cmd, &dev, store, size)?;
+            let sock = helper.sock.clone();
+            m.helper = Some(helper);
+            // Found while the helper answers: statting the mountpoint asks it.
+            let abort = crate::exit_guard::fusectl_abort_path(mountpoint).ok();
+            for i in 0..SPLIT_RECEIVERS {
+                let (s, d, k, tx) = (server.clone(), dev.clone(), sock.clone(), pace_tx.clone());
+                let abort = abort.clone();
+                let h = spawn(
+                    format!("pool-fwd{i}"),
+                    Box::new(move || forwarded(&s, &d, &k, tx, abort.as_deref())),
+                )?;
+                lock(&m.threads.readers).push(h);
+            }
+            drop(pace_tx);
+        } else {
+            let spawner = ReaderSpawner {
+                server: server.clone(),
+                dev: dev.clone(),
+                pacer: pace_tx,
+                mode: options.mode,
+                base: options.readers.max(1),
+                vms: std::collections::HashSet::new(),
+            };
+            for i in 0..spawner.base {
+                let h = spawner.spawn(i)?;
+                lock(&m.threads.readers).push(h);
+            }
+            *lock(&m.spawner) = Some(spawner);
         }
-        *lock(&m.spawner) = Some(spawner);
         m.root = Some(
             OpenOptions::new()
                 .read(true)
@@ -791,6 +845,11 @@ impl FusePoolPlane {
     /// The mountpoint.
     pub fn mountpoint(&self) -> &Path {
         &self.m.mountpoint
+    }
+
+    /// A split plane's helper process (`None`: requests are read here).
+    pub fn helper_pid(&self) -> Option<u32> {
+        self.m.helper.as_ref().map(|h| h.child.id())
     }
 
     /// Request threads started so far.
@@ -942,41 +1001,91 @@ fn reader(server: &Server, dev: &File, pacer: Sender<Held>, mode: ReaderMode) {
             },
         };
         let arrival = server.backend.now_ns();
-        match server.handle(&buf[..n], arrival, &mut out) {
-            Outcome::None => {}
-            Outcome::Reply => write_reply(dev, &out),
-            Outcome::ReplyAndExit => {
-                // Counted out before the reply: whoever waits on it sees it.
-                server.alive.fetch_sub(1, Ordering::AcqRel);
-                write_reply(dev, &out);
-                return;
-            }
-            Outcome::ReplyAt(deadline) => {
-                let now = server.backend.now_ns();
-                if deadline <= now.saturating_add(INLINE_SPIN_NS) {
-                    pace::wait_until(|| server.backend.now_ns(), deadline);
-                    write_reply(dev, &out);
-                } else {
-                    let reply = std::mem::replace(
-                        &mut out,
-                        Vec::with_capacity(abi::OUT_HEADER_LEN + MAX_WRITE as usize),
-                    );
-                    let held = Held {
-                        deadline_ns: deadline,
-                        reply,
-                    };
-                    if let Err(mpsc::SendError(h)) = pacer.send(held) {
-                        pace::wait_until(|| server.backend.now_ns(), h.deadline_ns);
-                        write_reply(dev, &h.reply);
-                    }
-                }
-            }
+        let outcome = server.handle(&buf[..n], arrival, &mut out);
+        if outcome == Outcome::ReplyAndExit {
+            // Counted out before the reply: whoever waits on it sees it.
+            server.alive.fetch_sub(1, Ordering::AcqRel);
+            write_reply(dev, &out);
+            return;
         }
+        deliver(server, dev, &pacer, &mut out, outcome);
         if mode == ReaderMode::Spin && server.stop.load(Ordering::Acquire) {
             break;
         }
     }
     server.alive.fetch_sub(1, Ordering::AcqRel);
+}
+
+/// Writes a handled request's reply now, or when it is due: spun for here
+/// if due within [`INLINE_SPIN_NS`], else handed to the pacer.
+fn deliver(server: &Server, dev: &File, pacer: &Sender<Held>, out: &mut Vec<u8>, outcome: Outcome) {
+    match outcome {
+        Outcome::None => {}
+        Outcome::Reply | Outcome::ReplyAndExit => write_reply(dev, out),
+        Outcome::ReplyAt(deadline) => {
+            let now = server.backend.now_ns();
+            if deadline <= now.saturating_add(INLINE_SPIN_NS) {
+                pace::wait_until(|| server.backend.now_ns(), deadline);
+                write_reply(dev, out);
+            } else {
+                let reply = std::mem::replace(
+                    out,
+                    Vec::with_capacity(abi::OUT_HEADER_LEN + MAX_WRITE as usize),
+                );
+                let held = Held {
+                    deadline_ns: deadline,
+                    reply,
+                };
+                if let Err(mpsc::SendError(h)) = pacer.send(held) {
+                    pace::wait_until(|| server.backend.now_ns(), h.deadline_ns);
+                    write_reply(dev, &h.reply);
+                }
+            }
+        }
+    }
+}
+
+/// Daemon threads of a split plane: misses and stored write-backs that
+/// the helper forwards. A miss is answered exactly as a local reader
+/// would (same server, same pacing); the reply goes to this process's
+/// descriptor of the connection. If the helper goes away while the plane
+/// is up, nothing could answer write-backs any more: the connection is
+/// aborted (every waiter gets an error) rather than left to hang.
+fn forwarded(server: &Server, dev: &File, sock: &File, pacer: Sender<Held>, abort: Option<&Path>) {
+    use crate::split::{ForwardKind, FORWARD_LEN};
+    REQUEST_THREAD.with(|c| c.set(true));
+    let mut buf = vec![0u8; crate::split::MAX_FORWARD];
+    let mut out: Vec<u8> = Vec::with_capacity(abi::OUT_HEADER_LEN + MAX_WRITE as usize);
+    while let Some((f, n)) = crate::split::recv_forward(sock, &mut buf) {
+        // The helper stamped the arrival on the monotonic clock.
+        let age = crate::split::monotonic_ns().saturating_sub(f.mono_ns);
+        let arrival = server.backend.now_ns().saturating_sub(age);
+        if f.kind == ForwardKind::Read as u32 {
+            let outcome = server.handle(&buf[FORWARD_LEN..n], arrival, &mut out);
+            deliver(server, dev, &pacer, &mut out, outcome);
+        } else if f.kind == ForwardKind::Stored as u32 {
+            match server
+                .backend
+                .on_stored_writeback(f.offset, f.len, f.pid, arrival)
+            {
+                Ok(_) => server.metrics.writeback(f.len),
+                Err(e) => {
+                    tracing::warn!(offset = f.offset, len = f.len, error = %e, "cannot charge a stored write-back")
+                }
+            }
+        } else {
+            tracing::warn!(kind = f.kind, "unknown message from the plane helper");
+        }
+    }
+    if server.stop.load(Ordering::Acquire) {
+        return;
+    }
+    tracing::error!("the pool plane helper went away: aborting its connection");
+    if let Some(p) = abort {
+        if let Err(e) = std::fs::write(p, b"1") {
+            tracing::error!(error = %e, path = %p.display(), "cannot abort the plane's connection");
+        }
+    }
 }
 
 fn pacer(server: &Server, dev: &File, rx: Receiver<Held>) {
@@ -1073,6 +1182,12 @@ impl Drop for Mounted {
         //    connection reachable.
         if let Err(e) = self.detach() {
             tracing::warn!(error = %e, "cannot unmount the pool");
+        }
+        // 2b. A split plane: end the helper (it answered the write-backs
+        //     of step 1); the threads that take its messages then end.
+        if let Some(h) = self.helper.as_mut() {
+            self.server.stop.store(true, Ordering::Release);
+            h.stop();
         }
         // 3. Stop the request threads: a GETATTR of the root from this
         //    thread ends the one that answers it (blocking readers have no

@@ -44,10 +44,12 @@ pub mod exit_guard;
 pub mod fuse_plane;
 pub mod metrics;
 pub mod pace;
+pub mod split;
 pub mod vm;
 
 pub use fuse_plane::{FusePoolPlane, MountPlaneError, PlaneOptions, ReaderMode};
 pub use metrics::{PlaneMetrics, PlaneMetricsSnapshot};
+pub use split::{helper_main_if_requested, HelperCommand};
 pub use vm::{VmId, VmResolver};
 
 use std::fs::File;
@@ -166,6 +168,21 @@ pub trait PoolBackend: Send + Sync + 'static {
         pid: u32,
         arrival_ns: u64,
     ) -> Result<u64, WritebackError>;
+
+    /// A split plane's helper already stored `len` written-back bytes at
+    /// `pool_offset` (see [`split`]): charge them only. Returns the modeled
+    /// completion (the helper acknowledged the write at once). The default
+    /// charges nothing.
+    fn on_stored_writeback(
+        &self,
+        pool_offset: u64,
+        len: u64,
+        pid: u32,
+        arrival_ns: u64,
+    ) -> Result<u64, WritebackError> {
+        let _ = (pool_offset, len, pid);
+        Ok(arrival_ns)
+    }
 }
 
 /// Why a notification (fill / evict) failed.
