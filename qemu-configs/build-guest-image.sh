@@ -2,10 +2,10 @@
 # Build the cxlfs test-guest image from Debian packages: a stock Debian kernel
 # (vmlinuz, and vmlinux: the same kernel uncompressed, for QEMU's PVH boot) and
 # an initramfs (initramfs.cpio.gz, and the same archive as initramfs.cpio.lz4)
-# holding busybox-static, fio with every shared library it links, the virtio /
-# virtio-fs kernel modules, guest-init.sh as /init and cxlfs-hint (the cache-hint
-# tool, ../hint/cxlfs-hint.c, built here with gcc -static). manifest.txt lists the
-# package versions, modules and libraries.
+# holding busybox-static, fio and numactl with every shared library they link,
+# the virtio / virtio-fs kernel modules, guest-init.sh as /init and cxlfs-hint
+# (the cache-hint tool, ../hint/cxlfs-hint.c, built here with gcc -static).
+# manifest.txt lists the package versions, modules and libraries.
 #
 #   qemu-configs/build-guest-image.sh [--force] [--key]
 #
@@ -31,8 +31,8 @@
 # The cache key is a SHA-256 over this script, lib.sh, guest-init.sh, the cxlfs-hint
 # sources (../hint/cxlfs-hint.c, ../hint/include/cxlfs_hint.h), the settings above
 # and the candidate versions (apt-cache policy) of the kernel, busybox-static,
-# fio and every package in their dependency closures. A rebuild happens only
-# when one of these changes.
+# fio, numactl and every package in their dependency closures. A rebuild happens
+# only when one of these changes.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -105,8 +105,11 @@ if ((force == 0 && key_only == 0)); then
     fi
 fi
 
-[[ -n "$(candidate busybox-static)" && -n "$(candidate fio)" ]] || { apt_update_once; ver_of=(); }
-[[ -n "$(candidate fio)" ]] || die "no candidate for fio: is a Debian 12 main mirror in the apt sources?"
+[[ -n "$(candidate busybox-static)" && -n "$(candidate fio)" && -n "$(candidate numactl)" ]] \
+    || { apt_update_once; ver_of=(); }
+for p in fio numactl; do
+    [[ -n "$(candidate "$p")" ]] || die "no candidate for $p: is a Debian 12 main mirror in the apt sources?"
+done
 
 # The metapackage depends on the versioned kernel package that holds the files.
 kernel_pkg="$(apt-cache depends "$kernel_meta" 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}')"
@@ -116,8 +119,11 @@ if [[ -z "$kernel_pkg" ]]; then
 fi
 [[ -n "$(candidate "$kernel_pkg")" ]] || die "no candidate version for kernel package $kernel_pkg"
 
-top_pkgs=("$kernel_pkg" busybox-static fio)
-for item in $extra_bins; do top_pkgs+=("${item%%:*}"); done
+# Userland binaries that are always in the image (package:path), each with its
+# shared-library closure; CXLFS_EXTRA_PKGS_BIN adds more of the same kind.
+base_bins="fio:/usr/bin/fio numactl:/usr/bin/numactl"
+top_pkgs=("$kernel_pkg" busybox-static)
+for item in $base_bins $extra_bins; do top_pkgs+=("${item%%:*}"); done
 
 closure() {
     apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
@@ -297,14 +303,10 @@ while IFS= read -r applet; do
     ln -sf busybox "$root/bin/$applet"
 done < <("$root/bin/busybox" --list)
 
-# fio (+ extras) and their libraries
-fetch fio || die "fio is not available"
-index_pkg fio
+# fio, numactl (+ extras) and their libraries
 fetch libc6 || die "libc6 is not available"
 index_pkg libc6
-install -m 0755 "$pool/fio/usr/bin/fio" "$root/usr/bin/fio"
-resolve_libs "$pool/fio/usr/bin/fio" fio
-for item in $extra_bins; do
+for item in $base_bins $extra_bins; do
     p="${item%%:*}" b="${item#*:}"
     fetch "$p" || die "package $p is not available"
     index_pkg "$p"
@@ -330,12 +332,17 @@ hint_rc=0
 "$root/usr/bin/cxlfs-hint" 2>/dev/null || hint_rc=$?
 ((hint_rc == 2)) || die "cxlfs-hint does not run (usage should exit 2, got $hint_rc)"
 
-# Check on the host that fio runs from the image's own libraries only.
-if ! out="$("$root/lib64/ld-linux-x86-64.so.2" --library-path "$root/usr/lib/x86_64-linux-gnu" \
-    "$root/usr/bin/fio" --version 2>&1)"; then
+# Check on the host that fio and numactl run from the image's own libraries only.
+image_run() { # binary args...: run an image binary through the image's ld.so and libraries
+    "$root/lib64/ld-linux-x86-64.so.2" --library-path "$root/usr/lib/x86_64-linux-gnu" "$root/usr/bin/$1" "${@:2}"
+}
+if ! out="$(image_run fio --version 2>&1)"; then
     die "fio does not run from the image's libraries: $out"
 fi
 fio_version="$out"
+if ! out="$(image_run numactl --show 2>&1)"; then
+    die "numactl does not run from the image's libraries: $out"
+fi
 
 # kernel + modules
 fetch "$kernel_pkg" || die "kernel package $kernel_pkg is not available"
@@ -404,6 +411,7 @@ install -m 0755 "$init_script" "$root/init"
     echo "modules=${load_order[*]}"
     echo "modules_skipped=${skipped_modules[*]}"
     echo "fio=$fio_version"
+    echo "numactl=${fetched[numactl]} (numactl --show runs from the image's libraries)"
     echo "cxlfs-hint=$(sha256sum <"$hint_src" | cut -c1-16) (hint/cxlfs-hint.c)"
     echo "packages:"
     for p in $(printf '%s\n' "${!fetched[@]}" | sort); do echo "  $p ${fetched[$p]}"; done

@@ -14,7 +14,11 @@
 # With neither, the guest just boots, reports and powers off (plain boot test).
 #
 # Machine-readable console lines (each on its own line):
+#   CXLFS-CXL-NODE=<n> size_kib=<k>   (one per CPU-less NUMA node with memory,
+#                                      e.g. run-vm.sh --cxl-memory; before the others)
 #   CXLFS-MOUNT=ok|none|fail   CXLFS-RUN=cmdline|share|none   CXLFS-EXIT=<code>
+# /run/cxlfs/cxl-nodes holds the numbers of those nodes on one line, space
+# separated, ascending; with no such node the file does not exist.
 # The exit code also goes to /mnt/.cxlfs/exit-<vm> when the share is mounted.
 # Exit codes made up by init itself: 250 = the share is there but will not mount,
 # 251 = cxlfs.cmd_b64 does not decode.
@@ -33,6 +37,22 @@ mount -t tmpfs tmpfs /run
 exec </dev/console >/dev/console 2>&1
 
 say() { echo "$*"; }
+
+# CPU-less NUMA nodes with memory: the emulated CXL-SSD memory (memory mode).
+cxl_nodes=
+for n in $(for d in /sys/devices/system/node/node[0-9]*; do echo "${d##*/node}"; done | sort -n); do
+    d=/sys/devices/system/node/node$n
+    [ -d "$d" ] || continue
+    [ -z "$(cat "$d/cpulist" 2>/dev/null)" ] || continue
+    kib=$(awk '$3 == "MemTotal:" {print $4; exit}' "$d/meminfo" 2>/dev/null)
+    [ "${kib:-0}" -gt 0 ] 2>/dev/null || continue
+    say "CXLFS-CXL-NODE=$n size_kib=$kib"
+    cxl_nodes="$cxl_nodes${cxl_nodes:+ }$n"
+done
+if [ -n "$cxl_nodes" ]; then
+    mkdir -p /run/cxlfs
+    echo "$cxl_nodes" >/run/cxlfs/cxl-nodes
+fi
 
 tag=cxlfs
 mountopts=

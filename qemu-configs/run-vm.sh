@@ -16,6 +16,20 @@
 #   --cache-size SIZE DAX window of the share (QEMU syntax, e.g. 64M); needs the
 #                     patched QEMU of build-qemu.sh (QEMU=$(build-qemu.sh | tail -n1))
 #   --mem SIZE        guest RAM, QEMU syntax (default: 1G)
+#   --cxl-memory SIZE memory mode: add a CPU-less NUMA node 1 of SIZE (N with a
+#                     K, M, G or T suffix, a whole number of MiB), backed by the
+#                     emulated CXL-SSD's memory region, shared (MAP_SHARED), at
+#                     distance 50 from node 0 (which keeps --mem and all vCPUs).
+#                     Needs exactly one of the next two. The file must be empty
+#                     (QEMU sizes it) or at least SIZE long. The guest's init
+#                     reports the node (CXLFS-CXL-NODE=1 size_kib=K) and lists
+#                     it in /run/cxlfs/cxl-nodes
+#   --cxl-memory-fd N an open file descriptor (> 2) of the region file, inherited
+#                     by this script (from the daemon, or `exec 9<>FILE` in the
+#                     caller's shell); QEMU opens it as mem-path=/proc/self/fd/N
+#   --cxl-memory-path FILE
+#                     the region file by path (tests without the daemon; QEMU
+#                     creates it if missing)
 #   --smp N           vCPUs (default: 2)
 #   --name NAME       VM name: QEMU -name, guest hostname, exit file (default: vm0)
 #   --serial FILE     serial console log (default: $TMPDIR/cxlfs-NAME.serial.log)
@@ -53,7 +67,7 @@ qemu="${QEMU:-qemu-system-x86_64}"
 cache_root="${CXLFS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cxlfs}"
 image="" socket="" tag=cxlfs mountopts="" cache_size="" mem=1G smp=2 name=vm0 serial="" cmd=""
 append="" accel=auto cpu="" timeout_s=600 socket_wait=10 follow=0 print_only=0
-have_cmd=0 compat=0
+have_cmd=0 compat=0 cxl_mem="" cxl_fd="" cxl_path=""
 extra=()
 while (($#)); do
     case "$1" in
@@ -63,6 +77,9 @@ while (($#)); do
         --mountopts) mountopts="$2"; shift 2 ;;
         --cache-size) cache_size="$2"; shift 2 ;;
         --mem) mem="$2"; shift 2 ;;
+        --cxl-memory) cxl_mem="$2"; shift 2 ;;
+        --cxl-memory-fd) cxl_fd="$2"; shift 2 ;;
+        --cxl-memory-path) cxl_path="$2"; shift 2 ;;
         --smp) smp="$2"; shift 2 ;;
         --name) name="$2"; shift 2 ;;
         --serial) serial="$2"; shift 2 ;;
@@ -84,6 +101,40 @@ done
 [[ "$tag" =~ ^[A-Za-z0-9_.-]+$ ]] || die "--tag must be [A-Za-z0-9_.-]+ (got '$tag')"
 [[ "$mountopts" != *[[:space:]]* ]] || die "--mountopts may not contain spaces"
 [[ "$timeout_s" =~ ^[0-9]+$ ]] || die "--timeout must be a number of seconds"
+
+# QEMU size (N with a K/M/G/T suffix, any case) -> MiB, integer arithmetic; fails
+# for anything else or for a size that is not a whole number of MiB.
+size_mib() {
+    local n u
+    [[ "$1" =~ ^([0-9]+)([KkMmGgTt])$ ]] || return 1
+    n=$((10#${BASH_REMATCH[1]})) u="${BASH_REMATCH[2]^^}"
+    case "$u" in
+        K) ((n % 1024 == 0)) || return 1; echo $((n / 1024)) ;;
+        M) echo "$n" ;;
+        G) echo $((n * 1024)) ;;
+        T) echo $((n * 1024 * 1024)) ;;
+    esac
+}
+cxl_backing=""
+if [[ -n "$cxl_mem" ]]; then
+    cxl_mib="$(size_mib "$cxl_mem")" || cxl_mib=0
+    ((cxl_mib > 0)) || die "--cxl-memory must be a size like 64M or 2G, a whole number of MiB (got '$cxl_mem')"
+    mem_mib="$(size_mib "$mem")" \
+        || die "--mem must be a size like 1G or 1024M (with a unit) when --cxl-memory is used (got '$mem')"
+    [[ "$smp" =~ ^[1-9][0-9]*$ ]] || die "--smp must be a plain vCPU count when --cxl-memory is used (got '$smp')"
+    if [[ -n "$cxl_fd" && -z "$cxl_path" ]]; then
+        [[ "$cxl_fd" =~ ^[0-9]+$ ]] || die "--cxl-memory-fd must be a file descriptor number (got '$cxl_fd')"
+        cxl_fd=$((10#$cxl_fd))
+        ((cxl_fd > 2)) || die "--cxl-memory-fd $cxl_fd: 0, 1 and 2 are stdin, stdout and stderr"
+        cxl_backing="/proc/self/fd/$cxl_fd"
+    elif [[ -n "$cxl_path" && -z "$cxl_fd" ]]; then
+        cxl_backing="$cxl_path"
+    else
+        die "--cxl-memory needs exactly one of --cxl-memory-fd N and --cxl-memory-path FILE"
+    fi
+elif [[ -n "$cxl_fd$cxl_path" ]]; then
+    die "--cxl-memory-fd / --cxl-memory-path need --cxl-memory SIZE"
+fi
 [[ -n "$serial" ]] || serial="${TMPDIR:-/tmp}/cxlfs-$name.serial.log"
 command -v "$qemu" >/dev/null 2>&1 || die "QEMU binary '$qemu' not found (apt-get install qemu-system-x86, or set QEMU=)"
 command -v base64 >/dev/null 2>&1 || die "base64 not found (coreutils)"
@@ -149,8 +200,20 @@ if [[ -n "$socket" ]]; then kargs+=" cxlfs.tag=$tag"; else kargs+=" cxlfs.tag=no
 [[ -n "$append" ]] && kargs+=" $append"
 ((${#kargs} < 2048)) || die "kernel command line is ${#kargs} bytes (limit 2047): put the command in the share as .cxlfs/run.sh"
 
-args=("$qemu" -name "$name" -machine q35 "${accel_args[@]}" -smp "$smp" -m "$mem"
-    -object "memory-backend-memfd,id=mem,size=$mem,share=on" -numa "node,memdev=mem"
+if [[ -z "$cxl_mem" ]]; then
+    mem_args=(-m "$mem" -object "memory-backend-memfd,id=mem,size=$mem,share=on" -numa "node,memdev=mem")
+else
+    # Memory mode: node 0 = the RAM and every vCPU; node 1 = the CXL-SSD region,
+    # no vCPUs, distance 50 (QEMU fills in 1->0 = 50 and the local 10s). -m must
+    # be the sum of the nodes. Commas in mem-path are doubled (QEMU's escaping).
+    mem_args=(-m "$((mem_mib + cxl_mib))M"
+        -object "memory-backend-memfd,id=mem,size=$mem,share=on"
+        -numa "node,nodeid=0,cpus=0-$((smp - 1)),memdev=mem"
+        -object "memory-backend-file,id=cxlmem,mem-path=${cxl_backing//,/,,},size=$cxl_mem,share=on"
+        -numa "node,nodeid=1,memdev=cxlmem"
+        -numa "dist,src=0,dst=1,val=50")
+fi
+args=("$qemu" -name "$name" -machine q35 "${accel_args[@]}" -smp "$smp" "${mem_args[@]}"
     -kernel "$kernel" -initrd "$initrd" -append "$kargs"
     -nodefaults -nographic -monitor none -serial "file:$serial" -no-reboot)
 if [[ -n "$socket" ]]; then
@@ -163,6 +226,15 @@ args+=("${extra[@]}")
 if ((print_only)); then
     printf '%s\n' "${args[@]}"
     exit 0
+fi
+
+if [[ -n "$cxl_fd" ]]; then
+    # (/proc/self is this bash: [[ ]] forks nothing.) QEMU inherits the fd through
+    # timeout; it reopens the file by /proc/self/fd/N, so the fd's mode does not matter.
+    [[ -e "/proc/self/fd/$cxl_fd" ]] \
+        || die "--cxl-memory-fd $cxl_fd is not an open file descriptor here (open it in the caller, e.g. exec $cxl_fd<>FILE)"
+    [[ -f "/proc/self/fd/$cxl_fd" ]] \
+        || die "--cxl-memory-fd $cxl_fd is not a regular file ($(readlink "/proc/self/fd/$cxl_fd" || true))"
 fi
 
 if [[ -n "$socket" ]]; then
@@ -180,7 +252,7 @@ if ((follow)); then
     tail -n +1 -f "$serial" >&2 &
     follower=$!
 fi
-log "$name: $accel, $smp vCPU, $mem, serial $serial${socket:+, socket $socket}"
+log "$name: $accel, $smp vCPU, $mem${cxl_mem:+ + CXL node 1 $cxl_mem ($cxl_backing)}, serial $serial${socket:+, socket $socket}"
 start=$(date +%s.%N)
 set +e
 timeout -k 10 "$timeout_s" "${args[@]}" </dev/null

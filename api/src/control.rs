@@ -196,6 +196,13 @@ pub enum Request {
     ResetStats {},
     /// The effective configuration.
     GetConfig {},
+    /// Memory mode: the CXL memory region file of a VM, for its QEMU to
+    /// map as a CPU-less NUMA node. The descriptor comes with the reply
+    /// (`SCM_RIGHTS`) on the control socket only; guests may not ask.
+    MemoryFd {
+        /// The VM (`cxlfsd --cxl-memory NAME=SIZE`).
+        vm: String,
+    },
 }
 
 impl Request {
@@ -678,6 +685,18 @@ pub struct DaemonSummary {
     pub control_socket_mode: String,
     /// Where the device configuration came from.
     pub device_origin: String,
+}
+
+/// Result of `memory_fd` (the descriptor travels beside the reply line).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryFdResult {
+    /// The VM.
+    pub vm: String,
+    /// The region's size in bytes (QEMU's `size=`).
+    pub size_bytes: u64,
+    /// Whether a descriptor was attached (`false` where the transport
+    /// cannot carry one, e.g. the guest hint path).
+    pub fd_attached: bool,
 }
 
 /// Result of `get_config`.

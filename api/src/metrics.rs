@@ -325,6 +325,34 @@ pub struct MetricsSnapshot {
     pub all: VmSample,
     /// Device-wide values.
     pub device: DeviceTotals,
+    /// Memory mode: one row per VM's CXL memory region (`region="memory"`
+    /// in the Prometheus text; the DAX file pages are the per-VM traps).
+    #[serde(default)]
+    pub memory_regions: Vec<MemoryRegionSample>,
+}
+
+/// One CXL memory region's figures (memory mode).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MemoryRegionSample {
+    /// The VM.
+    pub vm: String,
+    /// Bytes.
+    pub size_bytes: u64,
+    /// Traps (page-cache misses of the region) answered.
+    pub traps: u64,
+    /// Device-cache hits among the trapped pages.
+    pub device_hits: u64,
+    /// Device misses (NAND reads) among the trapped pages.
+    pub device_misses: u64,
+    /// Bytes written back (NAND programs).
+    pub writeback_bytes: u64,
+    /// Region pages in the device cache now.
+    pub device_resident_pages: u64,
+    /// Region bytes resident in the residency plane (upper bound).
+    pub plane_resident_bytes: u64,
+    /// Times the region was released (its VM went away).
+    pub releases: u64,
 }
 
 /// When and which sample a set of lines is.
@@ -414,6 +442,7 @@ mod tests {
                 write_amplification: 1.25,
                 ..DeviceTotals::default()
             },
+            memory_regions: Vec::new(),
         }
     }
 

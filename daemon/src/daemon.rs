@@ -22,6 +22,7 @@ use crate::control::{
 use crate::dax::{DaxPlane, DaxSession, StartDaxError};
 use crate::device::SharedDevice;
 use crate::ids::FileKey;
+use crate::memory::MemoryRegions;
 use crate::metrics::{Metrics, PlaneSource, VmMetrics};
 use crate::passthrough::{CacheMode, GuestIds, InodeObserver, OpenSharedDirError, PassthroughFs};
 use crate::server::{DaxMapper, IoctlHandler, Server, ServerOptions};
@@ -159,6 +160,7 @@ pub struct DaemonState {
     pub opts: SessionOptions,
     dax: Option<Arc<DaxPlane>>,
     control: Option<Arc<Controller>>,
+    memory: Option<Arc<MemoryRegions>>,
     shutdown: AtomicBool,
     live: Mutex<Vec<(String, ShutdownHandle)>>,
     sessions: Mutex<Vec<(String, Arc<VmServer>)>>,
@@ -215,13 +217,15 @@ pub struct Features<'a> {
     /// Cache control (guest hints, and the socket when the config names
     /// one), set up from the daemon's configuration.
     pub control: Option<&'a DaemonConfig>,
+    /// Memory mode: the VMs' CXL memory regions (already started).
+    pub memory: Option<&'a Arc<MemoryRegions>>,
 }
 
 impl DaemonState {
     /// Daemon state over a device, without DAX or cache control.
     pub fn new(shared: Arc<SharedDevice>, opts: SessionOptions) -> Arc<Self> {
         let metrics = Arc::new(Metrics::new(shared.clone(), None));
-        Self::assemble(shared, opts, metrics, None, None)
+        Self::assemble(shared, opts, metrics, None, None, None)
     }
 
     /// Daemon state over a device with `features`, all set up before any VM
@@ -238,10 +242,14 @@ impl DaemonState {
             .dax
             .and_then(|(dir, window)| start_dax(&shared, dir, window));
         let plane = dax.clone().map(|d| d as Arc<dyn PlaneSource>);
-        let metrics = Arc::new(Metrics::new(shared.clone(), plane));
+        let mut metrics = Metrics::new(shared.clone(), plane);
+        if let Some(m) = features.memory {
+            metrics = metrics.with_memory(m.clone());
+        }
+        let metrics = Arc::new(metrics);
         let (control, socket) = match features.control {
             Some(cfg) => {
-                let c = new_controller(cfg, &shared, &metrics, dax.as_ref())?;
+                let c = new_controller(cfg, &shared, &metrics, dax.as_ref(), features.memory)?;
                 let socket = match &cfg.control.socket {
                     Some(path) => Some(ControlSocket::start(
                         path,
@@ -254,7 +262,9 @@ impl DaemonState {
             }
             None => (None, None),
         };
-        Ok((Self::assemble(shared, opts, metrics, dax, control), socket))
+        let memory = features.memory.cloned();
+        let me = Self::assemble(shared, opts, metrics, dax, control, memory);
+        Ok((me, socket))
     }
 
     fn assemble(
@@ -263,6 +273,7 @@ impl DaemonState {
         metrics: Arc<Metrics>,
         dax: Option<Arc<DaxPlane>>,
         control: Option<Arc<Controller>>,
+        memory: Option<Arc<MemoryRegions>>,
     ) -> Arc<Self> {
         Arc::new(DaemonState {
             metrics,
@@ -270,6 +281,7 @@ impl DaemonState {
             opts,
             dax,
             control,
+            memory,
             shutdown: AtomicBool::new(false),
             live: Mutex::new(Vec::new()),
             sessions: Mutex::new(Vec::new()),
@@ -279,6 +291,11 @@ impl DaemonState {
     /// The cache-control executor, once set.
     pub fn control(&self) -> Option<&Arc<Controller>> {
         self.control.as_ref()
+    }
+
+    /// The VMs' CXL memory regions (memory mode).
+    pub fn memory(&self) -> Option<&Arc<MemoryRegions>> {
+        self.memory.as_ref()
     }
 
     /// The DAX window's plane, when DAX is on.
@@ -430,6 +447,9 @@ impl DaemonState {
             if let (Some(d), Some(pid)) = (&dax, peer) {
                 d.plane().register_vmm(d.vm(), pid);
             }
+            if let Some(m) = &self.memory {
+                m.vm_connected(&vm.name, peer);
+            }
             if let Some(h) = daemon.shutdown_handle() {
                 if let Some(d) = &dax {
                     // A front-end that stops answering the back-end channel
@@ -476,7 +496,12 @@ impl DaemonState {
             server.fs().inner().reset();
             let reclaimed = self.shared.reclaim_deleted_idle();
             tracing::info!(vm = %vm.name, reclaimed_extents = reclaimed, "session released its files");
+            // Unmaps the guest's memory here (a CXL node's region too: its
+            // write-backs are answered by the region's helper process).
             drop(daemon);
+            if let Some(m) = &self.memory {
+                m.vm_disconnected(&vm.name);
+            }
         }
         tracing::info!(vm = %vm.name, "stopped listening");
     }
@@ -581,6 +606,7 @@ fn new_controller(
     shared: &Arc<SharedDevice>,
     metrics: &Arc<Metrics>,
     dax: Option<&Arc<DaxPlane>>,
+    memory: Option<&Arc<MemoryRegions>>,
 ) -> Result<Arc<Controller>, StartControlError> {
     let quota = cfg
         .control
@@ -606,7 +632,10 @@ fn new_controller(
     let controller = Controller::new(
         shared.clone(),
         metrics.clone(),
-        dax.cloned(),
+        crate::control::Planes {
+            dax: dax.cloned(),
+            memory: memory.cloned(),
+        },
         Arc::new(DevicePlacement(shared.clone())),
         &cfg.shared_dir,
         ControlOptions {

@@ -9,6 +9,8 @@
 //!   workers, zero-copy payloads, the pacer;
 //! * [`control`] — cache control at run time: the socket, the executor, the
 //!   guest hint ioctl (the server's ioctl seam);
+//! * [`memory`] — memory mode: CXL memory regions (a CPU-less NUMA node
+//!   per VM) on the same device, served by split planes;
 //! * [`dax`] — the DAX window: the residency plane's back-end, each VM's
 //!   slot table (the server's DAX mapper), coherence for the timing layer;
 //! * [`timing`] — wraps any [`server::FileSystem`] and charges the device;
@@ -29,6 +31,7 @@ pub mod daemon;
 pub mod dax;
 pub mod device;
 pub mod ids;
+pub mod memory;
 pub mod metrics;
 pub mod passthrough;
 pub mod sandbox;

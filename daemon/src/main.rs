@@ -6,15 +6,20 @@ use cxlfsd::config::{Cli, DaemonConfig};
 use cxlfsd::daemon::{DaemonState, Features, SessionOptions};
 use cxlfsd::device::placement::Placement;
 use cxlfsd::device::SharedDevice;
+use cxlfsd::memory::MemoryRegions;
 use cxlfsd::metrics::file::MetricsFileWriter;
 use cxlfsd::sandbox::{caps, seccomp, Keep, Leftovers, SandboxMode};
 use cxlfsd::server::ServerOptions;
 use cxlfsd::{metrics, signals};
+use residency::HelperCommand;
 use std::process::ExitCode;
 use std::sync::Arc;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
+    // A memory region's plane helper is this same program re-run: it
+    // serves and exits here, before anything else starts.
+    residency::helper_main_if_requested();
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
@@ -68,8 +73,24 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
     let device = Device::new(cfg.device.clone())?;
     tracing::info!(device = %cfg.device_origin, capacity = device.capacity_bytes(), "device model ready");
     let placement = Placement::new(cfg.cxl_ratio)?;
-    let shared = Arc::new(SharedDevice::with_placement(device, placement));
+    let memory_bytes: u64 = cfg.memory_regions.iter().map(|r| r.size).sum();
+    let shared = Arc::new(SharedDevice::with_memory(device, placement, memory_bytes)?);
     tracing::info!(cxl_ratio = cfg.cxl_ratio, "DRAM/CXL placement");
+    // Memory mode: before the sandbox (each region's helper is this
+    // program, run again) and before any VM maps guest memory.
+    let memory = if cfg.memory_regions.is_empty() {
+        None
+    } else {
+        let specs: Vec<(String, u64)> = cfg
+            .memory_regions
+            .iter()
+            .map(|r| (r.vm.clone(), r.size))
+            .collect();
+        let dir = std::path::PathBuf::from(format!("/run/cxlfsd/memory-{}", std::process::id()));
+        let m = MemoryRegions::start(&shared, &specs, &dir, &HelperCommand::current_exe())?;
+        let _ = std::fs::remove_dir(&dir);
+        Some(m)
+    };
     if !cfg.dax.enabled {
         tracing::info!("DAX window off (--dax off)");
     }
@@ -79,6 +100,7 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
             .enabled
             .then_some((cfg.dax.pool_dir.as_deref(), cfg.dax.window)),
         control: Some(&cfg),
+        memory: memory.as_ref(),
     };
     let (state, control_socket) = DaemonState::start(
         shared,

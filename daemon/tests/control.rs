@@ -89,6 +89,7 @@ fn rig(extra: &[&str], prepare: impl FnOnce(&Path)) -> Rig {
         Features {
             dax: None,
             control: Some(&cfg),
+            memory: None,
         },
     )
     .unwrap();

@@ -7,8 +7,8 @@ use crate::device_args::{format_ns, human_size};
 use anyhow::{anyhow, bail, Context};
 use clap::{Args, Subcommand};
 use cxlfs_api::control::{
-    ConfigResult, PrefetchSettings, RangeOp, RangeResult, RangeSpec, Reply, Request,
-    RequestEnvelope, ResetStatsResult, SetCxlRatioResult, SetPolicyResult, StatsResult,
+    ConfigResult, MemoryFdResult, PrefetchSettings, RangeOp, RangeResult, RangeSpec, Reply,
+    Request, RequestEnvelope, ResetStatsResult, SetCxlRatioResult, SetPolicyResult, StatsResult,
 };
 use cxlfs_device_model::units::parse_size;
 use serde::de::DeserializeOwned;
@@ -93,6 +93,19 @@ enum CtlCommand {
     ResetStats,
     /// The daemon's effective configuration.
     Config,
+    /// Memory mode: take VM's CXL memory region (`cxlfsd --cxl-memory
+    /// VM=SIZE`) as a descriptor and run COMMAND with it — normally QEMU
+    /// or `qemu-configs/run-vm.sh --cxl-memory SIZE --cxl-memory-fd {fd}`.
+    /// `{fd}` in the arguments becomes the descriptor's number, `{size}`
+    /// the region's size in MiB; the environment has CXLFS_MEMORY_FD and
+    /// CXLFS_MEMORY_SIZE (bytes). Without a command, prints the size.
+    MemoryFd {
+        /// The VM.
+        vm: String,
+        /// The command and its arguments (after `--`).
+        #[arg(last = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
 }
 
 fn size(s: &Option<String>, what: &str) -> anyhow::Result<Option<u64>> {
@@ -138,6 +151,7 @@ fn request(cmd: &CtlCommand) -> anyhow::Result<Request> {
         &CtlCommand::SetCxlRatio { percent } => Request::SetCxlRatio { percent },
         CtlCommand::Stats { vm } => Request::QueryStats { vm: vm.clone() },
         CtlCommand::ResetStats => Request::ResetStats {},
+        CtlCommand::MemoryFd { vm, .. } => Request::MemoryFd { vm: vm.clone() },
         CtlCommand::Config => Request::GetConfig {},
     })
 }
@@ -252,13 +266,99 @@ fn print_human(req: &Request, result: Value) -> anyhow::Result<()> {
             println!("statistics reset");
         }
         Request::GetConfig {} => print_config(&decode(result)?)?,
+        Request::MemoryFd { .. } => {
+            let r: MemoryFdResult = decode(result)?;
+            println!(
+                "{}: CXL memory region of {}",
+                r.vm,
+                human_size(r.size_bytes)
+            );
+        }
         Request::Prefetch(_) | Request::Pin(_) | Request::Unpin(_) | Request::Evict(_) => {}
     }
     Ok(())
 }
 
+/// Sends `request` and reads its reply together with the descriptor the
+/// daemon attached to it (`memory_fd`).
+pub fn call_with_fd(
+    socket: &Path,
+    request: Request,
+    timeout: Duration,
+) -> anyhow::Result<(Value, std::fs::File)> {
+    use std::io::Read;
+    use vmm_sys_util::sock_ctrl_msg::ScmSocket;
+    let id = Value::from(std::process::id());
+    let line = RequestEnvelope::new(id.clone(), request).to_line();
+    let mut stream = UnixStream::connect(socket)
+        .with_context(|| format!("cannot connect to the control socket {}", socket.display()))?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.write_all(line.as_bytes())?;
+    let mut buf = vec![0u8; 64 * 1024];
+    let (n, file) = stream
+        .recv_with_fd(&mut buf)
+        .map_err(|e| anyhow!("no reply from the daemon: {e}"))?;
+    let mut reply = buf[..n].to_vec();
+    while !reply.ends_with(b"\n") && reply.len() < buf.len() {
+        let k = stream.read(&mut buf).context("reading the reply")?;
+        if k == 0 {
+            break;
+        }
+        reply.extend_from_slice(&buf[..k]);
+    }
+    let reply: Reply =
+        serde_json::from_slice(&reply).context("the reply is not a protocol reply")?;
+    if reply.id != id {
+        bail!("the reply's id {} is not the request's {id}", reply.id);
+    }
+    let result = reply.into_result()?;
+    let file = file.ok_or_else(|| anyhow!("the daemon attached no descriptor"))?;
+    Ok((result, file))
+}
+
+/// `memory-fd VM -- COMMAND...`: exec COMMAND with the region's descriptor.
+fn run_memory_fd(args: &CtlArgs, vm: &str, command: &[String]) -> anyhow::Result<()> {
+    use std::os::fd::IntoRawFd;
+    use std::os::unix::process::CommandExt;
+    let timeout = Duration::from_secs(args.timeout.max(1));
+    let (result, file) = call_with_fd(&args.socket, Request::MemoryFd { vm: vm.into() }, timeout)?;
+    let r: MemoryFdResult = decode(result)?;
+    let Some((program, rest)) = command.split_first() else {
+        println!(
+            "{}: CXL memory region of {}",
+            r.vm,
+            human_size(r.size_bytes)
+        );
+        return Ok(());
+    };
+    let fd = file.into_raw_fd();
+    // SAFETY: fcntl on the descriptor we just received and own; it must
+    // survive exec (the command is its new owner).
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } != 0 {
+        bail!(
+            "cannot keep the descriptor across exec: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    let subst = |a: &String| {
+        a.replace("{fd}", &fd.to_string())
+            .replace("{size}", &format!("{}M", r.size_bytes >> 20))
+    };
+    let err = std::process::Command::new(subst(program))
+        .args(rest.iter().map(subst))
+        .env("CXLFS_MEMORY_FD", fd.to_string())
+        .env("CXLFS_MEMORY_SIZE", r.size_bytes.to_string())
+        .exec();
+    bail!("cannot run {program}: {err}")
+}
+
 /// Runs `cxlfs ctl`.
 pub fn run(args: &CtlArgs) -> anyhow::Result<()> {
+    if let CtlCommand::MemoryFd { vm, command } = &args.command {
+        if !args.json {
+            return run_memory_fd(args, vm, command);
+        }
+    }
     let req = request(&args.command)?;
     let result = call(
         &args.socket,

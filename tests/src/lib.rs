@@ -194,6 +194,10 @@ pub struct VmOptions {
     pub cache_size: Option<String>,
     /// The QEMU binary (`$QEMU` of `run-vm.sh`); `None`: the system's.
     pub qemu: Option<PathBuf>,
+    /// Memory mode: a CPU-less NUMA node backed by the VM's CXL memory
+    /// region (its size, QEMU syntax): the guest is started through
+    /// `cxlfs ctl memory-fd VM -- run-vm.sh ... --cxl-memory-fd {fd}`.
+    pub cxl_memory: Option<String>,
 }
 
 impl VmOptions {
@@ -219,6 +223,7 @@ impl Default for VmOptions {
             mountopts: None,
             cache_size: None,
             qemu: None,
+            cxl_memory: None,
         }
     }
 }
@@ -268,6 +273,11 @@ impl Daemon {
         cmd.arg("--metrics-addr")
             .arg(metrics.to_string())
             .args(args);
+        if args.iter().any(|a| a.starts_with("--cxl-memory")) {
+            // Guests get their region over the control socket.
+            cmd.arg("--control-socket")
+                .arg(work_path.join("control.sock"));
+        }
         let child = cmd
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("dup daemon.log"))
@@ -339,7 +349,23 @@ impl Daemon {
         let serial = self.work_path.join(format!("{vm}.serial.log"));
         let runner_log = self.work_path.join(format!("{vm}.run.log"));
         let log = fs::File::create(&runner_log).expect("create the run-vm log");
-        let mut cmd = Command::new(repo_root().join("qemu-configs/run-vm.sh"));
+        let run_vm = repo_root().join("qemu-configs/run-vm.sh");
+        let mut cmd = match &opts.cxl_memory {
+            None => Command::new(&run_vm),
+            Some(size) => {
+                let mut c = Command::new(cxlfs_cli());
+                c.arg("ctl")
+                    .arg("--socket")
+                    .arg(self.work_path.join("control.sock"))
+                    .args(["memory-fd", vm, "--"])
+                    .arg(&run_vm)
+                    .args(["--cxl-memory", size, "--cxl-memory-fd", "{fd}"])
+                    // Boot allocations stay off the CXL node (as on a host
+                    // whose CXL memory is hot-plugged as movable).
+                    .args(["--append", "movable_node"]);
+                c
+            }
+        };
         cmd.arg("--image")
             .arg(guest_image())
             .arg("--socket")

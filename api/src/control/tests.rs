@@ -32,6 +32,7 @@ fn one_of_each() -> Vec<Request> {
         },
         Request::ResetStats {},
         Request::GetConfig {},
+        Request::MemoryFd { vm: "vm0".into() },
     ];
     for r in &all {
         match r {
@@ -44,7 +45,8 @@ fn one_of_each() -> Vec<Request> {
             | Request::SetCxlRatio { .. }
             | Request::QueryStats { .. }
             | Request::ResetStats {}
-            | Request::GetConfig {} => {}
+            | Request::GetConfig {}
+            | Request::MemoryFd { .. } => {}
         }
     }
     all
@@ -69,7 +71,8 @@ fn command_names_come_from_the_enum() {
             "set_cxl_ratio",
             "query_stats",
             "reset_stats",
-            "get_config"
+            "get_config",
+            "memory_fd"
         ]
     );
     let reqs = one_of_each();
@@ -213,7 +216,7 @@ fn device_wide_commands() {
     let wide: Vec<bool> = one_of_each().iter().map(Request::is_device_wide).collect();
     assert_eq!(
         wide,
-        [false, false, false, false, true, true, true, false, true, false]
+        [false, false, false, false, true, true, true, false, true, false, false]
     );
 }
 

@@ -26,6 +26,12 @@ pub struct Cli {
     /// directory). Repeatable; replaces the file's list.
     #[arg(long = "vm", value_name = "NAME=SOCKET_PATH[:DIR]")]
     pub vms: Vec<String>,
+    /// Memory mode: give the VM NAME a CXL memory region of SIZE on the
+    /// emulated device (e.g. `vm0=2GiB`, a multiple of 2 MiB), which its
+    /// QEMU maps as a CPU-less NUMA node (fd from `cxlfs ctl memory-fd`).
+    /// Repeatable; replaces the file's list.
+    #[arg(long = "cxl-memory", value_name = "NAME=SIZE")]
+    pub cxl_memory: Vec<String>,
     /// Start the device from a named preset (replaces the file's `device`).
     #[arg(long, value_name = "NAME")]
     pub preset: Option<String>,
@@ -170,6 +176,7 @@ impl TryFrom<&Cli> for Settings {
             sets: (!cli.sets.is_empty()).then(|| cli.sets.clone()),
             shared_dir: cli.shared_dir.clone(),
             vm,
+            cxl_memory: (!cli.cxl_memory.is_empty()).then(|| cli.cxl_memory.clone()),
             cache: cli.cache,
             metrics_addr: cli.metrics_addr,
             metrics_allow_remote: cli.metrics_allow_remote.then_some(true),

@@ -152,6 +152,52 @@ pub struct DaemonConfig {
     // --- guest credentials (issue 11 item 3) ---
     /// uid/gid translation and set-id stripping.
     pub guest_ids: GuestIds,
+    /// Memory mode: a CXL memory region per named VM.
+    pub memory_regions: Vec<MemoryRegionSpec>,
+}
+
+/// One VM's CXL memory region (`--cxl-memory NAME=SIZE`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryRegionSpec {
+    /// The VM's name.
+    pub vm: String,
+    /// Bytes (a positive multiple of 2 MiB).
+    pub size: u64,
+}
+
+/// `cxl_memory`: each `NAME=SIZE`, sizes in 2 MiB extents, names unique and
+/// (when VMs are listed) among them.
+fn memory_regions(
+    s: &Settings,
+    vms: &[VmSpec],
+) -> Result<Vec<MemoryRegionSpec>, LoadDaemonConfigError> {
+    let mut out: Vec<MemoryRegionSpec> = Vec::new();
+    for item in s.cxl_memory.as_deref().unwrap_or_default() {
+        let bad = |why: &str| LoadDaemonConfigError::Invalid(format!("cxl_memory `{item}`: {why}"));
+        let (vm, text) = item.split_once('=').ok_or_else(|| bad("not NAME=SIZE"))?;
+        if vm.is_empty()
+            || !vm
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+        {
+            return Err(bad("the name must be [A-Za-z0-9_.-]+"));
+        }
+        let size = size("cxl_memory", text)?;
+        if size == 0 || size % crate::device::EXTENT_SIZE != 0 {
+            return Err(bad("the size must be a positive multiple of 2 MiB"));
+        }
+        if out.iter().any(|r| r.vm == vm) {
+            return Err(bad("a second region for the same VM"));
+        }
+        if !vms.is_empty() && !vms.iter().any(|v| v.name == vm) {
+            return Err(bad("no VM of that name"));
+        }
+        out.push(MemoryRegionSpec {
+            vm: vm.to_string(),
+            size,
+        });
+    }
+    Ok(out)
 }
 
 /// Why the configuration could not be built.
@@ -425,6 +471,7 @@ impl TryFrom<Settings> for DaemonConfig {
         };
         let metrics_interval = metrics_interval(&s)?;
         let guest_ids = guest_ids(&s)?;
+        let memory_regions = memory_regions(&s, &vms)?;
         let max_open_files = s.max_open_files.unwrap_or(DEFAULT_MAX_OPEN_FILES);
         if max_open_files < 16 {
             return Err(LoadDaemonConfigError::Invalid(format!(
@@ -433,6 +480,7 @@ impl TryFrom<Settings> for DaemonConfig {
         }
         Ok(DaemonConfig {
             guest_ids,
+            memory_regions,
             max_open_files,
             control,
             cxl_ratio,
@@ -775,7 +823,7 @@ mod tests {
             let flag = flag.replace('_', "-");
             assert!(longs.contains(&flag.as_str()), "no --{flag} for `{key}`");
         }
-        assert_eq!(Settings::KEYS.len(), 30);
+        assert_eq!(Settings::KEYS.len(), 31);
         // ... and `sets` is not a file key.
         assert!(toml::from_str::<FileConfig>("sets = [\"a=1\"]").is_err());
     }

@@ -102,6 +102,9 @@ settings! {
         metrics_interval: String,
         /// VMs (`[[vm]]`, or every `--vm`).
         vm: Vec<VmSpec>,
+        /// CXL memory regions, `NAME=SIZE` each (memory mode: the VM named
+        /// NAME gets a CPU-less NUMA node of SIZE on the device).
+        cxl_memory: Vec<String>,
         // --- guest credentials (issue 11 item 3) ---
         /// uid translation rules (virtiofsd's `--translate-uid` syntax).
         translate_uid: Vec<String>,

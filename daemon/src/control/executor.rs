@@ -8,8 +8,8 @@ use super::{bad, ControlCommandError, Controller, Principal, SetCxlRatioError};
 use crate::ids::FileKey;
 use crate::passthrough::check_name;
 use cxlfs_api::control::{
-    ConfigResult, Counters, PrefetchSettings, RangeOp, RangeSpec, RangeTarget, Request,
-    ResetStatsResult, SetPolicyResult, StatsResult, PROTOCOL_VERSION,
+    ConfigResult, Counters, MemoryFdResult, PrefetchSettings, RangeOp, RangeSpec, RangeTarget,
+    Request, ResetStatsResult, SetPolicyResult, StatsResult, PROTOCOL_VERSION,
 };
 use cxlfs_device_model::config::PolicyParams;
 use cxlfs_device_model::{PolicyKind, PAGE_SIZE};
@@ -71,6 +71,15 @@ impl Controller {
             Request::QueryStats { vm } => encode(&self.query_stats(vm.as_deref())?),
             Request::ResetStats {} => encode(&self.reset_stats()),
             Request::GetConfig {} => encode(&self.get_config()),
+            Request::MemoryFd { vm } => {
+                if *who != Principal::Host {
+                    return Err(ControlCommandError::Forbidden(
+                        "only the host hands out memory regions".into(),
+                    ));
+                }
+                // The socket attaches the descriptor (Controller::memory_region).
+                encode(&self.memory_region(&vm)?.0)
+            }
             Request::Prefetch(_) | Request::Pin(_) | Request::Unpin(_) | Request::Evict(_) => {
                 return Err(bad("a range command without its range"))
             }
@@ -111,6 +120,31 @@ impl Controller {
             completes_at_ns: Some(r.completes_at_ns),
             result: encode(&r),
         })
+    }
+
+    /// VM `vm`'s CXL memory region file (memory mode) and what the
+    /// `memory_fd` reply says of it.
+    pub fn memory_region(
+        &self,
+        vm: &str,
+    ) -> Result<(MemoryFdResult, Arc<File>), ControlCommandError> {
+        let region = self
+            .memory
+            .as_ref()
+            .and_then(|m| m.region(vm))
+            .ok_or_else(|| {
+                ControlCommandError::NotFound(format!(
+                    "VM `{vm}` has no CXL memory region (cxlfsd --cxl-memory {vm}=SIZE)"
+                ))
+            })?;
+        Ok((
+            MemoryFdResult {
+                vm: vm.to_string(),
+                size_bytes: region.size,
+                fd_attached: true,
+            },
+            region.file().clone(),
+        ))
     }
 
     /// Resolves `path` (relative to the shared directory) to a regular file

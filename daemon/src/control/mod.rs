@@ -38,6 +38,7 @@ pub mod socket;
 use crate::dax::DaxPlane;
 use crate::device::SharedDevice;
 use crate::ids::FileKey;
+use crate::memory::MemoryRegions;
 use crate::metrics::Metrics;
 use cxlfs_api::control::{Counters, DaemonSummary, ErrorCode, SetCxlRatioResult};
 use cxlfs_device_model::AccessError;
@@ -234,6 +235,7 @@ pub struct Controller {
     shared: Arc<SharedDevice>,
     metrics: Arc<Metrics>,
     dax: Option<Arc<DaxPlane>>,
+    memory: Option<Arc<MemoryRegions>>,
     placement: Arc<dyn PlacementControl>,
     opts: ControlOptions,
     root: OwnedFd,
@@ -249,6 +251,16 @@ impl std::fmt::Debug for Controller {
             .field("opts", &self.opts)
             .finish_non_exhaustive()
     }
+}
+
+/// The residency planes a controller reaches: the DAX window's and
+/// memory mode's regions (either may be off).
+#[derive(Debug, Clone, Default)]
+pub struct Planes {
+    /// The DAX plane.
+    pub dax: Option<Arc<DaxPlane>>,
+    /// The CXL memory regions.
+    pub memory: Option<Arc<MemoryRegions>>,
 }
 
 /// Why the controller could not be built.
@@ -272,7 +284,7 @@ impl Controller {
     pub fn new(
         shared: Arc<SharedDevice>,
         metrics: Arc<Metrics>,
-        dax: Option<Arc<DaxPlane>>,
+        planes: Planes,
         placement: Arc<dyn PlacementControl>,
         shared_dir: &Path,
         opts: ControlOptions,
@@ -294,7 +306,8 @@ impl Controller {
             proc_self_fd: open(Path::new("/proc/self/fd"))?,
             shared,
             metrics,
-            dax,
+            dax: planes.dax,
+            memory: planes.memory,
             placement,
             opts,
             pins: Mutex::new(pins::PinTable::default()),

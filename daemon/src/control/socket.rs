@@ -7,12 +7,12 @@
 
 use super::{lock, Controller, Principal, StartControlError};
 use cxlfs_api::control::{
-    ErrorBody, ErrorCode, Reply, RequestEnvelope, MAX_CONNECTIONS, MAX_REQUEST_LINE,
+    ErrorBody, ErrorCode, Reply, Request, RequestEnvelope, MAX_CONNECTIONS, MAX_REQUEST_LINE,
 };
 use rustix::io::Errno;
 use serde_json::Value;
 use std::io::{self, BufRead, BufReader, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -25,11 +25,41 @@ impl Controller {
     /// Handles one request line from the host; returns the reply line and
     /// the device time to hold it until (the command's modeled completion).
     pub fn handle_line(&self, line: &[u8]) -> (String, u64) {
+        let (reply, until, _) = self.handle_line_with_fd(line);
+        (reply, until)
+    }
+
+    /// [`Controller::handle_line`], plus the descriptor to attach to the
+    /// reply (`memory_fd`).
+    pub fn handle_line_with_fd(&self, line: &[u8]) -> (String, u64, Option<Arc<std::fs::File>>) {
         let now = self.shared.now_ns();
         let env = match RequestEnvelope::parse_line(line) {
             Ok(env) => env,
-            Err(refused) => return (Reply::failure(refused.id, refused.error).to_line(), now),
+            Err(refused) => {
+                return (
+                    Reply::failure(refused.id, refused.error).to_line(),
+                    now,
+                    None,
+                )
+            }
         };
+        if let Request::MemoryFd { vm } = &env.request {
+            return match self.memory_region(vm) {
+                Ok((result, file)) => {
+                    let result = serde_json::to_value(result).unwrap_or(Value::Null);
+                    (Reply::success(env.id, result).to_line(), now, Some(file))
+                }
+                Err(e) => {
+                    let error = ErrorBody::new(e.code(), e.to_string());
+                    (Reply::failure(env.id, error).to_line(), now, None)
+                }
+            };
+        }
+        let (reply, until) = self.execute_line(env, now);
+        (reply, until, None)
+    }
+
+    fn execute_line(&self, env: RequestEnvelope, now: u64) -> (String, u64) {
         match self.execute(&Principal::Host, env.request) {
             Ok(done) => (
                 Reply::success(env.id, done.result).to_line(),
@@ -289,8 +319,20 @@ fn serve_connection(stream: UnixStream, controller: &Controller) {
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
-                let (reply, until) = controller.handle_line(&line);
+                let (reply, until, fd) = controller.handle_line_with_fd(&line);
                 controller.wait_until(until);
+                if let Some(fd) = fd {
+                    // The descriptor rides on the reply's first byte.
+                    use vmm_sys_util::sock_ctrl_msg::ScmSocket;
+                    if writer
+                        .send_with_fd(reply.as_bytes(), fd.as_raw_fd())
+                        .map(|n| n == reply.len())
+                        .unwrap_or(false)
+                    {
+                        continue;
+                    }
+                    return;
+                }
                 reply
             }
             Err(e) => {

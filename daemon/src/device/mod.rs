@@ -125,6 +125,20 @@ pub struct SharedDevice {
     /// one ratio.
     placement: Arc<Placement>,
     observers: Observers,
+    /// First device byte of the memory regions (memory mode): the pool of
+    /// file extents is `[0, memory_base)`, regions `[memory_base,
+    /// capacity)`. Region pages are always CXL-tier.
+    memory_base: u64,
+}
+
+/// Why device address space could not be set aside for memory regions.
+#[derive(Debug, thiserror::Error)]
+#[error("memory regions of {wanted} bytes do not fit a device of {capacity} bytes with room for file pages (at least one 2 MiB extent, regions in whole extents)")]
+pub struct ReserveMemoryError {
+    /// Bytes asked for.
+    pub wanted: u64,
+    /// The device's capacity.
+    pub capacity: u64,
 }
 
 impl std::fmt::Debug for SharedDevice {
@@ -181,13 +195,39 @@ impl SharedDevice {
     }
 
     /// Wraps a device with pages split by `placement`.
-    pub fn with_placement(mut device: Device, placement: Placement) -> Self {
-        let pool = Pool::new(device.capacity_bytes());
+    pub fn with_placement(device: Device, placement: Placement) -> Self {
+        let capacity = device.capacity_bytes();
+        Self::build(device, placement, capacity)
+    }
+
+    /// Wraps a device with pages split by `placement` and the top
+    /// `memory_bytes` (whole extents) set aside for memory regions.
+    pub fn with_memory(
+        device: Device,
+        placement: Placement,
+        memory_bytes: u64,
+    ) -> Result<Self, ReserveMemoryError> {
+        let capacity = device.capacity_bytes();
+        let usable = capacity / EXTENT_SIZE * EXTENT_SIZE;
+        match usable.checked_sub(memory_bytes) {
+            Some(base) if base >= EXTENT_SIZE && memory_bytes % EXTENT_SIZE == 0 => {
+                Ok(Self::build(device, placement, base))
+            }
+            _ => Err(ReserveMemoryError {
+                wanted: memory_bytes,
+                capacity,
+            }),
+        }
+    }
+
+    fn build(mut device: Device, placement: Placement, memory_base: u64) -> Self {
+        let pool = Pool::new(memory_base);
         let placement = Arc::new(placement);
         let p = placement.clone();
+        let first_region_page = memory_base / PAGE;
         // DRAM-tier pages hold nothing on the device: never prefetch them.
         device.set_prefetch_skip(Some(PageFilter(Arc::new(move |page| {
-            p.tier(page) == Tier::Dram
+            page < first_region_page && p.tier(page) == Tier::Dram
         }))));
         SharedDevice {
             device: Mutex::new(device),
@@ -195,7 +235,64 @@ impl SharedDevice {
             clock: Clock::new(),
             placement,
             observers: Observers::default(),
+            memory_base,
         }
+    }
+
+    /// First device byte of the memory regions (the end of the file pool).
+    pub fn memory_base(&self) -> u64 {
+        self.memory_base
+    }
+
+    /// Charges a memory-region access (device bytes `[addr, addr + len)`,
+    /// at or above [`SharedDevice::memory_base`]): always CXL-tier, never
+    /// in the pool of file extents.
+    pub fn charge_memory(
+        &self,
+        now_ns: u64,
+        op: Op,
+        addr: u64,
+        len: u32,
+    ) -> Result<Charge, ChargeAccessError> {
+        self.charged(now_ns, |dev, _, charge| {
+            let o = dev.access(now_ns, op, addr, len)?;
+            charge.completes_at_ns = charge.completes_at_ns.max(o.completes_at_ns);
+            charge.page_hits += u64::from(o.page_hits);
+            charge.page_misses += u64::from(o.page_misses);
+            Ok(())
+        })
+    }
+
+    /// A write-back of memory-region bytes: bare NAND programs, as
+    /// [`SharedDevice::write_back_pool`] for CXL-tier file pages.
+    pub fn write_back_memory(
+        &self,
+        now_ns: u64,
+        addr: u64,
+        len: u64,
+    ) -> Result<Charge, ChargeAccessError> {
+        self.charged(now_ns, |dev, _, charge| {
+            let done = dev.write_back(now_ns, addr, len)?;
+            charge.completes_at_ns = charge.completes_at_ns.max(done);
+            Ok(())
+        })
+    }
+
+    /// Drops memory-region bytes from the device cache without writing
+    /// them anywhere (a region released with its VM). Returns the pages
+    /// dropped.
+    pub fn discard_memory(&self, addr: u64, len: u64) -> Result<u64, AccessError> {
+        self.device().discard(addr, len)
+    }
+
+    /// Device-cache pages resident in `[addr, addr + len)`.
+    pub fn resident_pages_in(&self, addr: u64, len: u64) -> u64 {
+        let (first, end) = (addr / PAGE, addr.saturating_add(len) / PAGE);
+        self.device()
+            .resident_page_list()
+            .into_iter()
+            .filter(|p| (first..end).contains(p))
+            .count() as u64
     }
 
     /// The placement (read-only; change it with [`SharedDevice::set_cxl_ratio`]).
@@ -227,8 +324,11 @@ impl SharedDevice {
             let mut dev = self.device();
             change.old = self.placement.swap(cxl_ratio)?;
             if cxl_ratio < change.old {
+                let first_region_page = self.memory_base / PAGE;
                 for page in dev.resident_page_list() {
-                    if placement::tier_at(cxl_ratio, page) == Tier::Dram {
+                    // Memory-region pages are CXL whatever the ratio.
+                    if page < first_region_page && placement::tier_at(cxl_ratio, page) == Tier::Dram
+                    {
                         match dev.discard(page * PAGE, PAGE) {
                             Ok(n) => change.discarded_device_pages += n,
                             Err(e) => {

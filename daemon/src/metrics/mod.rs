@@ -37,7 +37,7 @@ pub mod prometheus;
 pub mod snapshot;
 
 pub use counters::{CounterDef, DeviceWork, VmMetrics, LONG_MODELED_NS, VM_COUNTERS};
-pub use cxlfs_api::metrics::DeviceTotals;
+pub use cxlfs_api::metrics::{DeviceTotals, MemoryRegionSample};
 pub use http::{serve, StartMetricsError};
 pub use latency::{LatencyExport, LatencySummary, BUCKETS_NS};
 pub use prometheus::render_prometheus;
@@ -90,11 +90,18 @@ pub trait PlaneSource: Send + Sync {
     fn prefetch_stores(&self) -> u64;
 }
 
+/// Memory mode's regions (registered at start when there are any).
+pub trait MemorySource: Send + Sync {
+    /// One row per region, now.
+    fn regions(&self) -> Vec<MemoryRegionSample>;
+}
+
 /// All metrics of the daemon.
 pub struct Metrics {
     vms: Mutex<Vec<Arc<VmMetrics>>>,
     device: Arc<dyn DeviceSource>,
     plane: Option<Arc<dyn PlaneSource>>,
+    memory: Option<Arc<dyn MemorySource>>,
     record_latency: AtomicBool,
     /// Plane trap counts at the last `reset_stats` (the plane's own
     /// counters never go back), by VM id (`None`: unknown threads).
@@ -111,12 +118,27 @@ impl std::fmt::Debug for Metrics {
 }
 
 impl Metrics {
+    /// Adds memory mode's regions to what is exported.
+    pub fn with_memory(mut self, memory: Arc<dyn MemorySource>) -> Self {
+        self.memory = Some(memory);
+        self
+    }
+
+    /// The memory regions' rows now (none without memory mode).
+    pub fn memory_regions(&self) -> Vec<MemoryRegionSample> {
+        self.memory
+            .as_ref()
+            .map(|m| m.regions())
+            .unwrap_or_default()
+    }
+
     /// Metrics over the device figures of `device`.
     pub fn new(device: Arc<dyn DeviceSource>, plane: Option<Arc<dyn PlaneSource>>) -> Self {
         Metrics {
             vms: Mutex::new(Vec::new()),
             device,
             plane,
+            memory: None,
             record_latency: AtomicBool::new(true),
             trap_baseline: Mutex::new(BTreeMap::new()),
         }

@@ -86,6 +86,8 @@ pub struct Snapshot {
     pub all: VmRow,
     /// Device-wide values.
     pub device: DeviceTotals,
+    /// Memory mode's regions.
+    pub memory_regions: Vec<cxlfs_api::metrics::MemoryRegionSample>,
 }
 
 impl Snapshot {
@@ -108,6 +110,7 @@ impl Snapshot {
                 .collect(),
             all: self.all.to_api(self.device.write_amplification),
             device: self.device.clone(),
+            memory_regions: self.memory_regions.clone(),
         }
     }
 }
@@ -189,6 +192,7 @@ impl Metrics {
             vms: rows,
             all,
             device,
+            memory_regions: self.memory_regions(),
         }
     }
 }

@@ -497,6 +497,7 @@ pub fn start_daemon_with(
         Features {
             dax: dax_pool_dir.map(|d| (Some(d), WINDOW)),
             control: None,
+            memory: None,
         },
     )
     .unwrap();

@@ -35,7 +35,7 @@ fn server(dir: &std::path::Path) -> FuzzServer {
     let controller = Controller::new(
         shared.clone(),
         metrics.clone(),
-        None,
+        cxlfsd::control::Planes::default(),
         Arc::new(DevicePlacement(shared.clone())),
         dir,
         ControlOptions {

@@ -1,0 +1,529 @@
+//! Memory mode: CXL memory regions on the emulated device, which a VM's
+//! QEMU maps as a CPU-less NUMA node.
+//!
+//! A region is device address space set aside at start (the top of the
+//! device, [`SharedDevice::memory_base`] upwards; file extents live below):
+//! its pages are charged by the same device model and compete for the same
+//! device DRAM cache as every VM's DAX file pages. It is always CXL-tier
+//! (`cxl_ratio` places file pages only). The residency mechanism is the
+//! DAX plane's, one FUSE file per region, but *split*
+//! ([`residency::split`]): the daemon maps the region itself (QEMU passes
+//! all guest RAM in `SET_MEM_TABLE`, and the guest may put virtqueues and
+//! buffers on the CXL node), so the requests are read by a helper process
+//! that never maps guest memory and never waits on the daemon. A write-back
+//! lands in the region's backing store (a memfd the daemon owns, never the
+//! share) before it is acknowledged; a later miss reads it back from there.
+//!
+//! Life cycle: the region exists from start; its VM's QEMU gets the file
+//! as a descriptor (`cxlfs ctl memory-fd`, SCM_RIGHTS over the control
+//! socket). When the VM's connection ends and its QEMU process is gone,
+//! the region is *released*: page cache dropped, backing store punched,
+//! device pages discarded (write-backs then are not charged) — the next VM
+//! of that name starts from zeros.
+
+use crate::device::{DeviceObserver, SharedDevice, PAGE};
+use crate::ids::{FileKey, VmId};
+use cxlfs_device_model::Op;
+use residency::{
+    FusePoolPlane, HelperCommand, Miss, MissData, MissReply, PlaneOptions, PoolBackend,
+    ResidencyPlane, ServeMissError, WritebackError,
+};
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::{DirBuilderExt, FileExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How long a released VM's QEMU may take to go away before its region is
+/// kept (it may still map it: releasing would zero a live guest's memory).
+pub const RELEASE_WAIT: Duration = Duration::from_secs(30);
+
+/// Counters of one region (since start; they never go back).
+#[derive(Debug, Default)]
+pub struct RegionStats {
+    /// Traps (misses of the page cache) answered.
+    pub traps: AtomicU64,
+    /// Of which the device had the page (device-cache hits).
+    pub device_hits: AtomicU64,
+    /// Of which were device misses (NAND reads).
+    pub device_misses: AtomicU64,
+    /// Bytes written back (charged as NAND programs).
+    pub writeback_bytes: AtomicU64,
+    /// Write-backs not charged (the region was being released).
+    pub writebacks_dropped: AtomicU64,
+    /// Times the region was released.
+    pub releases: AtomicU64,
+}
+
+/// The figures of one region at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegionFigures {
+    /// The VM.
+    pub vm: String,
+    /// Bytes.
+    pub size: u64,
+    /// Traps answered.
+    pub traps: u64,
+    /// Device-cache hits among them.
+    pub device_hits: u64,
+    /// Device misses among them.
+    pub device_misses: u64,
+    /// Bytes written back.
+    pub writeback_bytes: u64,
+    /// Region pages in the device cache now.
+    pub device_resident_pages: u64,
+    /// Region bytes resident in the plane (page cache; upper bound).
+    pub plane_resident_bytes: u64,
+    /// Releases so far.
+    pub releases: u64,
+}
+
+/// What a region's plane calls: traps and write-backs against the device
+/// and the backing store.
+struct RegionBackend {
+    shared: Arc<SharedDevice>,
+    /// The region's first device byte.
+    base: u64,
+    store: Arc<File>,
+    stats: Arc<RegionStats>,
+    /// Set while the region is released: write-backs are not charged.
+    releasing: Arc<AtomicBool>,
+}
+
+impl PoolBackend for RegionBackend {
+    fn now_ns(&self) -> u64 {
+        self.shared.now_ns()
+    }
+
+    fn on_miss(&self, miss: &Miss, _: &mut [u8]) -> Result<MissReply, ServeMissError> {
+        let addr = self
+            .base
+            .checked_add(miss.pool_offset)
+            .ok_or_else(|| ServeMissError::Device("region offset overflows".into()))?;
+        let charge = self
+            .shared
+            .charge_memory(miss.arrival_ns, Op::Read, addr, miss.len.max(1))
+            .map_err(|e| ServeMissError::Device(e.to_string()))?;
+        self.stats.traps.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .device_hits
+            .fetch_add(charge.page_hits, Ordering::Relaxed);
+        self.stats
+            .device_misses
+            .fetch_add(charge.page_misses, Ordering::Relaxed);
+        Ok(MissReply {
+            data: MissData::File {
+                file: self.store.clone(),
+                offset: miss.pool_offset,
+            },
+            completes_at_ns: charge.completes_at_ns,
+        })
+    }
+
+    fn on_writeback(
+        &self,
+        pool_offset: u64,
+        data: &[u8],
+        pid: u32,
+        arrival_ns: u64,
+    ) -> Result<u64, WritebackError> {
+        // Only a plane that is not split calls this (tests): store, then charge.
+        self.store.write_all_at(data, pool_offset)?;
+        self.on_stored_writeback(pool_offset, data.len() as u64, pid, arrival_ns)
+    }
+
+    fn on_stored_writeback(
+        &self,
+        pool_offset: u64,
+        len: u64,
+        _pid: u32,
+        arrival_ns: u64,
+    ) -> Result<u64, WritebackError> {
+        if self.releasing.load(Ordering::Acquire) {
+            self.stats
+                .writebacks_dropped
+                .fetch_add(1, Ordering::Relaxed);
+            return Ok(arrival_ns);
+        }
+        let c = self
+            .shared
+            .write_back_memory(arrival_ns, self.base + pool_offset, len)
+            .map_err(|e| WritebackError::Device(e.to_string()))?;
+        self.stats.writeback_bytes.fetch_add(len, Ordering::Relaxed);
+        Ok(c.completes_at_ns)
+    }
+}
+
+/// One VM's region.
+pub struct Region {
+    /// The VM's name.
+    pub vm: String,
+    /// First device byte.
+    pub base: u64,
+    /// Bytes.
+    pub size: u64,
+    store: Arc<File>,
+    plane: FusePoolPlane,
+    stats: Arc<RegionStats>,
+    releasing: Arc<AtomicBool>,
+    /// The VMM process that has it now.
+    vmm: Mutex<Option<u32>>,
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region")
+            .field("vm", &self.vm)
+            .field("base", &self.base)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a region could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum StartMemoryError {
+    /// The backing store could not be created.
+    #[error("cannot create the backing store of the memory region of {vm}")]
+    Store {
+        /// The VM.
+        vm: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The region's directory could not be created.
+    #[error("cannot create the mountpoint {path}")]
+    Dir {
+        /// The directory.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The region's plane could not be mounted.
+    #[error("cannot mount the memory region of {vm}")]
+    Mount {
+        /// The VM.
+        vm: String,
+        /// The error.
+        #[source]
+        source: residency::MountPlaneError,
+    },
+}
+
+/// A sparse memfd of `size` bytes (reads as zeros).
+fn memfd(name: &str, size: u64) -> std::io::Result<File> {
+    let cname = std::ffi::CString::new(format!("cxlfs-memory-{name}"))
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: a valid NUL-terminated name; the result is checked.
+    let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd nobody else owns.
+    let f = unsafe { File::from_raw_fd(fd) };
+    f.set_len(size)?;
+    Ok(f)
+}
+
+impl Region {
+    fn start(
+        shared: &Arc<SharedDevice>,
+        vm: &str,
+        base: u64,
+        size: u64,
+        dir: &Path,
+        helper: &HelperCommand,
+    ) -> Result<Self, StartMemoryError> {
+        let store = Arc::new(memfd(vm, size).map_err(|source| StartMemoryError::Store {
+            vm: vm.to_string(),
+            source,
+        })?);
+        let stats = Arc::new(RegionStats::default());
+        let releasing = Arc::new(AtomicBool::new(false));
+        let backend = Arc::new(RegionBackend {
+            shared: shared.clone(),
+            base,
+            store: store.clone(),
+            stats: stats.clone(),
+            releasing: releasing.clone(),
+        });
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|source| StartMemoryError::Dir {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        let options = PlaneOptions {
+            detach: true,
+            ..PlaneOptions::default()
+        };
+        let plane = FusePoolPlane::mount_split(dir, size, backend, options, &store, helper)
+            .map_err(|source| StartMemoryError::Mount {
+                vm: vm.to_string(),
+                source,
+            })?;
+        // Detached: the directory is empty again.
+        let _ = std::fs::remove_dir(dir);
+        tracing::info!(vm, base, size, helper = ?plane.helper_pid(), "CXL memory region ready");
+        Ok(Region {
+            vm: vm.to_string(),
+            base,
+            size,
+            store,
+            plane,
+            stats,
+            releasing,
+            vmm: Mutex::new(None),
+        })
+    }
+
+    /// The region file, open read-write: what the VMM maps (handed over
+    /// as a descriptor).
+    pub fn file(&self) -> &Arc<File> {
+        &self.plane.map_target().file
+    }
+
+    /// The plane's helper process.
+    pub fn helper_pid(&self) -> Option<u32> {
+        self.plane.helper_pid()
+    }
+
+    /// The figures now (`shared`: the device the region lives on).
+    pub fn figures(&self, shared: &SharedDevice) -> RegionFigures {
+        let s = &self.stats;
+        RegionFigures {
+            vm: self.vm.clone(),
+            size: self.size,
+            traps: s.traps.load(Ordering::Relaxed),
+            device_hits: s.device_hits.load(Ordering::Relaxed),
+            device_misses: s.device_misses.load(Ordering::Relaxed),
+            writeback_bytes: s.writeback_bytes.load(Ordering::Relaxed),
+            device_resident_pages: shared.resident_pages_in(self.base, self.size),
+            plane_resident_bytes: self.plane.metrics().resident_bytes,
+            releases: s.releases.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Evicts the region pages among device `pages` from the page cache
+    /// (the device dropped them): their next touch traps. Never waits.
+    fn evict_device_pages(&self, pages: &[u64]) {
+        let (first, end) = (self.base / PAGE, (self.base + self.size) / PAGE);
+        let mut mine: Vec<u64> = pages
+            .iter()
+            .filter(|p| (first..end).contains(*p))
+            .map(|p| p - first)
+            .collect();
+        if mine.is_empty() {
+            return;
+        }
+        mine.sort_unstable();
+        mine.dedup();
+        for (p, n) in crate::device::page_runs(&mine) {
+            if let Err(e) = self.plane.evict(p * PAGE, n * PAGE) {
+                tracing::warn!(vm = %self.vm, error = %e, "cannot evict region pages");
+            }
+        }
+    }
+
+    /// Drops everything the region holds: page cache (dirty pages are
+    /// written back, uncharged), backing store, device pages.
+    fn release(&self, shared: &SharedDevice) {
+        self.releasing.store(true, Ordering::Release);
+        match self.plane.evict(0, self.size).map(|t| t.wait()) {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) | Err(e) => {
+                tracing::warn!(vm = %self.vm, error = %e, "cannot drop the region's pages")
+            }
+        }
+        // SAFETY: fallocate on the store we own; no pointers.
+        let rc = unsafe {
+            libc::fallocate(
+                self.store.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                0,
+                self.size as libc::off_t,
+            )
+        };
+        if rc != 0 {
+            tracing::warn!(vm = %self.vm, error = %std::io::Error::last_os_error(), "cannot punch the region's store");
+        }
+        let dropped = shared.discard_memory(self.base, self.size).unwrap_or(0);
+        self.stats.releases.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(vm = %self.vm, device_pages = dropped, "CXL memory region released");
+    }
+
+    /// Bytes of the backing store in use (allocated blocks).
+    pub fn store_bytes(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        self.store.metadata().map(|m| m.blocks() * 512).unwrap_or(0)
+    }
+}
+
+/// Every VM's region, and the device observer that keeps them coherent
+/// with the device cache.
+pub struct MemoryRegions {
+    shared: Arc<SharedDevice>,
+    regions: Vec<Arc<Region>>,
+}
+
+impl std::fmt::Debug for MemoryRegions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.regions.iter()).finish()
+    }
+}
+
+impl MemoryRegions {
+    /// Sets the regions up (`(vm, size)` each) from
+    /// [`SharedDevice::memory_base`] upwards, each served by a helper run
+    /// as `helper`, mounted (then detached) under `dir`. Subscribes to the
+    /// device's evictions. Call before any thread of the daemon maps guest
+    /// memory (and before the sandbox: it runs a program).
+    pub fn start(
+        shared: &Arc<SharedDevice>,
+        specs: &[(String, u64)],
+        dir: &Path,
+        helper: &HelperCommand,
+    ) -> Result<Arc<Self>, StartMemoryError> {
+        let mut base = shared.memory_base();
+        let mut regions = Vec::new();
+        for (vm, size) in specs {
+            let r = Region::start(shared, vm, base, *size, &dir.join(vm), helper)?;
+            base += size;
+            regions.push(Arc::new(r));
+        }
+        let me = Arc::new(MemoryRegions {
+            shared: shared.clone(),
+            regions,
+        });
+        let observer: Arc<dyn DeviceObserver> = me.clone();
+        shared.subscribe(Arc::downgrade(&observer));
+        Ok(me)
+    }
+
+    /// The region of VM `vm`.
+    pub fn region(&self, vm: &str) -> Option<&Arc<Region>> {
+        self.regions.iter().find(|r| r.vm == vm)
+    }
+
+    /// Every region.
+    pub fn regions(&self) -> &[Arc<Region>] {
+        &self.regions
+    }
+
+    /// The figures of every region.
+    pub fn figures(&self) -> Vec<RegionFigures> {
+        self.regions
+            .iter()
+            .map(|r| r.figures(&self.shared))
+            .collect()
+    }
+
+    /// VM `vm` connected from VMM process `pid`: traps of its threads
+    /// count for it (the region's plane knows one VM: id 0).
+    pub fn vm_connected(&self, vm: &str, pid: Option<u32>) {
+        let Some(r) = self.region(vm) else { return };
+        r.releasing.store(false, Ordering::Release);
+        *lock(&r.vmm) = pid;
+        if let Some(pid) = pid {
+            r.plane.register_vmm(REGION_VM_ID, pid);
+        }
+    }
+
+    /// VM `vm`'s connection ended (and the daemon unmapped its memory):
+    /// once its VMM process is gone (within [`RELEASE_WAIT`]), the region
+    /// is released, on a thread of its own.
+    pub fn vm_disconnected(self: &Arc<Self>, vm: &str) {
+        let Some(r) = self.region(vm).cloned() else {
+            return;
+        };
+        r.plane.unregister_vmm(REGION_VM_ID);
+        let pid = lock(&r.vmm).take();
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("release-{vm}"))
+            .spawn(move || {
+                if let Some(pid) = pid {
+                    if !wait_gone(pid, RELEASE_WAIT) {
+                        tracing::warn!(vm = %r.vm, pid, "the VMM still runs after its connection ended: its CXL memory region is kept");
+                        return;
+                    }
+                }
+                r.release(&me.shared);
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "cannot start the region release thread");
+        }
+    }
+}
+
+/// The id of a region's VM in its own plane (one VM per region).
+const REGION_VM_ID: VmId = 0;
+
+/// Whether process `pid` is gone (or a zombie) within `limit`.
+fn wait_gone(pid: u32, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                let rest = &s[s.rfind(')')? + 1..];
+                rest.split_whitespace().next().map(str::to_string)
+            });
+        match state.as_deref() {
+            None | Some("Z") | Some("X") => return true,
+            _ if Instant::now() >= deadline => return false,
+            _ => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+impl DeviceObserver for MemoryRegions {
+    fn evicted(&self, pages: Vec<u64>) {
+        if pages.iter().all(|p| *p < self.shared.memory_base() / PAGE) {
+            return;
+        }
+        for r in &self.regions {
+            r.evict_device_pages(&pages);
+        }
+    }
+
+    fn prefetched(&self, _pages: Vec<(u64, u64)>) {
+        // A prefetched region page waits in the device cache; its trap is
+        // then a device hit.
+    }
+
+    fn released(&self, _key: FileKey, _extents: &[u64], _file_gone: bool) {}
+
+    fn moved_to_cxl(&self, _old: u8, _new: u8) -> u64 {
+        0
+    }
+}
+
+impl crate::metrics::MemorySource for MemoryRegions {
+    fn regions(&self) -> Vec<crate::metrics::MemoryRegionSample> {
+        self.figures()
+            .into_iter()
+            .map(|f| crate::metrics::MemoryRegionSample {
+                vm: f.vm,
+                size_bytes: f.size,
+                traps: f.traps,
+                device_hits: f.device_hits,
+                device_misses: f.device_misses,
+                writeback_bytes: f.writeback_bytes,
+                device_resident_pages: f.device_resident_pages,
+                plane_resident_bytes: f.plane_resident_bytes,
+                releases: f.releases,
+            })
+            .collect()
+    }
+}

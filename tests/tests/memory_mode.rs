@@ -1,0 +1,229 @@
+//! Memory mode (issue 12) with real TCG guests: the VM's CXL memory region
+//! is a CPU-less NUMA node backed by `cxlfsd`'s pool plane, handed to QEMU
+//! as a descriptor (`cxlfs ctl memory-fd`).
+//!
+//! * `a_guest_writes_and_verifies_twice_the_cache_on_the_cxl_node`: the
+//!   guest sees two nodes (node 1 without CPUs, the region's size); a
+//!   writer bound to node 1 (`numactl --membind=1`) stores 64 MiB of
+//!   random bytes through a 32 MiB device cache and reads them back with
+//!   the same SHA-256 after the evictions; traps and write-backs are
+//!   counted for the region; the guest powers off with dirty CXL pages —
+//!   the sequence that wedged both processes before the plane was split —
+//!   and QEMU is gone within 30 s, the daemon keeps serving, releases the
+//!   region (device and plane empty), and stops cleanly.
+//! * `a_sigkilled_vmm_with_dirty_cxl_pages_leaves_and_its_region_is_released`:
+//!   QEMU is SIGKILLed while its guest keeps storing to node 1: it is gone
+//!   within 30 s and the region is released.
+#![allow(clippy::unwrap_used)]
+
+use cxlfs_e2e::{exclusive, Daemon, VmOptions, GUEST_PRELUDE};
+use std::fs;
+use std::time::{Duration, Instant};
+
+/// Device cache of these runs (the region is 4×, the writer 2×): QEMU
+/// madvises guest RAM MADV_HUGEPAGE, so each host fault on the region reads
+/// a 2–4 MiB window; a cache of a few such windows per vCPU keeps the
+/// faulting page resident until it is mapped.
+const CACHE: &str = "32MiB";
+const CACHE_PAGES: u64 = 32 * 256;
+
+fn daemon() -> Daemon {
+    Daemon::start(
+        &["vm0"],
+        &[
+            "--cxl-memory",
+            "vm0=128MiB",
+            "--set",
+            &format!("cache.size_bytes={CACHE}"),
+        ],
+        |_| {},
+    )
+}
+
+fn cxl_vm() -> VmOptions {
+    VmOptions {
+        smp: 2,
+        cxl_memory: Some("128M".into()),
+        timeout: Duration::from_secs(300),
+        ..VmOptions::default()
+    }
+}
+
+/// Waits until the region of `vm` has been released `n` times.
+fn wait_released(d: &Daemon, n: u64, limit: Duration) -> cxlfs_api::metrics::MemoryRegionSample {
+    let t = Instant::now();
+    loop {
+        let r = d.snapshot().memory_regions.into_iter().next().unwrap();
+        if r.releases >= n {
+            return r;
+        }
+        assert!(
+            t.elapsed() < limit,
+            "the region was not released within {limit:?}: {r:?}\n{}",
+            d.diagnostics()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_guest_writes_and_verifies_twice_the_cache_on_the_cxl_node() {
+    let _serial = exclusive();
+    let mut d = daemon();
+    d.write_guest_script(&format!(
+        r#"{GUEST_PRELUDE}
+out=/mnt/.cxlfs
+numactl -H >$out/numa.txt
+cat /run/cxlfs/cxl-nodes >$out/cxl-nodes
+numactl --membind=1 sh -c "dd if=/dev/urandom bs=1M count=64 2>/dev/null | tee /dev/shm/a | sha256sum" >$out/written.sum
+grep Shmem: /sys/devices/system/node/node1/meminfo >$out/shmem
+numactl --membind=1 sha256sum </dev/shm/a >$out/read.sum
+"#
+    ));
+    let run = d.boot("vm0", &cxl_vm()).wait();
+    assert!(run.ok(), "{}\n{}", run.describe(), d.diagnostics());
+    let out = d.share().join(".cxlfs");
+    let numa = fs::read_to_string(out.join("numa.txt")).unwrap();
+    assert!(numa.contains("available: 2 nodes"), "{numa}");
+    let cpus = numa
+        .lines()
+        .find(|l| l.starts_with("node 1 cpus:"))
+        .unwrap();
+    assert_eq!(
+        cpus.trim_end(),
+        "node 1 cpus:",
+        "node 1 has no CPUs\n{numa}"
+    );
+    let size: u64 = numa
+        .lines()
+        .find_map(|l| l.strip_prefix("node 1 size: "))
+        .and_then(|v| v.trim_end_matches(" MB").parse().ok())
+        .unwrap();
+    assert!(
+        (100..=128).contains(&size),
+        "node 1 is the 128 MiB region: {size} MB"
+    );
+    assert_eq!(
+        fs::read_to_string(out.join("cxl-nodes")).unwrap().trim(),
+        "1"
+    );
+    let shmem = fs::read_to_string(out.join("shmem")).unwrap();
+    let kib: u64 = shmem.split_whitespace().nth(3).unwrap().parse().unwrap();
+    assert!(
+        kib >= 64 * 1024 - 64,
+        "the writer's pages are on node 1: {shmem}"
+    );
+    let hash = |f: &str| {
+        let t = fs::read_to_string(out.join(f)).unwrap();
+        t.split_whitespace().next().unwrap().to_string()
+    };
+    assert_eq!(hash("written.sum").len(), 64);
+    assert_eq!(
+        hash("written.sum"),
+        hash("read.sum"),
+        "64 MiB read back intact"
+    );
+    // The guest powered off with dirty CXL pages and QEMU is gone (wait()
+    // returned): the daemon still serves and releases the region.
+    let r = wait_released(&d, 1, Duration::from_secs(30));
+    assert!(r.traps > 0, "{r:?}");
+    assert!(
+        r.device_misses > 0,
+        "trapped pages were read from NAND: {r:?}"
+    );
+    assert!(
+        r.device_misses + r.device_hits >= r.traps,
+        "every trap charged: {r:?}"
+    );
+    assert!(
+        r.writeback_bytes >= 32 << 20,
+        "2× the cache written: evicted dirty pages written back: {r:?}"
+    );
+    assert_eq!(
+        r.device_resident_pages, 0,
+        "released: no device page left {r:?}"
+    );
+    assert_eq!(
+        r.plane_resident_bytes, 0,
+        "released: no plane page left {r:?}"
+    );
+    let snap = d.snapshot();
+    assert!(
+        snap.device.resident_pages <= CACHE_PAGES,
+        "one device cache"
+    );
+    // Nothing of the region ever appears in the share.
+    let names: Vec<_> = fs::read_dir(d.share())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, [".cxlfs"], "the share holds only the test's files");
+    let t = Instant::now();
+    let st = d.stop();
+    assert!(st.success(), "clean shutdown: {st}\n{}", d.diagnostics());
+    assert!(t.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
+fn a_sigkilled_vmm_with_dirty_cxl_pages_leaves_and_its_region_is_released() {
+    let _serial = exclusive();
+    let mut d = daemon();
+    d.write_guest_script(&format!(
+        r#"{GUEST_PRELUDE}
+numactl --membind=1 sh -c '
+    dd if=/dev/urandom of=/dev/shm/a bs=1M count=48 2>/dev/null
+    : >/mnt/.cxlfs/writing
+    while :; do dd if=/dev/urandom of=/dev/shm/a bs=1M count=48 conv=notrunc 2>/dev/null; done'
+"#
+    ));
+    let mut vm = d.boot("vm0", &cxl_vm());
+    let writing = d.share().join(".cxlfs/writing");
+    assert!(
+        vm.wait_for_file(&writing, Duration::from_secs(240)),
+        "the guest never wrote to node 1\n{}",
+        d.diagnostics()
+    );
+    let qemu = qemu_of(&d).expect("the VM's QEMU process");
+    // SAFETY: a signal to the test's own QEMU.
+    unsafe { libc::kill(qemu as i32, libc::SIGKILL) };
+    let t = Instant::now();
+    while gone(qemu).is_none() || vm.running() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the SIGKILLed VMM is still there after 30 s\n{}",
+            d.diagnostics()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let r = wait_released(&d, 1, Duration::from_secs(40));
+    assert!(r.traps > 0 && r.writeback_bytes > 0, "{r:?}");
+    assert_eq!(r.device_resident_pages, 0, "{r:?}");
+    let st = d.stop();
+    assert!(st.success(), "clean shutdown: {st}\n{}", d.diagnostics());
+}
+
+/// The QEMU process serving this daemon's VM (its command line names the
+/// test's work directory).
+fn qemu_of(d: &Daemon) -> Option<u32> {
+    let dir = d.work_dir().to_string_lossy().to_string();
+    fs::read_dir("/proc").ok()?.find_map(|e| {
+        let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let cmd = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let cmd = String::from_utf8_lossy(&cmd);
+        (cmd.starts_with("qemu-system") || cmd.contains("/qemu-system"))
+            .then_some(())
+            .filter(|_| cmd.contains(&dir))
+            .map(|_| pid)
+    })
+}
+
+/// `Some(())` once `pid` is gone or a zombie.
+fn gone(pid: u32) -> Option<()> {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => Some(()),
+        Ok(s) => {
+            let state = s.rsplit(')').next()?.split_whitespace().next()?;
+            (state == "Z" || state == "X").then_some(())
+        }
+    }
+}
