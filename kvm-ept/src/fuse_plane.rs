@@ -150,7 +150,7 @@ pub enum MountPlaneError {
     },
     /// The helper process of a split plane could not be started.
     #[error("cannot start the plane's helper process")]
-    Helper(#[from] crate::split::SpawnHelperError),
+    Helper(#[from] crate::helper_link::SpawnHelperError),
     /// The mount could not be detached once the pool was open.
     #[error("cannot detach the pool mount at {path}")]
     Detach {
@@ -615,7 +615,7 @@ struct Mounted {
     /// dropped last, after a clean unmount.
     _exit_guard: Option<crate::exit_guard::ExitGuard>,
     /// Split planes: the helper process that reads the requests.
-    helper: Option<crate::split::Helper>,
+    helper: Option<crate::helper_link::Helper>,
 }
 
 /// The residency plane over a FUSE pool file. See the module docs.
@@ -657,7 +657,7 @@ impl FusePoolPlane {
     }
 
     /// Mounts a pool whose requests a helper process reads (see
-    /// [`crate::split`]): for a pool this process maps itself. Write-backs
+    /// the module `split`): for a pool this process maps itself. Write-backs
     /// are stored in `store` by the helper (and charged here afterwards
     /// through [`PoolBackend::on_stored_writeback`]); misses come back here
     /// and are answered as in [`FusePoolPlane::mount`]. `options.readers`
@@ -668,7 +668,7 @@ impl FusePoolPlane {
         backend: Arc<dyn PoolBackend>,
         options: PlaneOptions,
         store: &File,
-        helper: &crate::split::HelperCommand,
+        helper: &crate::helper_link::HelperCommand,
     ) -> Result<Self, MountPlaneError> {
         Self::start(mountpoint, size, backend, options, Some((store, helper)))
     }
@@ -678,7 +678,7 @@ impl FusePoolPlane {
         size: u64,
         backend: Arc<dyn PoolBackend>,
         options: PlaneOptions,
-        split: Option<(&File, &crate::split::HelperCommand)>,
+        split: Option<(&File, &crate::helper_link::HelperCommand)>,
     ) -> Result<Self, MountPlaneError> {
         if size == 0 || size % PAGE_SIZE != 0 {
             return Err(MountPlaneError::BadSize(size));
@@ -766,7 +766,7 @@ impl FusePoolPlane {
             )?);
         }
         if let Some((store, cmd)) = split {
-            let helper = crate::split::Helper::spawn(cmd, &dev, store, size)?;
+            let helper = crate::helper_link::Helper::spawn(cmd, &dev, store, size)?;
             let sock = helper.sock.clone();
             m.helper = Some(helper);
             // Found while the helper answers: statting the mountpoint asks it.
@@ -1052,13 +1052,13 @@ fn deliver(server: &Server, dev: &File, pacer: &Sender<Held>, out: &mut Vec<u8>,
 /// is up, nothing could answer write-backs any more: the connection is
 /// aborted (every waiter gets an error) rather than left to hang.
 fn forwarded(server: &Server, dev: &File, sock: &File, pacer: Sender<Held>, abort: Option<&Path>) {
-    use crate::split::{ForwardKind, FORWARD_LEN};
+    use crate::helper_link::{ForwardKind, FORWARD_LEN};
     REQUEST_THREAD.with(|c| c.set(true));
-    let mut buf = vec![0u8; crate::split::MAX_FORWARD];
+    let mut buf = vec![0u8; crate::helper_link::MAX_FORWARD];
     let mut out: Vec<u8> = Vec::with_capacity(abi::OUT_HEADER_LEN + MAX_WRITE as usize);
-    while let Some((f, n)) = crate::split::recv_forward(sock, &mut buf) {
+    while let Some((f, n)) = crate::helper_link::recv_forward(sock, &mut buf) {
         // The helper stamped the arrival on the monotonic clock.
-        let age = crate::split::monotonic_ns().saturating_sub(f.mono_ns);
+        let age = crate::helper_link::monotonic_ns().saturating_sub(f.mono_ns);
         let arrival = server.backend.now_ns().saturating_sub(age);
         if f.kind == ForwardKind::Read as u32 {
             let outcome = server.handle(&buf[FORWARD_LEN..n], arrival, &mut out);

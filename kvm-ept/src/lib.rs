@@ -42,6 +42,7 @@
 
 pub mod exit_guard;
 pub mod fuse_plane;
+pub mod helper_link;
 pub mod metrics;
 pub mod pace;
 pub mod split;

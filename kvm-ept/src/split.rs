@@ -32,218 +32,22 @@
 //! daemon closes its end of the socket (or exits).
 
 use crate::fuse_plane::{Outcome, Server};
+use crate::helper_link::{monotonic_ns, Forward, ForwardKind, MAX_FORWARD};
+pub use crate::helper_link::{HelperCommand, SpawnHelperError, HELPER_ENV};
 use crate::{Miss, MissReply, PoolBackend, ServeMissError, WritebackError};
-use fuse_abi::zerocopy::{FromBytes, IntoBytes};
+use fuse_abi::zerocopy::IntoBytes;
 use fuse_abi::{opcode, Cursor, InHeader};
-use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::fd::{FromRawFd, RawFd};
 use std::os::unix::fs::FileExt;
-use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread;
-use zerocopy::{Immutable, KnownLayout};
-
-/// The environment variable that makes a program a plane helper: its value
-/// says which inherited descriptors to use (`dev=N sock=N store=N size=N`).
-pub const HELPER_ENV: &str = "CXLFS_PLANE_HELPER";
 
 /// Request threads of a helper: each only reads, forwards or stores, never
 /// waits on the daemon, so a few are enough for any number of vCPUs.
 const HELPER_READERS: usize = 4;
-
-/// What a forwarded message is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u32)]
-pub(crate) enum ForwardKind {
-    /// A `FUSE_READ` (a miss); the raw request follows the header.
-    Read = 1,
-    /// A write-back the helper stored: `offset`, `len`, `pid`.
-    Stored = 2,
-}
-
-/// The header of every helper → daemon message (one `SOCK_SEQPACKET`
-/// record each).
-#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
-#[repr(C)]
-pub(crate) struct Forward {
-    /// [`ForwardKind`].
-    pub kind: u32,
-    /// The requesting thread (FUSE header pid).
-    pub pid: u32,
-    /// When the request reached the helper (`CLOCK_MONOTONIC` ns).
-    pub mono_ns: u64,
-    /// Pool offset (`Stored`).
-    pub offset: u64,
-    /// Bytes (`Stored`).
-    pub len: u64,
-}
-
-/// Bytes of [`Forward`].
-pub(crate) const FORWARD_LEN: usize = std::mem::size_of::<Forward>();
-
-/// Largest record: the header plus a READ request (80 bytes) with room.
-pub(crate) const MAX_FORWARD: usize = FORWARD_LEN + 512;
-
-/// `CLOCK_MONOTONIC` in ns: the one clock both processes read.
-pub(crate) fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out pointer; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
-}
-
-/// How to start a helper: a program whose `main` calls
-/// [`helper_main_if_requested`] first.
-#[derive(Debug, Clone)]
-pub struct HelperCommand {
-    /// The program.
-    pub program: PathBuf,
-    /// Its arguments (the helper ignores them; a test harness may need some).
-    pub args: Vec<OsString>,
-}
-
-impl HelperCommand {
-    /// The running executable (`/proc/self/exe`, resolved by the kernel at
-    /// `execve`, so it works in any mount namespace).
-    pub fn current_exe() -> Self {
-        HelperCommand {
-            program: PathBuf::from("/proc/self/exe"),
-            args: Vec::new(),
-        }
-    }
-}
-
-/// Why a helper could not be started.
-#[derive(Debug, thiserror::Error)]
-pub enum SpawnHelperError {
-    /// `socketpair` failed.
-    #[error("cannot create the helper's socket pair")]
-    Socket(#[source] io::Error),
-    /// The program could not be run.
-    #[error("cannot start the plane helper {program}")]
-    Spawn {
-        /// The program.
-        program: PathBuf,
-        /// The error.
-        source: io::Error,
-    },
-}
-
-/// A `SOCK_SEQPACKET` pair (close-on-exec): record boundaries are kept, so
-/// one `read` is one message.
-fn seqpacket_pair() -> io::Result<(File, File)> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: `fds` is a valid out array of two ints.
-    let rc = unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both fds were just created and are owned by nobody else.
-    Ok(unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) })
-}
-
-/// A running helper and the daemon's end of its socket.
-#[derive(Debug)]
-pub(crate) struct Helper {
-    pub child: Child,
-    pub sock: Arc<File>,
-}
-
-impl Helper {
-    /// Starts `cmd` as the helper of the connection on `dev`, storing
-    /// write-backs in `store`, for a pool file of `size` bytes.
-    pub fn spawn(
-        cmd: &HelperCommand,
-        dev: &File,
-        store: &File,
-        size: u64,
-    ) -> Result<Self, SpawnHelperError> {
-        let (ours, theirs) = seqpacket_pair().map_err(SpawnHelperError::Socket)?;
-        let fds = [dev.as_raw_fd(), theirs.as_raw_fd(), store.as_raw_fd()];
-        let spec = format!(
-            "dev={} sock={} store={} size={size}",
-            fds[0], fds[1], fds[2]
-        );
-        let mut c = Command::new(&cmd.program);
-        c.args(&cmd.args).env(HELPER_ENV, spec).stdin(Stdio::null());
-        // SAFETY: the closure runs in the child between fork and exec and
-        // makes only async-signal-safe calls (fcntl) on fds it inherited.
-        unsafe {
-            c.pre_exec(move || {
-                for fd in fds {
-                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                }
-                Ok(())
-            });
-        }
-        let child = c.spawn().map_err(|source| SpawnHelperError::Spawn {
-            program: cmd.program.clone(),
-            source,
-        })?;
-        drop(theirs);
-        tracing::info!(pid = child.id(), size, "pool plane helper started");
-        Ok(Helper {
-            child,
-            sock: Arc::new(ours),
-        })
-    }
-
-    /// Ends the helper: closes the socket both ways (its main thread sees
-    /// the end and exits), then reaps it (killed if it is still there
-    /// after two seconds).
-    pub fn stop(&mut self) {
-        // SAFETY: shutdown on a socket fd we own; no pointers.
-        unsafe { libc::shutdown(self.sock.as_raw_fd(), libc::SHUT_RDWR) };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(_)) => return,
-                Ok(None) if std::time::Instant::now() < deadline => {
-                    thread::sleep(std::time::Duration::from_millis(5))
-                }
-                _ => {
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    return;
-                }
-            }
-        }
-    }
-}
-
-/// Reads one forwarded record from the daemon's end; `None` at the end.
-pub(crate) fn recv_forward(sock: &File, buf: &mut [u8]) -> Option<(Forward, usize)> {
-    loop {
-        match (&*sock).read(buf) {
-            Ok(0) => return None,
-            Ok(n) => {
-                let (f, _) = Forward::read_from_prefix(&buf[..n]).ok()?;
-                return Some((f, n));
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => return None,
-        }
-    }
-}
 
 /// The helper's backend: stores write-backs, never serves a miss (the
 /// reader forwards every READ before it reaches the server).
@@ -430,6 +234,7 @@ fn helper_reader(server: &Server, dev: &File, to_daemon: &Sender<Vec<u8>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::helper_link::{recv_forward, seqpacket_pair};
 
     #[test]
     fn the_spec_round_trips_and_rejects_garbage() {
