@@ -293,11 +293,6 @@ impl DaemonState {
         self.control.as_ref()
     }
 
-    /// The VMs' CXL memory regions (memory mode).
-    pub fn memory(&self) -> Option<&Arc<MemoryRegions>> {
-        self.memory.as_ref()
-    }
-
     /// The DAX window's plane, when DAX is on.
     pub fn dax(&self) -> Option<&Arc<DaxPlane>> {
         self.dax.as_ref()

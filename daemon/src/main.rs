@@ -81,13 +81,13 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
     let memory = if cfg.memory_regions.is_empty() {
         None
     } else {
-        let specs: Vec<(String, u64)> = cfg
-            .memory_regions
-            .iter()
-            .map(|r| (r.vm.clone(), r.size))
-            .collect();
         let dir = std::path::PathBuf::from(format!("/run/cxlfsd/memory-{}", std::process::id()));
-        let m = MemoryRegions::start(&shared, &specs, &dir, &HelperCommand::current_exe())?;
+        let m = MemoryRegions::start(
+            &shared,
+            &cfg.memory_regions,
+            &dir,
+            &HelperCommand::current_exe(),
+        )?;
         let _ = std::fs::remove_dir(&dir);
         Some(m)
     };

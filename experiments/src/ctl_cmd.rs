@@ -159,12 +159,7 @@ fn request(cmd: &CtlCommand) -> anyhow::Result<Request> {
 /// Sends one request and returns the reply's `result` (an `ok: false`
 /// reply is an error carrying the daemon's code and message).
 pub fn call(socket: &Path, request: Request, timeout: Duration) -> anyhow::Result<Value> {
-    let id = Value::from(std::process::id());
-    let line = RequestEnvelope::new(id.clone(), request).to_line();
-    let mut stream = UnixStream::connect(socket)
-        .with_context(|| format!("cannot connect to the control socket {}", socket.display()))?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.write_all(line.as_bytes())?;
+    let (stream, id) = send(socket, request, timeout)?;
     let mut reply = String::new();
     BufReader::new(&stream)
         .read_line(&mut reply)
@@ -172,8 +167,25 @@ pub fn call(socket: &Path, request: Request, timeout: Duration) -> anyhow::Resul
     if reply.is_empty() {
         bail!("the daemon closed the connection without a reply");
     }
-    let reply: Reply = serde_json::from_str(&reply).context("the reply is not a protocol reply")?;
-    if reply.id != id {
+    result_of(reply.as_bytes(), &id)
+}
+
+/// Connects and sends one request line; returns the stream and the id.
+fn send(socket: &Path, request: Request, timeout: Duration) -> anyhow::Result<(UnixStream, Value)> {
+    let id = Value::from(std::process::id());
+    let line = RequestEnvelope::new(id.clone(), request).to_line();
+    let mut stream = UnixStream::connect(socket)
+        .with_context(|| format!("cannot connect to the control socket {}", socket.display()))?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.write_all(line.as_bytes())?;
+    Ok((stream, id))
+}
+
+/// The result of a reply line to the request `id`.
+fn result_of(reply: &[u8], id: &Value) -> anyhow::Result<Value> {
+    let reply: Reply =
+        serde_json::from_slice(reply).context("the reply is not a protocol reply")?;
+    if reply.id != *id {
         bail!("the reply's id {} is not the request's {id}", reply.id);
     }
     Ok(reply.into_result()?)
@@ -288,12 +300,7 @@ pub fn call_with_fd(
 ) -> anyhow::Result<(Value, std::fs::File)> {
     use std::io::Read;
     use vmm_sys_util::sock_ctrl_msg::ScmSocket;
-    let id = Value::from(std::process::id());
-    let line = RequestEnvelope::new(id.clone(), request).to_line();
-    let mut stream = UnixStream::connect(socket)
-        .with_context(|| format!("cannot connect to the control socket {}", socket.display()))?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.write_all(line.as_bytes())?;
+    let (mut stream, id) = send(socket, request, timeout)?;
     let mut buf = vec![0u8; 64 * 1024];
     let (n, file) = stream
         .recv_with_fd(&mut buf)
@@ -306,12 +313,7 @@ pub fn call_with_fd(
         }
         reply.extend_from_slice(&buf[..k]);
     }
-    let reply: Reply =
-        serde_json::from_slice(&reply).context("the reply is not a protocol reply")?;
-    if reply.id != id {
-        bail!("the reply's id {} is not the request's {id}", reply.id);
-    }
-    let result = reply.into_result()?;
+    let result = result_of(&reply, &id)?;
     let file = file.ok_or_else(|| anyhow!("the daemon attached no descriptor"))?;
     Ok((result, file))
 }
@@ -322,15 +324,14 @@ fn run_memory_fd(args: &CtlArgs, vm: &str, command: &[String]) -> anyhow::Result
     use std::os::unix::process::CommandExt;
     let timeout = Duration::from_secs(args.timeout.max(1));
     let (result, file) = call_with_fd(&args.socket, Request::MemoryFd { vm: vm.into() }, timeout)?;
-    let r: MemoryFdResult = decode(result)?;
     let Some((program, rest)) = command.split_first() else {
-        println!(
-            "{}: CXL memory region of {}",
-            r.vm,
-            human_size(r.size_bytes)
-        );
-        return Ok(());
+        if args.json {
+            println!("{result}");
+            return Ok(());
+        }
+        return print_human(&Request::MemoryFd { vm: vm.into() }, result);
     };
+    let r: MemoryFdResult = decode(result)?;
     let fd = file.into_raw_fd();
     // SAFETY: fcntl on the descriptor we just received and own; it must
     // survive exec (the command is its new owner).
@@ -355,9 +356,7 @@ fn run_memory_fd(args: &CtlArgs, vm: &str, command: &[String]) -> anyhow::Result
 /// Runs `cxlfs ctl`.
 pub fn run(args: &CtlArgs) -> anyhow::Result<()> {
     if let CtlCommand::MemoryFd { vm, command } = &args.command {
-        if !args.json {
-            return run_memory_fd(args, vm, command);
-        }
+        return run_memory_fd(args, vm, command);
     }
     let req = request(&args.command)?;
     let result = call(

@@ -30,7 +30,7 @@ impl Controller {
     }
 
     /// [`Controller::handle_line`], plus the descriptor to attach to the
-    /// reply (`memory_fd`).
+    /// reply (`memory_fd`: the VM's region file, when the command succeeded).
     pub fn handle_line_with_fd(&self, line: &[u8]) -> (String, u64, Option<Arc<std::fs::File>>) {
         let now = self.shared.now_ns();
         let env = match RequestEnvelope::parse_line(line) {
@@ -43,24 +43,11 @@ impl Controller {
                 )
             }
         };
-        if let Request::MemoryFd { vm } = &env.request {
-            return match self.memory_region(vm) {
-                Ok((result, file)) => {
-                    let result = serde_json::to_value(result).unwrap_or(Value::Null);
-                    (Reply::success(env.id, result).to_line(), now, Some(file))
-                }
-                Err(e) => {
-                    let error = ErrorBody::new(e.code(), e.to_string());
-                    (Reply::failure(env.id, error).to_line(), now, None)
-                }
-            };
-        }
-        let (reply, until) = self.execute_line(env, now);
-        (reply, until, None)
-    }
-
-    fn execute_line(&self, env: RequestEnvelope, now: u64) -> (String, u64) {
-        match self.execute(&Principal::Host, env.request) {
+        let region = match &env.request {
+            Request::MemoryFd { vm } => self.memory_region(vm).ok().map(|(_, file)| file),
+            _ => None,
+        };
+        let (reply, until) = match self.execute(&Principal::Host, env.request) {
             Ok(done) => (
                 Reply::success(env.id, done.result).to_line(),
                 done.completes_at_ns.unwrap_or(now),
@@ -70,7 +57,8 @@ impl Controller {
                 let error = ErrorBody::new(e.code(), e.to_string());
                 (Reply::failure(env.id, error).to_line(), now)
             }
-        }
+        };
+        (reply, until, region)
     }
 
     /// Sleeps until device time `until_ns` (a reply is not released before

@@ -82,6 +82,15 @@ pub struct Charge {
     pub activity: DeviceActivity,
 }
 
+impl Charge {
+    /// Folds one device access into the charge.
+    fn add(&mut self, o: &cxlfs_device_model::Outcome) {
+        self.completes_at_ns = self.completes_at_ns.max(o.completes_at_ns);
+        self.page_hits += u64::from(o.page_hits);
+        self.page_misses += u64::from(o.page_misses);
+    }
+}
+
 /// Why a data-path access could not be charged to the device.
 #[derive(Debug, thiserror::Error)]
 pub enum ChargeAccessError {
@@ -178,10 +187,7 @@ fn charge_locked(
                 let to = ((first + pages) * PAGE).min(end);
                 // A run never crosses an extent (the caller splits there),
                 // so it fits a u32.
-                let o = dev.access(now_ns, op, from, (to - from) as u32)?;
-                charge.completes_at_ns = charge.completes_at_ns.max(o.completes_at_ns);
-                charge.page_hits += u64::from(o.page_hits);
-                charge.page_misses += u64::from(o.page_misses);
+                charge.add(&dev.access(now_ns, op, from, (to - from) as u32)?);
             }
         }
     }
@@ -255,10 +261,7 @@ impl SharedDevice {
         len: u32,
     ) -> Result<Charge, ChargeAccessError> {
         self.charged(now_ns, |dev, _, charge| {
-            let o = dev.access(now_ns, op, addr, len)?;
-            charge.completes_at_ns = charge.completes_at_ns.max(o.completes_at_ns);
-            charge.page_hits += u64::from(o.page_hits);
-            charge.page_misses += u64::from(o.page_misses);
+            charge.add(&dev.access(now_ns, op, addr, len)?);
             Ok(())
         })
     }
@@ -283,16 +286,6 @@ impl SharedDevice {
     /// dropped.
     pub fn discard_memory(&self, addr: u64, len: u64) -> Result<u64, AccessError> {
         self.device().discard(addr, len)
-    }
-
-    /// Device-cache pages resident in `[addr, addr + len)`.
-    pub fn resident_pages_in(&self, addr: u64, len: u64) -> u64 {
-        let (first, end) = (addr / PAGE, addr.saturating_add(len) / PAGE);
-        self.device()
-            .resident_page_list()
-            .into_iter()
-            .filter(|p| (first..end).contains(p))
-            .count() as u64
     }
 
     /// The placement (read-only; change it with [`SharedDevice::set_cxl_ratio`]).

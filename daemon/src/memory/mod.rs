@@ -21,15 +21,16 @@
 //! device pages discarded (write-backs then are not charged) — the next VM
 //! of that name starts from zeros.
 
+use crate::config::MemoryRegionSpec;
 use crate::device::{DeviceObserver, SharedDevice, PAGE};
 use crate::ids::{FileKey, VmId};
+use crate::metrics::{MemoryRegionSample, MemorySource};
 use cxlfs_device_model::Op;
 use residency::{
     FusePoolPlane, HelperCommand, Miss, MissData, MissReply, PlaneOptions, PoolBackend,
     ResidencyPlane, ServeMissError, WritebackError,
 };
 use std::fs::File;
-use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::{DirBuilderExt, FileExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -55,33 +56,8 @@ pub struct RegionStats {
     pub device_misses: AtomicU64,
     /// Bytes written back (charged as NAND programs).
     pub writeback_bytes: AtomicU64,
-    /// Write-backs not charged (the region was being released).
-    pub writebacks_dropped: AtomicU64,
     /// Times the region was released.
     pub releases: AtomicU64,
-}
-
-/// The figures of one region at one moment.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RegionFigures {
-    /// The VM.
-    pub vm: String,
-    /// Bytes.
-    pub size: u64,
-    /// Traps answered.
-    pub traps: u64,
-    /// Device-cache hits among them.
-    pub device_hits: u64,
-    /// Device misses among them.
-    pub device_misses: u64,
-    /// Bytes written back.
-    pub writeback_bytes: u64,
-    /// Region pages in the device cache now.
-    pub device_resident_pages: u64,
-    /// Region bytes resident in the plane (page cache; upper bound).
-    pub plane_resident_bytes: u64,
-    /// Releases so far.
-    pub releases: u64,
 }
 
 /// What a region's plane calls: traps and write-backs against the device
@@ -146,9 +122,6 @@ impl PoolBackend for RegionBackend {
         arrival_ns: u64,
     ) -> Result<u64, WritebackError> {
         if self.releasing.load(Ordering::Acquire) {
-            self.stats
-                .writebacks_dropped
-                .fetch_add(1, Ordering::Relaxed);
             return Ok(arrival_ns);
         }
         let c = self
@@ -220,15 +193,11 @@ pub enum StartMemoryError {
 
 /// A sparse memfd of `size` bytes (reads as zeros).
 fn memfd(name: &str, size: u64) -> std::io::Result<File> {
-    let cname = std::ffi::CString::new(format!("cxlfs-memory-{name}"))
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    // SAFETY: a valid NUL-terminated name; the result is checked.
-    let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a fresh fd nobody else owns.
-    let f = unsafe { File::from_raw_fd(fd) };
+    let fd = rustix::fs::memfd_create(
+        format!("cxlfs-memory-{name}"),
+        rustix::fs::MemfdFlags::CLOEXEC,
+    )?;
+    let f = File::from(fd);
     f.set_len(size)?;
     Ok(f)
 }
@@ -293,22 +262,23 @@ impl Region {
         &self.plane.map_target().file
     }
 
-    /// The plane's helper process.
-    pub fn helper_pid(&self) -> Option<u32> {
-        self.plane.helper_pid()
+    /// The region's device page numbers.
+    fn device_pages(&self) -> std::ops::Range<u64> {
+        self.base / PAGE..(self.base + self.size) / PAGE
     }
 
-    /// The figures now (`shared`: the device the region lives on).
-    pub fn figures(&self, shared: &SharedDevice) -> RegionFigures {
+    /// The figures now; `resident`: the device cache's pages.
+    fn sample(&self, resident: &[u64]) -> MemoryRegionSample {
+        let pages = self.device_pages();
         let s = &self.stats;
-        RegionFigures {
+        MemoryRegionSample {
             vm: self.vm.clone(),
-            size: self.size,
+            size_bytes: self.size,
             traps: s.traps.load(Ordering::Relaxed),
             device_hits: s.device_hits.load(Ordering::Relaxed),
             device_misses: s.device_misses.load(Ordering::Relaxed),
             writeback_bytes: s.writeback_bytes.load(Ordering::Relaxed),
-            device_resident_pages: shared.resident_pages_in(self.base, self.size),
+            device_resident_pages: resident.iter().filter(|p| pages.contains(*p)).count() as u64,
             plane_resident_bytes: self.plane.metrics().resident_bytes,
             releases: s.releases.load(Ordering::Relaxed),
         }
@@ -317,11 +287,11 @@ impl Region {
     /// Evicts the region pages among device `pages` from the page cache
     /// (the device dropped them): their next touch traps. Never waits.
     fn evict_device_pages(&self, pages: &[u64]) {
-        let (first, end) = (self.base / PAGE, (self.base + self.size) / PAGE);
+        let range = self.device_pages();
         let mut mine: Vec<u64> = pages
             .iter()
-            .filter(|p| (first..end).contains(*p))
-            .map(|p| p - first)
+            .filter(|p| range.contains(*p))
+            .map(|p| p - range.start)
             .collect();
         if mine.is_empty() {
             return;
@@ -345,27 +315,13 @@ impl Region {
                 tracing::warn!(vm = %self.vm, error = %e, "cannot drop the region's pages")
             }
         }
-        // SAFETY: fallocate on the store we own; no pointers.
-        let rc = unsafe {
-            libc::fallocate(
-                self.store.as_raw_fd(),
-                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                0,
-                self.size as libc::off_t,
-            )
-        };
-        if rc != 0 {
-            tracing::warn!(vm = %self.vm, error = %std::io::Error::last_os_error(), "cannot punch the region's store");
+        let punch = rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE;
+        if let Err(e) = rustix::fs::fallocate(&*self.store, punch, 0, self.size) {
+            tracing::warn!(vm = %self.vm, error = %e, "cannot punch the region's store");
         }
         let dropped = shared.discard_memory(self.base, self.size).unwrap_or(0);
         self.stats.releases.fetch_add(1, Ordering::Relaxed);
         tracing::info!(vm = %self.vm, device_pages = dropped, "CXL memory region released");
-    }
-
-    /// Bytes of the backing store in use (allocated blocks).
-    pub fn store_bytes(&self) -> u64 {
-        use std::os::unix::fs::MetadataExt;
-        self.store.metadata().map(|m| m.blocks() * 512).unwrap_or(0)
     }
 }
 
@@ -390,15 +346,22 @@ impl MemoryRegions {
     /// memory (and before the sandbox: it runs a program).
     pub fn start(
         shared: &Arc<SharedDevice>,
-        specs: &[(String, u64)],
+        specs: &[MemoryRegionSpec],
         dir: &Path,
         helper: &HelperCommand,
     ) -> Result<Arc<Self>, StartMemoryError> {
         let mut base = shared.memory_base();
         let mut regions = Vec::new();
-        for (vm, size) in specs {
-            let r = Region::start(shared, vm, base, *size, &dir.join(vm), helper)?;
-            base += size;
+        for spec in specs {
+            let r = Region::start(
+                shared,
+                &spec.vm,
+                base,
+                spec.size,
+                &dir.join(&spec.vm),
+                helper,
+            )?;
+            base += spec.size;
             regions.push(Arc::new(r));
         }
         let me = Arc::new(MemoryRegions {
@@ -418,14 +381,6 @@ impl MemoryRegions {
     /// Every region.
     pub fn regions(&self) -> &[Arc<Region>] {
         &self.regions
-    }
-
-    /// The figures of every region.
-    pub fn figures(&self) -> Vec<RegionFigures> {
-        self.regions
-            .iter()
-            .map(|r| r.figures(&self.shared))
-            .collect()
     }
 
     /// VM `vm` connected from VMM process `pid`: traps of its threads
@@ -509,21 +464,10 @@ impl DeviceObserver for MemoryRegions {
     }
 }
 
-impl crate::metrics::MemorySource for MemoryRegions {
-    fn regions(&self) -> Vec<crate::metrics::MemoryRegionSample> {
-        self.figures()
-            .into_iter()
-            .map(|f| crate::metrics::MemoryRegionSample {
-                vm: f.vm,
-                size_bytes: f.size,
-                traps: f.traps,
-                device_hits: f.device_hits,
-                device_misses: f.device_misses,
-                writeback_bytes: f.writeback_bytes,
-                device_resident_pages: f.device_resident_pages,
-                plane_resident_bytes: f.plane_resident_bytes,
-                releases: f.releases,
-            })
-            .collect()
+impl MemorySource for MemoryRegions {
+    fn regions(&self) -> Vec<MemoryRegionSample> {
+        // One look at the device cache for every region.
+        let resident = self.shared.device().resident_page_list();
+        self.regions.iter().map(|r| r.sample(&resident)).collect()
     }
 }
