@@ -351,6 +351,8 @@ pub struct MemoryRegionSample {
     pub device_resident_pages: u64,
     /// Region bytes resident in the residency plane (upper bound).
     pub plane_resident_bytes: u64,
+    /// Readahead READs refused (each fault reads only its own page).
+    pub readahead_refused: u64,
     /// Times the region was released (its VM went away).
     pub releases: u64,
 }

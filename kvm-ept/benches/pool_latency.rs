@@ -151,7 +151,7 @@ fn mount(b: &Arc<BenchBackend>, mode: ReaderMode) -> Fixture {
         PlaneOptions {
             readers,
             mode,
-            detach: false,
+            ..PlaneOptions::default()
         },
     )
     .expect("mount the pool");

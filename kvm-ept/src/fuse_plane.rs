@@ -101,6 +101,10 @@ pub struct PlaneOptions {
     pub readers: usize,
     /// How they wait.
     pub mode: ReaderMode,
+    /// Refuse the first multi-page `READ` at an offset (the kernel's
+    /// readahead on a `VM_HUGEPAGE` mapping: QEMU's guest RAM), so that a
+    /// trap reads only the faulting folio (see `readahead.rs`).
+    pub refuse_readahead: bool,
     /// Detach the mount once the pool file is open (`umount2(MNT_DETACH)`):
     /// the plane lives on through its descriptors, and nobody — no host
     /// user, no other process of the same user — can reach the pool by
@@ -113,6 +117,7 @@ impl Default for PlaneOptions {
         PlaneOptions {
             readers: 2,
             mode: ReaderMode::Block,
+            refuse_readahead: false,
             detach: false,
         }
     }
@@ -178,6 +183,8 @@ pub(crate) struct Server {
     stop_tid: AtomicU32,
     /// Request threads still running.
     alive: AtomicUsize,
+    /// Multi-page READs refused lately (`None`: readahead is served).
+    readahead: Option<crate::readahead::ReadaheadRefusals>,
 }
 
 /// What to do with a request once handled.
@@ -239,7 +246,14 @@ impl Server {
             stop: AtomicBool::new(false),
             stop_tid: AtomicU32::new(0),
             alive: AtomicUsize::new(0),
+            readahead: None,
         }
+    }
+
+    /// Refuses readahead from now on (see [`PlaneOptions::refuse_readahead`]).
+    pub(crate) fn refusing_readahead(mut self) -> Self {
+        self.readahead = Some(crate::readahead::ReadaheadRefusals::default());
+        self
     }
 
     fn attr(&self, nodeid: u64) -> Attr {
@@ -450,6 +464,15 @@ impl Server {
         if len == 0 {
             finish(out, h.unique)?;
             return Ok(Outcome::Reply);
+        }
+        if len as u64 > PAGE_SIZE
+            && self
+                .readahead
+                .as_ref()
+                .is_some_and(|g| g.refuse(r.offset, h.pid, arrival_ns))
+        {
+            self.metrics.readahead_refused();
+            return Err(libc::EIO);
         }
         let vm = self.vms.resolve(h.pid);
         let miss = Miss {
@@ -724,7 +747,11 @@ impl FusePoolPlane {
                 tracing::warn!(error = %io::Error::last_os_error(), "cannot make /dev/fuse non-blocking");
             }
         }
-        let server = Arc::new(Server::new(backend, size));
+        let mut server = Server::new(backend, size);
+        if options.refuse_readahead {
+            server = server.refusing_readahead();
+        }
+        let server = Arc::new(server);
         let mut m = Mounted {
             server: server.clone(),
             _dev: dev.clone(),

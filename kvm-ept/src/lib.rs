@@ -45,6 +45,7 @@ pub mod fuse_plane;
 pub mod helper_link;
 pub mod metrics;
 pub mod pace;
+mod readahead;
 pub mod split;
 pub mod vm;
 

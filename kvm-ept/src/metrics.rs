@@ -14,6 +14,7 @@ pub struct PlaneMetrics {
     trap_bytes: AtomicU64,
     traps_by_vm: Mutex<BTreeMap<Option<VmId>, u64>>,
     trap_errors: AtomicU64,
+    readahead_refused: AtomicU64,
     stores: AtomicU64,
     store_bytes: AtomicU64,
     invalidations: AtomicU64,
@@ -39,6 +40,8 @@ pub struct PlaneMetricsSnapshot {
     pub traps_by_vm: BTreeMap<Option<VmId>, u64>,
     /// Traps answered with an error.
     pub trap_errors: u64,
+    /// Multi-page READs refused as readahead (see `readahead.rs`).
+    pub readahead_refused: u64,
     /// NOTIFY_STORE messages the kernel took.
     pub stores: u64,
     /// Bytes stored.
@@ -66,6 +69,7 @@ impl PlaneMetrics {
             trap_bytes: AtomicU64::new(0),
             traps_by_vm: Mutex::new(BTreeMap::new()),
             trap_errors: AtomicU64::new(0),
+            readahead_refused: AtomicU64::new(0),
             stores: AtomicU64::new(0),
             store_bytes: AtomicU64::new(0),
             invalidations: AtomicU64::new(0),
@@ -109,6 +113,10 @@ impl PlaneMetrics {
         self.mark(offset, len, true);
     }
 
+    pub(crate) fn readahead_refused(&self) {
+        self.readahead_refused.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn trap_error(&self) {
         self.trap_errors.fetch_add(1, Ordering::Relaxed);
     }
@@ -146,6 +154,7 @@ impl PlaneMetrics {
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
             trap_errors: r(&self.trap_errors),
+            readahead_refused: r(&self.readahead_refused),
             stores: r(&self.stores),
             store_bytes: r(&self.store_bytes),
             invalidations: r(&self.invalidations),

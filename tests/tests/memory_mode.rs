@@ -4,8 +4,8 @@
 //!
 //! * `a_guest_writes_and_verifies_twice_the_cache_on_the_cxl_node`: the
 //!   guest sees two nodes (node 1 without CPUs, the region's size); a
-//!   writer bound to node 1 (`numactl --membind=1`) stores 64 MiB of
-//!   random bytes through a 32 MiB device cache and reads them back with
+//!   writer bound to node 1 (`numactl --membind=1`) stores 16 MiB of
+//!   random bytes through an 8 MiB device cache and reads them back with
 //!   the same SHA-256 after the evictions; traps and write-backs are
 //!   counted for the region; the guest powers off with dirty CXL pages —
 //!   the sequence that wedged both processes before the plane was split —
@@ -20,12 +20,11 @@ use cxlfs_e2e::{exclusive, Daemon, VmOptions, GUEST_PRELUDE};
 use std::fs;
 use std::time::{Duration, Instant};
 
-/// Device cache of these runs (the region is 4×, the writer 2×): QEMU
-/// madvises guest RAM MADV_HUGEPAGE, so each host fault on the region reads
-/// a 2–4 MiB window; a cache of a few such windows per vCPU keeps the
-/// faulting page resident until it is mapped.
-const CACHE: &str = "32MiB";
-const CACHE_PAGES: u64 = 32 * 256;
+/// Device cache of these runs: 8 MiB, where faults reading QEMU's
+/// `MADV_HUGEPAGE` readahead windows (2–4 MiB each) livelocked two vCPUs
+/// before the plane refused readahead; the writer stores twice that.
+const CACHE: &str = "8MiB";
+const CACHE_PAGES: u64 = 8 * 256;
 
 fn daemon() -> Daemon {
     Daemon::start(
@@ -75,7 +74,7 @@ fn a_guest_writes_and_verifies_twice_the_cache_on_the_cxl_node() {
 out=/mnt/.cxlfs
 numactl -H >$out/numa.txt
 cat /run/cxlfs/cxl-nodes >$out/cxl-nodes
-numactl --membind=1 sh -c "dd if=/dev/urandom bs=1M count=64 2>/dev/null | tee /dev/shm/a | sha256sum" >$out/written.sum
+numactl --membind=1 sh -c "dd if=/dev/urandom bs=1M count=16 2>/dev/null | tee /dev/shm/a | sha256sum" >$out/written.sum
 grep Shmem: /sys/devices/system/node/node1/meminfo >$out/shmem
 numactl --membind=1 sha256sum </dev/shm/a >$out/read.sum
 "#
@@ -110,7 +109,7 @@ numactl --membind=1 sha256sum </dev/shm/a >$out/read.sum
     let shmem = fs::read_to_string(out.join("shmem")).unwrap();
     let kib: u64 = shmem.split_whitespace().nth(3).unwrap().parse().unwrap();
     assert!(
-        kib >= 64 * 1024 - 64,
+        kib >= 16 * 1024 - 64,
         "the writer's pages are on node 1: {shmem}"
     );
     let hash = |f: &str| {
@@ -121,7 +120,7 @@ numactl --membind=1 sha256sum </dev/shm/a >$out/read.sum
     assert_eq!(
         hash("written.sum"),
         hash("read.sum"),
-        "64 MiB read back intact"
+        "16 MiB read back intact"
     );
     // The guest powered off with dirty CXL pages and QEMU is gone (wait()
     // returned): the daemon still serves and releases the region.
@@ -131,12 +130,21 @@ numactl --membind=1 sha256sum </dev/shm/a >$out/read.sum
         r.device_misses > 0,
         "trapped pages were read from NAND: {r:?}"
     );
+    // Each trap reads its own page: a multi-page READ is served only when
+    // it looks like the retry of a refused one (same thread, same offset,
+    // within 100 ms), which a re-fault of a window can mimic now and then.
+    // Before readahead was refused, a trap charged 32 pages.
+    let pages = r.device_misses + r.device_hits;
     assert!(
-        r.device_misses + r.device_hits >= r.traps,
-        "every trap charged: {r:?}"
+        pages >= r.traps && pages <= r.traps + r.traps / 20,
+        "each trap is about one page, charged once: {r:?}"
     );
     assert!(
-        r.writeback_bytes >= 32 << 20,
+        r.readahead_refused > 0,
+        "QEMU's readahead windows were refused: {r:?}"
+    );
+    assert!(
+        r.writeback_bytes >= 8 << 20,
         "2× the cache written: evicted dirty pages written back: {r:?}"
     );
     assert_eq!(
@@ -171,9 +179,9 @@ fn a_sigkilled_vmm_with_dirty_cxl_pages_leaves_and_its_region_is_released() {
     d.write_guest_script(&format!(
         r#"{GUEST_PRELUDE}
 numactl --membind=1 sh -c '
-    dd if=/dev/urandom of=/dev/shm/a bs=1M count=48 2>/dev/null
+    dd if=/dev/urandom of=/dev/shm/a bs=1M count=16 2>/dev/null
     : >/mnt/.cxlfs/writing
-    while :; do dd if=/dev/urandom of=/dev/shm/a bs=1M count=48 conv=notrunc 2>/dev/null; done'
+    while :; do dd if=/dev/urandom of=/dev/shm/a bs=1M count=16 conv=notrunc 2>/dev/null; done'
 "#
     ));
     let mut vm = d.boot("vm0", &cxl_vm());

@@ -156,14 +156,7 @@ pub struct DaemonConfig {
     pub memory_regions: Vec<MemoryRegionSpec>,
 }
 
-/// One VM's CXL memory region (`--cxl-memory NAME=SIZE`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemoryRegionSpec {
-    /// The VM's name.
-    pub vm: String,
-    /// Bytes (a positive multiple of 2 MiB).
-    pub size: u64,
-}
+pub use crate::memory::MemoryRegionSpec;
 
 /// `cxl_memory`: each `NAME=SIZE`, sizes in 2 MiB extents, names unique and
 /// (when VMs are listed) among them.

@@ -21,7 +21,6 @@
 //! device pages discarded (write-backs then are not charged) — the next VM
 //! of that name starts from zeros.
 
-use crate::config::MemoryRegionSpec;
 use crate::device::{DeviceObserver, SharedDevice, PAGE};
 use crate::ids::{FileKey, VmId};
 use crate::metrics::{MemoryRegionSample, MemorySource};
@@ -44,6 +43,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// How long a released VM's QEMU may take to go away before its region is
 /// kept (it may still map it: releasing would zero a live guest's memory).
 pub const RELEASE_WAIT: Duration = Duration::from_secs(30);
+
+/// One VM's CXL memory region (`--cxl-memory NAME=SIZE`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryRegionSpec {
+    /// The VM's name.
+    pub vm: String,
+    /// Bytes (a positive multiple of 2 MiB).
+    pub size: u64,
+}
 
 /// Counters of one region (since start; they never go back).
 #[derive(Debug, Default)]
@@ -232,8 +240,11 @@ impl Region {
                 path: dir.to_path_buf(),
                 source,
             })?;
+        // QEMU maps guest RAM MADV_HUGEPAGE: a fault must read its page,
+        // not a 2–4 MiB window.
         let options = PlaneOptions {
             detach: true,
+            refuse_readahead: true,
             ..PlaneOptions::default()
         };
         let plane = FusePoolPlane::mount_split(dir, size, backend, options, &store, helper)
@@ -271,6 +282,7 @@ impl Region {
     fn sample(&self, resident: &[u64]) -> MemoryRegionSample {
         let pages = self.device_pages();
         let s = &self.stats;
+        let plane = self.plane.metrics();
         MemoryRegionSample {
             vm: self.vm.clone(),
             size_bytes: self.size,
@@ -279,7 +291,8 @@ impl Region {
             device_misses: s.device_misses.load(Ordering::Relaxed),
             writeback_bytes: s.writeback_bytes.load(Ordering::Relaxed),
             device_resident_pages: resident.iter().filter(|p| pages.contains(*p)).count() as u64,
-            plane_resident_bytes: self.plane.metrics().resident_bytes,
+            plane_resident_bytes: plane.resident_bytes,
+            readahead_refused: plane.readahead_refused,
             releases: s.releases.load(Ordering::Relaxed),
         }
     }

@@ -114,6 +114,12 @@ const REGION_FAMILIES: &[RegionFamily] = &[
         |r| r.plane_resident_bytes,
     ),
     (
+        "cxlfs_region_readahead_refused_total",
+        "Readahead READs of the region refused (a fault reads its own page).",
+        "counter",
+        |r| r.readahead_refused,
+    ),
+    (
         "cxlfs_region_releases_total",
         "Times the region was released with its VM.",
         "counter",
