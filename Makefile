@@ -61,6 +61,7 @@ bench: toolchain
 	daemon/bench/virtiofsd-comparison.sh
 	$(CARGO) bench --locked -p cxlfs-residency --bench pool_latency
 	$(CARGO) bench --locked -p cxlfsd --bench metrics_overhead
+	daemon/bench/memory-mode.sh
 
 ## The cargo-fuzz targets (fuzz/README.md), each for FUZZ_SECONDS (default 60) in
 ## turn, from the committed seeds (fuzz/corpus); fails on the first crash, hang

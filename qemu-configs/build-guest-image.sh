@@ -39,6 +39,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 init_script="$here/guest-init.sh"
 hint_src="$here/../hint/cxlfs-hint.c"
 hint_hdr="$here/../hint/include/cxlfs_hint.h"
+memlat_src="$here/probes/cxlfs-memlat.c"
 self="$here/$(basename "${BASH_SOURCE[0]}")"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$here/lib.sh"
@@ -48,6 +49,7 @@ parse_build_args "$@"
 
 [[ -f "$init_script" ]] || die "missing $init_script"
 [[ -f "$hint_src" && -f "$hint_hdr" ]] || die "missing the cxlfs-hint sources ($hint_src, $hint_hdr)"
+[[ -f "$memlat_src" ]] || die "missing $memlat_src"
 require_x86_64
 
 kernel_meta="${CXLFS_KERNEL_PKG:-linux-image-amd64}"
@@ -94,6 +96,7 @@ quick_key() {
         sha256sum <"$init_script"
         sha256sum <"$hint_src"
         sha256sum <"$hint_hdr"
+        sha256sum <"$memlat_src"
         echo "kernel=$kernel_meta modules=${modules[*]} extra_bins=$extra_bins"
         stat -c '%n %s %Y' /var/lib/apt/lists/*_Packages* 2>/dev/null | sort
     } | sha256sum | cut -c1-16
@@ -142,6 +145,7 @@ key="$( {
     sha256sum <"$init_script"
     sha256sum <"$hint_src"
     sha256sum <"$hint_hdr"
+    sha256sum <"$memlat_src"
     echo "kernel=$kernel_pkg modules=${modules[*]} extra_bins=$extra_bins"
     echo "$versions"
 } | sha256sum | cut -c1-16)"
@@ -331,6 +335,10 @@ gcc -static -O2 -Wall -Wextra -Werror -I"$(dirname "$hint_hdr")" -o "$root/usr/b
 hint_rc=0
 "$root/usr/bin/cxlfs-hint" 2>/dev/null || hint_rc=$?
 ((hint_rc == 2)) || die "cxlfs-hint does not run (usage should exit 2, got $hint_rc)"
+# cxlfs-memlat: the dependent-load latency probe (static as well).
+gcc -static -O2 -Wall -Wextra -Werror -o "$root/usr/bin/cxlfs-memlat" "$memlat_src" \
+    || die "cannot build cxlfs-memlat (gcc -static; needs libc6-dev)"
+"$root/usr/bin/cxlfs-memlat" 1 4096 1 >/dev/null || die "cxlfs-memlat does not run"
 
 # Check on the host that fio and numactl run from the image's own libraries only.
 image_run() { # binary args...: run an image binary through the image's ld.so and libraries
@@ -413,6 +421,7 @@ install -m 0755 "$init_script" "$root/init"
     echo "fio=$fio_version"
     echo "numactl=${fetched[numactl]} (numactl --show runs from the image's libraries)"
     echo "cxlfs-hint=$(sha256sum <"$hint_src" | cut -c1-16) (hint/cxlfs-hint.c)"
+    echo "cxlfs-memlat=$(sha256sum <"$memlat_src" | cut -c1-16) (qemu-configs/probes/cxlfs-memlat.c)"
     echo "packages:"
     for p in $(printf '%s\n' "${!fetched[@]}" | sort); do echo "  $p ${fetched[$p]}"; done
     echo "libraries:"

@@ -200,6 +200,7 @@ if [[ -n "$socket" ]]; then kargs+=" cxlfs.tag=$tag"; else kargs+=" cxlfs.tag=no
 [[ -n "$append" ]] && kargs+=" $append"
 ((${#kargs} < 2048)) || die "kernel command line is ${#kargs} bytes (limit 2047): put the command in the share as .cxlfs/run.sh"
 
+machine=q35
 if [[ -z "$cxl_mem" ]]; then
     mem_args=(-m "$mem" -object "memory-backend-memfd,id=mem,size=$mem,share=on" -numa "node,memdev=mem")
 else
@@ -212,8 +213,15 @@ else
         -object "memory-backend-file,id=cxlmem,mem-path=${cxl_backing//,/,,},size=$cxl_mem,share=on"
         -numa "node,nodeid=1,memdev=cxlmem"
         -numa "dist,src=0,dst=1,val=50")
+    # All of node 1 above 4 GiB (when node 0 fits below): the guest kernel's
+    # low-memory allocations (swiotlb, DMA32, the initrd QEMU loads at the
+    # top of low RAM) then stay on node 0, as on a host whose CXL memory sits
+    # above its DRAM. Without this a 2 GiB node took ~78 k traps at boot.
+    if ((mem_mib <= 2048)); then
+        machine="q35,max-ram-below-4g=${mem_mib}M"
+    fi
 fi
-args=("$qemu" -name "$name" -machine q35 "${accel_args[@]}" -smp "$smp" "${mem_args[@]}"
+args=("$qemu" -name "$name" -machine "$machine" "${accel_args[@]}" -smp "$smp" "${mem_args[@]}"
     -kernel "$kernel" -initrd "$initrd" -append "$kargs"
     -nodefaults -nographic -monitor none -serial "file:$serial" -no-reboot)
 if [[ -n "$socket" ]]; then

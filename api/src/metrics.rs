@@ -341,10 +341,16 @@ pub struct MemoryRegionSample {
     pub size_bytes: u64,
     /// Traps (page-cache misses of the region) answered.
     pub traps: u64,
+    /// Of which by threads of the VM's own VMM (the rest: other processes
+    /// that map the region, such as the daemon reading virtqueues there).
+    pub vmm_traps: u64,
     /// Device-cache hits among the trapped pages.
     pub device_hits: u64,
     /// Device misses (NAND reads) among the trapped pages.
     pub device_misses: u64,
+    /// Modeled time of the traps, summed (arrival to modeled completion;
+    /// divide by `traps` for the mean a trap should take).
+    pub trap_modeled_ns_total: u64,
     /// Bytes written back (NAND programs).
     pub writeback_bytes: u64,
     /// Region pages in the device cache now.

@@ -62,6 +62,8 @@ pub struct RegionStats {
     pub device_hits: AtomicU64,
     /// Of which were device misses (NAND reads).
     pub device_misses: AtomicU64,
+    /// Modeled trap time, summed (ns).
+    pub trap_modeled_ns: AtomicU64,
     /// Bytes written back (charged as NAND programs).
     pub writeback_bytes: AtomicU64,
     /// Times the region was released.
@@ -101,6 +103,10 @@ impl PoolBackend for RegionBackend {
         self.stats
             .device_misses
             .fetch_add(charge.page_misses, Ordering::Relaxed);
+        self.stats.trap_modeled_ns.fetch_add(
+            charge.completes_at_ns.saturating_sub(miss.arrival_ns),
+            Ordering::Relaxed,
+        );
         Ok(MissReply {
             data: MissData::File {
                 file: self.store.clone(),
@@ -153,8 +159,19 @@ pub struct Region {
     plane: FusePoolPlane,
     stats: Arc<RegionStats>,
     releasing: Arc<AtomicBool>,
-    /// The VMM process that has it now.
-    vmm: Mutex<Option<u32>>,
+    /// Who has it now; held across a release, so a VM that connects
+    /// meanwhile waits for the release to end.
+    session: Mutex<Session>,
+}
+
+/// A region's current user.
+#[derive(Debug, Default)]
+struct Session {
+    /// The VMM process.
+    vmm: Option<u32>,
+    /// Connections so far: a release started for one connection is
+    /// skipped if another came since.
+    epoch: u64,
 }
 
 impl std::fmt::Debug for Region {
@@ -263,7 +280,7 @@ impl Region {
             plane,
             stats,
             releasing,
-            vmm: Mutex::new(None),
+            session: Mutex::new(Session::default()),
         })
     }
 
@@ -289,6 +306,12 @@ impl Region {
             traps: s.traps.load(Ordering::Relaxed),
             device_hits: s.device_hits.load(Ordering::Relaxed),
             device_misses: s.device_misses.load(Ordering::Relaxed),
+            trap_modeled_ns_total: s.trap_modeled_ns.load(Ordering::Relaxed),
+            vmm_traps: plane
+                .traps_by_vm
+                .get(&Some(REGION_VM_ID))
+                .copied()
+                .unwrap_or(0),
             writeback_bytes: s.writeback_bytes.load(Ordering::Relaxed),
             device_resident_pages: resident.iter().filter(|p| pages.contains(*p)).count() as u64,
             plane_resident_bytes: plane.resident_bytes,
@@ -400,8 +423,11 @@ impl MemoryRegions {
     /// count for it (the region's plane knows one VM: id 0).
     pub fn vm_connected(&self, vm: &str, pid: Option<u32>) {
         let Some(r) = self.region(vm) else { return };
+        // Waits here while a release of the previous connection runs.
+        let mut session = lock(&r.session);
+        session.epoch += 1;
+        session.vmm = pid;
         r.releasing.store(false, Ordering::Release);
-        *lock(&r.vmm) = pid;
         if let Some(pid) = pid {
             r.plane.register_vmm(REGION_VM_ID, pid);
         }
@@ -409,13 +435,17 @@ impl MemoryRegions {
 
     /// VM `vm`'s connection ended (and the daemon unmapped its memory):
     /// once its VMM process is gone (within [`RELEASE_WAIT`]), the region
-    /// is released, on a thread of its own.
+    /// is released, on a thread of its own — unless the VM connected again
+    /// meanwhile.
     pub fn vm_disconnected(self: &Arc<Self>, vm: &str) {
         let Some(r) = self.region(vm).cloned() else {
             return;
         };
         r.plane.unregister_vmm(REGION_VM_ID);
-        let pid = lock(&r.vmm).take();
+        let (pid, epoch) = {
+            let mut session = lock(&r.session);
+            (session.vmm.take(), session.epoch)
+        };
         let me = self.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("release-{vm}"))
@@ -425,6 +455,11 @@ impl MemoryRegions {
                         tracing::warn!(vm = %r.vm, pid, "the VMM still runs after its connection ended: its CXL memory region is kept");
                         return;
                     }
+                }
+                let session = lock(&r.session);
+                if session.epoch != epoch {
+                    tracing::info!(vm = %r.vm, "the VM connected again: its region is kept");
+                    return;
                 }
                 r.release(&me.shared);
             });

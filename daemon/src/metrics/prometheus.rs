@@ -84,6 +84,12 @@ const REGION_FAMILIES: &[RegionFamily] = &[
         |r| r.traps,
     ),
     (
+        "cxlfs_region_vmm_traps_total",
+        "Region traps by threads of the VM's own VMM.",
+        "counter",
+        |r| r.vmm_traps,
+    ),
+    (
         "cxlfs_region_device_hits_total",
         "Trapped region pages the device cache held.",
         "counter",
@@ -94,6 +100,12 @@ const REGION_FAMILIES: &[RegionFamily] = &[
         "Trapped region pages read from NAND.",
         "counter",
         |r| r.device_misses,
+    ),
+    (
+        "cxlfs_region_trap_modeled_ns_total",
+        "Modeled time of the region's traps, summed (ns).",
+        "counter",
+        |r| r.trap_modeled_ns_total,
     ),
     (
         "cxlfs_region_writeback_bytes_total",
