@@ -141,6 +141,45 @@ struct Fixture {
     _dir: tempfile::TempDir,
 }
 
+/// How the plane reads its requests: threads of this process (blocking or
+/// polling), or a helper process (a split plane, as memory mode uses).
+#[derive(Debug, Clone, Copy)]
+enum Readers {
+    Local(ReaderMode),
+    Split,
+}
+
+const READERS: [Readers; 3] = [
+    Readers::Local(ReaderMode::Block),
+    Readers::Local(ReaderMode::Spin),
+    Readers::Split,
+];
+
+fn mount_as(b: &Arc<BenchBackend>, r: Readers) -> Fixture {
+    match r {
+        Readers::Local(mode) => mount(b, mode),
+        Readers::Split => {
+            let dir = tempfile::tempdir().unwrap();
+            let store = tempfile::tempfile().unwrap();
+            store.set_len(POOL).unwrap();
+            let helper = residency::HelperCommand {
+                program: env!("CARGO_BIN_EXE_cxlfs-plane-helper").into(),
+                args: Vec::new(),
+            };
+            let p = FusePoolPlane::mount_split(
+                dir.path(),
+                POOL,
+                b.clone(),
+                PlaneOptions::default(),
+                &store,
+                &helper,
+            )
+            .expect("mount the split pool");
+            Fixture { p, _dir: dir }
+        }
+    }
+}
+
 fn mount(b: &Arc<BenchBackend>, mode: ReaderMode) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let readers = if mode == ReaderMode::Spin { 1 } else { 2 };
@@ -270,8 +309,8 @@ fn touch_fresh(b: &Arc<BenchBackend>, p: &FusePoolPlane, n: usize, seed: u64) ->
 
 fn misses(b: &Arc<BenchBackend>) {
     println!("(b) miss-path floor, modeled latency 0: first touch -> FUSE_READ -> mapped");
-    for mode in [ReaderMode::Block, ReaderMode::Spin] {
-        let fx = mount(b, mode);
+    for mode in READERS {
+        let fx = mount_as(b, mode);
         let p = &fx.p;
         b.latency_ns.store(0, Ordering::Relaxed);
         let _ = touch_fresh(b, p, 500, 1); // warm-up
@@ -294,8 +333,8 @@ fn misses(b: &Arc<BenchBackend>) {
         }
     }
     println!("(c) achieved vs modeled miss latency (achieved: first touch -> mapped, as the toucher sees it)");
-    for mode in [ReaderMode::Block, ReaderMode::Spin] {
-        let fx = mount(b, mode);
+    for mode in READERS {
+        let fx = mount_as(b, mode);
         let p = &fx.p;
         for lat_us in [3u64, 20, 40] {
             let lat = lat_us * 1000;

@@ -39,7 +39,7 @@ use fuse_abi::zerocopy::IntoBytes;
 use fuse_abi::{opcode, Cursor, InHeader};
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{FromRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
@@ -53,7 +53,38 @@ const HELPER_READERS: usize = 4;
 /// reader forwards every READ before it reaches the server).
 struct StoreBackend {
     store: File,
-    to_daemon: Sender<Vec<u8>>,
+    to_daemon: ToDaemon,
+}
+
+/// The way to the daemon that never blocks: a record goes straight into
+/// the socket when it has room (no thread hop on a miss), else into the
+/// queue of the forwarder thread, which may block on the socket.
+#[derive(Clone)]
+struct ToDaemon {
+    sock: Arc<File>,
+    queue: Sender<Vec<u8>>,
+}
+
+impl ToDaemon {
+    /// Sends one record; false once the daemon is gone.
+    fn send(&self, msg: Vec<u8>) -> bool {
+        // SAFETY: a non-blocking send of a valid buffer on a socket we own.
+        let n = unsafe {
+            libc::send(
+                self.sock.as_raw_fd(),
+                msg.as_ptr().cast(),
+                msg.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if n >= 0 {
+            return true;
+        }
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EINTR) => self.queue.send(msg).is_ok(),
+            _ => false,
+        }
+    }
 }
 
 impl PoolBackend for StoreBackend {
@@ -149,10 +180,14 @@ fn run_helper(spec: HelperSpec) {
         )
     };
     let (tx, rx) = mpsc::channel::<Vec<u8>>();
+    let to_daemon = ToDaemon {
+        sock: sock.clone(),
+        queue: tx,
+    };
     let server = Arc::new(Server::new(
         Arc::new(StoreBackend {
             store,
-            to_daemon: tx.clone(),
+            to_daemon: to_daemon.clone(),
         }),
         spec.size,
     ));
@@ -164,12 +199,12 @@ fn run_helper(spec: HelperSpec) {
             .spawn(move || forward(&sock, rx));
     }
     for i in 0..HELPER_READERS {
-        let (server, dev, tx) = (server.clone(), dev.clone(), tx.clone());
+        let (server, dev, to) = (server.clone(), dev.clone(), to_daemon.clone());
         let _ = thread::Builder::new()
             .name(format!("plane-req{i}"))
-            .spawn(move || helper_reader(&server, &dev, &tx));
+            .spawn(move || helper_reader(&server, &dev, &to));
     }
-    drop(tx);
+    drop(to_daemon);
     // The daemon sends nothing; its end closing (or its exit) ends us.
     let mut buf = [0u8; 64];
     loop {
@@ -191,7 +226,7 @@ fn forward(sock: &File, rx: Receiver<Vec<u8>>) {
     }
 }
 
-fn helper_reader(server: &Server, dev: &File, to_daemon: &Sender<Vec<u8>>) {
+fn helper_reader(server: &Server, dev: &File, to_daemon: &ToDaemon) {
     let mut buf =
         vec![0u8; fuse_abi::MIN_READ_BUFFER.max(crate::fuse_plane::MAX_WRITE as usize + 4096)];
     let mut out = Vec::with_capacity(fuse_abi::OUT_HEADER_LEN + 4096);
@@ -217,7 +252,7 @@ fn helper_reader(server: &Server, dev: &File, to_daemon: &Sender<Vec<u8>>) {
             let mut msg = Vec::with_capacity(std::mem::size_of::<Forward>() + n);
             msg.extend_from_slice(h.as_bytes());
             msg.extend_from_slice(req);
-            if to_daemon.send(msg).is_err() {
+            if !to_daemon.send(msg) {
                 return;
             }
             continue;
