@@ -235,3 +235,90 @@ fn gone(pid: u32) -> Option<()> {
         }
     }
 }
+
+/// Both modes at once on one daemon: two VMs, each with its own CXL memory
+/// region and the same shared file read through its DAX window. Each VM's
+/// data on node 1 survives the evictions the other VM's traffic causes,
+/// traps are attributed to the right VM and region, and the device cache
+/// is one cache: the resident pages of both regions and the file never
+/// exceed it.
+#[test]
+fn two_vms_with_cxl_memory_and_a_shared_dax_file_share_one_device_cache() {
+    let _serial = exclusive();
+    const FILE: usize = 16 << 20;
+    let mut d = Daemon::start(
+        &["vm0", "vm1"],
+        &[
+            "--cxl-memory",
+            "vm0=64MiB",
+            "--cxl-memory",
+            "vm1=64MiB",
+            "--set",
+            &format!("cache.size_bytes={CACHE}"),
+        ],
+        |share| {
+            fs::write(
+                share.join("shared.bin"),
+                cxlfs_e2e::seeded_bytes(FILE as u64, 7),
+            )
+            .unwrap()
+        },
+    );
+    let want = cxlfs_e2e::sha256_hex(&d.share().join("shared.bin"));
+    d.write_guest_script(&format!(
+        r#"{GUEST_PRELUDE}
+grep ' /mnt virtiofs ' /proc/mounts | grep -q dax=always || {{ echo "not a DAX mount"; exit 1; }}
+out=/mnt/.cxlfs
+numactl --membind=1 sh -c "dd if=/dev/urandom bs=1M count=16 2>/dev/null | tee /dev/shm/a | sha256sum" >/tmp/w
+sha256sum /mnt/shared.bin | cut -d' ' -f1 >$out/shared-$CXLFS_VM
+numactl --membind=1 sha256sum </dev/shm/a >/tmp/r
+cut -d' ' -f1 /tmp/w >$out/written-$CXLFS_VM
+cut -d' ' -f1 /tmp/r >$out/read-$CXLFS_VM
+"#
+    ));
+    let opts = VmOptions {
+        smp: 2,
+        cxl_memory: Some("64M".into()),
+        timeout: Duration::from_secs(300),
+        ..VmOptions::dax("64M")
+    };
+    let vms = [d.boot("vm0", &opts), d.boot("vm1", &opts)];
+    for vm in vms {
+        let run = vm.wait();
+        assert!(run.ok(), "{}\n{}", run.describe(), d.diagnostics());
+    }
+    let out = d.share().join(".cxlfs");
+    let read = |f: String| fs::read_to_string(out.join(f)).unwrap().trim().to_string();
+    for vm in ["vm0", "vm1"] {
+        assert_eq!(
+            read(format!("shared-{vm}")),
+            want,
+            "{vm} read the shared file through DAX"
+        );
+        assert_eq!(read(format!("written-{vm}")).len(), 64);
+        assert_eq!(
+            read(format!("written-{vm}")),
+            read(format!("read-{vm}")),
+            "{vm}'s 16 MiB on node 1 survived the other VM's traffic"
+        );
+    }
+    let snap = d.snapshot();
+    assert_eq!(snap.memory_regions.len(), 2);
+    for r in &snap.memory_regions {
+        assert!(r.traps > 0 && r.device_misses > 0, "{r:?}");
+        assert!(
+            r.vmm_traps * 10 >= r.traps * 9,
+            "the region's traps are its own VMM's: {r:?}"
+        );
+    }
+    for row in &snap.vms {
+        assert!(row.traps > 0, "{} trapped on the DAX file: {row:?}", row.vm);
+    }
+    assert!(
+        snap.device.resident_pages <= CACHE_PAGES,
+        "one device cache for both regions and the file: {} pages",
+        snap.device.resident_pages
+    );
+    let st = d.stop();
+    assert!(st.success(), "clean shutdown: {st}\n{}", d.diagnostics());
+}
