@@ -271,3 +271,64 @@ fn chroot_mode_is_refused_with_a_reason() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("chroot is not supported"), "{err}");
 }
+
+/// Memory mode: a VM's CXL memory region is reachable by path nowhere and
+/// by descriptor only for the daemon's own user: neither the daemon's nor
+/// its plane helper's descriptors of the region file or its backing store
+/// open for another user.
+#[test]
+fn a_memory_region_is_reachable_only_through_the_daemons_descriptors() {
+    if !root_or_skip() {
+        return;
+    }
+    let mut d = start(&["--cxl-memory", "vm0=4MiB"]);
+    let pid = d.pid();
+    assert_eq!(read_hello(&d.path("vm0.sock")), b"hello from the host\n");
+    let children: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.unwrap().path().join("children")).ok())
+        .flat_map(|s| {
+            s.split_whitespace()
+                .map(|p| p.parse().unwrap())
+                .collect::<Vec<u32>>()
+        })
+        .collect();
+    let helpers: Vec<u32> = children
+        .into_iter()
+        .filter(|c| {
+            std::fs::read(format!("/proc/{c}/environ"))
+                .is_ok_and(|e| e.windows(18).any(|w| w == b"CXLFS_PLANE_HELPER"))
+        })
+        .collect();
+    assert_eq!(helpers.len(), 1, "one plane helper for the one region");
+    let mut checked = 0;
+    for p in std::iter::once(pid).chain(helpers) {
+        for fd in std::fs::read_dir(format!("/proc/{p}/fd")).unwrap() {
+            let fd = fd.unwrap().path();
+            let Ok(target) = std::fs::read_link(&fd) else {
+                continue;
+            };
+            let t = target.to_string_lossy();
+            if t.ends_with("/pool") || t.contains("cxlfs-memory-vm0") {
+                assert!(
+                    !nobody_can_open(&fd),
+                    "nobody opened {} ({t})",
+                    fd.display()
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(
+        checked >= 3,
+        "the region file and its store, in both processes: {checked}"
+    );
+    let host = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !host.contains("cxlfs-pool"),
+        "a pool or region mounted on the host"
+    );
+    assert!(!Path::new(&format!("/run/cxlfsd/memory-{pid}")).exists());
+    let st = d.stop();
+    assert!(st.success(), "{st}\n{}", d.log());
+}
