@@ -31,7 +31,8 @@ pub const DEFAULT_SOCKET_MODE: u32 = 0o600;
 
 /// The range of a range command: a file of the share (`file`, optional
 /// `offset` and `len`) or, from the host, a pool range (`pool_offset` and
-/// `len`). Which one it is, and whether the combination is valid, is
+/// `len`) or a range of a VM's CXL memory region (`vm`, `memory_offset`
+/// and `len`). Which one it is, and whether the combination is valid, is
 /// [`RangeSpec::target`]'s answer: the wire format is one flat object.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -42,6 +43,12 @@ pub struct RangeSpec {
     /// First byte of a pool (device address space) range.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool_offset: Option<u64>,
+    /// The VM of a memory range (memory mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<String>,
+    /// First byte of a memory range, in the VM's CXL memory region.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_offset: Option<u64>,
     /// First byte in the file (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offset: Option<u64>,
@@ -69,6 +76,15 @@ pub enum RangeTarget<'a> {
         /// Bytes.
         len: u64,
     },
+    /// A range of a VM's CXL memory region (memory mode).
+    Memory {
+        /// The VM.
+        vm: &'a str,
+        /// First byte in the region.
+        offset: u64,
+        /// Bytes.
+        len: u64,
+    },
 }
 
 /// Why a [`RangeSpec`] names no range.
@@ -81,8 +97,12 @@ pub enum RangeTargetError {
     #[error("a pool range needs `len`")]
     PoolRangeWithoutLen,
     /// Both or neither of `file` and `pool_offset`.
-    #[error("give exactly one of `file` and `pool_offset`")]
+    #[error("give exactly one of `file`, `pool_offset` and `memory_offset`")]
     NotExactlyOne,
+    /// A memory range without `vm` or `len`, or with `offset`; or `vm`
+    /// without `memory_offset`.
+    #[error("a memory range takes `vm`, `memory_offset` and `len`")]
+    BadMemoryRange,
 }
 
 impl RangeSpec {
@@ -105,8 +125,29 @@ impl RangeSpec {
         }
     }
 
+    /// A range of VM `vm`'s CXL memory region (`len` is required).
+    pub fn memory(vm: impl Into<String>, offset: u64, len: Option<u64>) -> Self {
+        RangeSpec {
+            vm: Some(vm.into()),
+            memory_offset: Some(offset),
+            len,
+            ..RangeSpec::default()
+        }
+    }
+
     /// What the range names.
     pub fn target(&self) -> Result<RangeTarget<'_>, RangeTargetError> {
+        match (&self.vm, self.memory_offset) {
+            (None, None) => {}
+            (Some(vm), Some(offset)) => {
+                return match (&self.file, self.pool_offset, self.offset, self.len) {
+                    (None, None, None, Some(len)) => Ok(RangeTarget::Memory { vm, offset, len }),
+                    (Some(_), _, _, _) | (_, Some(_), _, _) => Err(RangeTargetError::NotExactlyOne),
+                    _ => Err(RangeTargetError::BadMemoryRange),
+                };
+            }
+            _ => return Err(RangeTargetError::BadMemoryRange),
+        }
         match (&self.file, self.pool_offset) {
             (Some(path), None) => Ok(RangeTarget::File {
                 path,

@@ -34,7 +34,8 @@ pub struct CtlArgs {
     command: CtlCommand,
 }
 
-/// A file range (relative to the shared directory) or a pool range.
+/// A file range (relative to the shared directory), a pool range or a
+/// range of a VM's CXL memory region.
 #[derive(Debug, Args)]
 pub struct RangeArgs {
     /// File, relative to the shared directory.
@@ -43,6 +44,13 @@ pub struct RangeArgs {
     /// A pool (device address) range instead of a file: its first byte.
     #[arg(long, value_name = "BYTES")]
     pool_offset: Option<String>,
+    /// A range of this VM's CXL memory region (memory mode), with
+    /// --memory-offset and --len.
+    #[arg(long, value_name = "NAME", requires = "memory_offset")]
+    vm: Option<String>,
+    /// First byte of the memory range in the VM's region.
+    #[arg(long, value_name = "BYTES", requires = "vm")]
+    memory_offset: Option<String>,
     /// First byte in the file (default 0).
     #[arg(long, value_name = "BYTES", conflicts_with = "pool_offset")]
     offset: Option<String>,
@@ -116,13 +124,16 @@ fn size(s: &Option<String>, what: &str) -> anyhow::Result<Option<u64>> {
 
 impl RangeArgs {
     fn spec(&self) -> anyhow::Result<RangeSpec> {
+        if let (Some(vm), Some(off)) = (&self.vm, size(&self.memory_offset, "memory-offset")?) {
+            return Ok(RangeSpec::memory(vm, off, size(&self.len, "len")?));
+        }
         match (&self.file, size(&self.pool_offset, "pool-offset")?) {
             (Some(f), None) => {
                 let offset = size(&self.offset, "offset")?;
                 Ok(RangeSpec::file(f, offset, size(&self.len, "len")?))
             }
             (None, Some(p)) => Ok(RangeSpec::pool(p, size(&self.len, "len")?)),
-            _ => bail!("give --file PATH or --pool-offset N"),
+            _ => bail!("give --file PATH, --pool-offset N or --vm NAME --memory-offset N"),
         }
     }
 }

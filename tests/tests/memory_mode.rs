@@ -191,6 +191,49 @@ numactl --membind=1 sh -c '
         "the guest never wrote to node 1\n{}",
         d.diagnostics()
     );
+    // The host's range commands on the VM's memory (cxlfs ctl): pin 1 MiB
+    // of the region, evict all of it; a range past the region is refused.
+    let pinned = ctl(
+        &d,
+        &[
+            "pin",
+            "--vm",
+            "vm0",
+            "--memory-offset",
+            "0",
+            "--len",
+            "1MiB",
+        ],
+    );
+    assert_eq!(pinned["pages"], 256, "{pinned}");
+    let evicted = ctl(
+        &d,
+        &[
+            "evict",
+            "--vm",
+            "vm0",
+            "--memory-offset",
+            "0",
+            "--len",
+            "128MiB",
+        ],
+    );
+    assert_eq!(evicted["pages"], 32768, "{evicted}");
+    let past = std::process::Command::new(cxlfs_e2e::cxlfs_cli())
+        .args(["ctl", "--socket"])
+        .arg(d.work_dir().join("control.sock"))
+        .args([
+            "evict",
+            "--vm",
+            "vm0",
+            "--memory-offset",
+            "128MiB",
+            "--len",
+            "4KiB",
+        ])
+        .output()
+        .unwrap();
+    assert!(!past.status.success(), "a range past the region is refused");
     let qemu = qemu_of(&d).expect("the VM's QEMU process");
     // SAFETY: a signal to the test's own QEMU.
     unsafe { libc::kill(qemu as i32, libc::SIGKILL) };
@@ -321,4 +364,20 @@ cut -d' ' -f1 /tmp/r >$out/read-$CXLFS_VM
     );
     let st = d.stop();
     assert!(st.success(), "clean shutdown: {st}\n{}", d.diagnostics());
+}
+
+/// `cxlfs ctl --json ARGS` against the test's daemon: the result.
+fn ctl(d: &Daemon, args: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(cxlfs_e2e::cxlfs_cli())
+        .args(["ctl", "--json", "--socket"])
+        .arg(d.work_dir().join("control.sock"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cxlfs ctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }

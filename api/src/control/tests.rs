@@ -342,3 +342,44 @@ fn the_documented_examples_are_what_the_types_read_and_write() {
     assert_eq!(cmds, all, "the documentation shows every command");
     assert!(replies >= 2 && stats == 1, "{examples:?}");
 }
+
+#[test]
+fn memory_ranges_name_a_vm_an_offset_and_a_length() {
+    let t = |line: &str| {
+        RequestEnvelope::parse_line(line.as_bytes())
+            .map(|e| match e.request.as_range() {
+                Some((_, spec)) => spec.target().map(|t| format!("{t:?}")),
+                None => Ok("not a range".into()),
+            })
+            .unwrap()
+    };
+    assert_eq!(
+        t(r#"{"v":1,"cmd":"evict","vm":"vm0","memory_offset":4096,"len":8192}"#),
+        Ok(r#"Memory { vm: "vm0", offset: 4096, len: 8192 }"#.to_string())
+    );
+    assert_eq!(
+        t(r#"{"v":1,"cmd":"pin","vm":"vm0","memory_offset":0}"#),
+        Err(RangeTargetError::BadMemoryRange)
+    );
+    assert_eq!(
+        t(r#"{"v":1,"cmd":"pin","vm":"vm0","len":1}"#),
+        Err(RangeTargetError::BadMemoryRange)
+    );
+    assert_eq!(
+        t(r#"{"v":1,"cmd":"pin","vm":"vm0","memory_offset":0,"len":1,"offset":1}"#),
+        Err(RangeTargetError::BadMemoryRange)
+    );
+    assert_eq!(
+        t(r#"{"v":1,"cmd":"pin","vm":"vm0","memory_offset":0,"len":1,"file":"a"}"#),
+        Err(RangeTargetError::NotExactlyOne)
+    );
+    let spec = RangeSpec::memory("vm1", 0, Some(4096));
+    assert_eq!(
+        spec.target(),
+        Ok(RangeTarget::Memory {
+            vm: "vm1",
+            offset: 0,
+            len: 4096
+        })
+    );
+}

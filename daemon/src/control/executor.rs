@@ -108,6 +108,30 @@ impl Controller {
                 len,
             },
             RangeTarget::Pool { offset, len } => Target::Pool { offset, len },
+            RangeTarget::Memory { .. } if *who != Principal::Host => {
+                return Err(ControlCommandError::Forbidden(
+                    "guests may only name file ranges".into(),
+                ))
+            }
+            RangeTarget::Memory { vm, offset, len } => {
+                let region = self
+                    .memory
+                    .as_ref()
+                    .and_then(|m| m.region(vm))
+                    .ok_or_else(|| {
+                        ControlCommandError::NotFound(format!("VM `{vm}` has no CXL memory region"))
+                    })?;
+                if len == 0 || offset.checked_add(len).map_or(true, |e| e > region.size) {
+                    return Err(bad(format!(
+                        "memory range {offset:#x}+{len:#x} is empty or beyond the region of {vm} ({:#x} bytes)",
+                        region.size
+                    )));
+                }
+                Target::Memory {
+                    offset: region.base + offset,
+                    len,
+                }
+            }
         };
         let r = self.range(who, op, target)?;
         tracing::info!(

@@ -57,6 +57,14 @@ pub enum Target {
         /// Bytes.
         len: u64,
     },
+    /// A range of a CXL memory region, in device address space (checked
+    /// against the region); host only.
+    Memory {
+        /// First device byte.
+        offset: u64,
+        /// Bytes.
+        len: u64,
+    },
 }
 
 /// The page-aligned data spans `[start, end)` of a file range, at most
@@ -177,14 +185,15 @@ impl Controller {
                     .map(|s| (s.addr, u64::from(s.len)))
                     .collect())
             }
-            &Target::Pool { offset, len } => {
+            &Target::Pool { offset, len } | &Target::Memory { offset, len } => {
                 if *who != Principal::Host {
                     return Err(ControlCommandError::Forbidden(
                         "guests may only name file ranges".into(),
                     ));
                 }
                 let cap = self.shared.pool().capacity_extents() * EXTENT_SIZE;
-                if len == 0 || offset.checked_add(len).map_or(true, |e| e > cap) {
+                let in_pool = matches!(target, Target::Pool { .. });
+                if in_pool && (len == 0 || offset.checked_add(len).map_or(true, |e| e > cap)) {
                     return Err(bad(format!(
                         "pool range {offset:#x}+{len:#x} is empty or beyond the pool ({cap:#x} bytes)"
                     )));
@@ -275,6 +284,10 @@ impl Controller {
     /// plane; `wait`: until the kernel has done it (dirty pages written
     /// back). Returns the pages handed over.
     pub(super) fn mirror(&self, evicted: Vec<u64>, wait: bool) -> u64 {
+        if let Some(m) = &self.memory {
+            // Region pages the device dropped leave the page cache too.
+            crate::device::DeviceObserver::evicted(&**m, evicted.clone());
+        }
         self.dax
             .as_ref()
             .map_or(0, |d| d.evict_pages(evicted, wait))
