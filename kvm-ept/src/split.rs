@@ -32,7 +32,7 @@
 //! daemon closes its end of the socket (or exits).
 
 use crate::fuse_plane::{Outcome, Server};
-use crate::helper_link::{monotonic_ns, Forward, ForwardKind, MAX_FORWARD};
+use crate::helper_link::{monotonic_ns, Forward, ForwardKind, FORWARD_LEN, MAX_FORWARD};
 pub use crate::helper_link::{HelperCommand, SpawnHelperError, HELPER_ENV};
 use crate::{Miss, MissReply, PoolBackend, ServeMissError, WritebackError};
 use fuse_abi::zerocopy::IntoBytes;
@@ -243,13 +243,13 @@ fn helper_reader(server: &Server, dev: &File, to_daemon: &ToDaemon) {
         let is_read = InHeader::parse(&mut Cursor::new(req))
             .map(|h| h.opcode == opcode::READ)
             .unwrap_or(false);
-        if is_read && n + std::mem::size_of::<Forward>() <= MAX_FORWARD {
+        if is_read && n + FORWARD_LEN <= MAX_FORWARD {
             let h = Forward {
                 kind: ForwardKind::Read as u32,
                 mono_ns: arrival,
                 ..Forward::default()
             };
-            let mut msg = Vec::with_capacity(std::mem::size_of::<Forward>() + n);
+            let mut msg = Vec::with_capacity(FORWARD_LEN + n);
             msg.extend_from_slice(h.as_bytes());
             msg.extend_from_slice(req);
             if !to_daemon.send(msg) {
@@ -294,7 +294,7 @@ mod tests {
         (&a).write_all(f.as_bytes()).expect("send");
         let mut buf = [0u8; MAX_FORWARD];
         let (g, n) = recv_forward(&b, &mut buf).expect("one record");
-        assert_eq!(n, std::mem::size_of::<Forward>());
+        assert_eq!(n, FORWARD_LEN);
         assert_eq!(
             (g.kind, g.pid, g.mono_ns, g.offset, g.len),
             (2, 7, 11, 4096, 8192)
