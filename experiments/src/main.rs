@@ -13,11 +13,13 @@
 
 mod ctl_cmd;
 mod daemon_metrics;
+mod distributions;
 mod device_args;
 mod fio_json;
 mod guest_script;
 mod image_cmd;
 mod plot;
+mod plot_spec;
 mod replay_cmd;
 mod results;
 mod run_cmd;

@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
+pub use crate::plot_spec::PlotSpec;
+
 /// The preset used when the spec names none (as in `cxlfsd`).
 pub const DEFAULT_PRESET: &str = "cylon";
 /// `cxlfsd`'s own default placement: every file page on the CXL-SSD.
@@ -262,31 +264,6 @@ impl Default for QuickSpec {
             max_runtime: default_max_runtime(),
         }
     }
-}
-
-/// `[[plots]]`: one PNG.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PlotSpec {
-    /// Column on the x axis (a swept key, `cxl_ratio`, `policy`, ...).
-    pub x: String,
-    /// Column on the y axis (`read_bw_bytes_per_sec`, `device_misses`, ...).
-    pub y: String,
-    /// Columns whose values make one line each (default: `vm` and `phase`).
-    #[serde(default)]
-    pub series: Option<Vec<String>>,
-    /// Only rows of this VM (`all` for the aggregate); default: every row.
-    #[serde(default)]
-    pub vm: Option<String>,
-    /// Title (default: "Y vs X").
-    #[serde(default)]
-    pub title: Option<String>,
-    /// Logarithmic x axis.
-    #[serde(default)]
-    pub log_x: bool,
-    /// Output file name (default: `Y-vs-X.png`).
-    #[serde(default)]
-    pub file: Option<String>,
 }
 
 /// A spec as loaded: the TOML tree (after `--set`) and the parsed spec.
