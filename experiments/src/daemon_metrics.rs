@@ -66,6 +66,21 @@ impl Figures {
             f.add(&row.vm, POOL_TRAPS, row.traps as f64);
         }
         f.add(UNKNOWN_VM, POOL_TRAPS, snap.device.traps_unknown as f64);
+        // Memory mode: each VM's CXL memory region (`daemon.region_*`).
+        for r in &snap.memory_regions {
+            for (family, value) in [
+                ("cxlfs_region_traps_total", r.traps),
+                ("cxlfs_region_vmm_traps_total", r.vmm_traps),
+                ("cxlfs_region_device_hits_total", r.device_hits),
+                ("cxlfs_region_device_misses_total", r.device_misses),
+                ("cxlfs_region_trap_modeled_ns_total", r.trap_modeled_ns_total),
+                ("cxlfs_region_writeback_bytes_total", r.writeback_bytes),
+                ("cxlfs_region_readahead_refused_total", r.readahead_refused),
+                ("cxlfs_region_device_resident_pages", r.device_resident_pages),
+            ] {
+                f.add(&r.vm, family, value as f64);
+            }
+        }
         for d in snap.device.families() {
             f.add("", d.name, d.value);
         }

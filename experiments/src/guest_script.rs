@@ -1,16 +1,21 @@
 //! The guest side of one run: `.cxlfs/run.sh` in the share, which every
 //! guest runs at boot (`$CXLFS_VM` names it).
 //!
-//! Each phase is one fio invocation with `--output-format=json`; its JSON,
-//! its console output and its exit status go to `.cxlfs/out/VM/K.{json,log,rc}`
-//! in the share, where the host reads them. Around every phase the guests
+//! Each phase is one fio invocation with `--output-format=json` (options
+//! from the spec, or a job file verbatim) or one shell command, under the
+//! phase's memory policy (`numactl`, or `cxlfs-numa` for weighted
+//! interleave); its stdout, stderr, exit status (and fio's JSON) go to
+//! `.cxlfs/out/VM/K/{stdout,stderr,rc,fio.json}` in the share, where the
+//! host reads them; a command may leave more files there (`$CXLFS_OUT`). Around every phase the guests
 //! meet the host at a barrier: guest `ready-VM-K` files, host `go-K` file.
 //! The host scrapes the daemon's metrics at each barrier, so the counters of
 //! phase K are the difference between barriers K and K+1, and the phases of
 //! all guests start together. A failing fio does not stop the script: the
 //! next barriers are still reached, so the other guests go on.
 
-use crate::spec::{PhaseSpec, Spec};
+use crate::spec::{NodeName, NumaSpec, PhaseSpec, Spec};
+use crate::template::{self, RenderTemplateError, TemplateValue};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// Quotes `s` for `sh` (single quotes).
@@ -64,8 +69,88 @@ pub fn fio_args(spec: &Spec, phase: &PhaseSpec, vm: &str, index: u32) -> Vec<Str
     args
 }
 
-/// The whole `.cxlfs/run.sh`.
-pub fn script(spec: &Spec) -> String {
+/// Where a phase's job file lies in the guest (copied into the share by
+/// the runner): `fio.job_file` of phase `k`.
+pub fn job_file_in_guest(k: usize) -> String {
+    format!("/mnt/.cxlfs/jobs/{k}.fio")
+}
+
+/// The fio job file a phase names (`fio.job_file`, the phase's over the
+/// spec's), as written in the spec.
+pub fn job_file(spec: &Spec, phase: &PhaseSpec) -> Option<String> {
+    phase
+        .fio
+        .get("job_file")
+        .or_else(|| spec.fio.get("job_file"))
+        .map(crate::spec::value_text)
+}
+
+/// The policy words `run_phase` takes: kind and node spec.
+fn policy_words(numa: Option<&NumaSpec>) -> (String, String) {
+    let names = |set: &[NodeName]| {
+        set.iter()
+            .map(|n| match n {
+                NodeName::Number(i) => i.to_string(),
+                NodeName::Name(s) => s.clone(),
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let Some(n) = numa else {
+        return ("none".into(), String::new());
+    };
+    if let Some(m) = &n.membind {
+        ("membind".into(), names(&m.names()))
+    } else if let Some(i) = &n.interleave {
+        ("interleave".into(), names(&i.names()))
+    } else if let Some(p) = &n.preferred {
+        ("preferred".into(), names(std::slice::from_ref(p)))
+    } else if let Some(w) = &n.weighted_interleave {
+        (
+            "weighted".into(),
+            w.iter()
+                .map(|(node, weight)| format!("{node}:{weight}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+        )
+    } else {
+        ("none".into(), String::new())
+    }
+}
+
+/// The template variables of guest `vm` (index `index`): `base` (the run's
+/// figures and the spec's `vars`) plus `vm`, `vm_index`, `vms`.
+pub fn vm_vars(
+    base: &BTreeMap<String, TemplateValue>,
+    vm: &str,
+    index: u32,
+    count: u32,
+) -> BTreeMap<String, TemplateValue> {
+    let mut v = base.clone();
+    v.insert("vm".into(), TemplateValue::Text(vm.to_string()));
+    v.insert("vm_index".into(), TemplateValue::Number(f64::from(index)));
+    v.insert("vms".into(), TemplateValue::Number(f64::from(count)));
+    v
+}
+
+/// The command line of a command phase for guest `vm` (templates rendered).
+pub fn command_line(
+    phase: &PhaseSpec,
+    vars: &BTreeMap<String, TemplateValue>,
+) -> Result<Option<String>, RenderTemplateError> {
+    phase
+        .command
+        .as_deref()
+        .map(|c| template::render(c, vars))
+        .transpose()
+}
+
+/// The whole `.cxlfs/run.sh`; `base` holds the template variables every
+/// guest shares (the spec's `vars`, `cache_bytes`, ...).
+pub fn script(
+    spec: &Spec,
+    base: &BTreeMap<String, TemplateValue>,
+) -> Result<String, RenderTemplateError> {
     let mut s = String::new();
     let _ = write!(
         s,
@@ -76,37 +161,96 @@ barrier() {{
     : >"/mnt/.cxlfs/sync/ready-$vm-$1"
     while [ ! -e "/mnt/.cxlfs/sync/go-$1" ]; do sleep 0.05; done
 }}
-phase() {{
-    k=$1; shift
-    fio --output-format=json --output="/tmp/$k.json" "$@" >"/tmp/$k.log" 2>&1
-    echo $? >"/tmp/$k.rc"
-    cp "/tmp/$k.json" "$out/$k.json" 2>/dev/null
-    cp "/tmp/$k.log" "$out/$k.log"
-    cp "/tmp/$k.rc" "$out/$k.rc"
+# nodes cxl|dram|N...: node numbers, comma separated (cxl: the CPU-less
+# memory nodes, memory mode; dram: the nodes with CPUs).
+nodes() {{
+    r=
+    for n in "$@"; do
+        case "$n" in
+        cxl) l=$(cat /run/cxlfs/cxl-nodes 2>/dev/null)
+             [ -n "$l" ] || {{ echo "no CXL memory node in this guest (set daemon.cxl_memory)"; return 1; }} ;;
+        dram) l=$(for d in /sys/devices/system/node/node[0-9]*; do
+                      [ -n "$(cat "$d/cpulist")" ] && echo "${{d##*/node}}"; done) ;;
+        *) l=$n ;;
+        esac
+        r="$r $l"
+    done
+    echo $r | tr ' ' ','
+}}
+# weights NAME:W...: NODE:W,NODE:W (each node of NAME gets weight W).
+weights() {{
+    r=
+    for nw in "$@"; do
+        l=$(nodes "${{nw%%:*}}") || {{ echo "$l"; return 1; }}
+        for n in $(echo "$l" | tr ',' ' '); do r="$r${{r:+,}}$n:${{nw#*:}}"; done
+    done
+    echo "$r"
+}}
+# run_phase K KIND NODESPEC COMMAND...: COMMAND under the memory policy
+# (numactl; cxlfs-numa for weighted interleave), its stdout, stderr and
+# exit status in $out/K/.
+run_phase() {{
+    k=$1 kind=$2 spec=$3; shift 3
+    d="$out/$k"
+    mkdir -p "$d"
+    case "$kind" in
+    none) ;;
+    weighted) w=$(weights $spec) || {{ echo "$w" >"$d/stderr"; echo 3 >"$d/rc"; return; }}
+              set -- cxlfs-numa --weighted-interleave "$w" -- "$@" ;;
+    *) n=$(nodes $spec) || {{ echo "$n" >"$d/stderr"; echo 3 >"$d/rc"; return; }}
+       set -- numactl "--$kind=$n" -- "$@" ;;
+    esac
+    CXLFS_OUT="$d" "$@" >"$d/stdout" 2>"$d/stderr"
+    echo $? >"$d/rc"
+}}
+# fio_phase K KIND NODESPEC FIO-ARGS...: fio's JSON in $out/K/fio.json.
+fio_phase() {{
+    k=$1; kind=$2 spec=$3; shift 3
+    run_phase "$k" "$kind" "$spec" fio --output-format=json --output="/tmp/$k.json" "$@"
+    cp "/tmp/$k.json" "$out/$k/fio.json" 2>/dev/null
 }}
 {{ fio --version; uname -r; }} >/tmp/versions.txt 2>&1
 cp /tmp/versions.txt "$out/versions.txt"
-case "$vm" in
 "#
     );
+    for (k, v) in &spec.vars {
+        let _ = writeln!(
+            s,
+            "{k}={}; export {k}",
+            sh_quote(&match TemplateValue::of_toml(v) {
+                TemplateValue::Number(x) => template::number_text(x),
+                TemplateValue::Text(t) => t,
+            })
+        );
+    }
+    s.push_str("case \"$vm\" in\n");
     for index in 0..spec.vms.count {
         let vm = format!("vm{index}");
+        let vars = vm_vars(base, &vm, index, spec.vms.count);
         let _ = writeln!(s, "{vm})");
         for (k, phase) in spec.phases.iter().enumerate() {
             let _ = writeln!(s, "    barrier {k}");
             if phase.drop_caches {
                 let _ = writeln!(s, "    sync; echo 3 >/proc/sys/vm/drop_caches");
             }
-            let args: Vec<String> = fio_args(spec, phase, &vm, index)
-                .iter()
-                .map(|a| sh_quote(a))
-                .collect();
-            let _ = writeln!(s, "    phase {k} {}", args.join(" "));
+            let (kind, nodes) = policy_words(phase.numa.as_ref());
+            let head = format!("{k} {kind} {}", sh_quote(&nodes));
+            if let Some(cmd) = command_line(phase, &vars)? {
+                let _ = writeln!(s, "    run_phase {head} sh -c {}", sh_quote(&cmd));
+            } else if job_file(spec, phase).is_some() {
+                let _ = writeln!(s, "    fio_phase {head} {}", job_file_in_guest(k));
+            } else {
+                let args: Vec<String> = fio_args(spec, phase, &vm, index)
+                    .iter()
+                    .map(|a| sh_quote(a))
+                    .collect();
+                let _ = writeln!(s, "    fio_phase {head} {}", args.join(" "));
+            }
         }
         let _ = writeln!(s, "    barrier {}\n    ;;", spec.phases.len());
     }
     s.push_str("*) echo \"cxlfs run: no job for VM $vm\"; exit 1 ;;\nesac\nexit 0\n");
-    s
+    Ok(s)
 }
 
 #[cfg(test)]
@@ -157,13 +301,13 @@ jobs = [{ name = "a", rw = "read" }, { bs = "1m", opendir = "it's" }]
                 "--opendir=it's"
             ]
         );
-        let s = script(&spec);
+        let s = script(&spec, &BTreeMap::new()).unwrap();
         assert!(
-            s.contains("vm0)\n    barrier 0\n    phase 0 '--group_reporting'"),
+            s.contains("vm0)\n    barrier 0\n    fio_phase 0 none '' '--group_reporting'"),
             "{s}"
         );
         assert!(
-            s.contains("    barrier 1\n    sync; echo 3 >/proc/sys/vm/drop_caches\n    phase 1"),
+            s.contains("    barrier 1\n    sync; echo 3 >/proc/sys/vm/drop_caches\n    fio_phase 1"),
             "{s}"
         );
         assert!(s.contains("'--opendir=it'\\''s'"), "{s}");
@@ -181,7 +325,7 @@ jobs = [{ name = "a", rw = "read" }, { bs = "1m", opendir = "it's" }]
         .unwrap()
         .spec;
         let st = std::process::Command::new("sh")
-            .args(["-n", "-c", &script(&spec)])
+            .args(["-n", "-c", &script(&spec, &BTreeMap::new()).unwrap()])
             .status()
             .unwrap();
         assert!(st.success());

@@ -15,7 +15,13 @@ use crate::fio_json::{self, FioSummary};
 use crate::guest_script;
 use crate::plot;
 use crate::results::{num, text_table, ResultsFile, Row};
-use crate::spec::{self, size_value, value_text, RunPlan, DEFAULT_CXL_RATIO, DEFAULT_PRESET};
+use crate::distributions::{self, Distribution};
+use crate::phase_output::{self, Extracted};
+use crate::replay_check;
+use crate::spec::{
+    self, size_value, value_text, PhaseSpec, RunPlan, DEFAULT_CXL_RATIO, DEFAULT_PRESET,
+};
+use crate::template::TemplateValue;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use cxlfs::procs::{http_get, signal, tail, terminate_tree, wait_timeout};
@@ -119,6 +125,10 @@ fn output_of(cmd: &mut Command) -> String {
 #[derive(Debug, Clone)]
 struct Tools {
     cxlfsd: PathBuf,
+    /// This `cxlfs` binary (`cxlfs ctl memory-fd` boots memory-mode guests).
+    cxlfs: PathBuf,
+    /// The spec's directory (job files are relative to it).
+    spec_dir: PathBuf,
     /// `cxlfsd --help` lists `--metrics-file`.
     metrics_file: bool,
     image: PathBuf,
@@ -179,7 +189,7 @@ fn build_qemu() -> Result<String> {
     Ok(last)
 }
 
-fn resolve_tools(args: &RunArgs, dax: bool) -> Result<Tools> {
+fn resolve_tools(args: &RunArgs, dax: bool, image: &crate::spec::ImageSpec) -> Result<Tools> {
     let cxlfsd = find_cxlfsd(args.cxlfsd.as_deref())?;
     let help = output_of(Command::new(&cxlfsd).arg("--help"));
     if help.is_empty() {
@@ -188,7 +198,11 @@ fn resolve_tools(args: &RunArgs, dax: bool) -> Result<Tools> {
     let image = match &args.image {
         Some(d) if d.join("vmlinuz").is_file() => d.clone(),
         Some(d) => bail!("--image {}: no vmlinuz there", d.display()),
-        None => crate::image_cmd::build(false)?,
+        None => {
+            // PENDING(image options): build_with lands with the image builder change.
+            let _ = image;
+            crate::image_cmd::build(false)?
+        }
     };
     let qemu = match (
         &args.qemu,
@@ -208,6 +222,12 @@ fn resolve_tools(args: &RunArgs, dax: bool) -> Result<Tools> {
     }
     Ok(Tools {
         cxlfsd,
+        cxlfs: std::env::current_exe().context("finding this cxlfs binary")?,
+        spec_dir: args
+            .spec
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default(),
         metrics_file: help.contains("--metrics-file"),
         image,
         qemu,
@@ -234,6 +254,11 @@ fn daemon_args(plan: &RunPlan, tools: Option<&Tools>, metrics_file: &Path) -> Ve
     }
     if d.dax {
         a.extend(["--dax".to_string(), "on".to_string()]);
+    }
+    if let Some(m) = d.cxl_memory.as_ref().and_then(|m| size_value(m).ok()) {
+        for i in 0..plan.spec.vms.count {
+            a.extend(["--cxl-memory".to_string(), format!("vm{i}={m}")]);
+        }
     }
     if tools.map_or(true, |t| t.metrics_file) {
         a.push("--metrics-file".into());
@@ -269,7 +294,46 @@ fn vm_args(plan: &RunPlan, vm: &str) -> Vec<String> {
     if plan.spec.daemon.dax {
         a.extend(["--cache-size".to_string(), v.dax_window.clone()]);
     }
+    if plan.spec.daemon.cxl_memory.is_some() {
+        // `cxlfs ctl memory-fd` fills in the region's size and descriptor.
+        a.extend(
+            [
+                "--cxl-memory",
+                "{size}",
+                "--cxl-memory-fd",
+                "{fd}",
+                "--append",
+                "movable_node",
+            ]
+            .map(String::from),
+        );
+    }
     a
+}
+
+/// The template variables every guest of a run shares: the spec's `vars`,
+/// the device cache size (`cache_bytes`), the CXL memory region size
+/// (`cxl_memory_bytes`, 0 without one).
+pub fn template_base(plan: &RunPlan) -> BTreeMap<String, TemplateValue> {
+    let mut v: BTreeMap<String, TemplateValue> = plan
+        .spec
+        .vars
+        .iter()
+        .map(|(k, x)| (k.clone(), TemplateValue::of_toml(x)))
+        .collect();
+    v.insert(
+        "cache_bytes".into(),
+        TemplateValue::Number(plan.device.cache.size_bytes as f64),
+    );
+    let region = plan
+        .spec
+        .daemon
+        .cxl_memory
+        .as_ref()
+        .and_then(|m| size_value(m).ok())
+        .unwrap_or(0);
+    v.insert("cxl_memory_bytes".into(), TemplateValue::Number(region as f64));
+    v
 }
 
 /// Fills `path` with `len` deterministic pseudo-random bytes (splitmix64
@@ -317,6 +381,12 @@ fn create_files(plan: &RunPlan, share: &Path) -> Result<()> {
 #[derive(Debug, Default)]
 struct PhaseResult {
     fio: Option<FioSummary>,
+    /// Numbers a command's `outputs` gave (`out.NAME`).
+    outputs: BTreeMap<String, f64>,
+    /// Histograms a command's `outputs` gave: name, unit, buckets.
+    histograms: Vec<(String, String, Vec<(f64, f64, u64)>)>,
+    /// `replay_check`: measured and predicted hit shares.
+    hit_shares: Option<(f64, f64)>,
     error: Option<String>,
 }
 
@@ -395,6 +465,10 @@ fn start_daemon(
         ));
     }
     args.extend(["--metrics-addr".to_string(), metrics.to_string()]);
+    if plan.spec.daemon.cxl_memory.is_some() {
+        args.push("--control-socket".into());
+        args.push(work.join("ctl.sock").display().to_string());
+    }
     args.extend(daemon_args(
         plan,
         Some(tools),
@@ -504,7 +578,18 @@ fn boot(
     let serial = run_dir.join(format!("{vm}.serial.log"));
     let log = fs::File::create(run_dir.join(format!("{vm}.run.log"))).map_err(|e| e.to_string())?;
     let log2 = log.try_clone().map_err(|e| e.to_string())?;
-    let mut cmd = Command::new(&tools.run_vm);
+    let mut cmd = if plan.spec.daemon.cxl_memory.is_some() {
+        // Memory mode: the daemon hands QEMU the region's descriptor.
+        let mut c = Command::new(&tools.cxlfs);
+        c.arg("ctl")
+            .arg("--socket")
+            .arg(work.join("ctl.sock"))
+            .args(["memory-fd", vm, "--"])
+            .arg(&tools.run_vm);
+        c
+    } else {
+        Command::new(&tools.run_vm)
+    };
     cmd.arg("--image")
         .arg(&tools.image)
         .arg("--socket")
@@ -546,9 +631,18 @@ fn execute(plan: &RunPlan, tools: &Tools, run_dir: &Path, stop: &AtomicBool) -> 
             fs::create_dir_all(share.join(".cxlfs/out").join(vm))?;
         }
         fs::create_dir_all(share.join(".cxlfs/sync"))?;
-        let script = guest_script::script(&plan.spec);
+        let script = guest_script::script(&plan.spec, &template_base(plan))?;
         fs::write(share.join(".cxlfs/run.sh"), &script)?;
         fs::write(run_dir.join("guest-run.sh"), &script)?;
+        for (k, phase) in plan.spec.phases.iter().enumerate() {
+            if let Some(j) = guest_script::job_file(&plan.spec, phase) {
+                let src = tools.spec_dir.join(&j);
+                let dst = share.join(".cxlfs/jobs").join(format!("{k}.fio"));
+                fs::create_dir_all(share.join(".cxlfs/jobs"))?;
+                fs::copy(&src, &dst)
+                    .with_context(|| format!("fio.job_file {}", src.display()))?;
+            }
+        }
         create_files(plan, &share)
     })();
     if let Err(e) = prepared {
@@ -654,42 +748,18 @@ fn execute(plan: &RunPlan, tools: &Tools, run_dir: &Path, stop: &AtomicBool) -> 
         }
         let mut results = Vec::new();
         for (k, phase) in plan.spec.phases.iter().enumerate() {
-            let mut r = PhaseResult::default();
-            let json = dir.join(format!("{k}.json"));
-            let log = dir.join(format!("{k}.log"));
-            let _ = fs::copy(&json, fio_dir.join(format!("{vm}-{}.json", phase.name)));
-            let _ = fs::copy(&log, fio_dir.join(format!("{vm}-{}.log", phase.name)));
-            let rc = fs::read_to_string(dir.join(format!("{k}.rc")))
-                .ok()
-                .and_then(|s| s.trim().parse::<i32>().ok());
-            match rc {
-                None => r.error = Some(format!("{vm} {}: fio did not run", phase.name)),
-                Some(0) => match fs::read_to_string(&json)
-                    .map_err(|e| e.to_string())
-                    .and_then(|t| fio_json::parse(&t).map_err(|e| e.to_string()))
-                {
-                    Ok(s) => {
-                        if s.error != 0 {
-                            r.error =
-                                Some(format!("{vm} {}: fio job error {}", phase.name, s.error));
-                        }
-                        r.fio = Some(s);
-                    }
-                    Err(e) => r.error = Some(format!("{vm} {}: {e}", phase.name)),
-                },
-                Some(code) => {
-                    r.error = Some(format!(
-                        "{vm} {}: fio exited {code}: {}",
-                        phase.name,
-                        tail(&log, 4)
-                            .lines()
-                            .filter(|l| !l.trim().is_empty())
-                            .collect::<Vec<_>>()
-                            .join(" | ")
-                    ))
-                }
-            }
-            results.push(r);
+            let src = dir.join(k.to_string());
+            let kept = run_dir.join("out").join(vm).join(&phase.name);
+            let _ = copy_dir(&src, &kept);
+            let _ = fs::copy(
+                src.join("fio.json"),
+                fio_dir.join(format!("{vm}-{}.json", phase.name)),
+            );
+            let _ = fs::copy(
+                src.join("stderr"),
+                fio_dir.join(format!("{vm}-{}.log", phase.name)),
+            );
+            results.push(read_phase(plan, phase, &kept, vm));
         }
         out.phases.insert(vm.clone(), results);
     }
@@ -697,6 +767,153 @@ fn execute(plan: &RunPlan, tools: &Tools, run_dir: &Path, stop: &AtomicBool) -> 
         out.series = parse_series(&text).0;
     }
     out
+}
+
+/// Copies the plain files of `src` into `dst` (created), one level deep.
+fn copy_dir(src: &Path, dst: &Path) -> std::io::Result<()> {
+    fs::create_dir_all(dst)?;
+    for e in fs::read_dir(src)? {
+        let e = e?;
+        if e.file_type()?.is_file() {
+            fs::copy(e.path(), dst.join(e.file_name()))?;
+        }
+    }
+    Ok(())
+}
+
+/// What guest `vm` left for `phase` in `dir` (a copy of its `$out/K/`):
+/// fio's JSON, or a command's outputs; never fails, errors go into the result.
+fn read_phase(plan: &RunPlan, phase: &PhaseSpec, dir: &Path, vm: &str) -> PhaseResult {
+    let mut r = PhaseResult::default();
+    let what = if phase.command.is_some() { "command" } else { "fio" };
+    let name = &phase.name;
+    let rc = fs::read_to_string(dir.join("rc"))
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok());
+    let stderr_tail = || {
+        tail(&dir.join("stderr"), 4)
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    match rc {
+        None => {
+            r.error = Some(format!("{vm} {name}: the {what} did not run"));
+            return r;
+        }
+        Some(0) => {}
+        Some(code) => {
+            r.error = Some(format!("{vm} {name}: {what} exited {code}: {}", stderr_tail()));
+            return r;
+        }
+    }
+    if phase.command.is_none() {
+        match fs::read_to_string(dir.join("fio.json"))
+            .map_err(|e| e.to_string())
+            .and_then(|t| fio_json::parse(&t).map_err(|e| e.to_string()))
+        {
+            Ok(s) => {
+                if s.error != 0 {
+                    r.error = Some(format!("{vm} {name}: fio job error {}", s.error));
+                }
+                r.fio = Some(s);
+            }
+            Err(e) => r.error = Some(format!("{vm} {name}: {e}")),
+        }
+        return r;
+    }
+    let mut errors = Vec::new();
+    let mut texts: BTreeMap<String, String> = BTreeMap::new();
+    for (out_name, o) in &phase.outputs {
+        let file = o.file.clone().unwrap_or_else(|| "stdout".into());
+        let text = match texts.get(&file) {
+            Some(t) => t.clone(),
+            None => match fs::read_to_string(dir.join(&file)) {
+                Ok(t) => {
+                    texts.insert(file.clone(), t.clone());
+                    t
+                }
+                Err(e) => {
+                    errors.push(format!("{out_name}: {file}: {e}"));
+                    continue;
+                }
+            },
+        };
+        match phase_output::extract(o, &file, &text) {
+            Ok(Extracted::Number(x)) => {
+                r.outputs.insert(out_name.clone(), x);
+            }
+            Ok(Extracted::Histogram { unit, buckets }) => {
+                r.histograms.push((out_name.clone(), unit, buckets));
+            }
+            Err(e) => errors.push(format!("{out_name}: {e}")),
+        }
+    }
+    if let Some(rc) = &phase.replay_check {
+        match hit_share_check(plan, phase, rc, dir, &r, &texts) {
+            Ok(v) => r.hit_shares = Some(v),
+            Err(e) => errors.push(format!("replay_check: {e:#}")),
+        }
+    }
+    if !errors.is_empty() {
+        r.error = Some(format!("{vm} {name}: {}", errors.join("; ")));
+    }
+    r
+}
+
+/// `replay_check`: the measured hit share (the histogram below
+/// `hit_below_ns`) and the replay's prediction for the probe's sequence.
+fn hit_share_check(
+    plan: &RunPlan,
+    phase: &PhaseSpec,
+    rc: &crate::spec::ReplayCheckSpec,
+    dir: &Path,
+    r: &PhaseResult,
+    texts: &BTreeMap<String, String>,
+) -> Result<(f64, f64)> {
+    let (_, unit, buckets) = r
+        .histograms
+        .iter()
+        .find(|h| h.0 == rc.histogram)
+        .context("the histogram output is missing")?;
+    if unit != "ns" {
+        bail!("the histogram is in {unit}, not ns");
+    }
+    let d = Distribution {
+        run: plan.run,
+        point: plan.point,
+        repeat: plan.repeat,
+        phase: phase.name.clone(),
+        vm: String::new(),
+        params: BTreeMap::new(),
+        name: rc.histogram.clone(),
+        unit: unit.clone(),
+        buckets: buckets.clone(),
+    };
+    let measured = d.share_below(rc.hit_below_ns);
+    let file = phase
+        .outputs
+        .get(&rc.histogram)
+        .and_then(|o| o.file.clone())
+        .unwrap_or_else(|| "stdout".into());
+    let probe = texts
+        .get(&file)
+        .and_then(|t| phase_output::json_of(t))
+        .context("the probe's JSON is missing")?;
+    let field = |k: &str| {
+        probe
+            .get(k)
+            .and_then(Value::as_u64)
+            .and_then(|x| u32::try_from(x).ok())
+            .with_context(|| format!("the probe's JSON has no `{k}`"))
+    };
+    let (laps, warmup) = (field("laps")?, field("warmup_laps")?);
+    let bytes = fs::read(dir.join(&rc.sequence))
+        .with_context(|| format!("reading the sequence {}", rc.sequence))?;
+    let seq = replay_check::decode_sequence(&bytes)?;
+    let p = replay_check::predict(&plan.device, &seq, warmup, laps)?;
+    Ok((measured, p.hit_share))
 }
 
 /// The rows of one run: per phase, one per VM and one `all`.
@@ -773,6 +990,20 @@ fn rows_of(plan: &RunPlan, out: &RunOutput) -> Vec<Row> {
                     }
                 }
             }
+            for (name, x) in pr.map(command_figures).unwrap_or_default() {
+                r.insert(name.clone(), num(x));
+                let summed = name
+                    .strip_prefix("out.")
+                    .and_then(|o| phase.outputs.get(o))
+                    .is_some_and(|o| o.aggregate.as_deref() == Some("sum"));
+                if summed {
+                    *sums.entry(name).or_default() += x;
+                } else {
+                    let e = lat.entry(name).or_default();
+                    e.0 += x;
+                    e.1 += 1;
+                }
+            }
             if let Some(((t0, a), (t1, b))) = window {
                 r.insert("elapsed_s".into(), num((t1 - t0) as f64 / 1e3));
                 let d = a.delta(b, vm);
@@ -828,6 +1059,68 @@ fn rows_of(plan: &RunPlan, out: &RunOutput) -> Vec<Row> {
         }
     }
     rows
+}
+
+/// A command phase's columns: `out.NAME` per number, `out.NAME_p50` /
+/// `_p99` per histogram, and the `replay_check` hit shares.
+fn command_figures(p: &PhaseResult) -> Vec<(String, f64)> {
+    let mut v: Vec<(String, f64)> = p
+        .outputs
+        .iter()
+        .map(|(k, x)| (format!("out.{k}"), *x))
+        .collect();
+    for (name, _, buckets) in &p.histograms {
+        let d = Distribution {
+            run: 0,
+            point: 0,
+            repeat: 0,
+            phase: String::new(),
+            vm: String::new(),
+            params: BTreeMap::new(),
+            name: name.clone(),
+            unit: String::new(),
+            buckets: buckets.clone(),
+        };
+        for (q, label) in [(0.5, "p50"), (0.99, "p99")] {
+            if let Some(x) = d.quantile(q) {
+                v.push((format!("out.{name}_{label}"), x));
+            }
+        }
+    }
+    if let Some((measured, predicted)) = p.hit_shares {
+        v.push(("hit_share.full_system".into(), measured));
+        v.push(("hit_share.replay".into(), predicted));
+        v.push(("hit_share.diff_points".into(), (measured - predicted) * 100.0));
+    }
+    v
+}
+
+/// The histograms of one run, for `distributions.jsonl`.
+fn distributions_of(plan: &RunPlan, out: &RunOutput) -> Vec<Distribution> {
+    let params: BTreeMap<String, Value> = plan
+        .params
+        .iter()
+        .map(|(k, v)| (k.clone(), toml_to_json(v)))
+        .collect();
+    let mut ds = Vec::new();
+    for (vm, phases) in &out.phases {
+        for (phase, r) in plan.spec.phases.iter().zip(phases) {
+            for (name, unit, buckets) in &r.histograms {
+                ds.push(Distribution {
+                    run: plan.run,
+                    point: plan.point,
+                    repeat: plan.repeat,
+                    phase: phase.name.clone(),
+                    vm: vm.clone(),
+                    params: params.clone(),
+                    name: name.clone(),
+                    unit: unit.clone(),
+                    buckets: buckets.clone(),
+                });
+            }
+        }
+    }
+    ds
 }
 
 /// `metrics.FIELD` cells from the series sample describing the phase's end.
@@ -892,6 +1185,22 @@ fn machine_facts(tools: Option<&Tools>) -> Value {
     })
 }
 
+/// What a phase runs in vm0, as text: the rendered command, the job file,
+/// or fio's arguments.
+fn phase_text(plan: &RunPlan, phase: &PhaseSpec) -> Result<String> {
+    let vars = guest_script::vm_vars(&template_base(plan), "vm0", 0, plan.spec.vms.count);
+    if let Some(c) = guest_script::command_line(phase, &vars)? {
+        return Ok(format!("sh -c {}", guest_script::sh_quote(&c)));
+    }
+    if let Some(j) = guest_script::job_file(&plan.spec, phase) {
+        return Ok(format!("fio {j} (job file, verbatim)"));
+    }
+    Ok(format!(
+        "fio {}",
+        guest_script::fio_args(&plan.spec, phase, "vm0", 0).join(" ")
+    ))
+}
+
 /// The effective configuration of a run, for provenance and `--dry-run`.
 fn plan_json(plan: &RunPlan, tools: Option<&Tools>) -> Value {
     let vm0 = "vm0";
@@ -902,9 +1211,10 @@ fn plan_json(plan: &RunPlan, tools: Option<&Tools>) -> Value {
         "params": plan.params.iter().map(|(k, v)| (k.clone(), toml_to_json(v))).collect::<serde_json::Map<_, _>>(),
         "cxlfsd_args": daemon_args(plan, tools, Path::new("RUN_DIR/metrics.jsonl")),
         "run_vm_args": vm_args(plan, vm0),
-        "fio_args": plan.spec.phases.iter().map(|p| json!({
+        "phases": plan.spec.phases.iter().map(|p| json!({
             "phase": p.name,
-            "vm0": guest_script::fio_args(&plan.spec, p, vm0, 0),
+            "vm0": phase_text(plan, p).unwrap_or_else(|e| e.to_string()),
+            "numa": p.numa,
         })).collect::<Vec<_>>(),
         "files": plan.spec.files.iter().map(|f| json!({
             "path": f.path, "count": f.count, "bytes": size_value(&f.size).ok(),
@@ -931,12 +1241,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 daemon_args(p, None, Path::new("RUN_DIR/metrics.jsonl")).join(" ")
             )?;
             for ph in &p.spec.phases {
-                writeln!(
-                    o,
-                    "    {}: fio {}",
-                    ph.name,
-                    guest_script::fio_args(&p.spec, ph, "vm0", 0).join(" ")
-                )?;
+                writeln!(o, "    {}: {}", ph.name, phase_text(p, ph)?)?;
             }
         }
         return Ok(());
@@ -952,8 +1257,15 @@ pub fn run(args: &RunArgs) -> Result<()> {
     // Absolute: cxlfsd writes its metrics series into the run directory.
     let out_dir =
         fs::canonicalize(&args.out).with_context(|| format!("resolving {}", args.out.display()))?;
+    // A re-run (--force) starts the histograms afresh: they are appended per run.
+    match fs::remove_file(out_dir.join(distributions::FILE)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e).context("removing the old distributions.jsonl")
+        }
+        _ => {}
+    }
     let dax = plans.iter().any(|p| p.spec.daemon.dax);
-    let tools = resolve_tools(args, dax)?;
+    let tools = resolve_tools(args, dax, &loaded.spec.image)?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop))
@@ -1011,6 +1323,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
             });
         }
         let rows = rows_of(plan, &output);
+        distributions::append(&out_dir, &distributions_of(plan, &output))?;
         let status = if output.interrupted {
             "interrupted".to_string()
         } else {

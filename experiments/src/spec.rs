@@ -75,13 +75,20 @@ pub struct Spec {
     /// The guests.
     #[serde(default)]
     pub vms: VmsSpec,
+    /// The guest image: extra Debian packages, the kernel.
+    #[serde(default)]
+    pub image: ImageSpec,
+    /// Free variables for phase commands (`{name}`), sweepable as `vars.NAME`.
+    #[serde(default)]
+    pub vars: toml::Table,
     /// Files created in the share before the daemon starts.
     #[serde(default)]
     pub files: Vec<FileSpec>,
     /// fio options for every job of every phase (`--KEY=VALUE`).
     #[serde(default)]
     pub fio: toml::Table,
-    /// fio invocations, in order, in the same boot.
+    /// The phases (a fio invocation or a shell command each), in order, in
+    /// the same boot.
     pub phases: Vec<PhaseSpec>,
     /// Swept keys: dotted path → values (cartesian product, keys in sorted order).
     #[serde(default)]
@@ -119,6 +126,10 @@ pub struct DaemonSpec {
     /// DAX window (`cxlfsd --dax on`; guests get a window and mount with `dax=always`).
     #[serde(default)]
     pub dax: bool,
+    /// Memory mode: each VM gets a CXL memory region of this size
+    /// (`cxlfsd --cxl-memory VM=SIZE`), its CPU-less NUMA node 1.
+    #[serde(default)]
+    pub cxl_memory: Option<toml::Value>,
     /// Daemon metrics sample interval (`--metrics-interval`), when the daemon supports it.
     #[serde(default = "default_metrics_interval")]
     pub metrics_interval: String,
@@ -143,6 +154,7 @@ impl Default for DaemonSpec {
             cache: default_cache(),
             cxl_ratio: None,
             dax: false,
+            cxl_memory: None,
             metrics_interval: default_metrics_interval(),
             args: Vec::new(),
         }
@@ -211,12 +223,145 @@ pub struct FileSpec {
     pub count: u32,
 }
 
-/// `[[phases]]`: one fio invocation in every guest, all guests at once.
+/// `[image]`: what `cxlfs image build` puts in the guest image.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImageSpec {
+    /// Extra Debian packages (all their files and shared libraries).
+    #[serde(default)]
+    pub packages: Vec<String>,
+    /// Kernel: `default` (Debian 12's), `backports` (bookworm-backports:
+    /// weighted interleave needs Linux >= 6.9) or a package name.
+    #[serde(default)]
+    pub kernel: Option<String>,
+}
+
+/// A node set in a NUMA policy: `"cxl"` (the CPU-less CXL nodes), `"dram"`
+/// (nodes with CPUs), a node number, or a list of those.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum NodeSet {
+    /// One name or number.
+    One(NodeName),
+    /// Several.
+    Many(Vec<NodeName>),
+}
+
+/// One entry of a [`NodeSet`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum NodeName {
+    /// A node number.
+    Number(u32),
+    /// `cxl` or `dram`.
+    Name(String),
+}
+
+impl NodeSet {
+    /// The entries.
+    pub fn names(&self) -> Vec<NodeName> {
+        match self {
+            NodeSet::One(n) => vec![n.clone()],
+            NodeSet::Many(v) => v.clone(),
+        }
+    }
+}
+
+/// `numa = { ... }` of a phase: the memory policy the phase's command runs
+/// under (numactl in the guest; `cxlfs-numa` for weighted interleave).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NumaSpec {
+    /// Allocate only on these nodes (`numactl --membind`).
+    #[serde(default)]
+    pub membind: Option<NodeSet>,
+    /// Round-robin pages over these nodes (`numactl --interleave`).
+    #[serde(default)]
+    pub interleave: Option<NodeSet>,
+    /// Prefer this node (`numactl --preferred`).
+    #[serde(default)]
+    pub preferred: Option<NodeName>,
+    /// Pages in proportion to weights (node → weight): `{ dram = 3, cxl = 1 }`
+    /// (Linux >= 6.9: `[image] kernel = "backports"`).
+    #[serde(default)]
+    pub weighted_interleave: Option<BTreeMap<String, u32>>,
+}
+
+/// How one figure is read from what a phase's command left behind.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputSpec {
+    /// The file, relative to the phase's output directory (`$CXLFS_OUT`);
+    /// default: the command's stdout.
+    #[serde(default)]
+    pub file: Option<String>,
+    /// A dotted path into the JSON (the whole file, or its last line that is
+    /// JSON): `read_mb_s`, `histogram`, `pass_mb_s.read.0`.
+    #[serde(default)]
+    pub json: Option<String>,
+    /// A regular expression; its first capture group is the number.
+    #[serde(default)]
+    pub regex: Option<String>,
+    /// A CSV cell: the row whose first cell is `row`, the column named
+    /// `column` in the header (redis-benchmark `--csv`).
+    #[serde(default)]
+    pub csv: Option<CsvCell>,
+    /// The JSON value is a histogram (`{"unit": .., "buckets": [[lo, hi, n], ..]}`):
+    /// it goes to `distributions.jsonl`, with its p50/p99 as columns.
+    #[serde(default)]
+    pub histogram: bool,
+    /// Multiply the number by this (unit changes).
+    #[serde(default)]
+    pub scale: Option<f64>,
+    /// The `vm = "all"` row: `mean` (default) or `sum` over the VMs.
+    #[serde(default)]
+    pub aggregate: Option<String>,
+}
+
+/// A cell of a CSV output.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CsvCell {
+    /// First cell of the row.
+    pub row: String,
+    /// Header name of the column.
+    pub column: String,
+}
+
+/// `replay_check`: the full-system hit share against what `cxlfs replay`
+/// predicts for the same access sequence on the same device config.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayCheckSpec {
+    /// The `cxlfs-memlat --sequence` file (page index per load of one lap,
+    /// u32 LE), relative to the phase's output directory.
+    pub sequence: String,
+    /// The histogram output (cxlfs-memlat's JSON: `laps`, `warmup_laps`).
+    pub histogram: String,
+    /// Loads faster than this are hits.
+    pub hit_below_ns: f64,
+}
+
+/// `[[phases]]`: one fio invocation or shell command in every guest, all
+/// guests at once.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PhaseSpec {
     /// Phase name (`first-touch`); results carry it in the `phase` column.
     pub name: String,
+    /// A shell line run instead of fio (`{var}` replaced, see `vars`); its
+    /// stdout and any file it writes to `$CXLFS_OUT` are kept.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// The memory policy of the phase (fio or command).
+    #[serde(default)]
+    pub numa: Option<NumaSpec>,
+    /// Figures read from the command's output: column `out.NAME`.
+    #[serde(default)]
+    pub outputs: BTreeMap<String, OutputSpec>,
+    /// Cross-check the hit share against the device model's replay.
+    #[serde(default)]
+    pub replay_check: Option<ReplayCheckSpec>,
     /// fio options for this phase (over the top-level `fio`).
     #[serde(default)]
     pub fio: toml::Table,
@@ -242,6 +387,10 @@ pub struct QuickSpec {
     /// fio `runtime` and `ramp_time` are capped at this.
     #[serde(default = "default_max_runtime")]
     pub max_runtime: String,
+    /// Keys set under `--quick` (dotted path → value, as `--set`), applied
+    /// before the sweep: `"sweep.vars.x" = [1, 2]`, `"vars.laps" = 1`.
+    #[serde(default)]
+    pub set: toml::Table,
 }
 
 fn default_divisor() -> u32 {
@@ -262,6 +411,7 @@ impl Default for QuickSpec {
             size_divisor: default_divisor(),
             min_size: default_min_size(),
             max_runtime: default_max_runtime(),
+            set: toml::Table::new(),
         }
     }
 }
@@ -486,7 +636,182 @@ fn parse_tree(path: &str, tree: &toml::Value, context: &str) -> Result<Spec, Loa
         }
     }
     device_config(&spec.daemon).map_err(|(key, message)| key_err(&key, message))?;
+    if let Some(m) = &spec.daemon.cxl_memory {
+        let b = size_value(m).map_err(|e| key_err("daemon.cxl_memory", e))?;
+        if b < 16 << 20 || b % (2 << 20) != 0 {
+            return Err(key_err(
+                "daemon.cxl_memory",
+                format!("{b} bytes: at least 16 MiB, a multiple of 2 MiB"),
+            ));
+        }
+    }
+    for (k, _) in &spec.vars {
+        if !is_identifier(k) {
+            return Err(key_err(
+                &format!("vars.{k}"),
+                "a variable name is letters, digits and `_`, not starting with a digit".into(),
+            ));
+        }
+    }
+    for k in spec.sweep.keys() {
+        if k.starts_with("image") {
+            return Err(key_err(
+                &format!("sweep.{k}"),
+                "the image is one per experiment: not sweepable".into(),
+            ));
+        }
+    }
+    for (i, p) in spec.phases.iter().enumerate() {
+        check_phase(&spec, p).map_err(|(key, message)| key_err(&format!("phases.{i}.{key}"), message))?;
+    }
     Ok(spec)
+}
+
+fn is_identifier(k: &str) -> bool {
+    k.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// A phase's own rules: fio or a command, one policy, readable outputs.
+fn check_phase(spec: &Spec, p: &PhaseSpec) -> Result<(), (String, String)> {
+    let job_file = p.fio.contains_key("job_file") || spec.fio.contains_key("job_file");
+    if p.command.is_some() {
+        if !p.fio.is_empty() || !p.jobs.is_empty() {
+            return Err(("command".into(), "a command phase takes no fio options or jobs".into()));
+        }
+    } else {
+        if !p.outputs.is_empty() || p.replay_check.is_some() {
+            return Err((
+                "outputs".into(),
+                "outputs and replay_check read a command's output: set `command`".into(),
+            ));
+        }
+        if job_file {
+            let extra: Vec<&String> = spec
+                .fio
+                .keys()
+                .chain(p.fio.keys())
+                .filter(|k| *k != "job_file")
+                .collect();
+            if !extra.is_empty() || !p.jobs.is_empty() {
+                return Err((
+                    "fio.job_file".into(),
+                    format!(
+                        "a job file runs verbatim: put {extra:?} in it (fio's ${{VAR}} reads the spec's [vars] from the environment)"
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(n) = &p.numa {
+        let set = [
+            n.membind.is_some(),
+            n.interleave.is_some(),
+            n.preferred.is_some(),
+            n.weighted_interleave.is_some(),
+        ]
+        .iter()
+        .filter(|b| **b)
+        .count();
+        if set != 1 {
+            return Err((
+                "numa".into(),
+                "exactly one of membind, interleave, preferred, weighted_interleave".into(),
+            ));
+        }
+        let mut names: Vec<NodeName> = Vec::new();
+        for s in [&n.membind, &n.interleave].into_iter().flatten() {
+            names.extend(s.names());
+        }
+        names.extend(n.preferred.iter().cloned());
+        for (k, w) in n.weighted_interleave.iter().flatten() {
+            if *w == 0 || *w > 255 {
+                return Err((
+                    "numa.weighted_interleave".into(),
+                    format!("{k} = {w}: weights are 1..=255 (leave a node out for 0)"),
+                ));
+            }
+            names.push(match k.parse::<u32>() {
+                Ok(i) => NodeName::Number(i),
+                Err(_) => NodeName::Name(k.clone()),
+            });
+        }
+        for name in &names {
+            match name {
+                NodeName::Name(s) if s == "cxl" && spec.daemon.cxl_memory.is_none() => {
+                    return Err((
+                        "numa".into(),
+                        "`cxl` needs a CXL memory node: set daemon.cxl_memory".into(),
+                    ))
+                }
+                NodeName::Name(s) if s != "cxl" && s != "dram" => {
+                    return Err((
+                        "numa".into(),
+                        format!("node `{s}`: a number, `cxl` or `dram`"),
+                    ))
+                }
+                _ => {}
+            }
+        }
+    }
+    for (name, o) in &p.outputs {
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_-".contains(c)) {
+            return Err((
+                format!("outputs.{name}"),
+                "output names are letters, digits, `_`, `-`".into(),
+            ));
+        }
+        let ways = [o.json.is_some(), o.regex.is_some(), o.csv.is_some()]
+            .iter()
+            .filter(|b| **b)
+            .count();
+        if ways != 1 {
+            return Err((
+                format!("outputs.{name}"),
+                "give exactly one of json, regex, csv".into(),
+            ));
+        }
+        if o.histogram && o.json.is_none() {
+            return Err((
+                format!("outputs.{name}.histogram"),
+                "a histogram is read from JSON".into(),
+            ));
+        }
+        if let Some(r) = &o.regex {
+            let re = regex::Regex::new(r).map_err(|e| (format!("outputs.{name}.regex"), e.to_string()))?;
+            if re.captures_len() < 2 {
+                return Err((
+                    format!("outputs.{name}.regex"),
+                    "needs a capture group: the number is group 1".into(),
+                ));
+            }
+        }
+        if let Some(f) = &o.file {
+            check_share_path(f).map_err(|e| (format!("outputs.{name}.file"), e))?;
+        }
+        if !matches!(o.aggregate.as_deref(), None | Some("mean" | "sum")) {
+            return Err((
+                format!("outputs.{name}.aggregate"),
+                "mean | sum".into(),
+            ));
+        }
+    }
+    if let Some(rc) = &p.replay_check {
+        check_share_path(&rc.sequence).map_err(|e| ("replay_check.sequence".to_string(), e))?;
+        if !p.outputs.get(&rc.histogram).is_some_and(|o| o.histogram) {
+            return Err((
+                "replay_check.histogram".into(),
+                format!("`{}` is not a histogram output of this phase", rc.histogram),
+            ));
+        }
+        if !(rc.hit_below_ns > 0.0) {
+            return Err((
+                "replay_check.hit_below_ns".into(),
+                "must be positive".into(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn check_share_path(p: &str) -> Result<(), String> {
@@ -580,6 +905,36 @@ impl LoadedSpec {
     /// each point repeated `repeats` times; with `quick` the sizes and
     /// runtimes shrink but the points stay.
     pub fn expand(&self, quick: bool) -> Result<Vec<RunPlan>, LoadSpecError> {
+        if quick && !self.spec.quick.set.is_empty() {
+            return self.with_quick_sets()?.expand_points(true);
+        }
+        self.expand_points(quick)
+    }
+
+    /// The spec with `[quick] set` applied to its tree.
+    fn with_quick_sets(&self) -> Result<LoadedSpec, LoadSpecError> {
+        let mut tree = self.tree.clone();
+        for (key, value) in &self.spec.quick.set {
+            set_path(&mut tree, &split_path(key), value.clone()).map_err(|message| {
+                LoadSpecError::Key {
+                    path: self.path.clone(),
+                    key: format!("quick.set.{key}"),
+                    message,
+                }
+            })?;
+        }
+        if let Some(toml::Value::Table(q)) = tree.get_mut("quick") {
+            q.remove("set");
+        }
+        let spec = parse_tree(&self.path, &tree, " (quick.set)")?;
+        Ok(LoadedSpec {
+            path: self.path.clone(),
+            tree,
+            spec,
+        })
+    }
+
+    fn expand_points(&self, quick: bool) -> Result<Vec<RunPlan>, LoadSpecError> {
         let dims: Vec<(&String, &Vec<toml::Value>)> = self.spec.sweep.iter().collect();
         let points: usize = dims.iter().map(|(_, v)| v.len()).product();
         let mut plans = Vec::new();
