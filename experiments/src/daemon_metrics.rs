@@ -73,10 +73,16 @@ impl Figures {
                 ("cxlfs_region_vmm_traps_total", r.vmm_traps),
                 ("cxlfs_region_device_hits_total", r.device_hits),
                 ("cxlfs_region_device_misses_total", r.device_misses),
-                ("cxlfs_region_trap_modeled_ns_total", r.trap_modeled_ns_total),
+                (
+                    "cxlfs_region_trap_modeled_ns_total",
+                    r.trap_modeled_ns_total,
+                ),
                 ("cxlfs_region_writeback_bytes_total", r.writeback_bytes),
                 ("cxlfs_region_readahead_refused_total", r.readahead_refused),
-                ("cxlfs_region_device_resident_pages", r.device_resident_pages),
+                (
+                    "cxlfs_region_device_resident_pages",
+                    r.device_resident_pages,
+                ),
             ] {
                 f.add(&r.vm, family, value as f64);
             }

@@ -96,9 +96,10 @@ fn policy_words(numa: Option<&NumaSpec>) -> (String, String) {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    let Some(n) = numa else {
+    let Some(n) = numa.and_then(|n| n.resolved().ok()) else {
         return ("none".into(), String::new());
     };
+    let n = &n;
     if let Some(m) = &n.membind {
         ("membind".into(), names(&m.names()))
     } else if let Some(i) = &n.interleave {
@@ -307,7 +308,9 @@ jobs = [{ name = "a", rw = "read" }, { bs = "1m", opendir = "it's" }]
             "{s}"
         );
         assert!(
-            s.contains("    barrier 1\n    sync; echo 3 >/proc/sys/vm/drop_caches\n    fio_phase 1"),
+            s.contains(
+                "    barrier 1\n    sync; echo 3 >/proc/sys/vm/drop_caches\n    fio_phase 1"
+            ),
             "{s}"
         );
         assert!(s.contains("'--opendir=it'\\''s'"), "{s}");

@@ -11,13 +11,13 @@
 //! the run `failed` with its error, and the sweep goes on.
 
 use crate::daemon_metrics::{parse_series, sample_at, Figures, SeriesSample};
+use crate::distributions::{self, Distribution};
 use crate::fio_json::{self, FioSummary};
 use crate::guest_script;
-use crate::plot;
-use crate::results::{num, text_table, ResultsFile, Row};
-use crate::distributions::{self, Distribution};
 use crate::phase_output::{self, Extracted};
+use crate::plot;
 use crate::replay_check;
+use crate::results::{num, text_table, ResultsFile, Row};
 use crate::spec::{
     self, size_value, value_text, PhaseSpec, RunPlan, DEFAULT_CXL_RATIO, DEFAULT_PRESET,
 };
@@ -198,11 +198,11 @@ fn resolve_tools(args: &RunArgs, dax: bool, image: &crate::spec::ImageSpec) -> R
     let image = match &args.image {
         Some(d) if d.join("vmlinuz").is_file() => d.clone(),
         Some(d) => bail!("--image {}: no vmlinuz there", d.display()),
-        None => {
-            // PENDING(image options): build_with lands with the image builder change.
-            let _ = image;
-            crate::image_cmd::build(false)?
-        }
+        None => crate::image_cmd::build_with(&crate::image_cmd::ImageOptions {
+            packages: image.packages.clone(),
+            kernel: image.kernel.clone(),
+            force: false,
+        })?,
     };
     let qemu = match (
         &args.qemu,
@@ -332,7 +332,10 @@ pub fn template_base(plan: &RunPlan) -> BTreeMap<String, TemplateValue> {
         .as_ref()
         .and_then(|m| size_value(m).ok())
         .unwrap_or(0);
-    v.insert("cxl_memory_bytes".into(), TemplateValue::Number(region as f64));
+    v.insert(
+        "cxl_memory_bytes".into(),
+        TemplateValue::Number(region as f64),
+    );
     v
 }
 
@@ -639,8 +642,7 @@ fn execute(plan: &RunPlan, tools: &Tools, run_dir: &Path, stop: &AtomicBool) -> 
                 let src = tools.spec_dir.join(&j);
                 let dst = share.join(".cxlfs/jobs").join(format!("{k}.fio"));
                 fs::create_dir_all(share.join(".cxlfs/jobs"))?;
-                fs::copy(&src, &dst)
-                    .with_context(|| format!("fio.job_file {}", src.display()))?;
+                fs::copy(&src, &dst).with_context(|| format!("fio.job_file {}", src.display()))?;
             }
         }
         create_files(plan, &share)
@@ -785,7 +787,11 @@ fn copy_dir(src: &Path, dst: &Path) -> std::io::Result<()> {
 /// fio's JSON, or a command's outputs; never fails, errors go into the result.
 fn read_phase(plan: &RunPlan, phase: &PhaseSpec, dir: &Path, vm: &str) -> PhaseResult {
     let mut r = PhaseResult::default();
-    let what = if phase.command.is_some() { "command" } else { "fio" };
+    let what = if phase.command.is_some() {
+        "command"
+    } else {
+        "fio"
+    };
     let name = &phase.name;
     let rc = fs::read_to_string(dir.join("rc"))
         .ok()
@@ -804,7 +810,10 @@ fn read_phase(plan: &RunPlan, phase: &PhaseSpec, dir: &Path, vm: &str) -> PhaseR
         }
         Some(0) => {}
         Some(code) => {
-            r.error = Some(format!("{vm} {name}: {what} exited {code}: {}", stderr_tail()));
+            r.error = Some(format!(
+                "{vm} {name}: {what} exited {code}: {}",
+                stderr_tail()
+            ));
             return r;
         }
     }
@@ -1090,7 +1099,10 @@ fn command_figures(p: &PhaseResult) -> Vec<(String, f64)> {
     if let Some((measured, predicted)) = p.hit_shares {
         v.push(("hit_share.full_system".into(), measured));
         v.push(("hit_share.replay".into(), predicted));
-        v.push(("hit_share.diff_points".into(), (measured - predicted) * 100.0));
+        v.push((
+            "hit_share.diff_points".into(),
+            (measured - predicted) * 100.0,
+        ));
     }
     v
 }

@@ -285,6 +285,32 @@ pub struct NumaSpec {
     /// (Linux >= 6.9: `[image] kernel = "backports"`).
     #[serde(default)]
     pub weighted_interleave: Option<BTreeMap<String, u32>>,
+    /// DRAM:CXL page ratio, as the seeds write it: `"1:0"` (membind dram),
+    /// `"0:1"` (membind cxl), `"3:1"` (weighted interleave 3 to 1).
+    #[serde(default)]
+    pub ratio: Option<String>,
+}
+
+impl NumaSpec {
+    /// The policy with `ratio` spelled out as membind or weighted interleave.
+    pub fn resolved(&self) -> Result<NumaSpec, String> {
+        let Some(r) = &self.ratio else {
+            return Ok(self.clone());
+        };
+        let bad = || format!("ratio `{r}`: DRAM:CXL as two whole numbers, not both 0 (1:0, 3:1, 0:1)");
+        let (d, c) = r.split_once(':').ok_or_else(bad)?;
+        let (d, c): (u32, u32) = (d.trim().parse().map_err(|_| bad())?, c.trim().parse().map_err(|_| bad())?);
+        let name = |s: &str| Some(NodeSet::One(NodeName::Name(s.into())));
+        Ok(match (d, c) {
+            (0, 0) => return Err(bad()),
+            (_, 0) => NumaSpec { membind: name("dram"), ..NumaSpec::default() },
+            (0, _) => NumaSpec { membind: name("cxl"), ..NumaSpec::default() },
+            (d, c) => NumaSpec {
+                weighted_interleave: Some([("dram".to_string(), d), ("cxl".to_string(), c)].into()),
+                ..NumaSpec::default()
+            },
+        })
+    }
 }
 
 /// How one figure is read from what a phase's command left behind.
@@ -662,13 +688,16 @@ fn parse_tree(path: &str, tree: &toml::Value, context: &str) -> Result<Spec, Loa
         }
     }
     for (i, p) in spec.phases.iter().enumerate() {
-        check_phase(&spec, p).map_err(|(key, message)| key_err(&format!("phases.{i}.{key}"), message))?;
+        check_phase(&spec, p)
+            .map_err(|(key, message)| key_err(&format!("phases.{i}.{key}"), message))?;
     }
     Ok(spec)
 }
 
 fn is_identifier(k: &str) -> bool {
-    k.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    k.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
@@ -677,7 +706,10 @@ fn check_phase(spec: &Spec, p: &PhaseSpec) -> Result<(), (String, String)> {
     let job_file = p.fio.contains_key("job_file") || spec.fio.contains_key("job_file");
     if p.command.is_some() {
         if !p.fio.is_empty() || !p.jobs.is_empty() {
-            return Err(("command".into(), "a command phase takes no fio options or jobs".into()));
+            return Err((
+                "command".into(),
+                "a command phase takes no fio options or jobs".into(),
+            ));
         }
     } else {
         if !p.outputs.is_empty() || p.replay_check.is_some() {
@@ -709,6 +741,7 @@ fn check_phase(spec: &Spec, p: &PhaseSpec) -> Result<(), (String, String)> {
             n.interleave.is_some(),
             n.preferred.is_some(),
             n.weighted_interleave.is_some(),
+            n.ratio.is_some(),
         ]
         .iter()
         .filter(|b| **b)
@@ -716,9 +749,10 @@ fn check_phase(spec: &Spec, p: &PhaseSpec) -> Result<(), (String, String)> {
         if set != 1 {
             return Err((
                 "numa".into(),
-                "exactly one of membind, interleave, preferred, weighted_interleave".into(),
+                "exactly one of membind, interleave, preferred, weighted_interleave, ratio".into(),
             ));
         }
+        let n = &n.resolved().map_err(|e| ("numa.ratio".to_string(), e))?;
         let mut names: Vec<NodeName> = Vec::new();
         for s in [&n.membind, &n.interleave].into_iter().flatten() {
             names.extend(s.names());
@@ -755,7 +789,11 @@ fn check_phase(spec: &Spec, p: &PhaseSpec) -> Result<(), (String, String)> {
         }
     }
     for (name, o) in &p.outputs {
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_-".contains(c)) {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_-".contains(c))
+        {
             return Err((
                 format!("outputs.{name}"),
                 "output names are letters, digits, `_`, `-`".into(),
@@ -778,7 +816,8 @@ fn check_phase(spec: &Spec, p: &PhaseSpec) -> Result<(), (String, String)> {
             ));
         }
         if let Some(r) = &o.regex {
-            let re = regex::Regex::new(r).map_err(|e| (format!("outputs.{name}.regex"), e.to_string()))?;
+            let re = regex::Regex::new(r)
+                .map_err(|e| (format!("outputs.{name}.regex"), e.to_string()))?;
             if re.captures_len() < 2 {
                 return Err((
                     format!("outputs.{name}.regex"),
@@ -790,10 +829,7 @@ fn check_phase(spec: &Spec, p: &PhaseSpec) -> Result<(), (String, String)> {
             check_share_path(f).map_err(|e| (format!("outputs.{name}.file"), e))?;
         }
         if !matches!(o.aggregate.as_deref(), None | Some("mean" | "sum")) {
-            return Err((
-                format!("outputs.{name}.aggregate"),
-                "mean | sum".into(),
-            ));
+            return Err((format!("outputs.{name}.aggregate"), "mean | sum".into()));
         }
     }
     if let Some(rc) = &p.replay_check {

@@ -1,7 +1,8 @@
 //! `{name}` templates in phase commands: a spec's `vars` (sweepable as
 //! `vars.NAME`), the run's own figures (`cache_bytes`, `cxl_memory_bytes`,
 //! `vm`, `vm_index`, `vms`) and products or quotients of them
-//! (`{wss_over_cache*cache_bytes}`).
+//! (`{wss_over_cache*cache_bytes}`), floored with `int:`
+//! (`{int:dataset*cache_bytes/1100}`).
 //!
 //! Only a brace pair whose inside looks like such an expression is a
 //! template; shell (`${VAR}`) and awk (`{ print $1 }`) braces stay as they
@@ -56,6 +57,7 @@ pub enum RenderTemplateError {
 
 /// Whether `inside` (between braces) is meant as an expression.
 fn is_expression(inside: &str) -> bool {
+    let inside = inside.strip_prefix("int:").unwrap_or(inside);
     let mut chars = inside.chars();
     let starts_like_a_name = chars
         .next()
@@ -75,7 +77,20 @@ pub fn number_text(x: f64) -> String {
     }
 }
 
-fn evaluate(expr: &str, vars: &BTreeMap<String, TemplateValue>) -> Result<String, RenderTemplateError> {
+fn evaluate(
+    expr: &str,
+    vars: &BTreeMap<String, TemplateValue>,
+) -> Result<String, RenderTemplateError> {
+    if let Some(inner) = expr.strip_prefix("int:") {
+        let text = evaluate(inner, vars)?;
+        return match text.parse::<f64>() {
+            Ok(x) => Ok(number_text(x.floor())),
+            Err(_) => Err(RenderTemplateError::Arithmetic {
+                expr: expr.to_string(),
+                why: format!("`{text}` is not a number"),
+            }),
+        };
+    }
     let unknown = |name: &str| RenderTemplateError::Unknown {
         expr: expr.to_string(),
         name: name.to_string(),
@@ -187,6 +202,7 @@ mod tests {
             "x --size 14260633.6 --half 4194304 vm0 ${HOME} awk '{ print $1 }' {vm}"
         );
         assert_eq!(render("{cache_bytes*0.25}", &vars()).unwrap(), "2097152");
+        assert_eq!(render("{int:wss*cache_bytes/1000}", &vars()).unwrap(), "14260");
     }
 
     #[test]

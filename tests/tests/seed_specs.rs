@@ -1,0 +1,268 @@
+//! The seeds' experiments as shipped (`experiments/*.toml`), each run with
+//! `cxlfs run --quick` on the real `cxlfsd` with real TCG guests in memory
+//! mode, and the properties asserted on their results — not only
+//! that they ran:
+//!
+//! * `cylon-latency`: the CXL node's per-load latency is bimodal (hit mode
+//!   within 1.5x of DRAM's median, miss mode at least the modeled NAND
+//!   read), and the full-system hit share is within 5 points of what the
+//!   device model's replay of the same sequence predicts;
+//! * `bandwidth-vs-wss-memory`: a plateau up to 0.5x the cache, a fall
+//!   through the knee that never climbs back, a floor at least 3x below
+//!   the plateau;
+//! * `redis`: GET throughput falls from 0.33x to 1.06x to 2.10x the cache;
+//! * `cmm-h-interleave`: DRAM:CXL 3:1 >= 1:1 >= 0:1 (weighted interleave,
+//!   bookworm-backports kernel).
+#![allow(clippy::unwrap_used)]
+
+use cxlfs_e2e::{cxlfs_cli, cxlfsd, exclusive, repo_root};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// Runs a shipped spec with `--quick`; returns its results directory (kept
+/// on failure) and the `ok` rows of results.json.
+fn run_spec(name: &str, extra: &[&str]) -> (tempfile::TempDir, Vec<Value>) {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("cxlfs-e2e-{name}."))
+        .tempdir()
+        .unwrap();
+    let out = dir.path().join("results");
+    let spec = repo_root().join(format!("experiments/{name}.toml"));
+    let t = Instant::now();
+    let run = Command::new(cxlfs_cli())
+        .arg("run")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .arg("--quick")
+        .arg("--no-progress")
+        .arg("--cxlfsd")
+        .arg(cxlfsd())
+        .args(extra)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    eprintln!("cxlfs run {name} took {:.1?}\n{stderr}\n{stdout}", t.elapsed());
+    let keep = |why: String| -> ! {
+        let kept = dir.path().to_path_buf();
+        std::mem::forget(dir);
+        panic!("{why}; kept {}", kept.display());
+    };
+    if !run.status.success() {
+        keep(format!("cxlfs run {name} failed ({})", run.status));
+    }
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let rows: Vec<Value> = results["rows"].as_array().unwrap().clone();
+    let failed: Vec<&Value> = rows.iter().filter(|r| r["status"] != "ok").collect();
+    if !failed.is_empty() {
+        keep(format!("{name}: runs failed: {:#?}", failed[0]["error"]));
+    }
+    for png in plots(&out) {
+        let svg = png.with_extension("svg");
+        assert!(svg.is_file(), "no SVG beside {}", png.display());
+    }
+    assert!(!plots(&out).is_empty(), "{name}: no plots drawn");
+    (dir, rows)
+}
+
+fn plots(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "png"))
+        .collect()
+}
+
+fn f(r: &Value, k: &str) -> f64 {
+    r[k].as_f64()
+        .unwrap_or_else(|| panic!("{k} = {:?} in {r:#}", r[k]))
+}
+
+/// The rows of `vm` (`all` for the aggregate) and `phase`, in run order.
+fn of<'r>(rows: &'r [Value], vm: &str, phase: &str) -> Vec<&'r Value> {
+    rows.iter()
+        .filter(|r| r["vm"] == vm && r["phase"] == phase)
+        .collect()
+}
+
+/// A histogram line of distributions.jsonl: (low, high, count) buckets.
+fn buckets(d: &Value) -> Vec<(f64, f64, f64)> {
+    d["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            let a = b.as_array().unwrap();
+            (
+                a[0].as_f64().unwrap(),
+                a[1].as_f64().unwrap(),
+                a[2].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The median of the buckets inside `[lo, hi)` (bucket midpoints, geometric).
+fn median_within(b: &[(f64, f64, f64)], lo: f64, hi: f64) -> Option<f64> {
+    let inside: Vec<&(f64, f64, f64)> = b.iter().filter(|x| x.0 >= lo && x.1 <= hi).collect();
+    let total: f64 = inside.iter().map(|x| x.2).sum();
+    let mut seen = 0.0;
+    for x in inside {
+        seen += x.2;
+        if seen >= total / 2.0 && total > 0.0 {
+            return Some((x.0 * x.1).sqrt());
+        }
+    }
+    None
+}
+
+#[test]
+fn cylon_latency_is_bimodal_and_matches_the_replay() {
+    let _serial = exclusive();
+    let (dir, rows) = run_spec("cylon-latency", &[]);
+    let out = dir.path().join("results");
+    let text = std::fs::read_to_string(out.join("distributions.jsonl")).unwrap();
+    let ds: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let hist = |phase: &str| {
+        buckets(
+            ds.iter()
+                .find(|d| d["phase"] == phase && d["name"] == "latency")
+                .unwrap_or_else(|| panic!("no {phase} histogram in {text}")),
+        )
+    };
+    let (dram, cxl) = (hist("dram"), hist("cxl"));
+    const SPLIT_NS: f64 = 5_000.0;
+    let dram_median = median_within(&dram, 0.0, f64::MAX).unwrap();
+    let hit_mode = median_within(&cxl, 0.0, SPLIT_NS).expect("no hits on the CXL node");
+    let miss_mode = median_within(&cxl, SPLIT_NS, f64::MAX).expect("no misses on the CXL node");
+    let count = |b: &[(f64, f64, f64)], lo: f64, hi: f64| -> f64 {
+        b.iter().filter(|x| x.0 >= lo && x.1 <= hi).map(|x| x.2).sum()
+    };
+    let (hits, misses) = (count(&cxl, 0.0, SPLIT_NS), count(&cxl, SPLIT_NS, f64::MAX));
+    // The cylon preset's NAND read (tR).
+    const NAND_READ_NS: f64 = 40_000.0;
+    eprintln!(
+        "DRAM median {dram_median:.0} ns; CXL hit mode {hit_mode:.0} ns, miss mode {miss_mode:.0} ns; hits {hits} misses {misses}"
+    );
+    assert!(
+        hit_mode <= 1.5 * dram_median,
+        "hit mode {hit_mode:.0} ns vs DRAM median {dram_median:.0} ns"
+    );
+    assert!(
+        miss_mode >= NAND_READ_NS,
+        "miss mode {miss_mode:.0} ns < tR {NAND_READ_NS}"
+    );
+    // Bimodal: both modes hold a real share of the loads, with next to
+    // nothing between them (1-5 us).
+    let total = hits + misses;
+    assert!(hits > 0.2 * total && misses > 0.2 * total, "hits {hits} misses {misses}");
+    let between = count(&cxl, 1_000.0, SPLIT_NS);
+    assert!(between < 0.05 * total, "{between} loads between the modes");
+    // DRAM: no NAND-time loads to speak of.
+    assert!(count(&dram, SPLIT_NS, f64::MAX) < 0.01 * count(&dram, 0.0, f64::MAX));
+
+    let cxl_row = of(&rows, "vm0", "cxl");
+    let r = cxl_row.first().unwrap();
+    let (full, replay) = (f(r, "hit_share.full_system"), f(r, "hit_share.replay"));
+    eprintln!("hit share: full system {full:.3}, replay {replay:.3}");
+    assert!(
+        (full - replay).abs() <= 0.05,
+        "full-system hit share {full:.3} vs replay {replay:.3}"
+    );
+    // And the daemon saw the misses as region traps of vm0.
+    assert!(f(r, "daemon.region_traps") >= 0.5 * misses);
+}
+
+#[test]
+fn bandwidth_falls_from_a_plateau_to_a_nand_floor() {
+    let _serial = exclusive();
+    let (_dir, rows) = run_spec("bandwidth-vs-wss-memory", &[]);
+    let mut points: Vec<(f64, f64)> = of(&rows, "vm0", "membw")
+        .iter()
+        .map(|r| (f(r, "vars.wss_over_cache"), f(r, "out.read_mb_s")))
+        .collect();
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    eprintln!("read MB/s by working set / cache: {points:?}");
+    assert_eq!(points.len(), 5, "{points:?}");
+    let bw = |x: f64| points.iter().find(|p| p.0 == x).unwrap().1;
+    let plateau = bw(0.25).max(bw(0.5));
+    assert!(
+        bw(0.5) >= 0.7 * bw(0.25),
+        "no plateau up to 0.5x: {points:?}"
+    );
+    for w in points.windows(2).filter(|w| w[0].0 >= 0.5) {
+        assert!(
+            w[1].1 <= 1.15 * w[0].1,
+            "bandwidth climbs from {:?} to {:?}",
+            w[0],
+            w[1]
+        );
+    }
+    let floor = bw(4.0);
+    assert!(
+        floor * 3.0 <= plateau,
+        "floor {floor:.0} MB/s not 3x below the plateau {plateau:.0} MB/s"
+    );
+}
+
+#[test]
+fn redis_throughput_falls_as_the_dataset_outgrows_the_cache() {
+    let _serial = exclusive();
+    let (_dir, rows) = run_spec("redis", &[]);
+    let mut points: Vec<(f64, f64, f64)> = of(&rows, "vm0", "get")
+        .iter()
+        .map(|r| {
+            (
+                f(r, "vars.dataset_over_cache"),
+                f(r, "out.ops_per_sec"),
+                f(r, "out.p99_ms"),
+            )
+        })
+        .collect();
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    eprintln!("redis GET (dataset/cache, ops/s, p99 ms): {points:?}");
+    assert_eq!(points.len(), 3);
+    assert!(
+        points[0].1 > points[1].1 && points[1].1 > points[2].1,
+        "throughput does not fall monotonically: {points:?}"
+    );
+    // The dataset really sat on the CXL node, at the sizes asked for.
+    for r in of(&rows, "vm0", "load") {
+        let used = f(r, "out.used_memory_mib");
+        let want = f(r, "vars.dataset_over_cache") * 8.0;
+        assert!(
+            used >= 0.8 * want,
+            "redis used {used:.1} MiB for a {want:.1} MiB dataset"
+        );
+    }
+}
+
+#[test]
+fn cmm_h_interleave_orders_dram_cxl_ratios() {
+    let _serial = exclusive();
+    let (_dir, rows) = run_spec("cmm-h-interleave", &[]);
+    let by_ratio = |ratio: &str| -> f64 {
+        let r: Vec<&Value> = of(&rows, "vm0", "get")
+            .into_iter()
+            .filter(|r| r["phases.0.numa.ratio"] == ratio)
+            .collect();
+        assert!(!r.is_empty(), "no run at {ratio}");
+        r.iter().map(|r| f(r, "out.ops_per_sec")).sum::<f64>() / r.len() as f64
+    };
+    let (d, a, b, c) = (by_ratio("1:0"), by_ratio("3:1"), by_ratio("1:1"), by_ratio("0:1"));
+    eprintln!(
+        "GET ops/s normalised to DRAM-only: 3:1 {:.2}, 1:1 {:.2}, 0:1 {:.2} (DRAM {d:.0} ops/s)",
+        a / d,
+        b / d,
+        c / d
+    );
+    assert!(a >= b && b >= c, "3:1 {a:.0} >= 1:1 {b:.0} >= 0:1 {c:.0} ops/s does not hold");
+}
