@@ -13,14 +13,16 @@
 
 mod ctl_cmd;
 mod daemon_metrics;
-mod distributions;
 mod device_args;
+mod distributions;
 mod fio_json;
 mod guest_script;
 mod image_cmd;
-mod plot;
-mod plot_spec;
 mod phase_output;
+mod plot;
+mod plot_axis;
+mod plot_data;
+mod plot_spec;
 mod replay_check;
 mod replay_cmd;
 mod results;
