@@ -13,6 +13,9 @@ use std::path::Path;
 /// The file name inside a results directory.
 pub const FILE: &str = "distributions.jsonl";
 
+/// Histogram buckets `(low, high, count)`: `low <= x < high`, ascending.
+pub type Buckets = Vec<(f64, f64, u64)>;
+
 /// One histogram of one phase of one VM in one run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Distribution {
@@ -35,7 +38,7 @@ pub struct Distribution {
     pub unit: String,
     /// Buckets `[low, high, count]`: `low <= x < high`, ascending, empty
     /// buckets left out.
-    pub buckets: Vec<(f64, f64, u64)>,
+    pub buckets: Buckets,
 }
 
 impl Distribution {
@@ -93,10 +96,12 @@ pub fn append(dir: &Path, ds: &[Distribution]) -> Result<(), ResultsError> {
     };
     let mut text = String::new();
     for d in ds {
-        text.push_str(&serde_json::to_string(d).map_err(|source| ResultsError::Json {
-            path: path.display().to_string(),
-            source,
-        })?);
+        text.push_str(
+            &serde_json::to_string(d).map_err(|source| ResultsError::Json {
+                path: path.display().to_string(),
+                source,
+            })?,
+        );
         text.push('\n');
     }
     let mut f = std::fs::OpenOptions::new()

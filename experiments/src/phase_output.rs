@@ -2,6 +2,7 @@
 //! `[[phases]]`): a JSON field, a regular expression's first group, a CSV
 //! cell, or a histogram (`{"unit": .., "buckets": [[lo, hi, n], ..]}`).
 
+use crate::distributions::Buckets;
 use crate::spec::OutputSpec;
 use serde_json::Value;
 
@@ -15,7 +16,7 @@ pub enum Extracted {
         /// Unit of the bounds (`ns`).
         unit: String,
         /// Buckets, ascending.
-        buckets: Vec<(f64, f64, u64)>,
+        buckets: Buckets,
     },
 }
 
@@ -93,7 +94,7 @@ fn number_in(v: &Value) -> Option<f64> {
     }
 }
 
-fn histogram_in(v: &Value) -> Option<(String, Vec<(f64, f64, u64)>)> {
+fn histogram_in(v: &Value) -> Option<(String, Buckets)> {
     let unit = v.get("unit")?.as_str()?.to_string();
     let buckets = v
         .get("buckets")?
@@ -119,12 +120,16 @@ fn csv_cells(line: &str) -> Vec<String> {
         match c {
             '"' if quoted && chars.peek() == Some(&'"') => {
                 chars.next();
-                cells.last_mut().map(|s| s.push('"'));
+                if let Some(s) = cells.last_mut() {
+                    s.push('"');
+                }
             }
             '"' => quoted = !quoted,
             ',' if !quoted => cells.push(String::new()),
             c => {
-                cells.last_mut().map(|s| s.push(c));
+                if let Some(s) = cells.last_mut() {
+                    s.push(c);
+                }
             }
         }
     }
@@ -160,9 +165,7 @@ pub fn extract(spec: &OutputSpec, file: &str, text: &str) -> Result<Extracted, E
             why,
         };
         let r = regex::Regex::new(re).map_err(|e| bad(e.to_string()))?;
-        let caps = r
-            .captures(text)
-            .ok_or_else(|| bad("no match".into()))?;
+        let caps = r.captures(text).ok_or_else(|| bad("no match".into()))?;
         let m = caps
             .get(1)
             .ok_or_else(|| bad("the expression needs a capture group".into()))?;
@@ -181,7 +184,10 @@ pub fn extract(spec: &OutputSpec, file: &str, text: &str) -> Result<Extracted, E
             why,
         };
         let mut lines = text.lines().filter(|l| l.contains(','));
-        let header = lines.next().map(csv_cells).ok_or_else(|| bad("no CSV".into()))?;
+        let header = lines
+            .next()
+            .map(csv_cells)
+            .ok_or_else(|| bad("no CSV".into()))?;
         let col = header
             .iter()
             .position(|h| h.trim() == cell.column)
@@ -222,8 +228,14 @@ mod tests {
         };
         assert_eq!(num("read_mb_s", None).unwrap(), Extracted::Number(1234.5));
         assert_eq!(num("a.1.b", Some(2.0)).unwrap(), Extracted::Number(14.0));
-        assert!(num("missing", None).unwrap_err().to_string().contains("not there"));
-        assert!(num("h", None).unwrap_err().to_string().contains("not a number"));
+        assert!(num("missing", None)
+            .unwrap_err()
+            .to_string()
+            .contains("not there"));
+        assert!(num("h", None)
+            .unwrap_err()
+            .to_string()
+            .contains("not a number"));
         let h = extract(
             &OutputSpec {
                 json: Some("h".into()),
@@ -242,7 +254,14 @@ mod tests {
             }
         );
         assert!(matches!(
-            extract(&OutputSpec { json: Some("x".into()), ..Default::default() }, "f", "no json"),
+            extract(
+                &OutputSpec {
+                    json: Some("x".into()),
+                    ..Default::default()
+                },
+                "f",
+                "no json"
+            ),
             Err(ExtractOutputError::NoJson { .. })
         ));
     }
@@ -264,7 +283,10 @@ mod tests {
             )
         };
         assert_eq!(csv("GET", "rps").unwrap(), Extracted::Number(12345.67));
-        assert_eq!(csv("SET", "p99_latency_ms").unwrap(), Extracted::Number(3.1));
+        assert_eq!(
+            csv("SET", "p99_latency_ms").unwrap(),
+            Extracted::Number(3.1)
+        );
         assert!(csv("DEL", "rps").is_err());
         assert!(csv("GET", "p42").is_err());
         let re = |r: &str| {
@@ -278,8 +300,14 @@ mod tests {
             )
         };
         assert_eq!(re(r"ops: ([0-9.]+)").unwrap(), Extracted::Number(42.5));
-        assert!(re(r"ops: [0-9.]+").unwrap_err().to_string().contains("capture group"));
-        assert!(re(r"nope (\d)").unwrap_err().to_string().contains("no match"));
+        assert!(re(r"ops: [0-9.]+")
+            .unwrap_err()
+            .to_string()
+            .contains("capture group"));
+        assert!(re(r"nope (\d)")
+            .unwrap_err()
+            .to_string()
+            .contains("no match"));
         assert!(re(r"(").is_err());
     }
 }

@@ -11,7 +11,7 @@
 //! the run `failed` with its error, and the sweep goes on.
 
 use crate::daemon_metrics::{parse_series, sample_at, Figures, SeriesSample};
-use crate::distributions::{self, Distribution};
+use crate::distributions::{self, Buckets, Distribution};
 use crate::fio_json::{self, FioSummary};
 use crate::guest_script;
 use crate::phase_output::{self, Extracted};
@@ -387,7 +387,7 @@ struct PhaseResult {
     /// Numbers a command's `outputs` gave (`out.NAME`).
     outputs: BTreeMap<String, f64>,
     /// Histograms a command's `outputs` gave: name, unit, buckets.
-    histograms: Vec<(String, String, Vec<(f64, f64, u64)>)>,
+    histograms: Vec<(String, String, Buckets)>,
     /// `replay_check`: measured and predicted hit shares.
     hit_shares: Option<(f64, f64)>,
     error: Option<String>,
@@ -1616,11 +1616,11 @@ name = "b"
                 vec![
                     PhaseResult {
                         fio: Some(fio_json::parse(fixture).unwrap()),
-                        error: None,
+                        ..PhaseResult::default()
                     },
                     PhaseResult {
                         fio: Some(fio_json::parse(fixture).unwrap()),
-                        error: None,
+                        ..PhaseResult::default()
                     },
                 ],
             );
@@ -1656,8 +1656,8 @@ name = "b"
         assert_eq!(all_b["device_misses"], 10 + 15);
         // One guest's fio failed: the run is failed, that row names the error.
         out.phases.get_mut("vm1").unwrap()[1] = PhaseResult {
-            fio: None,
             error: Some("vm1 b: fio exited 1: bad option".into()),
+            ..PhaseResult::default()
         };
         let rows = rows_of(&plans[0], &out);
         assert!(rows.iter().all(|r| r["status"] == "failed"));

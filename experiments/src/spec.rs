@@ -840,7 +840,7 @@ fn check_phase(spec: &Spec, p: &PhaseSpec) -> Result<(), (String, String)> {
                 format!("`{}` is not a histogram output of this phase", rc.histogram),
             ));
         }
-        if !(rc.hit_below_ns > 0.0) {
+        if rc.hit_below_ns.is_nan() || rc.hit_below_ns <= 0.0 {
             return Err((
                 "replay_check.hit_below_ns".into(),
                 "must be positive".into(),
