@@ -38,6 +38,13 @@ exec </dev/console >/dev/console 2>&1
 
 say() { echo "$*"; }
 
+# Loopback up: servers in the guest (redis-server, ...) and their clients talk over it.
+ifconfig lo 127.0.0.1 up 2>/dev/null || ip link set lo up 2>/dev/null
+
+# Loopback: servers and their clients in one guest (redis-server and
+# redis-benchmark) talk over 127.0.0.1.
+ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up 2>/dev/null
+
 # CPU-less NUMA nodes with memory: the emulated CXL-SSD memory (memory mode).
 cxl_nodes=
 for n in $(for d in /sys/devices/system/node/node[0-9]*; do echo "${d##*/node}"; done | sort -n); do

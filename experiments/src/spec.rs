@@ -297,14 +297,24 @@ impl NumaSpec {
         let Some(r) = &self.ratio else {
             return Ok(self.clone());
         };
-        let bad = || format!("ratio `{r}`: DRAM:CXL as two whole numbers, not both 0 (1:0, 3:1, 0:1)");
+        let bad =
+            || format!("ratio `{r}`: DRAM:CXL as two whole numbers, not both 0 (1:0, 3:1, 0:1)");
         let (d, c) = r.split_once(':').ok_or_else(bad)?;
-        let (d, c): (u32, u32) = (d.trim().parse().map_err(|_| bad())?, c.trim().parse().map_err(|_| bad())?);
+        let (d, c): (u32, u32) = (
+            d.trim().parse().map_err(|_| bad())?,
+            c.trim().parse().map_err(|_| bad())?,
+        );
         let name = |s: &str| Some(NodeSet::One(NodeName::Name(s.into())));
         Ok(match (d, c) {
             (0, 0) => return Err(bad()),
-            (_, 0) => NumaSpec { membind: name("dram"), ..NumaSpec::default() },
-            (0, _) => NumaSpec { membind: name("cxl"), ..NumaSpec::default() },
+            (_, 0) => NumaSpec {
+                membind: name("dram"),
+                ..NumaSpec::default()
+            },
+            (0, _) => NumaSpec {
+                membind: name("cxl"),
+                ..NumaSpec::default()
+            },
             (d, c) => NumaSpec {
                 weighted_interleave: Some([("dram".to_string(), d), ("cxl".to_string(), c)].into()),
                 ..NumaSpec::default()

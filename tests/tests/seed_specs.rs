@@ -46,21 +46,27 @@ fn run_spec(name: &str, extra: &[&str]) -> (tempfile::TempDir, Vec<Value>) {
         .unwrap();
     let stderr = String::from_utf8_lossy(&run.stderr);
     let stdout = String::from_utf8_lossy(&run.stdout);
-    eprintln!("cxlfs run {name} took {:.1?}\n{stderr}\n{stdout}", t.elapsed());
-    let keep = |why: String| -> ! {
-        let kept = dir.path().to_path_buf();
-        std::mem::forget(dir);
+    eprintln!(
+        "cxlfs run {name} took {:.1?}\n{stderr}\n{stdout}",
+        t.elapsed()
+    );
+    // On failure the directory is kept (not deleted) for a look.
+    let keep = |dir: tempfile::TempDir, why: String| -> ! {
+        let kept = dir.keep();
         panic!("{why}; kept {}", kept.display());
     };
     if !run.status.success() {
-        keep(format!("cxlfs run {name} failed ({})", run.status));
+        keep(dir, format!("cxlfs run {name} failed ({})", run.status));
     }
     let results: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     let rows: Vec<Value> = results["rows"].as_array().unwrap().clone();
     let failed: Vec<&Value> = rows.iter().filter(|r| r["status"] != "ok").collect();
     if !failed.is_empty() {
-        keep(format!("{name}: runs failed: {:#?}", failed[0]["error"]));
+        keep(
+            dir,
+            format!("{name}: runs failed: {:#?}", failed[0]["error"]),
+        );
     }
     for png in plots(&out) {
         let svg = png.with_extension("svg");
@@ -144,7 +150,10 @@ fn cylon_latency_is_bimodal_and_matches_the_replay() {
     let hit_mode = median_within(&cxl, 0.0, SPLIT_NS).expect("no hits on the CXL node");
     let miss_mode = median_within(&cxl, SPLIT_NS, f64::MAX).expect("no misses on the CXL node");
     let count = |b: &[(f64, f64, f64)], lo: f64, hi: f64| -> f64 {
-        b.iter().filter(|x| x.0 >= lo && x.1 <= hi).map(|x| x.2).sum()
+        b.iter()
+            .filter(|x| x.0 >= lo && x.1 <= hi)
+            .map(|x| x.2)
+            .sum()
     };
     let (hits, misses) = (count(&cxl, 0.0, SPLIT_NS), count(&cxl, SPLIT_NS, f64::MAX));
     // The cylon preset's NAND read (tR).
@@ -164,7 +173,10 @@ fn cylon_latency_is_bimodal_and_matches_the_replay() {
     // nothing between them (5 us .. tR). Loads of 1-5 us are device hits
     // whose page QEMU had not mapped yet (a host minor fault, no NAND).
     let total = hits + misses;
-    assert!(hits > 0.2 * total && misses > 0.2 * total, "hits {hits} misses {misses}");
+    assert!(
+        hits > 0.2 * total && misses > 0.2 * total,
+        "hits {hits} misses {misses}"
+    );
     let between = count(&cxl, SPLIT_NS, NAND_READ_NS);
     assert!(between < 0.05 * total, "{between} loads between the modes");
     // DRAM: no NAND-time loads to speak of.
@@ -263,12 +275,20 @@ fn cmm_h_interleave_orders_dram_cxl_ratios() {
         assert!(!r.is_empty(), "no run at {ratio}");
         r.iter().map(|r| f(r, "out.ops_per_sec")).sum::<f64>() / r.len() as f64
     };
-    let (d, a, b, c) = (by_ratio("1:0"), by_ratio("3:1"), by_ratio("1:1"), by_ratio("0:1"));
+    let (d, a, b, c) = (
+        by_ratio("1:0"),
+        by_ratio("3:1"),
+        by_ratio("1:1"),
+        by_ratio("0:1"),
+    );
     eprintln!(
         "GET ops/s normalised to DRAM-only: 3:1 {:.2}, 1:1 {:.2}, 0:1 {:.2} (DRAM {d:.0} ops/s)",
         a / d,
         b / d,
         c / d
     );
-    assert!(a >= b && b >= c, "3:1 {a:.0} >= 1:1 {b:.0} >= 0:1 {c:.0} ops/s does not hold");
+    assert!(
+        a >= b && b >= c,
+        "3:1 {a:.0} >= 1:1 {b:.0} >= 0:1 {c:.0} ops/s does not hold"
+    );
 }
