@@ -202,7 +202,10 @@ mod tests {
             "x --size 14260633.6 --half 4194304 vm0 ${HOME} awk '{ print $1 }' {vm}"
         );
         assert_eq!(render("{cache_bytes*0.25}", &vars()).unwrap(), "2097152");
-        assert_eq!(render("{int:wss*cache_bytes/1000}", &vars()).unwrap(), "14260");
+        assert_eq!(
+            render("{int:wss*cache_bytes/1000}", &vars()).unwrap(),
+            "14260"
+        );
     }
 
     #[test]
