@@ -4,13 +4,28 @@
 # an initramfs (initramfs.cpio.gz, and the same archive as initramfs.cpio.lz4)
 # holding busybox-static, fio and numactl with every shared library they link,
 # the virtio / virtio-fs kernel modules, guest-init.sh as /init and cxlfs-hint
-# (the cache-hint tool, ../hint/cxlfs-hint.c, built here with gcc -static).
+# (the cache-hint tool, ../hint/cxlfs-hint.c, built here with gcc -static)
+# and the probes of probes/ (cxlfs-memlat, cxlfs-membw, cxlfs-numa, static too).
 # manifest.txt lists the package versions, modules and libraries.
 #
-#   qemu-configs/build-guest-image.sh [--force] [--key]
+#   qemu-configs/build-guest-image.sh [--force] [--key] [--packages LIST] [--kernel K]
 #
-#   --force   rebuild even if the image for this content hash exists
-#   --key     print the content hash (cache key) and exit
+#   --force          rebuild even if the image for this content hash exists
+#   --key            print the content hash (cache key) and exit
+#   --packages LIST  extra Debian packages (comma separated), e.g.
+#                    redis-server,redis-tools,stress-ng: every file of each goes
+#                    into the image at its path (a package file replaces a busybox
+#                    applet link, except /bin/sh, and no other file of the image),
+#                    plus the shared-library closure of every ELF file in them.
+#                    Their other dependencies are NOT installed, and maintainer
+#                    scripts do not run (no users, no alternatives links). The build
+#                    checks that each executable in their bin/sbin directories
+#                    loads from the image's libraries (ld.so --list; nothing is run).
+#                    Default: $CXLFS_EXTRA_PKGS
+#   --kernel K       default: Debian 12's linux-image-amd64 (6.1); backports: the
+#                    bookworm-backports kernel (6.12; weighted interleave needs
+#                    >= 6.9), adding that apt source if missing; else a kernel
+#                    package name. Default: $CXLFS_KERNEL_PKG, else default
 #
 # The image directory is printed as the LAST line of stdout; everything else
 # (progress) goes to stderr. Nothing is installed into the host's root file
@@ -22,37 +37,50 @@
 #   CXLFS_CACHE_DIR        cache root (default: $XDG_CACHE_HOME/cxlfs, else
 #                          ~/.cache/cxlfs). Images go to $CXLFS_CACHE_DIR/images/<hash>/,
 #                          downloaded .debs to $CXLFS_CACHE_DIR/debs/.
-#   CXLFS_KERNEL_PKG       kernel package (default: linux-image-amd64; its
-#                          linux-image-<abi> dependency is what gets unpacked)
+#   CXLFS_KERNEL_PKG       as --kernel (a metapackage such as linux-image-amd64 gets
+#                          its linux-image-<abi> dependency unpacked)
+#   CXLFS_EXTRA_PKGS       as --packages (comma or space separated)
 #   CXLFS_EXTRA_MODULES    extra kernel module names to load at boot (space separated)
 #   CXLFS_EXTRA_PKGS_BIN   extra "package:/path/to/binary" items to copy with their
 #                          libraries (space separated), e.g. "strace:/usr/bin/strace"
 #
 # The cache key is a SHA-256 over this script, lib.sh, guest-init.sh, the cxlfs-hint
-# sources (../hint/cxlfs-hint.c, ../hint/include/cxlfs_hint.h), the settings above
-# and the candidate versions (apt-cache policy) of the kernel, busybox-static,
-# fio, numactl and every package in their dependency closures. A rebuild happens
-# only when one of these changes.
+# sources (../hint/cxlfs-hint.c, ../hint/include/cxlfs_hint.h), the probe sources,
+# the settings above (the package list sorted) and the candidate versions
+# (apt-cache policy) of the kernel, busybox-static, fio, numactl, the extra
+# packages and every package in their dependency closures. A rebuild happens
+# only when one of these changes; each package list has its own image.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 init_script="$here/guest-init.sh"
 hint_src="$here/../hint/cxlfs-hint.c"
 hint_hdr="$here/../hint/include/cxlfs_hint.h"
-memlat_src="$here/probes/cxlfs-memlat.c"
+probes=(cxlfs-memlat cxlfs-membw cxlfs-numa)   # probes/<name>.c, static, in /usr/bin
 self="$here/$(basename "${BASH_SOURCE[0]}")"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$here/lib.sh"
 
 orig_args=("$@")
+build_value_options="--packages --kernel"
 parse_build_args "$@"
 
 [[ -f "$init_script" ]] || die "missing $init_script"
 [[ -f "$hint_src" && -f "$hint_hdr" ]] || die "missing the cxlfs-hint sources ($hint_src, $hint_hdr)"
-[[ -f "$memlat_src" ]] || die "missing $memlat_src"
+for pr in "${probes[@]}"; do [[ -f "$here/probes/$pr.c" ]] || die "missing $here/probes/$pr.c"; done
 require_x86_64
 
-kernel_meta="${CXLFS_KERNEL_PKG:-linux-image-amd64}"
+# Extra packages: sorted and unique, so that the same set is the same image.
+pkg_re='^[a-z0-9][a-z0-9+.-]+$'
+mapfile -t extra_pkgs < <(tr -s ', ' '\n' <<<"${build_opt[--packages]-${CXLFS_EXTRA_PKGS:-}}" | sed '/^$/d' | LC_ALL=C sort -u)
+for p in "${extra_pkgs[@]}"; do [[ "$p" =~ $pkg_re ]] || die "not a Debian package name: '$p'"; done
+kernel_choice="${build_opt[--kernel]-${CXLFS_KERNEL_PKG:-default}}"
+case "$kernel_choice" in
+    "" | default) kernel_choice=default kernel_meta=linux-image-amd64 ;;
+    backports) kernel_meta=linux-image-amd64 ;;
+    *) [[ "$kernel_choice" =~ $pkg_re ]] || die "--kernel: not a package name: '$kernel_choice'"
+       kernel_meta="$kernel_choice" ;;
+esac
 extra_modules="${CXLFS_EXTRA_MODULES:-}"
 extra_bins="${CXLFS_EXTRA_PKGS_BIN:-}"
 # Modules the guest needs (missing ones are skipped: names vary between kernels).
@@ -79,6 +107,39 @@ ensure_host_tools() {
 PATH="$PATH:/sbin:/usr/sbin"
 ensure_host_tools
 
+# --------------------------------------------------- bookworm-backports
+# The backports suite, added (same mirror and key as the main Debian source)
+# only when --kernel backports asks for it; its pin priority (100) keeps every
+# other candidate on stable.
+bpo_suite=bookworm-backports
+bpo_sources=/etc/apt/sources.list.d/cxlfs-bookworm-backports.sources
+ensure_backports() {
+    apt-cache policy 2>/dev/null | grep -q "n=$bpo_suite," && return 0
+    if [[ ! -f "$bpo_sources" ]]; then
+        need_root "add the $bpo_suite apt source ($bpo_sources)"
+        local uri="" signed=""
+        if [[ -f /etc/apt/sources.list.d/debian.sources ]]; then
+            # The stanza whose Suites has plain "bookworm": its URIs and Signed-By.
+            read -r uri signed < <(awk -v RS= '/(^|\n)Types:[^\n]*deb( |$|\n)/ && /(^|\n)Suites:[^\n]* bookworm( |$|\n)/ {
+                    u = ""; k = ""; n = split($0, l, "\n")
+                    for (i = 1; i <= n; i++) {
+                        if (l[i] ~ /^URIs:/) { sub(/^URIs: */, "", l[i]); split(l[i], w, " "); u = w[1] }
+                        if (l[i] ~ /^Signed-By:/) { sub(/^Signed-By: */, "", l[i]); k = l[i] }
+                    }
+                    print u, k; exit }' /etc/apt/sources.list.d/debian.sources) || true
+        fi
+        uri="${uri:-http://deb.debian.org/debian}"
+        signed="${signed:-/usr/share/keyrings/debian-archive-keyring.gpg}"
+        log "adding $bpo_sources ($uri $bpo_suite)"
+        printf '# Added by cxlfs qemu-configs/build-guest-image.sh (--kernel backports)\nTypes: deb\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: %s\n' \
+            "$uri" "$bpo_suite" "$signed" >"$bpo_sources"
+    fi
+    apt_updated=0
+    apt_update_once
+    apt-cache policy 2>/dev/null | grep -q "n=$bpo_suite," || die "apt has no $bpo_suite lists after apt-get update ($bpo_sources)"
+}
+[[ "$kernel_choice" != backports ]] || ensure_backports
+
 # ------------------------------------------------------- package versions
 declare -A ver_of=()     # pkg -> candidate version, filled in one apt-cache call
 candidate() { # pkg -> candidate version ("" if none)
@@ -96,8 +157,8 @@ quick_key() {
         sha256sum <"$init_script"
         sha256sum <"$hint_src"
         sha256sum <"$hint_hdr"
-        sha256sum <"$memlat_src"
-        echo "kernel=$kernel_meta modules=${modules[*]} extra_bins=$extra_bins"
+        for pr in "${probes[@]}"; do sha256sum <"$here/probes/$pr.c"; done
+        echo "kernel=$kernel_choice modules=${modules[*]} extra_bins=$extra_bins packages=${extra_pkgs[*]}"
         stat -c '%n %s %Y' /var/lib/apt/lists/*_Packages* 2>/dev/null | sort
     } | sha256sum | cut -c1-16
 }
@@ -113,9 +174,22 @@ fi
 for p in fio numactl; do
     [[ -n "$(candidate "$p")" ]] || die "no candidate for $p: is a Debian 12 main mirror in the apt sources?"
 done
+for p in "${extra_pkgs[@]}"; do
+    [[ -n "$(candidate "$p")" ]] || die "--packages: no candidate version for $p (apt-cache policy $p)"
+done
 
 # The metapackage depends on the versioned kernel package that holds the files.
-kernel_pkg="$(apt-cache depends "$kernel_meta" 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}')"
+if [[ "$kernel_choice" == backports ]]; then
+    # linux-image-amd64's candidate stays the stable one: take the dependency
+    # of its backports version (linux-image-6.12...-amd64 exists only there).
+    bpo_ver="$(apt-cache madison "$kernel_meta" | awk -F'|' -v s="$bpo_suite/" 'index($3, s) {gsub(/ /, "", $2); print $2; exit}')"
+    [[ -n "$bpo_ver" ]] || die "no $kernel_meta in $bpo_suite (apt-cache madison $kernel_meta)"
+    kernel_pkg="$(apt-cache show "$kernel_meta=$bpo_ver" | sed -n 's/^Depends: //p' | head -n1 | tr ',' '\n' \
+        | sed 's/(.*//; s/[[:space:]]//g' | grep -m1 '^linux-image-' || true)"
+    [[ -n "$kernel_pkg" ]] || die "$kernel_meta=$bpo_ver depends on no linux-image-* package"
+else
+    kernel_pkg="$(apt-cache depends "$kernel_meta" 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}')"
+fi
 if [[ -z "$kernel_pkg" ]]; then
     # Not a metapackage: use it directly.
     kernel_pkg="$kernel_meta"
@@ -125,7 +199,7 @@ fi
 # Userland binaries that are always in the image (package:path), each with its
 # shared-library closure; CXLFS_EXTRA_PKGS_BIN adds more of the same kind.
 base_bins="fio:/usr/bin/fio numactl:/usr/bin/numactl"
-top_pkgs=("$kernel_pkg" busybox-static)
+top_pkgs=("$kernel_pkg" busybox-static "${extra_pkgs[@]}")
 for item in $base_bins $extra_bins; do top_pkgs+=("${item%%:*}"); done
 
 closure() {
@@ -145,8 +219,8 @@ key="$( {
     sha256sum <"$init_script"
     sha256sum <"$hint_src"
     sha256sum <"$hint_hdr"
-    sha256sum <"$memlat_src"
-    echo "kernel=$kernel_pkg modules=${modules[*]} extra_bins=$extra_bins"
+    for pr in "${probes[@]}"; do sha256sum <"$here/probes/$pr.c"; done
+    echo "kernel=$kernel_pkg modules=${modules[*]} extra_bins=$extra_bins packages=${extra_pkgs[*]}"
     echo "$versions"
 } | sha256sum | cut -c1-16)"
 
@@ -268,6 +342,8 @@ index_pkg() {
 needed_of() { readelf -dW "$1" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; }
 
 copied_libs=()
+unresolved_libs=()  # soname:needed-by, for the extra packages' files only
+libs_soft=0         # 1: an unresolvable soname is recorded, not fatal
 resolve_libs() { # file pkg
     local file="$1" pkg="$2" so d
     local -a ds
@@ -282,7 +358,14 @@ resolve_libs() { # file pkg
                 [[ -n "${fetched[$d]:-}" ]] && index_pkg "$d"
             done
         fi
-        [[ -n "${soname_path[$so]:-}" ]] || die "$so (needed by ${file#"$pool"/}) is in no dependency of $pkg"
+        if [[ -z "${soname_path[$so]:-}" ]]; then
+            # (A plugin of an extra package may need a library from a package
+            # that is not a direct dependency; its executables are checked below.)
+            ((libs_soft)) || die "$so (needed by ${file#"$pool"/}) is in no dependency of $pkg"
+            log "warning: $so (needed by ${file#"$pool"/}) is in no dependency of $pkg"
+            unresolved_libs+=("$so:${file#"$pool"/}")
+            continue
+        fi
         lib_done[$so]=1
         local src
         src="$(pool_realpath "${soname_path[$so]}")" || die "cannot resolve $so (${soname_path[$so]})"
@@ -318,6 +401,42 @@ for item in $base_bins $extra_bins; do
     install -m 0755 "$pool/$p$b" "$root/usr/bin/${b##*/}"
     resolve_libs "$pool/$p$b" "$p"
 done
+# Extra packages (--packages): all their files, then the libraries of their ELF files.
+is_elf() { # file: starts with \177ELF (bash read: no fork per file)
+    local LC_ALL=C m=""
+    IFS= read -r -n 4 -d '' m <"$1" 2>/dev/null || true
+    [[ "$m" == $'\177ELF' ]]
+}
+replaced_applets=()  # name:pkg
+kept_files=()        # /path:pkg (the image's file stayed)
+install_pkg_files() { # pkg
+    local pkg="$1" rel dest
+    while IFS= read -r -d '' rel; do
+        dest="$root/$rel"
+        [[ -L "$dest" || -e "$dest" ]] || continue
+        # Busybox applet links give way to the real program (not sh: init's shell).
+        if [[ -L "$dest" && "$(readlink "$dest")" == busybox && "${rel##*/}" != sh ]]; then
+            rm -f "$dest"
+            replaced_applets+=("${rel##*/}:$pkg")
+        else
+            kept_files+=("/$rel:$pkg")
+        fi
+    done < <(cd "$pool/$pkg" && find . -mindepth 1 ! -type d -printf '%P\0')
+    # --keep-directory-symlink: /sbin, /usr/sbin and /lib are links here.
+    tar -C "$pool/$pkg" -cf - . | tar -C "$root" -xf - --keep-directory-symlink --skip-old-files \
+        --no-same-owner || die "cannot unpack $pkg into the image"
+}
+libs_soft=1
+for p in "${extra_pkgs[@]}"; do
+    fetch "$p" || die "package $p is not available"
+    index_pkg "$p"
+    install_pkg_files "$p"
+    while IFS= read -r -d '' f; do
+        if is_elf "$f"; then resolve_libs "$f" "$p"; fi
+    done < <(find "$pool/$p" -type f -print0)
+done
+libs_soft=0
+
 # The dynamic loader (PT_INTERP of fio is /lib64/ld-linux-x86-64.so.2).
 ld_so="$(pool_realpath "$pool/libc6/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" || true)"
 [[ -f "$ld_so" ]] || ld_so="$(find "$pool/libc6" -name 'ld-linux-x86-64.so.2' -type f | head -n1)"
@@ -335,10 +454,25 @@ gcc -static -O2 -Wall -Wextra -Werror -I"$(dirname "$hint_hdr")" -o "$root/usr/b
 hint_rc=0
 "$root/usr/bin/cxlfs-hint" 2>/dev/null || hint_rc=$?
 ((hint_rc == 2)) || die "cxlfs-hint does not run (usage should exit 2, got $hint_rc)"
-# cxlfs-memlat: the dependent-load latency probe (static as well).
-gcc -static -O2 -Wall -Wextra -Werror -o "$root/usr/bin/cxlfs-memlat" "$memlat_src" \
-    || die "cannot build cxlfs-memlat (gcc -static; needs libc6-dev)"
-"$root/usr/bin/cxlfs-memlat" 1 4096 1 >/dev/null || die "cxlfs-memlat does not run"
+# The probes (static as well): latency, bandwidth, memory policy.
+for pr in "${probes[@]}"; do
+    gcc -static -O2 -Wall -Wextra -Werror -pthread -o "$root/usr/bin/$pr" "$here/probes/$pr.c" \
+        || die "cannot build $pr (gcc -static; needs libc6-dev)"
+    rc=0
+    "$root/usr/bin/$pr" --bad-argument >/dev/null 2>&1 || rc=$?
+    ((rc == 2)) || die "$pr: a bad argument should exit 2 (got $rc)"
+done
+probe_ok() { # name args...: one JSON line of that probe on stdout
+    local out
+    out="$("$root/usr/bin/$1" "${@:2}")" || die "$1 ${*:2} failed"
+    [[ "$out" == "{\"probe\":\"${1#cxlfs-}\","*"}" && "$out" != *$'\n'* ]] || die "$1 ${*:2} printed: $out"
+}
+"$root/usr/bin/cxlfs-memlat" 1 4096 1 | grep -q '^{"size_bytes":1048576,' || die "cxlfs-memlat (old form) does not run"
+probe_ok cxlfs-memlat --size 1m --stride 64 --laps 1
+probe_ok cxlfs-membw --size 1m --threads 2 --passes 1
+if [[ -d /sys/devices/system/node/node0 ]]; then
+    "$root/usr/bin/cxlfs-numa" --preferred 0 -- "$root/bin/busybox" true || die "cxlfs-numa --preferred 0 does not run"
+fi
 
 # Check on the host that fio and numactl run from the image's own libraries only.
 image_run() { # binary args...: run an image binary through the image's ld.so and libraries
@@ -351,6 +485,50 @@ fio_version="$out"
 if ! out="$(image_run numactl --show 2>&1)"; then
     die "numactl does not run from the image's libraries: $out"
 fi
+
+# The extra packages' executables must load from the image alone: ld.so --list
+# (no execution: many are daemons) resolves every library inside $root.
+image_realpath() { # path in $root -> the regular file it names, links resolved inside $root
+    local f="$1" t n
+    for n in 1 2 3 4 5 6 7 8 9 10; do
+        [[ -L "$f" ]] || break
+        t="$(readlink "$f")"
+        if [[ "$t" == /* ]]; then f="$root$t"; else f="$(dirname "$f")/$t"; fi
+        : "$n"
+    done
+    [[ -f "$f" && ! -L "$f" ]] || return 1
+    echo "$f"
+}
+exe_checks=()   # name:pkg:how
+check_pkg_exes() { # pkg
+    local pkg="$1" rel real out line interp
+    while IFS= read -r -d '' rel; do
+        real="$(image_realpath "$root/$rel")" \
+            || die "/$rel of $pkg links to a file that is not in the image (add the package that has it to --packages)"
+        if is_elf "$real"; then
+            if ! readelf -lW "$real" 2>/dev/null | grep -q 'program interpreter'; then
+                exe_checks+=("${rel##*/}:$pkg:static")
+                continue
+            fi
+            out="$("$root/lib64/ld-linux-x86-64.so.2" --library-path "$root/usr/lib/x86_64-linux-gnu" --list "$real" 2>&1)" \
+                || die "/$rel of $pkg does not load: $out"
+            while IFS= read -r line; do
+                [[ "$line" == *"=>"* ]] || continue
+                [[ "$line" == *"=> $root/"* ]] || die "/$rel of $pkg: a library is not in the image: $line"
+            done <<<"$out"
+            exe_checks+=("${rel##*/}:$pkg:loads")
+        else
+            interp="$(head -n1 "$real" | sed -n 's/^#![[:space:]]*\([^[:space:]]*\).*/\1/p')"
+            if [[ -n "$interp" ]] && image_realpath "$root$interp" >/dev/null; then
+                exe_checks+=("${rel##*/}:$pkg:script")
+            else
+                log "warning: /$rel of $pkg will not run in the image (interpreter '${interp:-none}' missing)"
+                exe_checks+=("${rel##*/}:$pkg:NOT-RUNNABLE(${interp:-no interpreter})")
+            fi
+        fi
+    done < <(cd "$pool/$pkg" && find usr/bin usr/sbin bin sbin -mindepth 1 -maxdepth 1 ! -type d -print0 2>/dev/null)
+}
+for p in "${extra_pkgs[@]}"; do check_pkg_exes "$p"; done
 
 # kernel + modules
 fetch "$kernel_pkg" || die "kernel package $kernel_pkg is not available"
@@ -421,7 +599,17 @@ install -m 0755 "$init_script" "$root/init"
     echo "fio=$fio_version"
     echo "numactl=${fetched[numactl]} (numactl --show runs from the image's libraries)"
     echo "cxlfs-hint=$(sha256sum <"$hint_src" | cut -c1-16) (hint/cxlfs-hint.c)"
-    echo "cxlfs-memlat=$(sha256sum <"$memlat_src" | cut -c1-16) (qemu-configs/probes/cxlfs-memlat.c)"
+    for pr in "${probes[@]}"; do
+        echo "$pr=$(sha256sum <"$here/probes/$pr.c" | cut -c1-16) (qemu-configs/probes/$pr.c)"
+    done
+    echo "kernel_choice=$kernel_choice"
+    printf 'extra_packages='
+    for p in "${extra_pkgs[@]}"; do printf '%s=%s ' "$p" "${fetched[$p]}"; done
+    echo
+    echo "extra_executables=${exe_checks[*]}"
+    echo "applets_replaced=${replaced_applets[*]}"
+    echo "files_kept=${kept_files[*]}"
+    echo "libraries_unresolved=${unresolved_libs[*]}"
     echo "packages:"
     for p in $(printf '%s\n' "${!fetched[@]}" | sort); do echo "  $p ${fetched[$p]}"; done
     echo "libraries:"
@@ -448,12 +636,13 @@ extract_vmlinux() { # bzImage out
     for magic in 'xz:\xfd7zXZ\x00' 'zstd:\x28\xb5\x2f\xfd' 'gzip:\x1f\x8b\x08'; do
         tool="${magic%%:*}"
         command -v "$tool" >/dev/null 2>&1 || continue
-        while IFS=: read -r off _; do
+        # (offsets only: bash's read stops at the invalid UTF-8 of the match)
+        while read -r off; do
             tail -c "+$((off + 1))" "$1" | "$tool" -dcq 2>/dev/null >"$2" || true
             if [[ "$(head -c 4 "$2" | od -An -c | tr -d ' ')" == '177ELF' ]]; then
                 return 0
             fi
-        done < <(LC_ALL=C grep -obUaP "${magic#*:}" "$1" | head -n 4)
+        done < <(LC_ALL=C grep -obUaP "${magic#*:}" "$1" | head -n 4 | cut -d: -f1)
     done
     rm -f "$2"
     return 1

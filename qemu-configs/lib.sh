@@ -6,7 +6,7 @@
 # stdout.
 #
 # Provides: log, die, usage (the script's header comment), parse_build_args
-# (--force, --key, --help), require_x86_64, need_root, apt_update_once,
+# (--force, --key, --help, and valued options), require_x86_64, need_root, apt_update_once,
 # apt_install, cache_root ($CXLFS_CACHE_DIR), the two-level cache keys
 # (remembered_key, remember_key, script_hashes) and up_to_date.
 
@@ -20,17 +20,34 @@ die() { log "error: $*"; exit 1; }
 usage() { sed -n '2,/^set -euo/p' "$self" | sed '$d; s/^# \{0,1\}//' >&2; }
 
 # Sets force and key_only from --force and --key; --help prints the usage.
+# Options named in build_value_options (set by the sourcing script, space
+# separated, e.g. "--packages --kernel") take a value (--opt V or --opt=V),
+# stored in build_opt[--opt].
+declare -A build_opt=()
 parse_build_args() {
     force=0
     key_only=0
-    local a
-    for a in "$@"; do
+    local a o
+    while (($#)); do
+        a="$1"
+        shift
         case "$a" in
-            --force) force=1 ;;
-            --key) key_only=1 ;;
+            --force) force=1; continue ;;
+            --key) key_only=1; continue ;;
             -h | --help) usage; exit 0 ;;
-            *) die "unknown argument: $a (try --help)" ;;
         esac
+        for o in ${build_value_options:-}; do
+            if [[ "$a" == "$o" ]]; then
+                (($#)) || die "$o needs a value (try --help)"
+                build_opt[$o]="$1"
+                shift
+                continue 2
+            elif [[ "$a" == "$o="* ]]; then
+                build_opt[$o]="${a#*=}"
+                continue 2
+            fi
+        done
+        die "unknown argument: $a (try --help)"
     done
 }
 

@@ -1,22 +1,32 @@
 /*
- * cxlfs-memlat: dependent loads over a working set, one load per 4 KiB page
- * (or per cache line), in a random cyclic order, so that every load waits
- * for the one before it. Run it under numactl to place the working set on a
- * node:  numactl --membind=1 cxlfs-memlat SIZE_MIB [STRIDE] [PASSES]
+ * cxlfs-memlat: dependent loads over a working set, one load per slot (a
+ * 4 KiB page or a 64-byte line), in a random cyclic order, so that every
+ * load waits for the one before it. Run it under numactl to place the
+ * working set on a node:
  *
- * Prints one JSON line: the working set, the mean ns per load of the timed
- * passes (all loads timed together: hits), and the per-load latency
- * percentiles of the first touch of every page (each load timed alone:
- * misses on a set larger than the device cache). Built static into the
- * guest image (qemu-configs/build-guest-image.sh).
+ *   numactl --membind=1 cxlfs-memlat --size 24m --stride 64 --laps 1
+ *
+ * Flag form: one JSON line with a log-spaced histogram of every measured
+ * load, each timed alone (see usage()). Positional form, kept for
+ * daemon/bench/memory-mode.sh and tests/tests/memory_mode.rs:
+ *
+ *   cxlfs-memlat SIZE_MIB [STRIDE] [PASSES]
+ *
+ * prints {"size_bytes","stride","loads","ns_per_load" (timed passes, all
+ * loads together), "first_p50_ns"... (the first pass, each load alone)}.
+ * Built static into the guest image (qemu-configs/build-guest-image.sh).
  */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 static uint64_t now_ns(void)
 {
@@ -34,18 +44,16 @@ static uint64_t next_rand(void)
     return rng;
 }
 
+/* ------------------------------------------------------ positional form */
+
 static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
 }
 
-int main(int argc, char **argv)
+static int legacy_main(int argc, char **argv)
 {
-    if (argc < 2) {
-        fprintf(stderr, "usage: cxlfs-memlat SIZE_MIB [STRIDE_BYTES=4096] [PASSES=3]\n");
-        return 2;
-    }
     size_t size = (size_t)strtoull(argv[1], NULL, 10) << 20;
     size_t stride = argc > 2 ? (size_t)strtoull(argv[2], NULL, 10) : 4096;
     int passes = argc > 3 ? atoi(argv[3]) : 3;
@@ -96,4 +104,309 @@ int main(int argc, char **argv)
            (unsigned long long)lat[n / 2], (unsigned long long)lat[n * 9 / 10],
            (unsigned long long)lat[n * 99 / 100], p == NULL);
     return 0;
+}
+
+/* ------------------------------------------------------------ flag form */
+
+static void usage(void)
+{
+    fprintf(stderr,
+        "usage: cxlfs-memlat --size BYTES[k|m|g] [--stride BYTES (4096)] [--laps N (2)]\n"
+        "                    [--warmup-laps N (1)] [--seed S (1)] [--sequence FILE]\n"
+        "       cxlfs-memlat SIZE_MIB [STRIDE_BYTES=4096] [PASSES=3]   (old form, old JSON)\n"
+        "\n"
+        "Chases pointers through a random cyclic permutation of the working set's\n"
+        "slots (one slot per stride; the cycle comes from the seed). The pass that\n"
+        "builds the chain writes the slots in exactly the order the laps load them;\n"
+        "then come the warm-up laps (untimed), then the measured laps, each load\n"
+        "timed alone with clock_gettime(CLOCK_MONOTONIC) into a log-spaced\n"
+        "histogram (16 buckets per power of two; nothing is subtracted:\n"
+        "timer_overhead_ns is the median cost of one clock read). Every lap loads\n"
+        "the same order. Prints one JSON line.\n"
+        "\n"
+        "--sequence FILE: before the chain is built, writes the page index (byte\n"
+        "offset in the working set / 4096) of every load of one lap, in load order,\n"
+        "as little-endian u32, for replaying build + warm-up + laps through a\n"
+        "cache model on the host.\n");
+}
+
+static int parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || s[0] == '-')
+        return -1;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    default: break;
+    }
+    if (*end != '\0' || v > (UINT64_MAX >> shift))
+        return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno || end == s || *end != '\0' || s[0] == '-')
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Histogram: values < 16 ns get one bucket per ns; from 16 ns on, each
+ * power of two [2^o, 2^(o+1)) is split into 16 equal buckets (integer
+ * bounds, <= 6.25% wide), up to 2^30 ns (~1.07 s); the last bucket takes
+ * everything above. 433 counters, 3.4 KiB of bss: the probe's own
+ * footprint stays a few pages (each costs device-cache space on node 1). */
+#define SUB 16
+#define TOP_OCTAVE 30
+#define NBUCKETS (SUB + (TOP_OCTAVE - 4) * SUB + 1)
+static uint64_t hist[NBUCKETS];
+
+static unsigned bucket_of(uint64_t v)
+{
+    if (v < SUB)
+        return (unsigned)v;
+    unsigned o = 63u - (unsigned)__builtin_clzll(v);
+    if (o >= TOP_OCTAVE)
+        return NBUCKETS - 1;
+    return SUB + (o - 4) * SUB + (unsigned)((v >> (o - 4)) & (SUB - 1));
+}
+
+/* [lo, hi) of bucket b; the last one's hi is max + 1. */
+static void bucket_bounds(unsigned b, uint64_t max, uint64_t *lo, uint64_t *hi)
+{
+    if (b < SUB) {
+        *lo = b;
+        *hi = b + 1;
+    } else if (b == NBUCKETS - 1) {
+        *lo = (uint64_t)1 << TOP_OCTAVE;
+        *hi = max + 1;
+    } else {
+        unsigned o = 4 + (b - SUB) / SUB, j = (b - SUB) % SUB;
+        uint64_t w = (uint64_t)1 << (o - 4);
+        *lo = ((uint64_t)1 << o) + j * w;
+        *hi = *lo + w;
+    }
+}
+
+/* The q-quantile from the histogram: linear inside the bucket that holds
+ * rank q*count, clamped to [min, max]. */
+static double quantile(double q, uint64_t count, uint64_t min, uint64_t max)
+{
+    double rank = q * (double)count, cum = 0;
+    for (unsigned b = 0; b < NBUCKETS; b++) {
+        if (!hist[b])
+            continue;
+        if (cum + (double)hist[b] >= rank) {
+            uint64_t lo, hi;
+            bucket_bounds(b, max, &lo, &hi);
+            double v = (double)lo + (double)(hi - lo) * (rank - cum) / (double)hist[b];
+            if (v < (double)min)
+                v = (double)min;
+            if (v > (double)max)
+                v = (double)max;
+            return v;
+        }
+        cum += (double)hist[b];
+    }
+    return (double)max;
+}
+
+static int write_sequence(const char *path, const uint32_t *order, uint64_t n, uint64_t stride)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -1;
+    static unsigned char buf[4096];
+    size_t used = 0;
+    for (uint64_t k = 0; k <= n; k++) {
+        if (used == sizeof buf || (k == n && used)) {
+            size_t off = 0;
+            while (off < used) {
+                ssize_t w = write(fd, buf + off, used - off);
+                if (w < 0) {
+                    if (errno == EINTR)
+                        continue;
+                    close(fd);
+                    return -1;
+                }
+                off += (size_t)w;
+            }
+            used = 0;
+        }
+        if (k == n)
+            break;
+        uint32_t page = (uint32_t)(((uint64_t)order[k] * stride) / 4096);
+        buf[used++] = (unsigned char)page;
+        buf[used++] = (unsigned char)(page >> 8);
+        buf[used++] = (unsigned char)(page >> 16);
+        buf[used++] = (unsigned char)(page >> 24);
+    }
+    return close(fd);
+}
+
+static int flag_main(int argc, char **argv)
+{
+    uint64_t size = 0, stride = 4096, laps = 2, warmup = 1, seed = 1;
+    const char *seq_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage();
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "cxlfs-memlat: %s needs a value\n", a);
+            usage();
+            return 2;
+        }
+        const char *v = argv[++i];
+        int bad;
+        if (!strcmp(a, "--size"))
+            bad = parse_size(v, &size);
+        else if (!strcmp(a, "--stride"))
+            bad = parse_size(v, &stride);
+        else if (!strcmp(a, "--laps"))
+            bad = parse_u64(v, &laps);
+        else if (!strcmp(a, "--warmup-laps"))
+            bad = parse_u64(v, &warmup);
+        else if (!strcmp(a, "--seed"))
+            bad = parse_u64(v, &seed);
+        else if (!strcmp(a, "--sequence")) {
+            seq_path = v;
+            bad = 0;
+        } else {
+            fprintf(stderr, "cxlfs-memlat: unknown argument %s\n", a);
+            usage();
+            return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "cxlfs-memlat: bad value for %s: %s\n", a, v);
+            usage();
+            return 2;
+        }
+    }
+    if (size == 0 || stride < sizeof(void *) || stride % sizeof(void *) || stride > size
+        || laps < 1 || laps > 1000000 || warmup > 1000000) {
+        fprintf(stderr, "cxlfs-memlat: need --size >= --stride >= 8 (a multiple of 8), "
+                        "1 <= --laps <= 1e6, --warmup-laps <= 1e6\n");
+        usage();
+        return 2;
+    }
+    uint64_t n = size / stride;
+    if (n > UINT32_MAX) {
+        fprintf(stderr, "cxlfs-memlat: more than 2^32 slots: use a larger stride\n");
+        return 2;
+    }
+    char *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    size_t order_len = n * sizeof(uint32_t);
+    uint32_t *order = mmap(NULL, order_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED || order == MAP_FAILED) {
+        fprintf(stderr, "cxlfs-memlat: out of memory\n");
+        return 1;
+    }
+    /* splitmix64 of the seed: a nonzero xorshift state for any seed. */
+    uint64_t z = seed + 0x9e3779b97f4a7c15u;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    rng = (z ^ (z >> 31)) | 1;
+    /* A random cyclic permutation (Sattolo): order[k] is the k-th slot loaded. */
+    for (uint64_t i = 0; i < n; i++)
+        order[i] = (uint32_t)i;
+    for (uint64_t i = n - 1; i > 0; i--) {
+        uint64_t j = next_rand() % i;
+        uint32_t t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    if (seq_path && write_sequence(seq_path, order, n, stride) != 0) {
+        fprintf(stderr, "cxlfs-memlat: cannot write %s: %s\n", seq_path, strerror(errno));
+        return 1;
+    }
+    /* Build the chain in load order: slot order[k] points at order[k+1]. */
+    for (uint64_t k = 0; k < n; k++)
+        *(void **)(mem + (uint64_t)order[k] * stride) = mem + (uint64_t)order[(k + 1) % n] * stride;
+    void **start = (void **)(mem + (uint64_t)order[0] * stride);
+    /* Freed before any lap, so that its pages (on the measured node under
+     * --membind) do not compete with the working set. */
+    munmap(order, order_len);
+    order = NULL;
+
+    /* Cost of one clock read, as each measured load includes it: the
+     * median of back-to-back reads (the median: a vCPU preempted under TCG
+     * must not count), through the same histogram, cleared after. */
+    enum { TIMER_READS = 1001 };
+    uint64_t tmin = UINT64_MAX, tmax = 0, prev = now_ns();
+    for (int i = 0; i < TIMER_READS; i++) {
+        uint64_t t = now_ns(), d = t - prev;
+        prev = t;
+        hist[bucket_of(d)]++;
+        tmin = d < tmin ? d : tmin;
+        tmax = d > tmax ? d : tmax;
+    }
+    double timer_ns = quantile(0.5, TIMER_READS, tmin, tmax);
+    memset(hist, 0, sizeof hist);
+
+    void *volatile *p = (void *volatile *)start;
+    for (uint64_t l = 0; l < warmup; l++)
+        for (uint64_t i = 0; i < n; i++)
+            p = (void *volatile *)*p;
+
+    uint64_t count = 0, sum = 0, min = UINT64_MAX, max = 0;
+    for (uint64_t l = 0; l < laps; l++) {
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t t0 = now_ns();
+            p = (void *volatile *)*p;
+            uint64_t d = now_ns() - t0;
+            hist[bucket_of(d)]++;
+            sum += d;
+            if (d < min)
+                min = d;
+            if (d > max)
+                max = d;
+        }
+    }
+    count = laps * n;
+
+    printf("{\"probe\":\"memlat\",\"size_bytes\":%" PRIu64 ",\"stride\":%" PRIu64
+           ",\"loads_per_lap\":%" PRIu64 ",\"laps\":%" PRIu64 ",\"warmup_laps\":%" PRIu64
+           ",\"seed\":%" PRIu64 ",\"clock\":\"clock_gettime(CLOCK_MONOTONIC)\""
+           ",\"timer_overhead_ns\":%.1f,\"mean_ns\":%.1f,\"min_ns\":%" PRIu64
+           ",\"p50_ns\":%.1f,\"p90_ns\":%.1f,\"p99_ns\":%.1f,\"p999_ns\":%.1f,\"max_ns\":%" PRIu64
+           ",\"histogram\":{\"unit\":\"ns\",\"buckets\":[",
+           size, stride, n, laps, warmup, seed, timer_ns, (double)sum / (double)count, min,
+           quantile(0.5, count, min, max), quantile(0.9, count, min, max),
+           quantile(0.99, count, min, max), quantile(0.999, count, min, max), max);
+    int first = 1;
+    for (unsigned b = 0; b < NBUCKETS; b++) {
+        if (!hist[b])
+            continue;
+        uint64_t lo, hi;
+        bucket_bounds(b, max, &lo, &hi);
+        printf("%s[%" PRIu64 ",%" PRIu64 ",%" PRIu64 "]", first ? "" : ",", lo, hi, hist[b]);
+        first = 0;
+    }
+    printf("]}}\n");
+    /* (p is volatile: the chase cannot be optimised away.) */
+    return fflush(stdout) == 0 && p != NULL ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage();
+        return 2;
+    }
+    if (argv[1][0] == '-')
+        return flag_main(argc, argv);
+    return legacy_main(argc, argv);
 }
