@@ -158,6 +158,7 @@ quick_key() {
         sha256sum <"$hint_src"
         sha256sum <"$hint_hdr"
         for pr in "${probes[@]}"; do sha256sum <"$here/probes/$pr.c"; done
+        sha256sum <"$here/probes/cxlfs-probe.h"
         echo "kernel=$kernel_choice modules=${modules[*]} extra_bins=$extra_bins packages=${extra_pkgs[*]}"
         stat -c '%n %s %Y' /var/lib/apt/lists/*_Packages* 2>/dev/null | sort
     } | sha256sum | cut -c1-16
@@ -220,6 +221,7 @@ key="$( {
     sha256sum <"$hint_src"
     sha256sum <"$hint_hdr"
     for pr in "${probes[@]}"; do sha256sum <"$here/probes/$pr.c"; done
+    sha256sum <"$here/probes/cxlfs-probe.h"
     echo "kernel=$kernel_pkg modules=${modules[*]} extra_bins=$extra_bins packages=${extra_pkgs[*]}"
     echo "$versions"
 } | sha256sum | cut -c1-16)"
@@ -456,7 +458,7 @@ hint_rc=0
 ((hint_rc == 2)) || die "cxlfs-hint does not run (usage should exit 2, got $hint_rc)"
 # The probes (static as well): latency, bandwidth, memory policy.
 for pr in "${probes[@]}"; do
-    gcc -static -O2 -Wall -Wextra -Werror -pthread -o "$root/usr/bin/$pr" "$here/probes/$pr.c" \
+    gcc -static -O2 -Wall -Wextra -Werror -pthread -I"$here/probes" -o "$root/usr/bin/$pr" "$here/probes/$pr.c" \
         || die "cannot build $pr (gcc -static; needs libc6-dev)"
     rc=0
     "$root/usr/bin/$pr" --bad-argument >/dev/null 2>&1 || rc=$?

@@ -363,6 +363,37 @@ pub struct MemoryRegionSample {
     pub releases: u64,
 }
 
+/// One memory-mode family: a field of [`MemoryRegionSample`], exposed per
+/// region with labels `vm` and `region="memory"`.
+#[derive(Debug, Clone, Copy)]
+pub struct RegionFamily {
+    /// Family name.
+    pub name: &'static str,
+    /// Counter or gauge.
+    pub kind: FamilyKind,
+    /// `# HELP` text.
+    pub help: &'static str,
+    /// The field.
+    pub value: fn(&MemoryRegionSample) -> u64,
+}
+
+/// Memory mode's families (the Prometheus endpoint and `cxlfs run`'s
+/// `daemon.region_*` columns both read them here).
+#[rustfmt::skip]
+pub const REGION_FAMILIES: &[RegionFamily] = &[
+    RegionFamily { name: "cxlfs_region_size_bytes", kind: FamilyKind::Gauge, help: "Size of the VM's CXL memory region.", value: |r| r.size_bytes },
+    RegionFamily { name: "cxlfs_region_traps_total", kind: FamilyKind::Counter, help: "Traps (page-cache misses) of the region answered.", value: |r| r.traps },
+    RegionFamily { name: "cxlfs_region_vmm_traps_total", kind: FamilyKind::Counter, help: "Region traps by threads of the VM's own VMM.", value: |r| r.vmm_traps },
+    RegionFamily { name: "cxlfs_region_device_hits_total", kind: FamilyKind::Counter, help: "Trapped region pages the device cache held.", value: |r| r.device_hits },
+    RegionFamily { name: "cxlfs_region_device_misses_total", kind: FamilyKind::Counter, help: "Trapped region pages read from NAND.", value: |r| r.device_misses },
+    RegionFamily { name: "cxlfs_region_trap_modeled_ns_total", kind: FamilyKind::Counter, help: "Modeled time of the region's traps, summed (ns).", value: |r| r.trap_modeled_ns_total },
+    RegionFamily { name: "cxlfs_region_writeback_bytes_total", kind: FamilyKind::Counter, help: "Region bytes written back (NAND programs).", value: |r| r.writeback_bytes },
+    RegionFamily { name: "cxlfs_region_device_resident_pages", kind: FamilyKind::Gauge, help: "Region pages in the device cache.", value: |r| r.device_resident_pages },
+    RegionFamily { name: "cxlfs_region_plane_resident_bytes", kind: FamilyKind::Gauge, help: "Region bytes resident in the plane (upper bound).", value: |r| r.plane_resident_bytes },
+    RegionFamily { name: "cxlfs_region_readahead_refused_total", kind: FamilyKind::Counter, help: "Readahead READs of the region refused (a fault reads its own page).", value: |r| r.readahead_refused },
+    RegionFamily { name: "cxlfs_region_releases_total", kind: FamilyKind::Counter, help: "Times the region was released with its VM.", value: |r| r.releases },
+];
+
 /// When and which sample a set of lines is.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]

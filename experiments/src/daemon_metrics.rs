@@ -6,7 +6,8 @@
 //! columns as they are, fields that are missing give empty cells).
 
 use cxlfs_api::metrics::{
-    MetricsSnapshot, SampleLine, FUSE_REQUESTS, POOL_TRAPS, UNKNOWN_VM, VM_WRITE_AMPLIFICATION,
+    MetricsSnapshot, SampleLine, FUSE_REQUESTS, POOL_TRAPS, REGION_FAMILIES, UNKNOWN_VM,
+    VM_WRITE_AMPLIFICATION,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -68,23 +69,8 @@ impl Figures {
         f.add(UNKNOWN_VM, POOL_TRAPS, snap.device.traps_unknown as f64);
         // Memory mode: each VM's CXL memory region (`daemon.region_*`).
         for r in &snap.memory_regions {
-            for (family, value) in [
-                ("cxlfs_region_traps_total", r.traps),
-                ("cxlfs_region_vmm_traps_total", r.vmm_traps),
-                ("cxlfs_region_device_hits_total", r.device_hits),
-                ("cxlfs_region_device_misses_total", r.device_misses),
-                (
-                    "cxlfs_region_trap_modeled_ns_total",
-                    r.trap_modeled_ns_total,
-                ),
-                ("cxlfs_region_writeback_bytes_total", r.writeback_bytes),
-                ("cxlfs_region_readahead_refused_total", r.readahead_refused),
-                (
-                    "cxlfs_region_device_resident_pages",
-                    r.device_resident_pages,
-                ),
-            ] {
-                f.add(&r.vm, family, value as f64);
+            for fam in REGION_FAMILIES {
+                f.add(&r.vm, fam.name, (fam.value)(r) as f64);
             }
         }
         for d in snap.device.families() {

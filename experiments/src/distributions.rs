@@ -41,47 +41,45 @@ pub struct Distribution {
     pub buckets: Buckets,
 }
 
-impl Distribution {
-    /// Total count.
-    pub fn total(&self) -> u64 {
-        self.buckets.iter().map(|b| b.2).sum()
-    }
+/// The number of samples in `buckets`.
+pub fn total(buckets: &[(f64, f64, u64)]) -> u64 {
+    buckets.iter().map(|b| b.2).sum()
+}
 
-    /// The share of samples below `x` (buckets that straddle `x` count in
-    /// proportion, as if uniform inside).
-    pub fn share_below(&self, x: f64) -> f64 {
-        let total = self.total();
-        if total == 0 {
-            return 0.0;
-        }
-        let mut below = 0.0;
-        for &(lo, hi, n) in &self.buckets {
-            if hi <= x {
-                below += n as f64;
-            } else if lo < x {
-                below += n as f64 * (x - lo) / (hi - lo);
-            }
-        }
-        below / total as f64
+/// The share of samples below `x` (buckets that straddle `x` count in
+/// proportion, as if uniform inside).
+pub fn share_below(buckets: &[(f64, f64, u64)], x: f64) -> f64 {
+    let n = total(buckets);
+    if n == 0 {
+        return 0.0;
     }
+    let mut below = 0.0;
+    for &(lo, hi, k) in buckets {
+        if hi <= x {
+            below += k as f64;
+        } else if lo < x {
+            below += k as f64 * (x - lo) / (hi - lo);
+        }
+    }
+    below / n as f64
+}
 
-    /// The `q` quantile (0..=1), linear inside the bucket; `None` if empty.
-    pub fn quantile(&self, q: f64) -> Option<f64> {
-        let total = self.total();
-        if total == 0 {
-            return None;
-        }
-        let want = q.clamp(0.0, 1.0) * total as f64;
-        let mut seen = 0.0;
-        for &(lo, hi, n) in &self.buckets {
-            let next = seen + n as f64;
-            if next >= want && n > 0 {
-                return Some(lo + (hi - lo) * ((want - seen) / n as f64));
-            }
-            seen = next;
-        }
-        self.buckets.last().map(|b| b.1)
+/// The `q` quantile (0..=1), linear inside the bucket; `None` if empty.
+pub fn quantile(buckets: &[(f64, f64, u64)], q: f64) -> Option<f64> {
+    let n = total(buckets);
+    if n == 0 {
+        return None;
     }
+    let want = q.clamp(0.0, 1.0) * n as f64;
+    let mut seen = 0.0;
+    for &(lo, hi, k) in buckets {
+        let next = seen + k as f64;
+        if next >= want && k > 0 {
+            return Some(lo + (hi - lo) * ((want - seen) / k as f64));
+        }
+        seen = next;
+    }
+    buckets.last().map(|b| b.1)
 }
 
 /// Appends `ds` to `dir/distributions.jsonl`.
@@ -157,12 +155,13 @@ mod tests {
 
     #[test]
     fn shares_and_quantiles_read_the_buckets() {
-        let d = d();
-        assert_eq!(d.total(), 100);
-        assert!((d.share_below(1_000.0) - 0.6).abs() < 1e-9);
-        assert!((d.share_below(150.0) - 0.3).abs() < 1e-9);
-        assert!((d.quantile(0.5).unwrap() - 183.333).abs() < 0.01);
-        assert!(d.quantile(0.9).unwrap() > 50_000.0);
+        let b = d().buckets;
+        assert_eq!(total(&b), 100);
+        assert!((share_below(&b, 1_000.0) - 0.6).abs() < 1e-9);
+        assert!((share_below(&b, 150.0) - 0.3).abs() < 1e-9);
+        assert!((quantile(&b, 0.5).unwrap() - 183.333).abs() < 0.01);
+        assert!(quantile(&b, 0.9).unwrap() > 50_000.0);
+        assert_eq!(quantile(&[], 0.5), None);
     }
 
     #[test]

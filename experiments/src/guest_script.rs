@@ -86,7 +86,7 @@ pub fn job_file(spec: &Spec, phase: &PhaseSpec) -> Option<String> {
 }
 
 /// The policy words `run_phase` takes: kind and node spec.
-fn policy_words(numa: Option<&NumaSpec>) -> (String, String) {
+fn policy_words(numa: Option<&NumaSpec>) -> (&'static str, String) {
     let names = |set: &[NodeName]| {
         set.iter()
             .map(|n| match n {
@@ -96,26 +96,19 @@ fn policy_words(numa: Option<&NumaSpec>) -> (String, String) {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    let Some(n) = numa.and_then(|n| n.resolved().ok()) else {
-        return ("none".into(), String::new());
-    };
-    let n = &n;
-    if let Some(m) = &n.membind {
-        ("membind".into(), names(&m.names()))
-    } else if let Some(i) = &n.interleave {
-        ("interleave".into(), names(&i.names()))
-    } else if let Some(p) = &n.preferred {
-        ("preferred".into(), names(std::slice::from_ref(p)))
-    } else if let Some(w) = &n.weighted_interleave {
-        (
-            "weighted".into(),
+    // Specs are checked at load: a ratio always resolves.
+    match numa.and_then(|n| n.resolved().ok()) {
+        None | Some(NumaSpec::Ratio(_)) => ("none", String::new()),
+        Some(NumaSpec::Membind(m)) => ("membind", names(&m.names())),
+        Some(NumaSpec::Interleave(i)) => ("interleave", names(&i.names())),
+        Some(NumaSpec::Preferred(p)) => ("preferred", names(&[p])),
+        Some(NumaSpec::WeightedInterleave(w)) => (
+            "weighted",
             w.iter()
                 .map(|(node, weight)| format!("{node}:{weight}"))
                 .collect::<Vec<_>>()
                 .join(" "),
-        )
-    } else {
-        ("none".into(), String::new())
+        ),
     }
 }
 
@@ -329,6 +322,44 @@ jobs = [{ name = "a", rw = "read" }, { bs = "1m", opendir = "it's" }]
         .spec;
         let st = std::process::Command::new("sh")
             .args(["-n", "-c", &script(&spec, &BTreeMap::new()).unwrap()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+
+    #[test]
+    fn command_phases_run_under_their_policy_with_templates_rendered() {
+        let text = r#"
+name = "t"
+[daemon]
+cxl_memory = "64MiB"
+[vars]
+n = 3
+[[phases]]
+name = "a"
+command = "probe --n {n} --vm {vm} && awk '{ print $1 }'"
+numa = { membind = ["cxl", 0] }
+[[phases]]
+name = "b"
+command = "true"
+numa = { ratio = "3:1" }
+"#;
+        let spec = load_str("t.toml", text, &[]).unwrap().spec;
+        let base: BTreeMap<String, TemplateValue> =
+            [("n".to_string(), TemplateValue::Number(3.0))].into();
+        let s = script(&spec, &base).unwrap();
+        let want_a = format!(
+            "run_phase 0 membind 'cxl 0' sh -c {}",
+            sh_quote("probe --n 3 --vm vm0 && awk '{ print $1 }'")
+        );
+        assert!(s.contains(&want_a), "{s}");
+        assert!(
+            s.contains("run_phase 1 weighted 'cxl:1 dram:3' sh -c 'true'"),
+            "{s}"
+        );
+        assert!(s.contains("n='3'; export n"), "{s}");
+        let st = std::process::Command::new("sh")
+            .args(["-n", "-c", &s])
             .status()
             .unwrap();
         assert!(st.success());

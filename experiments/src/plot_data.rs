@@ -417,7 +417,7 @@ pub fn histogram_steps(buckets: &[(f64, f64, u64)]) -> Vec<(f64, f64)> {
 }
 
 /// A cumulative distribution: (x, share % at or below x), linear inside a
-/// bucket (as [`Distribution::share_below`]), flat across gaps.
+/// bucket (as [`crate::distributions::share_below`]), flat across gaps.
 pub fn cdf_points(buckets: &[(f64, f64, u64)]) -> Vec<(f64, f64)> {
     let total: u64 = buckets.iter().map(|b| b.2).sum();
     if total == 0 {
@@ -468,7 +468,7 @@ pub fn distribution_figure(ds: &[Distribution], p: &PlotSpec, experiment: &str) 
     let name = distribution_name(ds, p)?;
     let picked: Vec<&Distribution> = ds
         .iter()
-        .filter(|d| d.name == name && d.total() > 0)
+        .filter(|d| d.name == name && crate::distributions::total(&d.buckets) > 0)
         .filter(|d| p.vm.as_deref().map_or(true, |vm| d.vm == vm))
         .filter(|d| p.phase.as_deref().map_or(true, |ph| d.phase == ph))
         .filter(|d| {
@@ -526,13 +526,8 @@ pub fn distribution_figure(ds: &[Distribution], p: &PlotSpec, experiment: &str) 
             .iter()
             .map(|&(l, h, n)| (l / scale, h / scale, n))
             .collect();
-        let whole = Distribution {
-            buckets: scaled.clone(),
-            ..(*members[0]).clone()
-        };
         let q = |x: f64| {
-            whole
-                .quantile(x)
+            crate::distributions::quantile(&scaled, x)
                 .map_or_else(String::new, crate::plot_axis::eng)
         };
         let stats = format!("p50 {} {unit_shown}, p99 {} {unit_shown}", q(0.5), q(0.99));

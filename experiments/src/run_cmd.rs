@@ -255,7 +255,7 @@ fn daemon_args(plan: &RunPlan, tools: Option<&Tools>, metrics_file: &Path) -> Ve
     if d.dax {
         a.extend(["--dax".to_string(), "on".to_string()]);
     }
-    if let Some(m) = d.cxl_memory.as_ref().and_then(|m| size_value(m).ok()) {
+    if let Some(m) = d.cxl_memory_bytes() {
         for i in 0..plan.spec.vms.count {
             a.extend(["--cxl-memory".to_string(), format!("vm{i}={m}")]);
         }
@@ -325,13 +325,7 @@ pub fn template_base(plan: &RunPlan) -> BTreeMap<String, TemplateValue> {
         "cache_bytes".into(),
         TemplateValue::Number(plan.device.cache.size_bytes as f64),
     );
-    let region = plan
-        .spec
-        .daemon
-        .cxl_memory
-        .as_ref()
-        .and_then(|m| size_value(m).ok())
-        .unwrap_or(0);
+    let region = plan.spec.daemon.cxl_memory_bytes().unwrap_or(0);
     v.insert(
         "cxl_memory_bytes".into(),
         TemplateValue::Number(region as f64),
@@ -833,34 +827,31 @@ fn read_phase(plan: &RunPlan, phase: &PhaseSpec, dir: &Path, vm: &str) -> PhaseR
         return r;
     }
     let mut errors = Vec::new();
-    let mut texts: BTreeMap<String, String> = BTreeMap::new();
+    // Each file read once, however many outputs it holds.
+    let mut texts: BTreeMap<&str, Result<String, String>> = BTreeMap::new();
     for (out_name, o) in &phase.outputs {
-        let file = o.file.clone().unwrap_or_else(|| "stdout".into());
-        let text = match texts.get(&file) {
-            Some(t) => t.clone(),
-            None => match fs::read_to_string(dir.join(&file)) {
-                Ok(t) => {
-                    texts.insert(file.clone(), t.clone());
-                    t
-                }
-                Err(e) => {
-                    errors.push(format!("{out_name}: {file}: {e}"));
-                    continue;
-                }
-            },
-        };
-        match phase_output::extract(o, &file, &text) {
-            Ok(Extracted::Number(x)) => {
+        let file = o.file.as_deref().unwrap_or("stdout");
+        let text = texts
+            .entry(file)
+            .or_insert_with(|| fs::read_to_string(dir.join(file)).map_err(|e| e.to_string()));
+        match text.as_deref().map(|t| phase_output::extract(o, file, t)) {
+            Ok(Ok(Extracted::Number(x))) => {
                 r.outputs.insert(out_name.clone(), x);
             }
-            Ok(Extracted::Histogram { unit, buckets }) => {
+            Ok(Ok(Extracted::Histogram { unit, buckets })) => {
                 r.histograms.push((out_name.clone(), unit, buckets));
             }
-            Err(e) => errors.push(format!("{out_name}: {e}")),
+            Ok(Err(e)) => errors.push(format!("{out_name}: {e}")),
+            Err(e) => errors.push(format!("{out_name}: {file}: {e}")),
         }
     }
     if let Some(rc) = &phase.replay_check {
-        match hit_share_check(plan, phase, rc, dir, &r, &texts) {
+        let probe = phase
+            .outputs
+            .get(&rc.histogram)
+            .and_then(|o| texts.get(o.file.as_deref().unwrap_or("stdout")))
+            .and_then(|t| t.as_deref().ok());
+        match hit_share_check(plan, rc, dir, &r, probe) {
             Ok(v) => r.hit_shares = Some(v),
             Err(e) => errors.push(format!("replay_check: {e:#}")),
         }
@@ -875,11 +866,10 @@ fn read_phase(plan: &RunPlan, phase: &PhaseSpec, dir: &Path, vm: &str) -> PhaseR
 /// `hit_below_ns`) and the replay's prediction for the probe's sequence.
 fn hit_share_check(
     plan: &RunPlan,
-    phase: &PhaseSpec,
     rc: &crate::spec::ReplayCheckSpec,
     dir: &Path,
     r: &PhaseResult,
-    texts: &BTreeMap<String, String>,
+    probe_output: Option<&str>,
 ) -> Result<(f64, f64)> {
     let (_, unit, buckets) = r
         .histograms
@@ -889,26 +879,9 @@ fn hit_share_check(
     if unit != "ns" {
         bail!("the histogram is in {unit}, not ns");
     }
-    let d = Distribution {
-        run: plan.run,
-        point: plan.point,
-        repeat: plan.repeat,
-        phase: phase.name.clone(),
-        vm: String::new(),
-        params: BTreeMap::new(),
-        name: rc.histogram.clone(),
-        unit: unit.clone(),
-        buckets: buckets.clone(),
-    };
-    let measured = d.share_below(rc.hit_below_ns);
-    let file = phase
-        .outputs
-        .get(&rc.histogram)
-        .and_then(|o| o.file.clone())
-        .unwrap_or_else(|| "stdout".into());
-    let probe = texts
-        .get(&file)
-        .and_then(|t| phase_output::json_of(t))
+    let measured = distributions::share_below(buckets, rc.hit_below_ns);
+    let probe = probe_output
+        .and_then(phase_output::json_of)
         .context("the probe's JSON is missing")?;
     let field = |k: &str| {
         probe
@@ -1079,19 +1052,8 @@ fn command_figures(p: &PhaseResult) -> Vec<(String, f64)> {
         .map(|(k, x)| (format!("out.{k}"), *x))
         .collect();
     for (name, _, buckets) in &p.histograms {
-        let d = Distribution {
-            run: 0,
-            point: 0,
-            repeat: 0,
-            phase: String::new(),
-            vm: String::new(),
-            params: BTreeMap::new(),
-            name: name.clone(),
-            unit: String::new(),
-            buckets: buckets.clone(),
-        };
         for (q, label) in [(0.5, "p50"), (0.99, "p99")] {
-            if let Some(x) = d.quantile(q) {
+            if let Some(x) = distributions::quantile(buckets, q) {
                 v.push((format!("out.{name}_{label}"), x));
             }
         }

@@ -146,6 +146,14 @@ fn default_metrics_interval() -> String {
     "1s".into()
 }
 
+impl DaemonSpec {
+    /// The CXL memory region size in bytes (memory mode), `None` without
+    /// one (a spec that loaded has a valid size here).
+    pub fn cxl_memory_bytes(&self) -> Option<u64> {
+        self.cxl_memory.as_ref().and_then(|m| size_value(m).ok())
+    }
+}
+
 impl Default for DaemonSpec {
     fn default() -> Self {
         DaemonSpec {
@@ -268,33 +276,29 @@ impl NodeSet {
 }
 
 /// `numa = { ... }` of a phase: the memory policy the phase's command runs
-/// under (numactl in the guest; `cxlfs-numa` for weighted interleave).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NumaSpec {
+/// under (numactl in the guest; `cxlfs-numa` for weighted interleave); a
+/// table with exactly one of these keys.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NumaSpec {
     /// Allocate only on these nodes (`numactl --membind`).
-    #[serde(default)]
-    pub membind: Option<NodeSet>,
+    Membind(NodeSet),
     /// Round-robin pages over these nodes (`numactl --interleave`).
-    #[serde(default)]
-    pub interleave: Option<NodeSet>,
+    Interleave(NodeSet),
     /// Prefer this node (`numactl --preferred`).
-    #[serde(default)]
-    pub preferred: Option<NodeName>,
+    Preferred(NodeName),
     /// Pages in proportion to weights (node → weight): `{ dram = 3, cxl = 1 }`
     /// (Linux >= 6.9: `[image] kernel = "backports"`).
-    #[serde(default)]
-    pub weighted_interleave: Option<BTreeMap<String, u32>>,
+    WeightedInterleave(BTreeMap<String, u32>),
     /// DRAM:CXL page ratio, as the seeds write it: `"1:0"` (membind dram),
     /// `"0:1"` (membind cxl), `"3:1"` (weighted interleave 3 to 1).
-    #[serde(default)]
-    pub ratio: Option<String>,
+    Ratio(String),
 }
 
 impl NumaSpec {
     /// The policy with `ratio` spelled out as membind or weighted interleave.
     pub fn resolved(&self) -> Result<NumaSpec, String> {
-        let Some(r) = &self.ratio else {
+        let NumaSpec::Ratio(r) = self else {
             return Ok(self.clone());
         };
         let bad =
@@ -304,22 +308,31 @@ impl NumaSpec {
             d.trim().parse().map_err(|_| bad())?,
             c.trim().parse().map_err(|_| bad())?,
         );
-        let name = |s: &str| Some(NodeSet::One(NodeName::Name(s.into())));
+        let name = |s: &str| NodeSet::One(NodeName::Name(s.into()));
         Ok(match (d, c) {
             (0, 0) => return Err(bad()),
-            (_, 0) => NumaSpec {
-                membind: name("dram"),
-                ..NumaSpec::default()
-            },
-            (0, _) => NumaSpec {
-                membind: name("cxl"),
-                ..NumaSpec::default()
-            },
-            (d, c) => NumaSpec {
-                weighted_interleave: Some([("dram".to_string(), d), ("cxl".to_string(), c)].into()),
-                ..NumaSpec::default()
-            },
+            (_, 0) => NumaSpec::Membind(name("dram")),
+            (0, _) => NumaSpec::Membind(name("cxl")),
+            (d, c) => NumaSpec::WeightedInterleave(
+                [("dram".to_string(), d), ("cxl".to_string(), c)].into(),
+            ),
         })
+    }
+
+    /// The nodes the (resolved) policy names.
+    pub fn nodes(&self) -> Vec<NodeName> {
+        match self {
+            NumaSpec::Membind(s) | NumaSpec::Interleave(s) => s.names(),
+            NumaSpec::Preferred(n) => vec![n.clone()],
+            NumaSpec::WeightedInterleave(w) => w
+                .keys()
+                .map(|k| match k.parse::<u32>() {
+                    Ok(i) => NodeName::Number(i),
+                    Err(_) => NodeName::Name(k.clone()),
+                })
+                .collect(),
+            NumaSpec::Ratio(_) => Vec::new(),
+        }
     }
 }
 
@@ -461,6 +474,8 @@ pub struct LoadedSpec {
     pub tree: toml::Value,
     /// The parsed spec.
     pub spec: Spec,
+    /// The `--set` arguments it was loaded with.
+    pub sets: Vec<String>,
 }
 
 /// One run's configuration: a sweep point (and repeat) with everything resolved.
@@ -746,40 +761,16 @@ fn check_phase(spec: &Spec, p: &PhaseSpec) -> Result<(), (String, String)> {
         }
     }
     if let Some(n) = &p.numa {
-        let set = [
-            n.membind.is_some(),
-            n.interleave.is_some(),
-            n.preferred.is_some(),
-            n.weighted_interleave.is_some(),
-            n.ratio.is_some(),
-        ]
-        .iter()
-        .filter(|b| **b)
-        .count();
-        if set != 1 {
-            return Err((
-                "numa".into(),
-                "exactly one of membind, interleave, preferred, weighted_interleave, ratio".into(),
-            ));
-        }
-        let n = &n.resolved().map_err(|e| ("numa.ratio".to_string(), e))?;
-        let mut names: Vec<NodeName> = Vec::new();
-        for s in [&n.membind, &n.interleave].into_iter().flatten() {
-            names.extend(s.names());
-        }
-        names.extend(n.preferred.iter().cloned());
-        for (k, w) in n.weighted_interleave.iter().flatten() {
-            if *w == 0 || *w > 255 {
+        let n = n.resolved().map_err(|e| ("numa.ratio".to_string(), e))?;
+        if let NumaSpec::WeightedInterleave(w) = &n {
+            if let Some((k, v)) = w.iter().find(|(_, v)| **v == 0 || **v > 255) {
                 return Err((
                     "numa.weighted_interleave".into(),
-                    format!("{k} = {w}: weights are 1..=255 (leave a node out for 0)"),
+                    format!("{k} = {v}: weights are 1..=255 (leave a node out for 0)"),
                 ));
             }
-            names.push(match k.parse::<u32>() {
-                Ok(i) => NodeName::Number(i),
-                Err(_) => NodeName::Name(k.clone()),
-            });
         }
+        let names = n.nodes();
         for name in &names {
             match name {
                 NodeName::Name(s) if s == "cxl" && spec.daemon.cxl_memory.is_none() => {
@@ -925,25 +916,32 @@ pub fn load_str(path: &str, text: &str, sets: &[String]) -> Result<LoadedSpec, L
         message: e.to_string().trim_end().to_string(),
     })?;
     let mut tree = toml::Value::Table(table);
-    for s in sets {
-        let (key, value) = s
-            .split_once('=')
-            .filter(|(k, _)| !k.trim().is_empty())
-            .ok_or_else(|| LoadSpecError::BadSet(s.clone()))?;
-        set_path(&mut tree, &split_path(key.trim()), parse_set_value(value)).map_err(
-            |message| LoadSpecError::Key {
-                path: path.to_string(),
-                key: format!("{} (--set)", key.trim()),
-                message,
-            },
-        )?;
-    }
+    apply_sets(path, &mut tree, sets)?;
     let spec = parse_tree(path, &tree, "")?;
     Ok(LoadedSpec {
         path: path.to_string(),
         tree,
         spec,
+        sets: sets.to_vec(),
     })
+}
+
+/// Applies `--set KEY=VALUE` arguments to `tree`.
+fn apply_sets(path: &str, tree: &mut toml::Value, sets: &[String]) -> Result<(), LoadSpecError> {
+    for s in sets {
+        let (key, value) = s
+            .split_once('=')
+            .filter(|(k, _)| !k.trim().is_empty())
+            .ok_or_else(|| LoadSpecError::BadSet(s.clone()))?;
+        set_path(tree, &split_path(key.trim()), parse_set_value(value)).map_err(|message| {
+            LoadSpecError::Key {
+                path: path.to_string(),
+                key: format!("{} (--set)", key.trim()),
+                message,
+            }
+        })?;
+    }
+    Ok(())
 }
 
 impl LoadedSpec {
@@ -957,7 +955,8 @@ impl LoadedSpec {
         self.expand_points(quick)
     }
 
-    /// The spec with `[quick] set` applied to its tree.
+    /// The spec with `[quick] set` applied to its tree, then the command
+    /// line's `--set` again (what the user asks for wins).
     fn with_quick_sets(&self) -> Result<LoadedSpec, LoadSpecError> {
         let mut tree = self.tree.clone();
         for (key, value) in &self.spec.quick.set {
@@ -972,11 +971,13 @@ impl LoadedSpec {
         if let Some(toml::Value::Table(q)) = tree.get_mut("quick") {
             q.remove("set");
         }
+        apply_sets(&self.path, &mut tree, &self.sets)?;
         let spec = parse_tree(&self.path, &tree, " (quick.set)")?;
         Ok(LoadedSpec {
             path: self.path.clone(),
             tree,
             spec,
+            sets: self.sets.clone(),
         })
     }
 
@@ -1362,5 +1363,105 @@ fio.bs = "64k"
             Some(250_000_000)
         );
         assert_eq!(fio_duration_ns(&toml::Value::String("x".into())), None);
+    }
+
+    const MEMORY: &str = r#"
+name = "m"
+[daemon]
+device.cache.size_bytes = "32MiB"
+cxl_memory = "256MiB"
+[vars]
+x = 1.0
+[[phases]]
+name = "cxl"
+command = "probe --size {int:x*cache_bytes}"
+numa = { ratio = "3:1" }
+outputs.bw = { json = "read_mb_s" }
+outputs.lat = { json = "histogram", histogram = true }
+replay_check = { sequence = "seq.bin", histogram = "lat", hit_below_ns = 5000 }
+[sweep]
+"vars.x" = [0.5, 2.0]
+[quick]
+size_divisor = 1
+set = { "daemon.device.cache.size_bytes" = "8MiB", "sweep.vars.x" = [1.0] }
+"#;
+
+    #[test]
+    fn command_phases_policies_and_outputs_load() {
+        let l = load_str("m.toml", MEMORY, &[]).unwrap();
+        let p = &l.spec.phases[0];
+        assert_eq!(l.spec.daemon.cxl_memory_bytes(), Some(256 << 20));
+        assert_eq!(
+            p.numa.as_ref().unwrap().resolved().unwrap(),
+            NumaSpec::WeightedInterleave([("cxl".into(), 1), ("dram".into(), 3)].into())
+        );
+        assert_eq!(
+            NumaSpec::Ratio("0:1".into()).resolved().unwrap(),
+            NumaSpec::Membind(NodeSet::One(NodeName::Name("cxl".into())))
+        );
+        assert!(NumaSpec::Ratio("0:0".into()).resolved().is_err());
+        assert_eq!(p.outputs.len(), 2);
+        assert_eq!(l.expand(false).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn quick_sets_apply_before_the_sweep_and_the_command_line_wins() {
+        let quick = load_str("m.toml", MEMORY, &[])
+            .unwrap()
+            .expand(true)
+            .unwrap();
+        assert_eq!(quick.len(), 1);
+        assert_eq!(quick[0].device.cache.size_bytes, 8 << 20);
+        let mine = load_str(
+            "m.toml",
+            MEMORY,
+            &["daemon.device.cache.size_bytes=16MiB".into()],
+        )
+        .unwrap()
+        .expand(true)
+        .unwrap();
+        assert_eq!(mine[0].device.cache.size_bytes, 16 << 20);
+    }
+
+    #[test]
+    fn bad_phases_are_refused_with_their_key() {
+        let err = |from: &str, to: &str| {
+            let text = MEMORY.replace(from, to);
+            load_str("m.toml", &text, &[])
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        let e = err(
+            r#"numa = { ratio = "3:1" }"#,
+            r#"numa = { membind = "dram", interleave = "cxl" }"#,
+        );
+        assert!(e.contains("phases[0].numa"), "{e}");
+        let e = err(r#"cxl_memory = "256MiB""#, "");
+        assert!(e.contains("set daemon.cxl_memory"), "{e}");
+        let e = err(
+            r#"numa = { ratio = "3:1" }"#,
+            r#"numa = { membind = "hbm" }"#,
+        );
+        assert!(e.contains("node `hbm`"), "{e}");
+        let e = err(
+            r#"outputs.bw = { json = "read_mb_s" }"#,
+            r#"outputs.bw = { regex = "bw [0-9]+" }"#,
+        );
+        assert!(e.contains("capture group"), "{e}");
+        let e = err(
+            r#"outputs.bw = { json = "read_mb_s" }"#,
+            r#"outputs.bw = { json = "a", regex = "(1)" }"#,
+        );
+        assert!(e.contains("exactly one of json, regex, csv"), "{e}");
+        let e = err(r#"histogram = "lat""#, r#"histogram = "bw""#);
+        assert!(e.contains("not a histogram output"), "{e}");
+        let e = err(
+            r#"command = "probe --size {int:x*cache_bytes}""#,
+            "fio.rw = \"read\"",
+        );
+        assert!(e.contains("set `command`"), "{e}");
+        let e = err(r#"cxl_memory = "256MiB""#, r#"cxl_memory = "3MiB""#);
+        assert!(e.contains("at least 16 MiB"), "{e}");
     }
 }

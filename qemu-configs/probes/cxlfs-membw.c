@@ -25,6 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cxlfs-probe.h"
+
 enum op { OP_READ, OP_WRITE, OP_COPY, NOPS };
 static const char *const op_name[NOPS] = {"read", "write", "copy"};
 
@@ -42,44 +44,6 @@ static void usage(void)
         "the first half of the set to the second; bytes read + written) over a\n"
         "working set of BYTES, N threads on contiguous chunks, a barrier per pass.\n"
         "Prints one JSON line; MB = 10^6 bytes, the mean of the measured passes.\n");
-}
-
-static int parse_size(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || s[0] == '-')
-        return -1;
-    unsigned shift = 0;
-    switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    default: break;
-    }
-    if (*end != '\0' || v > (UINT64_MAX >> shift))
-        return -1;
-    *out = (uint64_t)v << shift;
-    return 0;
-}
-
-static int parse_u64(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end != '\0' || s[0] == '-')
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 struct shared {

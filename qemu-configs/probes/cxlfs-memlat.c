@@ -28,12 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
+#include "cxlfs-probe.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15u;
 static uint64_t next_rand(void)
@@ -128,37 +123,6 @@ static void usage(void)
         "offset in the working set / 4096) of every load of one lap, in load order,\n"
         "as little-endian u32, for replaying build + warm-up + laps through a\n"
         "cache model on the host.\n");
-}
-
-static int parse_size(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || s[0] == '-')
-        return -1;
-    unsigned shift = 0;
-    switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    default: break;
-    }
-    if (*end != '\0' || v > (UINT64_MAX >> shift))
-        return -1;
-    *out = (uint64_t)v << shift;
-    return 0;
-}
-
-static int parse_u64(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno || end == s || *end != '\0' || s[0] == '-')
-        return -1;
-    *out = v;
-    return 0;
 }
 
 /* Histogram: values < 16 ns get one bucket per ns; from 16 ns on, each

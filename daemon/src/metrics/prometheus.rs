@@ -3,7 +3,9 @@
 use super::counters::VM_COUNTERS;
 use super::latency::{LatencyExport, LatencySummary, BUCKETS_NS};
 use super::snapshot::{Snapshot, VmRow};
-use cxlfs_api::metrics::{FUSE_REQUESTS, POOL_TRAPS, UNKNOWN_VM, VM_WRITE_AMPLIFICATION};
+use cxlfs_api::metrics::{
+    FUSE_REQUESTS, POOL_TRAPS, REGION_FAMILIES, UNKNOWN_VM, VM_WRITE_AMPLIFICATION,
+};
 use std::fmt::Write as _;
 
 fn secs(ns: u64) -> f64 {
@@ -61,96 +63,19 @@ fn summary_lines(s: &mut String, name: &str, labels: &str, e: &LatencySummary) {
     let _ = writeln!(s, "{name}_count{{{labels}}} {}", e.count);
 }
 
-/// Memory mode's families: `(name, help, type, value)`, one sample per
-/// region labeled `vm` and `region="memory"`.
-type RegionFamily = (
-    &'static str,
-    &'static str,
-    &'static str,
-    fn(&cxlfs_api::metrics::MemoryRegionSample) -> u64,
-);
-
-const REGION_FAMILIES: &[RegionFamily] = &[
-    (
-        "cxlfs_region_size_bytes",
-        "Size of the VM's CXL memory region.",
-        "gauge",
-        |r| r.size_bytes,
-    ),
-    (
-        "cxlfs_region_traps_total",
-        "Traps (page-cache misses) of the region answered.",
-        "counter",
-        |r| r.traps,
-    ),
-    (
-        "cxlfs_region_vmm_traps_total",
-        "Region traps by threads of the VM's own VMM.",
-        "counter",
-        |r| r.vmm_traps,
-    ),
-    (
-        "cxlfs_region_device_hits_total",
-        "Trapped region pages the device cache held.",
-        "counter",
-        |r| r.device_hits,
-    ),
-    (
-        "cxlfs_region_device_misses_total",
-        "Trapped region pages read from NAND.",
-        "counter",
-        |r| r.device_misses,
-    ),
-    (
-        "cxlfs_region_trap_modeled_ns_total",
-        "Modeled time of the region's traps, summed (ns).",
-        "counter",
-        |r| r.trap_modeled_ns_total,
-    ),
-    (
-        "cxlfs_region_writeback_bytes_total",
-        "Region bytes written back (NAND programs).",
-        "counter",
-        |r| r.writeback_bytes,
-    ),
-    (
-        "cxlfs_region_device_resident_pages",
-        "Region pages in the device cache.",
-        "gauge",
-        |r| r.device_resident_pages,
-    ),
-    (
-        "cxlfs_region_plane_resident_bytes",
-        "Region bytes resident in the plane (upper bound).",
-        "gauge",
-        |r| r.plane_resident_bytes,
-    ),
-    (
-        "cxlfs_region_readahead_refused_total",
-        "Readahead READs of the region refused (a fault reads its own page).",
-        "counter",
-        |r| r.readahead_refused,
-    ),
-    (
-        "cxlfs_region_releases_total",
-        "Times the region was released with its VM.",
-        "counter",
-        |r| r.releases,
-    ),
-];
-
 fn render_regions(snap: &Snapshot, s: &mut String) {
     if snap.memory_regions.is_empty() {
         return;
     }
-    for (name, help, kind, value) in REGION_FAMILIES {
-        let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for f in REGION_FAMILIES {
+        let (name, kind) = (f.name, f.kind.name());
+        let _ = writeln!(s, "# HELP {name} {}\n# TYPE {name} {kind}", f.help);
         for r in &snap.memory_regions {
             let _ = writeln!(
                 s,
                 "{name}{{vm=\"{}\",region=\"memory\"}} {}",
                 r.vm,
-                value(r)
+                (f.value)(r)
             );
         }
     }
