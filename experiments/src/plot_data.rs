@@ -8,6 +8,7 @@ use crate::distributions::Distribution;
 use crate::plot_axis::{axis_info, humanise, AxisInfo};
 use crate::plot_spec::{PlotKind, PlotSpec};
 use crate::results::{cell_text, ResultsFile, Row};
+use cxlfs_device_model::units::parse_size;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -119,27 +120,10 @@ pub fn group_mean_min_max(values: &[(f64, f64)]) -> Vec<Pt> {
 pub fn number_of(v: &Value) -> Option<f64> {
     match v {
         Value::Number(n) => n.as_f64(),
-        Value::String(s) => parse_size(s),
+        // Sizes written as text (`"16MiB"`), as specs allow.
+        Value::String(s) => parse_size(s.trim()).ok().map(|b| b as f64),
         _ => None,
     }
-}
-
-fn parse_size(s: &str) -> Option<f64> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let x: f64 = num.parse().ok()?;
-    let mult = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" | "kib" => 1024.0,
-        "m" | "mb" | "mib" => 1024.0 * 1024.0,
-        "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        "t" | "tb" | "tib" => 1024f64.powi(4),
-        _ => return None,
-    };
-    Some(x * mult)
 }
 
 /// The legend's short name of a column ("phase", "VM", "working set").
@@ -177,7 +161,7 @@ pub fn value_text(col: &str, v: &Value) -> String {
             .as_f64()
             .map_or_else(|| cell_text(v), |x| axis_info(c).value_text(x)),
         Value::String(s) if axis_info(c).unit == "MiB" => {
-            parse_size(s).map_or_else(|| s.clone(), |x| axis_info(c).value_text(x))
+            number_of(v).map_or_else(|| s.clone(), |x| axis_info(c).value_text(x))
         }
         _ => cell_text(v),
     }
@@ -390,7 +374,7 @@ pub fn merge_buckets<'a>(ds: impl IntoIterator<Item = &'a Distribution>) -> Vec<
 
 /// A histogram's outline: (x, share %) corners, dropping to 0 at gaps.
 pub fn histogram_steps(buckets: &[(f64, f64, u64)]) -> Vec<(f64, f64)> {
-    let total: u64 = buckets.iter().map(|b| b.2).sum();
+    let total = crate::distributions::total(buckets);
     if total == 0 {
         return Vec::new();
     }
@@ -419,7 +403,7 @@ pub fn histogram_steps(buckets: &[(f64, f64, u64)]) -> Vec<(f64, f64)> {
 /// A cumulative distribution: (x, share % at or below x), linear inside a
 /// bucket (as [`crate::distributions::share_below`]), flat across gaps.
 pub fn cdf_points(buckets: &[(f64, f64, u64)]) -> Vec<(f64, f64)> {
-    let total: u64 = buckets.iter().map(|b| b.2).sum();
+    let total = crate::distributions::total(buckets);
     if total == 0 {
         return Vec::new();
     }
