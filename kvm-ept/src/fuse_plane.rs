@@ -101,9 +101,10 @@ pub struct PlaneOptions {
     pub readers: usize,
     /// How they wait.
     pub mode: ReaderMode,
-    /// Refuse the first multi-page `READ` at an offset (the kernel's
-    /// readahead on a `VM_HUGEPAGE` mapping: QEMU's guest RAM), so that a
-    /// trap reads only the faulting folio (see `readahead.rs`).
+    /// Refuse the first `READ` of every page (the kernel's readahead on a
+    /// `VM_HUGEPAGE` mapping: QEMU's guest RAM) and serve the fault's own
+    /// read of the refused folio, so that a trap reads only the faulting
+    /// folio (see `readahead.rs`).
     pub refuse_readahead: bool,
     /// Detach the mount once the pool file is open (`umount2(MNT_DETACH)`):
     /// the plane lives on through its descriptors, and nobody — no host
@@ -183,7 +184,7 @@ pub(crate) struct Server {
     stop_tid: AtomicU32,
     /// Request threads still running.
     alive: AtomicUsize,
-    /// Multi-page READs refused lately (`None`: readahead is served).
+    /// Pages refused and not served since (`None`: readahead is served).
     readahead: Option<crate::readahead::ReadaheadRefusals>,
 }
 
@@ -252,7 +253,7 @@ impl Server {
 
     /// Refuses readahead from now on (see [`PlaneOptions::refuse_readahead`]).
     pub(crate) fn refusing_readahead(mut self) -> Self {
-        self.readahead = Some(crate::readahead::ReadaheadRefusals::default());
+        self.readahead = Some(crate::readahead::ReadaheadRefusals::new(self.size));
         self
     }
 
@@ -465,11 +466,10 @@ impl Server {
             finish(out, h.unique)?;
             return Ok(Outcome::Reply);
         }
-        if len as u64 > PAGE_SIZE
-            && self
-                .readahead
-                .as_ref()
-                .is_some_and(|g| g.refuse(r.offset, h.pid, arrival_ns))
+        if self
+            .readahead
+            .as_ref()
+            .is_some_and(|g| g.refuse(r.offset, len as u64))
         {
             self.metrics.readahead_refused();
             return Err(libc::EIO);
@@ -1163,7 +1163,13 @@ fn notifier(server: &Server, dev: &File, rx: Receiver<Notice>) {
                     NoticeKind::Store { offset, data } => {
                         server.metrics.store(*offset, data.len() as u64)
                     }
-                    NoticeKind::Inval { offset, len } => server.metrics.invalidation(*offset, *len),
+                    NoticeKind::Inval { offset, len } => {
+                        // The kernel dropped those folios: holes again.
+                        if let Some(r) = &server.readahead {
+                            r.forget(*offset, *len);
+                        }
+                        server.metrics.invalidation(*offset, *len)
+                    }
                 }
                 Ok(took)
             }
