@@ -3,10 +3,11 @@
 //! mode, and the issue's properties asserted on their results — not only
 //! that they ran:
 //!
-//! * `cylon-latency`: the CXL node's per-load latency is bimodal (hit mode
-//!   within 1.5x of DRAM's median, miss mode at least the modeled NAND
-//!   read), and the full-system hit share is within 5 points of what the
-//!   device model's replay of the same sequence predicts;
+//! * `cylon-latency`: device-cache hits on the CXL node within 1.5x of
+//!   DRAM's median; with a working set 1.75x the cache the latency is
+//!   bimodal (miss mode at least the modeled NAND read), and the
+//!   full-system hit share is within 5 points of what the device model's
+//!   replay of the same sequence predicts;
 //! * `bandwidth-vs-wss-memory`: a plateau up to 0.5x the cache, a fall
 //!   through the knee that never climbs back, a floor at least 3x below
 //!   the plateau;
@@ -152,9 +153,12 @@ fn cylon_latency_is_bimodal_and_matches_the_replay() {
                 .unwrap_or_else(|| panic!("no {phase} histogram in {text}")),
         )
     };
-    let (dram, cxl) = (hist("dram"), hist("cxl"));
+    let (dram, fits, cxl) = (hist("dram"), hist("cxl-fits"), hist("cxl"));
     const SPLIT_NS: f64 = 5_000.0;
+    // The cylon preset's NAND read (tR).
+    const NAND_READ_NS: f64 = 40_000.0;
     let dram_median = median_within(&dram, 0.0, f64::MAX).unwrap();
+    let fits_median = median_within(&fits, 0.0, f64::MAX).unwrap();
     let hit_mode = mode_within(&cxl, 0.0, SPLIT_NS).expect("no hits on the CXL node");
     let miss_mode = mode_within(&cxl, SPLIT_NS, f64::MAX).expect("no misses on the CXL node");
     let count = |b: &[(f64, f64, f64)], lo: f64, hi: f64| -> f64 {
@@ -164,14 +168,23 @@ fn cylon_latency_is_bimodal_and_matches_the_replay() {
             .sum()
     };
     let (hits, misses) = (count(&cxl, 0.0, SPLIT_NS), count(&cxl, SPLIT_NS, f64::MAX));
-    // The cylon preset's NAND read (tR).
-    const NAND_READ_NS: f64 = 40_000.0;
     eprintln!(
-        "DRAM median {dram_median:.0} ns; CXL hit mode {hit_mode:.0} ns, miss mode {miss_mode:.0} ns; hits {hits} misses {misses}"
+        "DRAM median {dram_median:.0} ns; CXL, set fits the cache: median {fits_median:.0} ns; \
+         CXL, 1.75x the cache: hit mode {hit_mode:.0} ns ({:.2}x DRAM), miss mode {miss_mode:.0} ns; \
+         hits {hits} misses {misses}",
+        hit_mode / dram_median
+    );
+    // A device-cache hit is a load at memory speed: with the working set in
+    // the cache, the CXL node's median is within 1.5x of DRAM's. (In the
+    // 1.75x run hits follow traps, on a host core whose caches the trap's
+    // threads just used: the hit mode there is reported, not asserted.)
+    assert!(
+        fits_median <= 1.5 * dram_median,
+        "CXL hits {fits_median:.0} ns vs DRAM {dram_median:.0} ns"
     );
     assert!(
-        hit_mode <= 1.5 * dram_median,
-        "hit mode {hit_mode:.0} ns vs DRAM median {dram_median:.0} ns"
+        count(&fits, SPLIT_NS, f64::MAX) < 0.01 * count(&fits, 0.0, f64::MAX),
+        "a working set that fits the cache still trapped"
     );
     assert!(
         miss_mode >= NAND_READ_NS,
@@ -187,6 +200,10 @@ fn cylon_latency_is_bimodal_and_matches_the_replay() {
     );
     let between = count(&cxl, SPLIT_NS, NAND_READ_NS);
     assert!(between < 0.05 * total, "{between} loads between the modes");
+    assert!(
+        hit_mode * 10.0 < miss_mode,
+        "modes {hit_mode:.0} / {miss_mode:.0} ns"
+    );
     // DRAM: no NAND-time loads to speak of.
     assert!(count(&dram, SPLIT_NS, f64::MAX) < 0.01 * count(&dram, 0.0, f64::MAX));
 
@@ -194,13 +211,8 @@ fn cylon_latency_is_bimodal_and_matches_the_replay() {
     let r = cxl_row.first().unwrap();
     let (full, replay) = (f(r, "hit_share.full_system"), f(r, "hit_share.replay"));
     eprintln!("hit share: full system {full:.3}, replay {replay:.3}");
-    // The issue's target is 5 points; measured here: +9.8 (full system
-    // 0.665, replay 0.567 at --quick), because the residency plane serves
-    // more pages per fault than the replay's one access per load (2.3 M
-    // traps for 0.69 M loads; see the issue's note). 15 points keeps the
-    // cross-check a regression guard until that is fixed.
     assert!(
-        (full - replay).abs() <= 0.15,
+        (full - replay).abs() <= 0.05,
         "full-system hit share {full:.3} vs replay {replay:.3}"
     );
     // And the daemon saw the misses as region traps of vm0.
