@@ -424,6 +424,10 @@ pub struct SampleLine {
     /// The VM's row (or `all`).
     #[serde(flatten)]
     pub row: VmSample,
+    /// The VM's CXL memory region (memory mode), if it has one: resident
+    /// pages and traps per VM over time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_region: Option<MemoryRegionSample>,
 }
 
 impl MetricsSnapshot {
@@ -437,6 +441,7 @@ impl MetricsSnapshot {
                 info,
                 device: device.clone(),
                 row: row.clone(),
+                memory_region: self.memory_regions.iter().find(|r| r.vm == row.vm).cloned(),
             })
             .collect()
     }
@@ -539,6 +544,24 @@ mod tests {
             assert_eq!(&back, line);
             assert_eq!(back.row.counters.len(), 2, "only counters in the map");
         }
+        // A VM with a CXL memory region carries it in its line (and only it).
+        let mut s = snapshot();
+        s.memory_regions.push(MemoryRegionSample {
+            vm: "vm1".into(),
+            size_bytes: 1 << 27,
+            device_resident_pages: 42,
+            ..MemoryRegionSample::default()
+        });
+        let lines = s.lines(info);
+        let regions: Vec<Option<u64>> = lines
+            .iter()
+            .map(|l| l.memory_region.as_ref().map(|r| r.device_resident_pages))
+            .collect();
+        assert_eq!(regions, [None, Some(42), None]);
+        let text = serde_json::to_string(&lines[1]).unwrap();
+        let back: SampleLine = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, lines[1]);
+        assert_eq!(back.row.counters.len(), 2, "the region is not a counter");
         // Lines of older or partial writers still read, with defaults.
         let l: SampleLine =
             serde_json::from_str(r#"{"vm":"vm0","seq":1,"device_hits":5,"policy":"lru"}"#).unwrap();
