@@ -22,6 +22,7 @@
 //! [`exclusive`] so that the tests of one binary never overlap.
 
 use cxlfs::procs::{kill_tree, signal, wait_timeout};
+use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::fs;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -173,6 +174,33 @@ pub fn patched_qemu() -> &'static Path {
 pub fn cxlfs_cli() -> &'static Path {
     static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     once_path(&BIN, || release_binary("CXLFS", "cxlfs", "cxlfs"))
+}
+
+/// Runs `cxlfs run SPEC --out OUT --quick --cxlfsd <the daemon> EXTRA...`
+/// (stdin closed) and prints how long it took with its output, for the
+/// test's log.
+pub fn run_experiment(spec: &Path, out: &Path, extra: &[&OsStr]) -> std::process::Output {
+    let t = Instant::now();
+    let run = Command::new(cxlfs_cli())
+        .arg("run")
+        .arg(spec)
+        .arg("--out")
+        .arg(out)
+        .arg("--quick")
+        .arg("--cxlfsd")
+        .arg(cxlfsd())
+        .args(extra)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", cxlfs_cli().display()));
+    eprintln!(
+        "cxlfs run {} took {:.1?}\n{}\n{}",
+        spec.display(),
+        t.elapsed(),
+        String::from_utf8_lossy(&run.stderr),
+        String::from_utf8_lossy(&run.stdout)
+    );
+    run
 }
 
 /// Options of one guest (see `qemu-configs/run-vm.sh`).

@@ -5,10 +5,9 @@
 //! recorded as failed, with fio's complaint, without stopping the sweep.
 #![allow(clippy::unwrap_used)]
 
-use cxlfs_e2e::{cxlfs_cli, cxlfsd, exclusive, guest_image};
+use cxlfs_e2e::{exclusive, guest_image, run_experiment};
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::ffi::OsStr;
 
 const SPEC: &str = r#"
 name = "e2e-tiny"
@@ -74,7 +73,7 @@ fn read_csv(path: &std::path::Path) -> (Vec<String>, Vec<Row>) {
 #[test]
 fn a_tiny_sweep_on_two_guests_with_one_failing_point() {
     let _serial = exclusive();
-    let (bin, daemon, image) = (cxlfs_cli(), cxlfsd(), guest_image());
+    let image = guest_image();
     let dir = tempfile::Builder::new()
         .prefix("cxlfs-e2e-run.")
         .tempdir()
@@ -82,23 +81,8 @@ fn a_tiny_sweep_on_two_guests_with_one_failing_point() {
     let spec = dir.path().join("tiny.toml");
     std::fs::write(&spec, SPEC).unwrap();
     let out = dir.path().join("results");
-    let t = Instant::now();
-    let run = Command::new(bin)
-        .arg("run")
-        .arg(&spec)
-        .arg("--out")
-        .arg(&out)
-        .arg("--quick")
-        .arg("--cxlfsd")
-        .arg(daemon)
-        .arg("--image")
-        .arg(image)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
+    let run = run_experiment(&spec, &out, &[OsStr::new("--image"), image.as_os_str()]);
     let stdout = String::from_utf8_lossy(&run.stdout);
-    eprintln!("cxlfs run took {:.1?}\n{stderr}\n{stdout}", t.elapsed());
     if !run.status.success() {
         let kept = dir.path().to_path_buf();
         std::mem::forget(dir);

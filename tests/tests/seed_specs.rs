@@ -16,48 +16,27 @@
 //!   bookworm-backports kernel).
 #![allow(clippy::unwrap_used)]
 
-use cxlfs_e2e::{cxlfs_cli, cxlfsd, exclusive, repo_root};
+use cxlfs_e2e::{exclusive, repo_root, run_experiment};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::Instant;
 
 /// Runs a shipped spec with `--quick`; returns its results directory (kept
 /// on failure) and the `ok` rows of results.json.
-fn run_spec(name: &str, extra: &[&str]) -> (tempfile::TempDir, Vec<Value>) {
+fn run_spec(name: &str) -> (tempfile::TempDir, Vec<Value>) {
     let dir = tempfile::Builder::new()
         .prefix(&format!("cxlfs-e2e-{name}."))
         .tempdir()
         .unwrap();
     let out = dir.path().join("results");
     let spec = repo_root().join(format!("experiments/{name}.toml"));
-    let t = Instant::now();
-    let run = Command::new(cxlfs_cli())
-        .arg("run")
-        .arg(&spec)
-        .arg("--out")
-        .arg(&out)
-        .arg("--quick")
-        .arg("--no-progress")
-        .arg("--cxlfsd")
-        .arg(cxlfsd())
-        .args(extra)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    let stdout = String::from_utf8_lossy(&run.stdout);
-    eprintln!(
-        "cxlfs run {name} took {:.1?}\n{stderr}\n{stdout}",
-        t.elapsed()
-    );
+    let run = run_experiment(&spec, &out, &[]);
     // On failure the directory is kept (not deleted) for a look.
     let keep = |dir: tempfile::TempDir, why: String| -> ! {
         let kept = dir.keep();
         panic!("{why}; kept {}", kept.display());
     };
     if !run.status.success() {
-        keep(dir, format!("cxlfs run {name} failed ({})", run.status));
+        keep(dir, format!("cxlfs run {name} failed ({})", run.status))
     }
     let results: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
@@ -139,7 +118,7 @@ fn mode_within(b: &[(f64, f64, f64)], lo: f64, hi: f64) -> Option<f64> {
 #[test]
 fn cylon_latency_is_bimodal_and_matches_the_replay() {
     let _serial = exclusive();
-    let (dir, rows) = run_spec("cylon-latency", &[]);
+    let (dir, rows) = run_spec("cylon-latency");
     let out = dir.path().join("results");
     let text = std::fs::read_to_string(out.join("distributions.jsonl")).unwrap();
     let ds: Vec<Value> = text
@@ -222,7 +201,7 @@ fn cylon_latency_is_bimodal_and_matches_the_replay() {
 #[test]
 fn bandwidth_falls_from_a_plateau_to_a_nand_floor() {
     let _serial = exclusive();
-    let (_dir, rows) = run_spec("bandwidth-vs-wss-memory", &[]);
+    let (_dir, rows) = run_spec("bandwidth-vs-wss-memory");
     let mut points: Vec<(f64, f64)> = of(&rows, "vm0", "membw")
         .iter()
         .map(|r| (f(r, "vars.wss_over_cache"), f(r, "out.read_mb_s")))
@@ -254,7 +233,7 @@ fn bandwidth_falls_from_a_plateau_to_a_nand_floor() {
 #[test]
 fn redis_throughput_falls_as_the_dataset_outgrows_the_cache() {
     let _serial = exclusive();
-    let (_dir, rows) = run_spec("redis", &[]);
+    let (_dir, rows) = run_spec("redis");
     let mut points: Vec<(f64, f64, f64)> = of(&rows, "vm0", "get")
         .iter()
         .map(|r| {
@@ -286,7 +265,7 @@ fn redis_throughput_falls_as_the_dataset_outgrows_the_cache() {
 #[test]
 fn cmm_h_interleave_orders_dram_cxl_ratios() {
     let _serial = exclusive();
-    let (_dir, rows) = run_spec("cmm-h-interleave", &[]);
+    let (_dir, rows) = run_spec("cmm-h-interleave");
     let by_ratio = |ratio: &str| -> f64 {
         let r: Vec<&Value> = of(&rows, "vm0", "get")
             .into_iter()
