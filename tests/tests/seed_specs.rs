@@ -8,9 +8,9 @@
 //!   bimodal (miss mode at least the modeled NAND read), and the
 //!   full-system hit share is within 5 points of what the device model's
 //!   replay of the same sequence predicts;
-//! * `bandwidth-vs-wss-memory`: a plateau up to 0.5x the cache, a fall
-//!   through the knee that never climbs back, a floor at least 3x below
-//!   the plateau;
+//! * `bandwidth-vs-wss-memory`: a plateau up to 0.5x the cache (every
+//!   measured pass served by the device cache), a fall through the knee
+//!   that never climbs back, a floor at least 3x below the plateau;
 //! * `redis`: GET throughput falls from 0.33x to 1.06x to 2.10x the cache;
 //! * `cmm-h-interleave`: DRAM:CXL 3:1 >= 1:1 >= 0:1 (weighted interleave,
 //!   bookworm-backports kernel).
@@ -132,12 +132,18 @@ fn cylon_latency_is_bimodal_and_matches_the_replay() {
                 .unwrap_or_else(|| panic!("no {phase} histogram in {text}")),
         )
     };
-    let (dram, fits, cxl) = (hist("dram"), hist("cxl-fits"), hist("cxl"));
+    let (dram, dram_fits, fits, cxl) = (
+        hist("dram"),
+        hist("dram-fits"),
+        hist("cxl-fits"),
+        hist("cxl"),
+    );
     const SPLIT_NS: f64 = 5_000.0;
     // The cylon preset's NAND read (tR).
     const NAND_READ_NS: f64 = 40_000.0;
     let dram_median = median_within(&dram, 0.0, f64::MAX).unwrap();
     let fits_median = median_within(&fits, 0.0, f64::MAX).unwrap();
+    let dram_fits_median = median_within(&dram_fits, 0.0, f64::MAX).unwrap();
     let hit_mode = mode_within(&cxl, 0.0, SPLIT_NS).expect("no hits on the CXL node");
     let miss_mode = mode_within(&cxl, SPLIT_NS, f64::MAX).expect("no misses on the CXL node");
     let count = |b: &[(f64, f64, f64)], lo: f64, hi: f64| -> f64 {
@@ -148,18 +154,20 @@ fn cylon_latency_is_bimodal_and_matches_the_replay() {
     };
     let (hits, misses) = (count(&cxl, 0.0, SPLIT_NS), count(&cxl, SPLIT_NS, f64::MAX));
     eprintln!(
-        "DRAM median {dram_median:.0} ns; CXL, set fits the cache: median {fits_median:.0} ns; \
+        "DRAM median {dram_median:.0} ns; set half the cache: DRAM {dram_fits_median:.0} ns, \
+         CXL {fits_median:.0} ns; \
          CXL, 1.75x the cache: hit mode {hit_mode:.0} ns ({:.2}x DRAM), miss mode {miss_mode:.0} ns; \
          hits {hits} misses {misses}",
         hit_mode / dram_median
     );
     // A device-cache hit is a load at memory speed: with the working set in
-    // the cache, the CXL node's median is within 1.5x of DRAM's. (In the
-    // 1.75x run hits follow traps, on a host core whose caches the trap's
-    // threads just used: the hit mode there is reported, not asserted.)
+    // the cache, the CXL node's median is within 1.5x of DRAM's at the same
+    // size. (In the 1.75x run hits follow traps, on a host core whose caches
+    // the trap's threads just used: the hit mode there is reported, not
+    // asserted.)
     assert!(
-        fits_median <= 1.5 * dram_median,
-        "CXL hits {fits_median:.0} ns vs DRAM {dram_median:.0} ns"
+        fits_median <= 1.5 * dram_fits_median,
+        "CXL hits {fits_median:.0} ns vs DRAM {dram_fits_median:.0} ns"
     );
     assert!(
         count(&fits, SPLIT_NS, f64::MAX) < 0.01 * count(&fits, 0.0, f64::MAX),
@@ -210,11 +218,24 @@ fn bandwidth_falls_from_a_plateau_to_a_nand_floor() {
     eprintln!("read MB/s by working set / cache: {points:?}");
     assert_eq!(points.len(), 5, "{points:?}");
     let bw = |x: f64| points.iter().find(|p| p.0 == x).unwrap().1;
-    let plateau = bw(0.25).max(bw(0.5));
-    assert!(
-        bw(0.5) >= 0.7 * bw(0.25),
-        "no plateau up to 0.5x: {points:?}"
-    );
+    let floor = bw(4.0);
+    // The plateau: while the set fits (0.25x, 0.5x) every measured pass is
+    // served from the device cache — the region traps no more than its
+    // pages once (first touch) — at memory speed, far above the floor.
+    // (Between those two points TCG's own memory speed varies by 2x with
+    // the host's CPU caches; that is not the device.)
+    const CACHE_PAGES: f64 = 8.0 * 256.0; // --quick: 8 MiB
+    for r in of(&rows, "vm0", "membw") {
+        let x = f(r, "vars.wss_over_cache");
+        if x <= 0.5 {
+            let traps = f(r, "daemon.region_traps");
+            assert!(
+                traps <= 1.2 * x * CACHE_PAGES + 256.0,
+                "{traps} traps at {x}x: the plateau is not served from the cache"
+            );
+        }
+    }
+    let plateau = bw(0.25).min(bw(0.5));
     for w in points.windows(2).filter(|w| w[0].0 >= 0.5) {
         assert!(
             w[1].1 <= 1.15 * w[0].1,
@@ -223,7 +244,6 @@ fn bandwidth_falls_from_a_plateau_to_a_nand_floor() {
             w[1]
         );
     }
-    let floor = bw(4.0);
     assert!(
         floor * 3.0 <= plateau,
         "floor {floor:.0} MB/s not 3x below the plateau {plateau:.0} MB/s"
