@@ -19,7 +19,7 @@ pub mod chain;
 use crate::abi::{self, InHeader};
 use crate::device::Clock;
 use crate::metrics::VmMetrics;
-use crate::server::{FuseHandler, Incoming, MAX_REQUEST, WRITE_PAYLOAD_AT};
+use crate::server::{Deferred, FuseHandler, Incoming, MAX_REQUEST, WRITE_PAYLOAD_AT};
 use chain::ChainBufs;
 use std::io;
 use std::num::NonZeroU64;
@@ -35,7 +35,9 @@ use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 use virtio_queue::{DescriptorChain, QueueOwnedT};
-use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard, GuestMemoryMmap};
+use vm_memory::{
+    Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard, GuestMemoryMmap,
+};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{
     new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
@@ -254,6 +256,8 @@ impl FsBackend {
     /// Stops taking held replies, releases those still held at their
     /// deadlines, and waits for the pacer to finish.
     pub fn close(&self) {
+        // Lock waits end now (their replies go nowhere useful any more).
+        self.server.close_waits();
         lock(&self.pacer_tx).take();
         if let Some(h) = lock(&self.pacer).take() {
             if h.join().is_err() {
@@ -382,6 +386,8 @@ impl FsBackend {
         let arrival = self.clock.now_ns();
         let head = chain.head_index();
         let metrics = &self.metrics;
+        // Kept to find the reply buffers again if the reply comes later.
+        let later = chain.clone();
         let mut bufs = match ChainBufs::new(mem, chain) {
             Ok(b) => b,
             Err(e) => {
@@ -431,6 +437,12 @@ impl FsBackend {
             cell.set(req);
             handled
         });
+        if let Some(deferred) = handled.deferred {
+            drop(bufs);
+            let writable = later.writable().map(|d| (d.addr(), d.len())).collect();
+            self.defer(vring, head, writable, deferred);
+            return false;
+        }
         let len = match handled.reply {
             Some(reply) => {
                 if bufs.copy_out(0, &reply) == reply.len() {
@@ -468,6 +480,47 @@ impl FsBackend {
             false
         } else {
             self.hand_to_pacer(vring, held)
+        }
+    }
+
+    /// Runs a reply that comes later (a SETLKW waiting for a lock) on a
+    /// thread of its own; when it is ready, writes it into the chain's
+    /// writable descriptors, completes the chain and signals the guest.
+    /// The server bounds how many wait at once.
+    fn defer(&self, vring: &Vring, head: u16, writable: Vec<(GuestAddress, u32)>, d: Deferred) {
+        let (mem, ring, event_idx) = (self.mem.clone(), vring.clone(), self.event_idx.clone());
+        let vm = self.metrics.name.clone();
+        let spawned = thread::Builder::new()
+            .name(format!("lockwait-{vm}"))
+            .spawn(move || {
+                let reply = (d.0)();
+                let guard = mem.memory();
+                let mut done = 0usize;
+                for (addr, len) in writable {
+                    let n = (len as usize).min(reply.len() - done);
+                    if n == 0 {
+                        break;
+                    }
+                    if let Err(e) = guard.write_slice(&reply[done..done + n], addr) {
+                        tracing::warn!(vm = %vm, head, error = %e, "cannot write a deferred reply");
+                        break;
+                    }
+                    done += n;
+                }
+                // A reply that did not fit is not sent half: the chain
+                // goes back empty, as for any reply that cannot be written.
+                let len = if done == reply.len() { done as u32 } else { 0 };
+                if let Err(e) = ring.add_used(head, len) {
+                    tracing::warn!(vm = %vm, head, error = %e, "cannot add a deferred reply to the used ring");
+                    return;
+                }
+                signal(&ring, event_idx.load(Ordering::Relaxed), &vm);
+            });
+        if let Err(e) = spawned {
+            tracing::error!(vm = %self.metrics.name, head, error = %e, "cannot spawn a lock waiter; the request is dropped");
+            if self.complete(vring, head, 0) {
+                signal(vring, self.event_idx.load(Ordering::Relaxed), &self.metrics.name);
+            }
         }
     }
 

@@ -204,6 +204,8 @@ const COMMON: &[i64] = &[
     libc::SYS_lsetxattr,
     libc::SYS_llistxattr,
     libc::SYS_lremovexattr,
+    libc::SYS_faccessat,
+    libc::SYS_faccessat2,
     libc::SYS_fchdir,
     libc::SYS_getcwd,
     libc::SYS_umask,

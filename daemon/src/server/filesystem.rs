@@ -7,7 +7,7 @@
 //! arrival in device time) and returns its value as [`Timed`]: the reply
 //! plus the device time it may be released at (`None`: at once).
 
-use crate::abi::{Attr, EntryOut, Kstatfs, SetattrIn};
+use crate::abi::{Attr, EntryOut, FileLock, Kstatfs, SetattrIn};
 use crate::ids::FileKey;
 use crate::server::payload::PayloadIo;
 use rustix::io::Errno;
@@ -248,6 +248,99 @@ pub trait FileSystem: Send + Sync {
         Err(Errno::NOSYS)
     }
 
+    /// LINK: a new name `at` for the existing node `nodeid` (a hard link:
+    /// one file, one set of pool extents).
+    fn link(&self, ctx: &Context, nodeid: u64, at: Named<'_>) -> FsResult<EntryOut> {
+        Err(Errno::NOSYS)
+    }
+
+    /// MKNOD: a FIFO, socket, character or block device (`how.mode`
+    /// carries the file type), or a regular file.
+    fn mknod(&self, ctx: &Context, at: Named<'_>, how: Creation, rdev: u32) -> FsResult<EntryOut> {
+        Err(Errno::NOSYS)
+    }
+
+    /// TMPFILE: an unnamed regular file in directory `parent`, opened.
+    fn tmpfile(&self, ctx: &Context, parent: u64, how: Creation) -> FsResult<Created> {
+        Err(Errno::NOSYS)
+    }
+
+    /// GETXATTR of `name`; `size` 0 asks for the value's size.
+    fn getxattr(&self, ctx: &Context, nodeid: u64, name: &[u8], size: u32) -> FsResult<Xattr> {
+        Err(Errno::NOSYS)
+    }
+
+    /// LISTXATTR; `size` 0 asks for the list's size.
+    fn listxattr(&self, ctx: &Context, nodeid: u64, size: u32) -> FsResult<Xattr> {
+        Err(Errno::NOSYS)
+    }
+
+    /// SETXATTR of `name` to `value` (`flags`: `XATTR_CREATE` / `XATTR_REPLACE`).
+    fn setxattr(
+        &self,
+        ctx: &Context,
+        nodeid: u64,
+        name: &[u8],
+        value: &[u8],
+        flags: u32,
+    ) -> FsResult<()> {
+        Err(Errno::NOSYS)
+    }
+
+    /// REMOVEXATTR of `name`.
+    fn removexattr(&self, ctx: &Context, nodeid: u64, name: &[u8]) -> FsResult<()> {
+        Err(Errno::NOSYS)
+    }
+
+    /// FALLOCATE: `fallocate(2)` of the handle's file.
+    fn fallocate(&self, ctx: &Context, range: Fallocate) -> FsResult<()> {
+        Err(Errno::NOSYS)
+    }
+
+    /// LSEEK (SEEK_DATA / SEEK_HOLE; others the guest answers itself).
+    fn lseek(&self, ctx: &Context, nodeid: u64, fh: u64, offset: u64, whence: u32) -> FsResult<u64> {
+        Err(Errno::NOSYS)
+    }
+
+    /// COPY_FILE_RANGE; returns the bytes copied.
+    fn copy_file_range(&self, ctx: &Context, copy: CopyRange) -> FsResult<usize> {
+        Err(Errno::NOSYS)
+    }
+
+    /// GETLK: the first lock that would conflict with `lock`, or one of
+    /// type `F_UNLCK`.
+    fn getlk(&self, ctx: &Context, nodeid: u64, lock: &LockRequest) -> FsResult<FileLock> {
+        Err(Errno::NOSYS)
+    }
+
+    /// SETLK (and the first, non-blocking try of a SETLKW): takes, changes
+    /// or drops a POSIX lock or a flock; `EAGAIN` on a conflict.
+    fn setlk(&self, ctx: &Context, nodeid: u64, lock: &LockRequest) -> FsResult<()> {
+        Err(Errno::NOSYS)
+    }
+
+    /// SETLKW after its first try met a conflict: a waiter that takes the
+    /// lock off the request path (it must not block a queue worker: the
+    /// holder's unlock may be queued behind it).
+    fn lock_waiter(&self, ctx: &Context, nodeid: u64, lock: &LockRequest) -> Result<LockWaiter, Errno> {
+        Err(Errno::NOSYS)
+    }
+
+    /// The POSIX locks `owner` holds on `nodeid` go (a close in the guest:
+    /// FLUSH with a lock owner), or its flocks (`flock`: RELEASE with
+    /// `FLOCK_UNLOCK`).
+    fn unlock_owner(&self, ctx: &Context, nodeid: u64, owner: u64, flock: bool) {}
+
+    /// SYNCFS: the host file system of the share.
+    fn syncfs(&self, ctx: &Context, nodeid: u64) -> FsResult<()> {
+        Err(Errno::NOSYS)
+    }
+
+    /// ACCESS: whether the caller may access `nodeid` with `mask`.
+    fn access(&self, ctx: &Context, nodeid: u64, mask: u32) -> FsResult<()> {
+        Err(Errno::NOSYS)
+    }
+
     /// The host file behind `nodeid` (or the handle `fh`), for the seams
     /// and layers that act on host files; `for_pool`: also open it for the
     /// residency plane.
@@ -292,3 +385,67 @@ impl std::fmt::Debug for FileIo<'_> {
             .finish_non_exhaustive()
     }
 }
+
+/// The reply to GETXATTR / LISTXATTR: the size asked for, or the bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Xattr {
+    /// Bytes needed (the request's size was 0).
+    Size(u32),
+    /// The value, or the NUL-separated names.
+    Data(Vec<u8>),
+}
+
+/// A FALLOCATE: the handle's file range and the `fallocate(2)` mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fallocate {
+    /// The node.
+    pub nodeid: u64,
+    /// The handle.
+    pub fh: u64,
+    /// First byte.
+    pub offset: u64,
+    /// Bytes.
+    pub length: u64,
+    /// `FALLOC_FL_*`.
+    pub mode: u32,
+}
+
+/// A COPY_FILE_RANGE: source and destination handles and ranges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopyRange {
+    /// Source node.
+    pub nodeid_in: u64,
+    /// Source handle.
+    pub fh_in: u64,
+    /// Source offset.
+    pub off_in: u64,
+    /// Destination node.
+    pub nodeid_out: u64,
+    /// Destination handle.
+    pub fh_out: u64,
+    /// Destination offset.
+    pub off_out: u64,
+    /// Bytes.
+    pub len: u64,
+}
+
+/// A lock request of GETLK / SETLK / SETLKW.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockRequest {
+    /// The handle it came through.
+    pub fh: u64,
+    /// The guest's lock owner (a process's files, or a `struct file` for flock).
+    pub owner: u64,
+    /// The range and type (`F_RDLCK` / `F_WRLCK` / `F_UNLCK`).
+    pub lock: FileLock,
+    /// A BSD flock rather than a POSIX lock.
+    pub flock: bool,
+}
+
+/// How a waiter learns that its wait is over without the lock: the guest
+/// interrupted the request, or the session ends.
+pub type StopWaiting<'a> = &'a (dyn Fn() -> bool + Send + Sync);
+
+/// Takes a lock off the request path: runs on a thread of its own, polls
+/// `stop`, returns when it holds the lock or gives up (`EINTR`).
+pub type LockWaiter = Box<dyn FnOnce(StopWaiting<'_>) -> Result<(), Errno> + Send>;

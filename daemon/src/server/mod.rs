@@ -19,22 +19,27 @@ pub mod payload;
 pub mod seams;
 
 pub use filesystem::{
-    AttrReply, Context, Created, Creation, DirEntry, DirSink, FileIo, FileSystem, FsResult,
-    HostFile, Named, Opened, Timed,
+    AttrReply, Context, CopyRange, Created, Creation, DirEntry, DirSink, Fallocate, FileIo,
+    FileSystem, FsResult, HostFile, LockRequest, LockWaiter, Named, Opened, StopWaiting, Timed,
+    Xattr,
 };
 pub use payload::{BufferIo, Direction, PayloadIo, Transfer};
 pub use seams::{DaxMapper, IoctlHandler};
 
 use crate::abi::{
-    self, init_flags, opcode, BatchForgetIn, CreateIn, Cursor, EntryOut, ForgetIn, ForgetOne,
-    FsyncIn, GetattrIn, InHeader, InitIn, IoctlIn, MkdirIn, OpenIn, OutHeader, ParseRequestError,
-    ReadIn, ReleaseIn, RemoveMappingIn, RemoveMappingOne, Rename2In, RenameIn, SetattrIn,
-    SetupMappingIn, WriteIn,
+    self, init_flags, lk_flags, opcode, release_flags, AccessIn, BatchForgetIn, CopyFileRangeIn,
+    CreateIn, Cursor, EntryOut, FallocateIn, FlushIn, ForgetIn, ForgetOne, FsyncIn, GetattrIn,
+    GetxattrIn, GetxattrOut, InHeader, InitIn, InterruptIn, IoctlIn, LinkIn, LkIn, LkOut, LseekIn,
+    LseekOut, MkdirIn, MknodIn, OpenIn, OutHeader, ParseRequestError, ReadIn, ReleaseIn,
+    RemoveMappingIn, RemoveMappingOne, Rename2In, RenameIn, SetattrIn, SetupMappingIn, SetxattrIn,
+    WriteIn,
 };
 use crate::metrics::VmMetrics;
 use rustix::io::Errno;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use zerocopy::IntoBytes;
 
 /// Largest WRITE payload accepted (advertised as `max_write`).
 pub const MAX_WRITE: u32 = 1 << 20;
@@ -47,6 +52,12 @@ pub const WRITE_PAYLOAD_AT: usize =
     std::mem::size_of::<InHeader>() + std::mem::size_of::<WriteIn>();
 /// Bytes of `fuse_out_header`.
 const OUT_HEADER_LEN: usize = std::mem::size_of::<OutHeader>();
+/// Largest extended-attribute value and list (`XATTR_SIZE_MAX`).
+pub const XATTR_SIZE_MAX: u32 = 64 * 1024;
+/// Largest extended-attribute name (`XATTR_NAME_MAX`).
+pub const XATTR_NAME_MAX: usize = 255;
+/// Most SETLKW waits one VM may have outstanding; more get `ENOLCK`.
+pub const MAX_LOCK_WAITERS: usize = 64;
 
 /// Server options.
 #[derive(Debug, Clone, Copy)]
@@ -55,8 +66,18 @@ pub struct ServerOptions {
     pub max_readahead: Option<u32>,
 }
 
+/// A reply that comes later, from a thread of its own (a SETLKW that met
+/// a conflict): runs until it has the reply's bytes (header included).
+pub struct Deferred(pub Box<dyn FnOnce() -> Vec<u8> + Send>);
+
+impl std::fmt::Debug for Deferred {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Deferred")
+    }
+}
+
 /// What to do with one request.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct Handled {
     /// Reply bytes (header included); `None`: the request takes no reply.
     pub reply: Option<Vec<u8>>,
@@ -66,6 +87,9 @@ pub struct Handled {
     /// (by [`PayloadIo::transfer`]); the reply's length is
     /// `reply.len() + in_place`. Always 0 from [`Server::handle`].
     pub in_place: usize,
+    /// The reply comes later (then `reply` is `None`): the transport runs
+    /// this off the request path and sends what it returns.
+    pub deferred: Option<Deferred>,
 }
 
 /// One request as the transport hands it over.
@@ -90,6 +114,10 @@ pub trait FuseHandler: Send + Sync {
     /// (then `Handled::in_place` > 0 for a READ). Never panics on malformed
     /// input: it answers with an error or with nothing.
     fn handle_io(&self, req: Incoming<'_>, io: &mut dyn PayloadIo) -> Handled;
+
+    /// The connection ends: replies still waiting ([`Handled::deferred`])
+    /// give up now.
+    fn close_waits(&self) {}
 }
 
 /// A FUSE server for one VM session over the filesystem `F`.
@@ -100,6 +128,45 @@ pub struct Server<F: FileSystem> {
     initialized: AtomicBool,
     dax: Option<Arc<dyn DaxMapper>>,
     ioctl: Option<Arc<dyn IoctlHandler>>,
+    waits: Arc<LockWaits>,
+}
+
+/// The SETLKW requests of a session waiting off the request path, by
+/// `unique`: FUSE_INTERRUPT and the session's end stop them.
+#[derive(Debug, Default)]
+pub struct LockWaits {
+    waiting: Mutex<HashMap<u64, Arc<AtomicBool>>>,
+    closing: AtomicBool,
+}
+
+impl LockWaits {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<AtomicBool>>> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stops every wait (the session ends); new ones are refused.
+    pub fn close(&self) {
+        self.closing.store(true, Ordering::Release);
+        for stop in self.lock().values() {
+            stop.store(true, Ordering::Release);
+        }
+    }
+
+    /// Waits outstanding.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether none is outstanding.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn interrupt(&self, unique: u64) {
+        if let Some(stop) = self.lock().get(&unique) {
+            stop.store(true, Ordering::Release);
+        }
+    }
 }
 
 impl<F: FileSystem> std::fmt::Debug for Server<F> {
@@ -161,6 +228,34 @@ fn attr_bytes(a: &AttrReply) -> Vec<u8> {
 }
 
 /// `name` in the directory the request names.
+/// Most bytes one COPY_FILE_RANGE copies (the guest loops for more).
+pub const MAX_COPY: u64 = 16 << 20;
+
+/// An xattr name the kernel could have sent: 1 to 255 bytes.
+fn check_xattr_name(name: &[u8]) -> Result<&[u8], Errno> {
+    match name.len() {
+        0 => Err(Errno::INVAL),
+        n if n > XATTR_NAME_MAX => Err(Errno::RANGE),
+        _ => Ok(name),
+    }
+}
+
+fn xattr_bytes(x: Xattr) -> Vec<u8> {
+    match x {
+        Xattr::Size(size) => GetxattrOut { size, padding: 0 }.as_bytes().to_vec(),
+        Xattr::Data(d) => d,
+    }
+}
+
+fn lock_request(l: &LkIn) -> LockRequest {
+    LockRequest {
+        fh: l.fh,
+        owner: l.owner,
+        lock: l.lk,
+        flock: l.lk_flags & lk_flags::FLOCK != 0,
+    }
+}
+
 fn in_dir<'a>(h: &InHeader, name: &'a [u8]) -> Named<'a> {
     Named {
         parent: h.nodeid,
@@ -184,6 +279,7 @@ impl<F: FileSystem> Server<F> {
             initialized: AtomicBool::new(false),
             dax: None,
             ioctl: None,
+            waits: Arc::new(LockWaits::default()),
         }
     }
 
@@ -249,8 +345,7 @@ impl<F: FileSystem> Server<F> {
                 self.metrics.count_request(opcode::MAX);
                 return Handled {
                     reply: (out_cap >= OUT_HEADER_LEN).then(|| error_reply(0, Errno::INVAL)),
-                    completes_at_ns: None,
-                    in_place: 0,
+                    ..Handled::default()
                 };
             }
         };
@@ -298,7 +393,14 @@ impl<F: FileSystem> Server<F> {
                 self.batch_forget(&ctx, &mut args);
                 return Handled::default();
             }
-            opcode::INTERRUPT => return Handled::default(),
+            opcode::INTERRUPT => {
+                // Only a waiting SETLKW can be interrupted; every other
+                // request is answered before the next is read.
+                if let Ok(i) = args.read::<InterruptIn>() {
+                    self.waits.interrupt(i.unique);
+                }
+                return Handled::default();
+            }
             _ if h.opcode != opcode::INIT && !self.initialized.load(Ordering::Acquire) => {
                 Err(Errno::IO)
             }
@@ -345,16 +447,21 @@ impl<F: FileSystem> Server<F> {
             opcode::WRITE => self.write(&ctx, &h, &mut args, hlen, io),
             opcode::RELEASE | opcode::RELEASEDIR => {
                 args.read::<ReleaseIn>().map_err(parse_err).and_then(|r| {
+                    if r.release_flags & release_flags::FLOCK_UNLOCK != 0 {
+                        self.fs.unlock_owner(&ctx, h.nodeid, r.lock_owner, true);
+                    }
                     self.fs.release(&ctx, h.nodeid, r.fh);
                     now(Vec::new())
                 })
             }
-            opcode::FLUSH => {
-                // fuse_flush_in starts with the handle.
-                let fh = args.read::<u64>().map_err(parse_err);
-                fh.and_then(|fh| self.fs.flush(&ctx, h.nodeid, fh))
+            opcode::FLUSH => args.read::<FlushIn>().map_err(parse_err).and_then(|f| {
+                // A close in the guest drops the closing process's POSIX
+                // locks on the file, whichever descriptor took them.
+                self.fs.unlock_owner(&ctx, h.nodeid, f.lock_owner, false);
+                self.fs
+                    .flush(&ctx, h.nodeid, f.fh)
                     .map(|t| t.map(|()| Vec::new()))
-            }
+            }),
             opcode::FSYNC | opcode::FSYNCDIR => {
                 args.read::<FsyncIn>().map_err(parse_err).and_then(|f| {
                     self.fs
@@ -382,6 +489,63 @@ impl<F: FileSystem> Server<F> {
                     b
                 })
             }),
+            opcode::LINK => self.link(&ctx, &h, &mut args),
+            opcode::MKNOD => self.mknod(&ctx, &h, &mut args),
+            opcode::TMPFILE => self.tmpfile(&ctx, &h, &mut args),
+            opcode::GETXATTR => self.getxattr(&ctx, &h, &mut args),
+            opcode::LISTXATTR => args.read::<GetxattrIn>().map_err(parse_err).and_then(|g| {
+                let size = g.size.min(XATTR_SIZE_MAX);
+                let x = self.fs.listxattr(&ctx, h.nodeid, size)?;
+                Ok(x.map(|x| xattr_bytes(x)))
+            }),
+            opcode::SETXATTR => self.setxattr(&ctx, &h, &mut args),
+            opcode::REMOVEXATTR => {
+                let name = args.name().map_err(parse_err);
+                name.and_then(|n| check_xattr_name(n))
+                    .and_then(|n| self.fs.removexattr(&ctx, h.nodeid, n))
+                    .map(|t| t.map(|()| Vec::new()))
+            }
+            opcode::FALLOCATE => args.read::<FallocateIn>().map_err(parse_err).and_then(|f| {
+                let range = Fallocate {
+                    nodeid: h.nodeid,
+                    fh: f.fh,
+                    offset: f.offset,
+                    length: f.length,
+                    mode: f.mode,
+                };
+                self.fs
+                    .fallocate(&ctx, range)
+                    .map(|t| t.map(|()| Vec::new()))
+            }),
+            opcode::LSEEK => args.read::<LseekIn>().map_err(parse_err).and_then(|l| {
+                let t = self.fs.lseek(&ctx, h.nodeid, l.fh, l.offset, l.whence)?;
+                Ok(t.map(|offset| LseekOut { offset }.as_bytes().to_vec()))
+            }),
+            opcode::COPY_FILE_RANGE => self.copy_file_range(&ctx, &h, &mut args),
+            opcode::GETLK => args.read::<LkIn>().map_err(parse_err).and_then(|l| {
+                let lk = self.fs.getlk(&ctx, h.nodeid, &lock_request(&l))?;
+                Ok(lk.map(|lk| LkOut { lk }.as_bytes().to_vec()))
+            }),
+            opcode::SETLK => args.read::<LkIn>().map_err(parse_err).and_then(|l| {
+                let t = self.fs.setlk(&ctx, h.nodeid, &lock_request(&l))?;
+                Ok(t.map(|()| Vec::new()))
+            }),
+            opcode::SETLKW => {
+                let l = match args.read::<LkIn>() {
+                    Ok(l) => l,
+                    Err(e) => return self.finish(&h, Err(parse_err(e)), out_cap, 0),
+                };
+                return self.setlkw(&ctx, &h, &lock_request(&l), out_cap);
+            }
+            opcode::SYNCFS => self
+                .fs
+                .syncfs(&ctx, h.nodeid)
+                .map(|t| t.map(|()| Vec::new())),
+            opcode::ACCESS => args.read::<AccessIn>().map_err(parse_err).and_then(|a| {
+                self.fs
+                    .access(&ctx, h.nodeid, a.mask)
+                    .map(|t| t.map(|()| Vec::new()))
+            }),
             opcode::SETUPMAPPING => self.setup_mapping(h.nodeid, &mut args),
             opcode::REMOVEMAPPING => self.remove_mapping(&mut args),
             opcode::IOCTL => self.ioctl(&ctx, &mut args),
@@ -406,6 +570,7 @@ impl<F: FileSystem> Server<F> {
                 reply: Some(out),
                 completes_at_ns,
                 in_place,
+                deferred: None,
             };
         }
         let reply = match result {
@@ -427,6 +592,7 @@ impl<F: FileSystem> Server<F> {
             reply: (reply.len() <= out_cap).then_some(reply),
             completes_at_ns,
             in_place: 0,
+            deferred: None,
         }
     }
 
@@ -593,6 +759,139 @@ impl<F: FileSystem> Server<F> {
         }))
     }
 
+    fn link(&self, ctx: &Context, h: &InHeader, a: &mut Cursor<'_>) -> OpResult {
+        let l = a.read::<LinkIn>().map_err(parse_err)?;
+        let name = a.name().map_err(parse_err)?;
+        let e = self.fs.link(ctx, l.oldnodeid, in_dir(h, name))?;
+        Ok(e.map(|e| entry_bytes(&e)))
+    }
+
+    fn mknod(&self, ctx: &Context, h: &InHeader, a: &mut Cursor<'_>) -> OpResult {
+        let m = a.read::<MknodIn>().map_err(parse_err)?;
+        let name = a.name().map_err(parse_err)?;
+        let how = Creation {
+            mode: m.mode,
+            umask: m.umask,
+            flags: 0,
+            open_flags: 0,
+        };
+        let e = self.fs.mknod(ctx, in_dir(h, name), how, m.rdev)?;
+        Ok(e.map(|e| entry_bytes(&e)))
+    }
+
+    /// TMPFILE: CREATE's argument; the name (a placeholder) is not used.
+    fn tmpfile(&self, ctx: &Context, h: &InHeader, a: &mut Cursor<'_>) -> OpResult {
+        let c = a.read::<CreateIn>().map_err(parse_err)?;
+        let how = Creation {
+            mode: c.mode,
+            umask: c.umask,
+            flags: c.flags,
+            open_flags: c.open_flags,
+        };
+        let t = self.fs.tmpfile(ctx, h.nodeid, how)?;
+        Ok(t.map(|(entry, opened)| {
+            let mut b = entry_bytes(&entry);
+            b.extend_from_slice(&open_bytes(&opened));
+            b
+        }))
+    }
+
+    fn getxattr(&self, ctx: &Context, h: &InHeader, a: &mut Cursor<'_>) -> OpResult {
+        let g = a.read::<GetxattrIn>().map_err(parse_err)?;
+        let name = check_xattr_name(a.name().map_err(parse_err)?)?;
+        let x = self
+            .fs
+            .getxattr(ctx, h.nodeid, name, g.size.min(XATTR_SIZE_MAX))?;
+        Ok(x.map(xattr_bytes))
+    }
+
+    fn setxattr(&self, ctx: &Context, h: &InHeader, a: &mut Cursor<'_>) -> OpResult {
+        let s = a.read::<SetxattrIn>().map_err(parse_err)?;
+        let name = check_xattr_name(a.name().map_err(parse_err)?)?;
+        if s.size > XATTR_SIZE_MAX {
+            return Err(Errno::TOOBIG);
+        }
+        let value = a.bytes(s.size as usize).map_err(parse_err)?;
+        let t = self.fs.setxattr(ctx, h.nodeid, name, value, s.flags)?;
+        Ok(t.map(|()| Vec::new()))
+    }
+
+    fn copy_file_range(&self, ctx: &Context, h: &InHeader, a: &mut Cursor<'_>) -> OpResult {
+        let c = a.read::<CopyFileRangeIn>().map_err(parse_err)?;
+        if c.flags != 0 {
+            return Err(Errno::INVAL);
+        }
+        let copy = CopyRange {
+            nodeid_in: h.nodeid,
+            fh_in: c.fh_in,
+            off_in: c.off_in,
+            nodeid_out: c.nodeid_out,
+            fh_out: c.fh_out,
+            off_out: c.off_out,
+            // Bounded before any work: a short copy is a valid answer and
+            // the guest goes on with the rest.
+            len: c.len.min(MAX_COPY),
+        };
+        let t = self.fs.copy_file_range(ctx, copy)?;
+        Ok(t.map(|n| {
+            let mut b = Vec::with_capacity(8);
+            abi::encode_write_out(n as u32, &mut b);
+            b
+        }))
+    }
+
+    /// SETLKW: one try on the request path; on a conflict the wait goes
+    /// off it (a [`Deferred`] reply), so the holder's unlock, queued
+    /// behind, is still served.
+    fn setlkw(&self, ctx: &Context, h: &InHeader, lock: &LockRequest, out_cap: usize) -> Handled {
+        let first = self.fs.setlk(ctx, h.nodeid, lock);
+        if !matches!(first, Err(Errno::AGAIN)) || out_cap < OUT_HEADER_LEN {
+            let first = first.map(|t| t.map(|()| Vec::new()));
+            return self.finish(h, first, out_cap, 0);
+        }
+        if self.waits.closing.load(Ordering::Acquire) {
+            return self.finish(h, Err(Errno::INTR), out_cap, 0);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        {
+            let mut waiting = self.waits.lock();
+            if waiting.len() >= MAX_LOCK_WAITERS {
+                tracing::warn!(vm = %self.metrics.name, "too many SETLKW waits; answering ENOLCK");
+                drop(waiting);
+                return self.finish(h, Err(Errno::NOLCK), out_cap, 0);
+            }
+            waiting.insert(h.unique, stop.clone());
+        }
+        let waiter = match self.fs.lock_waiter(ctx, h.nodeid, lock) {
+            Ok(w) => w,
+            Err(e) => {
+                self.waits.lock().remove(&h.unique);
+                return self.finish(h, Err(e), out_cap, 0);
+            }
+        };
+        let waits = self.waits.clone();
+        let unique = h.unique;
+        let run = move || {
+            let stopped = || stop.load(Ordering::Acquire);
+            let result = waiter(&stopped);
+            waits.lock().remove(&unique);
+            match result {
+                Ok(()) => reply_bytes(unique, 0, &[]),
+                Err(e) => error_reply(unique, e),
+            }
+        };
+        Handled {
+            deferred: Some(Deferred(Box::new(run))),
+            ..Handled::default()
+        }
+    }
+
+    /// The session's SETLKW waits (the transport stops them when the
+    /// connection ends).
+    pub fn lock_waits(&self) -> &Arc<LockWaits> {
+        &self.waits
+    }
+
     fn setup_mapping(&self, nodeid: u64, a: &mut Cursor<'_>) -> OpResult {
         let Some(dax) = &self.dax else {
             return Err(Errno::NOSYS);
@@ -722,5 +1021,9 @@ impl<F: FileSystem> Server<F> {
 impl<F: FileSystem> FuseHandler for Server<F> {
     fn handle_io(&self, req: Incoming<'_>, io: &mut dyn PayloadIo) -> Handled {
         self.handle_request(req, io)
+    }
+
+    fn close_waits(&self) {
+        self.waits.close();
     }
 }
