@@ -32,6 +32,8 @@
 
 pub mod creds;
 pub mod idmap;
+pub mod locks;
+pub mod xattr;
 
 pub use creds::{GuestIds, HostCreds};
 pub use idmap::{IdMap, ParseIdMapError};
@@ -39,10 +41,11 @@ pub use idmap::{IdMap, ParseIdMapError};
 use crate::abi::{self, fattr, open_in_flags, write_flags, Attr, EntryOut, SetattrIn};
 use crate::ids::FileKey;
 use crate::server::{
-    AttrReply, Context, Created, Creation, DirSink, Direction, FileIo, FileSystem, FsResult,
-    HostFile, Named, Opened, Timed, Transfer,
+    AttrReply, Context, CopyRange, Created, Creation, DirSink, Direction, Fallocate, FileIo,
+    FileSystem, FsResult, HostFile, LockRequest, LockWaiter, Named, Opened, Timed, Transfer, Xattr,
 };
 use creds::CallerGuard;
+use locks::LockTable;
 use rustix::fs::{AtFlags, Mode, OFlags, Stat, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
 use rustix::io::Errno;
 use rustix::path::DecInt;
@@ -55,6 +58,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+use xattr::XattrMap;
 
 /// How much the guest's own caches may keep (as in virtiofsd).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
@@ -187,6 +191,7 @@ pub struct PassthroughFs {
     next_fh: AtomicU64,
     observer: Option<Arc<dyn InodeObserver>>,
     ids: GuestIds,
+    locks: LockTable,
     /// Cache mode.
     pub cache: CacheMode,
 }
@@ -197,8 +202,11 @@ fn errno(e: &io::Error) -> Errno {
 
 /// Rejects names that are not a single, real path component.
 pub fn check_name(name: &[u8]) -> Result<&[u8], Errno> {
-    if name.is_empty() || name == b"." || name == b".." || name.len() > 255 {
+    if name.is_empty() || name == b"." || name == b".." {
         return Err(Errno::INVAL);
+    }
+    if name.len() > 255 {
+        return Err(Errno::NAMETOOLONG);
     }
     if name.iter().any(|&b| b == b'/' || b == 0) {
         return Err(Errno::INVAL);
@@ -275,6 +283,7 @@ impl PassthroughFs {
             next_fh: AtomicU64::new(1),
             observer: None,
             ids: GuestIds::default(),
+            locks: LockTable::default(),
             cache,
         };
         fs.install_root(&st).map_err(|e| open_err(shared_dir, e))?;
@@ -368,6 +377,7 @@ impl PassthroughFs {
 
     /// Forgets every inode and handle (FUSE_INIT of a new session, DESTROY).
     pub fn reset(&self) {
+        self.locks.clear();
         let old = std::mem::take(&mut *lock(&self.tables));
         for (id, (inode, _)) in old.inodes {
             if id != abi::ROOT_ID {
@@ -633,9 +643,6 @@ impl PassthroughFs {
             }
         };
         if valid & (fattr::ATIME | fattr::MTIME) != 0 {
-            if is_link {
-                return Err(Errno::OPNOTSUPP);
-            }
             let times = Timestamps {
                 last_access: t(
                     valid & fattr::ATIME != 0,
@@ -648,12 +655,18 @@ impl PassthroughFs {
                     mtime,
                 ),
             };
-            rustix::fs::utimensat(
-                &self.proc_self_fd,
-                DecInt::from_fd(&inode.fd),
-                &times,
-                AtFlags::empty(),
-            )?;
+            if is_link {
+                // The link itself, through its O_PATH fd (the /proc path
+                // would reach its target).
+                rustix::fs::utimensat(&inode.fd, "", &times, AtFlags::EMPTY_PATH)?;
+            } else {
+                rustix::fs::utimensat(
+                    &self.proc_self_fd,
+                    DecInt::from_fd(&inode.fd),
+                    &times,
+                    AtFlags::empty(),
+                )?;
+            }
         }
         Ok(self.attr(&rustix::fs::fstat(&inode.fd)?))
     }
@@ -683,6 +696,72 @@ impl PassthroughFs {
         if let Err(e) = synced {
             tracing::warn!(error = %e, "syncfs on shutdown failed");
         }
+    }
+
+    /// How guest xattr names map to the host's ([`xattr`]): ACLs hold raw
+    /// ids, so they pass only when ids are not translated.
+    fn xattr_map(&self) -> XattrMap {
+        XattrMap {
+            acls: self.ids.uids.is_identity() && self.ids.gids.is_identity(),
+        }
+    }
+
+    /// The `/proc/self/fd/N` path of an inode's O_PATH fd: the path-based
+    /// xattr calls reach the inode itself through it, a symlink included
+    /// (the magic link is not followed further).
+    fn proc_path(inode: &Inode) -> String {
+        format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&inode.fd)
+        )
+    }
+
+    /// A new node `name` in `dir`, made as the caller by `make`, given
+    /// the mode asked for, registered. `expect`: `O_DIRECTORY` when the
+    /// node must be a directory (whatever has its name by now is opened).
+    fn make_node(
+        &self,
+        ctx: &Context,
+        at: Named<'_>,
+        mode: Mode,
+        expect: OFlags,
+        make: impl FnOnce(&Inode, &[u8]) -> Result<(), Errno>,
+    ) -> FsResult<EntryOut> {
+        let name = check_name(at.name)?;
+        let dir = self.inode(at.parent)?;
+        let made = {
+            let _caller = self.as_caller(ctx)?;
+            make(&dir, name)?;
+            rustix::fs::openat(
+                &dir.fd,
+                name,
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC | expect,
+                Mode::empty(),
+            )
+            .and_then(|fd| self.restore_mode(&fd, mode).map(|()| fd))
+        };
+        let (inode, st) = self.register(made?)?;
+        Ok(Timed::now(self.entry(&inode, &st)))
+    }
+
+    /// The lock description of `req`'s owner on `nodeid`'s file.
+    fn lock_fd(
+        &self,
+        ctx: &Context,
+        nodeid: u64,
+        req: &LockRequest,
+    ) -> Result<Arc<locks::LockFd>, Errno> {
+        let inode = self
+            .handle(req.fh)
+            .map(|h| h.inode.clone())
+            .or_else(|_| self.inode(nodeid))?;
+        if !inode.is_reg() {
+            return Err(Errno::INVAL);
+        }
+        self.locks.fd_for(inode.key, req, ctx.pid, || {
+            self.reopen(&inode, OFlags::RDWR | OFlags::CLOEXEC)
+                .or_else(|_| self.reopen(&inode, OFlags::RDONLY | OFlags::CLOEXEC))
+        })
     }
 
     fn attr_reply(&self, attr: Attr) -> Timed<AttrReply> {
@@ -720,7 +799,11 @@ impl FileSystem for PassthroughFs {
         // write, truncation and chown to the server and says when to
         // (KILL_SUIDGID flags); without it, it would send a SETATTR of the
         // mode before each such write.
-        let killpriv = abi::init_flags::HANDLE_KILLPRIV_V2;
+        // POSIX locks and flocks are held on the host (`locks`), so they
+        // conflict across VMs.
+        let killpriv = abi::init_flags::HANDLE_KILLPRIV_V2
+            | abi::init_flags::POSIX_LOCKS
+            | abi::init_flags::FLOCK_LOCKS;
         Ok(if self.cache == CacheMode::Auto {
             abi::init_flags::AUTO_INVAL_DATA | killpriv
         } else {
@@ -781,24 +864,11 @@ impl FileSystem for PassthroughFs {
 
     /// MKDIR as the caller, with the mode the guest asked for.
     fn mkdir(&self, ctx: &Context, at: Named<'_>, how: Creation) -> FsResult<EntryOut> {
-        let name = check_name(at.name)?;
-        let dir = self.inode(at.parent)?;
         // mkdir(2) ignores set-id bits (`mkdir -m 2775` is a chmod after).
         let mode = Mode::from_raw_mode(self.creation_mode(how, true).as_raw_mode() & 0o1777);
-        let made = {
-            let _caller = self.as_caller(ctx)?;
-            rustix::fs::mkdirat(&dir.fd, name, mode)?;
-            // The new directory itself, whatever has its name by now.
-            rustix::fs::openat(
-                &dir.fd,
-                name,
-                OFlags::PATH | OFlags::NOFOLLOW | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .and_then(|fd| self.restore_mode(&fd, mode).map(|()| fd))
-        };
-        let (inode, st) = self.register(made?)?;
-        Ok(Timed::now(self.entry(&inode, &st)))
+        self.make_node(ctx, at, mode, OFlags::DIRECTORY, |dir, name| {
+            rustix::fs::mkdirat(&dir.fd, name, mode)
+        })
     }
 
     fn unlink(&self, _ctx: &Context, at: Named<'_>, dir: bool) -> FsResult<()> {
@@ -974,6 +1044,239 @@ impl FileSystem for PassthroughFs {
             frsize: s.f_frsize as u32,
             ..abi::Kstatfs::default()
         }))
+    }
+
+    /// LINK: the host `linkat` of the inode itself (through its /proc
+    /// path: an O_TMPFILE file gets its first name this way too).
+    fn link(&self, ctx: &Context, nodeid: u64, at: Named<'_>) -> FsResult<EntryOut> {
+        let name = check_name(at.name)?;
+        let inode = self.inode(nodeid)?;
+        if inode.is_dir() {
+            return Err(Errno::PERM);
+        }
+        let dir = self.inode(at.parent)?;
+        rustix::fs::linkat(
+            &self.proc_self_fd,
+            DecInt::from_fd(&inode.fd),
+            &dir.fd,
+            name,
+            AtFlags::SYMLINK_FOLLOW,
+        )?;
+        self.lookup(ctx, at.parent, name)
+    }
+
+    /// MKNOD as the caller: FIFOs, sockets, device nodes (the daemon never
+    /// opens any of them: see `reopen`) and regular files.
+    fn mknod(&self, ctx: &Context, at: Named<'_>, how: Creation, rdev: u32) -> FsResult<EntryOut> {
+        let kind = match how.mode & libc::S_IFMT {
+            0 | libc::S_IFREG => rustix::fs::FileType::RegularFile,
+            libc::S_IFIFO => rustix::fs::FileType::Fifo,
+            libc::S_IFSOCK => rustix::fs::FileType::Socket,
+            libc::S_IFCHR => rustix::fs::FileType::CharacterDevice,
+            libc::S_IFBLK => rustix::fs::FileType::BlockDevice,
+            _ => return Err(Errno::INVAL),
+        };
+        let mode = self.creation_mode(how, false);
+        let dev = rustix::fs::Dev::from(rdev);
+        self.make_node(ctx, at, mode, OFlags::empty(), |dir, name| {
+            rustix::fs::mknodat(&dir.fd, name, kind, mode, dev)
+        })
+    }
+
+    /// TMPFILE: an O_TMPFILE file in `parent`, made as the caller and
+    /// opened with the guest's access mode.
+    fn tmpfile(&self, ctx: &Context, parent: u64, how: Creation) -> FsResult<Created> {
+        let dir = self.inode(parent)?;
+        if !dir.is_dir() {
+            return Err(Errno::NOTDIR);
+        }
+        let oflags = sanitize_open_flags(how.flags) & !OFlags::TRUNC & !OFlags::APPEND
+            | OFlags::TMPFILE
+            | OFlags::CLOEXEC;
+        let mode = self.creation_mode(how, false);
+        let fd = {
+            let _caller = self.as_caller(ctx)?;
+            rustix::fs::openat(&dir.fd, ".", oflags, mode)
+                .and_then(|fd| self.restore_mode(&fd, mode).map(|()| fd))?
+        };
+        let file = File::from(fd);
+        let path_fd = rustix::fs::openat(
+            &self.proc_self_fd,
+            DecInt::from_fd(&file),
+            OFlags::PATH | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let (inode, st) = self.register(path_fd)?;
+        let entry = self.entry(&inode, &st);
+        let fh = self.add_handle(inode, file);
+        let open_flags = self.cache.file_open_flags();
+        Ok(Timed::now((entry, Opened { fh, open_flags })))
+    }
+
+    fn getxattr(&self, _ctx: &Context, nodeid: u64, name: &[u8], size: u32) -> FsResult<Xattr> {
+        let inode = self.inode(nodeid)?;
+        let host = self.xattr_map().to_host(name)?;
+        let path = Self::proc_path(&inode);
+        if size == 0 {
+            let n = rustix::fs::getxattr_query(path.as_str(), &*host)?;
+            return Ok(Timed::now(Xattr::Size(
+                u32::try_from(n).map_err(|_| Errno::TOOBIG)?,
+            )));
+        }
+        let mut buf = vec![0u8; size as usize];
+        let n = rustix::fs::getxattr(path.as_str(), &*host, &mut buf[..])?;
+        buf.truncate(n);
+        Ok(Timed::now(Xattr::Data(buf)))
+    }
+
+    fn listxattr(&self, _ctx: &Context, nodeid: u64, size: u32) -> FsResult<Xattr> {
+        let inode = self.inode(nodeid)?;
+        // The whole host list (bounded by the kernel's XATTR_LIST_MAX),
+        // then the guest's view of it.
+        let mut buf = vec![0u8; crate::server::XATTR_SIZE_MAX as usize];
+        let n = rustix::fs::listxattr(Self::proc_path(&inode).as_str(), &mut buf[..])?;
+        let list = self.xattr_map().list_to_guest(&buf[..n]);
+        let len = u32::try_from(list.len()).map_err(|_| Errno::TOOBIG)?;
+        Ok(Timed::now(match size {
+            0 => Xattr::Size(len),
+            s if len > s => return Err(Errno::RANGE),
+            _ => Xattr::Data(list),
+        }))
+    }
+
+    fn setxattr(
+        &self,
+        _ctx: &Context,
+        nodeid: u64,
+        name: &[u8],
+        value: &[u8],
+        flags: u32,
+    ) -> FsResult<()> {
+        let inode = self.inode(nodeid)?;
+        let host = self.xattr_map().to_host(name)?;
+        let flags = rustix::fs::XattrFlags::from_bits(flags).ok_or(Errno::INVAL)?;
+        rustix::fs::setxattr(Self::proc_path(&inode).as_str(), &*host, value, flags)?;
+        Ok(Timed::now(()))
+    }
+
+    fn removexattr(&self, _ctx: &Context, nodeid: u64, name: &[u8]) -> FsResult<()> {
+        let inode = self.inode(nodeid)?;
+        let host = self.xattr_map().to_host(name)?;
+        rustix::fs::removexattr(Self::proc_path(&inode).as_str(), &*host)?;
+        Ok(Timed::now(()))
+    }
+
+    /// FALLOCATE on the handle's file, every mode the host takes.
+    fn fallocate(&self, _ctx: &Context, range: Fallocate) -> FsResult<()> {
+        let h = self.handle(range.fh)?;
+        let end = range.offset.checked_add(range.length).ok_or(Errno::FBIG)?;
+        if end > i64::MAX as u64 {
+            return Err(Errno::FBIG);
+        }
+        let mode = rustix::fs::FallocateFlags::from_bits(range.mode).ok_or(Errno::OPNOTSUPP)?;
+        rustix::fs::fallocate(&h.file, mode, range.offset, range.length)?;
+        Ok(Timed::now(()))
+    }
+
+    /// LSEEK: SEEK_DATA / SEEK_HOLE on the host's layout (the guest
+    /// answers SEEK_SET / CUR / END itself).
+    fn lseek(
+        &self,
+        _ctx: &Context,
+        _nodeid: u64,
+        fh: u64,
+        offset: u64,
+        whence: u32,
+    ) -> FsResult<u64> {
+        let h = self.handle(fh)?;
+        let offset = i64::try_from(offset).map_err(|_| Errno::NXIO)?;
+        let pos = match whence as i32 {
+            libc::SEEK_DATA => rustix::fs::SeekFrom::Data(offset as u64),
+            libc::SEEK_HOLE => rustix::fs::SeekFrom::Hole(offset as u64),
+            libc::SEEK_SET => rustix::fs::SeekFrom::Start(offset as u64),
+            libc::SEEK_END => rustix::fs::SeekFrom::End(offset),
+            _ => return Err(Errno::INVAL),
+        };
+        Ok(Timed::now(rustix::fs::seek(&h.file, pos)?))
+    }
+
+    fn copy_file_range(&self, _ctx: &Context, c: CopyRange) -> FsResult<usize> {
+        let from = self.handle(c.fh_in)?;
+        let to = self.handle(c.fh_out)?;
+        for (off, len) in [(c.off_in, c.len), (c.off_out, c.len)] {
+            if off
+                .checked_add(len)
+                .map_or(true, |end| end > i64::MAX as u64)
+            {
+                return Err(Errno::INVAL);
+            }
+        }
+        let (mut off_in, mut off_out) = (c.off_in, c.off_out);
+        let len = usize::try_from(c.len).map_err(|_| Errno::INVAL)?;
+        let n = rustix::fs::copy_file_range(
+            &from.file,
+            Some(&mut off_in),
+            &to.file,
+            Some(&mut off_out),
+            len,
+        )?;
+        Ok(Timed::now(n))
+    }
+
+    fn getlk(&self, ctx: &Context, nodeid: u64, lock: &LockRequest) -> FsResult<abi::FileLock> {
+        let fd = self.lock_fd(ctx, nodeid, lock)?;
+        let key = self
+            .file_key(nodeid, Some(lock.fh))
+            .or_else(|_| self.file_key(nodeid, None))?;
+        Ok(Timed::now(self.locks.test(key, &fd, lock)?))
+    }
+
+    fn setlk(&self, ctx: &Context, nodeid: u64, lock: &LockRequest) -> FsResult<()> {
+        let fd = self.lock_fd(ctx, nodeid, lock)?;
+        locks::try_lock(&fd, lock)?;
+        Ok(Timed::now(()))
+    }
+
+    fn lock_waiter(
+        &self,
+        ctx: &Context,
+        nodeid: u64,
+        lock: &LockRequest,
+    ) -> Result<LockWaiter, Errno> {
+        Ok(locks::waiter(self.lock_fd(ctx, nodeid, lock)?, *lock))
+    }
+
+    fn unlock_owner(&self, _ctx: &Context, nodeid: u64, owner: u64, flock: bool) {
+        if let Ok(inode) = self.inode(nodeid) {
+            self.locks.drop_owner(inode.key, owner, flock);
+        }
+    }
+
+    fn syncfs(&self, _ctx: &Context, _nodeid: u64) -> FsResult<()> {
+        // `root` is O_PATH, which syncfs refuses: the directory itself.
+        let dir = rustix::fs::openat(
+            &self.root,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        rustix::fs::syncfs(&dir)?;
+        Ok(Timed::now(()))
+    }
+
+    /// ACCESS as the caller (effective ids, as the guest's access(2) with
+    /// AT_EACCESS; a guest mounted with default_permissions never asks).
+    fn access(&self, ctx: &Context, nodeid: u64, mask: u32) -> FsResult<()> {
+        let inode = self.inode(nodeid)?;
+        let access = rustix::fs::Access::from_bits(mask).ok_or(Errno::INVAL)?;
+        let _caller = self.as_caller(ctx)?;
+        rustix::fs::accessat(
+            &self.proc_self_fd,
+            DecInt::from_fd(&inode.fd),
+            access,
+            AtFlags::EACCESS,
+        )?;
+        Ok(Timed::now(()))
     }
 
     fn host_file(&self, nodeid: u64, fh: Option<u64>, for_pool: bool) -> Result<HostFile, Errno> {
@@ -1202,5 +1505,293 @@ mod tests {
         fs.forget(&C, m.nodeid, 1);
         fs.release(&C, abi::ROOT_ID, dfh);
         assert_eq!(fs.counts(), (1, 0));
+    }
+
+    fn lock_req(fh: u64, owner: u64, typ: i32) -> LockRequest {
+        LockRequest {
+            fh,
+            owner,
+            lock: abi::FileLock {
+                start: 0,
+                end: i64::MAX as u64,
+                typ: typ as u32,
+                pid: 0,
+            },
+            flock: false,
+        }
+    }
+
+    #[test]
+    fn names_over_255_bytes_are_too_long() {
+        assert_eq!(check_name(&[b'a'; 255]), Ok(&[b'a'; 255][..]));
+        assert_eq!(check_name(&[b'a'; 256]), Err(Errno::NAMETOOLONG));
+        assert_eq!(check_name(&[b'a'; 1024]), Err(Errno::NAMETOOLONG));
+    }
+
+    #[test]
+    fn link_shares_the_inode() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = fs(dir.path());
+        let (e, o) = create(&fs, abi::ROOT_ID, b"a", libc::O_RDWR as u32).unwrap();
+        write(&fs, o.fh, 0, b"shared");
+        let l = v(fs.link(&C, e.nodeid, at(abi::ROOT_ID, b"b"))).unwrap();
+        assert_eq!(l.nodeid, e.nodeid, "one inode, one node id");
+        assert_eq!(l.attr.nlink, 2);
+        assert_eq!(std::fs::read(dir.path().join("b")).unwrap(), b"shared");
+        assert_eq!(
+            v(fs.link(&C, e.nodeid, at(abi::ROOT_ID, b"b"))).unwrap_err(),
+            Errno::EXIST
+        );
+        let d = v(fs.mkdir(
+            &C,
+            at(abi::ROOT_ID, b"d"),
+            Creation {
+                mode: 0o755,
+                ..Creation::default()
+            },
+        ))
+        .unwrap();
+        assert_eq!(
+            v(fs.link(&C, d.nodeid, at(abi::ROOT_ID, b"dl"))).unwrap_err(),
+            Errno::PERM
+        );
+    }
+
+    #[test]
+    fn mknod_makes_fifos_and_sockets_that_are_never_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = fs(dir.path());
+        for (name, kind) in [(&b"p"[..], libc::S_IFIFO), (b"s", libc::S_IFSOCK)] {
+            let how = Creation {
+                mode: kind | 0o640,
+                ..Creation::default()
+            };
+            let e = v(fs.mknod(&C, at(abi::ROOT_ID, name), how, 0)).unwrap();
+            assert_eq!(e.attr.mode & libc::S_IFMT, kind);
+            assert_eq!(e.attr.mode & 0o7777, 0o640, "the mode asked for");
+            assert_eq!(
+                v(fs.open(&C, e.nodeid, libc::O_RDONLY as u32, 0)).unwrap_err(),
+                Errno::BADF
+            );
+        }
+        let bad = Creation {
+            mode: 0o170000 | 0o600,
+            ..Creation::default()
+        };
+        assert_eq!(
+            v(fs.mknod(&C, at(abi::ROOT_ID, b"x"), bad, 0)).unwrap_err(),
+            Errno::INVAL
+        );
+    }
+
+    #[test]
+    fn tmpfile_is_unnamed_until_linked() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = fs(dir.path());
+        let how = Creation {
+            mode: 0o600,
+            flags: libc::O_RDWR as u32,
+            ..Creation::default()
+        };
+        let (e, o) = v(fs.tmpfile(&C, abi::ROOT_ID, how)).unwrap();
+        assert_eq!(e.attr.nlink, 0);
+        write(&fs, o.fh, 0, b"tmp");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        v(fs.link(&C, e.nodeid, at(abi::ROOT_ID, b"named"))).unwrap();
+        assert_eq!(std::fs::read(dir.path().join("named")).unwrap(), b"tmp");
+    }
+
+    #[test]
+    fn xattrs_round_trip_with_the_privileged_namespaces_mapped() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = fs(dir.path());
+        let (e, _) = create(&fs, abi::ROOT_ID, b"f", libc::O_RDWR as u32).unwrap();
+        let n = e.nodeid;
+        v(fs.setxattr(&C, n, b"user.k", b"v1", 0)).unwrap();
+        v(fs.setxattr(&C, n, b"security.k", b"sec", 0)).unwrap();
+        assert_eq!(v(fs.getxattr(&C, n, b"user.k", 0)).unwrap(), Xattr::Size(2));
+        assert_eq!(
+            v(fs.getxattr(&C, n, b"user.k", 64)).unwrap(),
+            Xattr::Data(b"v1".to_vec())
+        );
+        assert_eq!(
+            v(fs.getxattr(&C, n, b"user.k", 1)).unwrap_err(),
+            Errno::RANGE
+        );
+        assert_eq!(
+            v(fs.getxattr(&C, n, b"user.none", 64)).unwrap_err(),
+            Errno::NODATA
+        );
+        // The host holds the guest's security.* under user.cxlfs.
+        let host =
+            rustix::fs::getxattr_query(dir.path().join("f"), "user.cxlfs.security.k").unwrap();
+        assert_eq!(host, 3);
+        assert!(rustix::fs::getxattr_query(dir.path().join("f"), "security.k").is_err());
+        let list = v(fs.listxattr(&C, n, 4096)).unwrap();
+        let Xattr::Data(list) = list else {
+            panic!("{list:?}")
+        };
+        let mut names: Vec<&[u8]> = list.split(|&b| b == 0).filter(|n| !n.is_empty()).collect();
+        names.sort();
+        assert_eq!(names, [&b"security.k"[..], b"user.k"]);
+        assert_eq!(
+            v(fs.listxattr(&C, n, 0)).unwrap(),
+            Xattr::Size(list.len() as u32)
+        );
+        assert_eq!(v(fs.listxattr(&C, n, 3)).unwrap_err(), Errno::RANGE);
+        let create_flag = libc::XATTR_CREATE as u32;
+        assert_eq!(
+            v(fs.setxattr(&C, n, b"user.k", b"x", create_flag)).unwrap_err(),
+            Errno::EXIST
+        );
+        let replace = libc::XATTR_REPLACE as u32;
+        assert_eq!(
+            v(fs.setxattr(&C, n, b"user.new", b"x", replace)).unwrap_err(),
+            Errno::NODATA
+        );
+        v(fs.removexattr(&C, n, b"user.k")).unwrap();
+        assert_eq!(
+            v(fs.removexattr(&C, n, b"user.k")).unwrap_err(),
+            Errno::NODATA
+        );
+        assert_eq!(
+            v(fs.setxattr(&C, n, b"system.x", b"x", 0)).unwrap_err(),
+            Errno::OPNOTSUPP
+        );
+    }
+
+    #[test]
+    fn punch_hole_seek_data_and_copy_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = fs(dir.path());
+        let (e, o) = create(&fs, abi::ROOT_ID, b"f", libc::O_RDWR as u32).unwrap();
+        let fh = o.fh;
+        let data = vec![7u8; 3 << 20];
+        write(&fs, fh, 0, &data);
+        let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        let range = |mode: i32, offset: u64, length: u64| Fallocate {
+            nodeid: e.nodeid,
+            fh,
+            offset,
+            length,
+            mode: mode as u32,
+        };
+        v(fs.fallocate(&C, range(punch, 1 << 20, 1 << 20))).unwrap();
+        assert_eq!(read(&fs, fh, 1 << 20, 8), vec![0u8; 8]);
+        let seek = |off, whence| v(fs.lseek(&C, e.nodeid, fh, off, whence as u32));
+        assert_eq!(seek(0, libc::SEEK_HOLE).unwrap(), 1 << 20);
+        assert_eq!(seek(1 << 20, libc::SEEK_DATA).unwrap(), 2 << 20);
+        assert_eq!(seek(4 << 20, libc::SEEK_DATA).unwrap_err(), Errno::NXIO);
+        assert_eq!(seek(0, 99).unwrap_err(), Errno::INVAL);
+        // Allocation with KEEP_SIZE keeps the size; without, it grows.
+        v(fs.fallocate(&C, range(libc::FALLOC_FL_KEEP_SIZE, 0, 8 << 20))).unwrap();
+        assert_eq!(
+            v(fs.getattr(&C, e.nodeid, None)).unwrap().attr.size,
+            3 << 20
+        );
+        v(fs.fallocate(&C, range(0, 0, 4 << 20))).unwrap();
+        assert_eq!(
+            v(fs.getattr(&C, e.nodeid, None)).unwrap().attr.size,
+            4 << 20
+        );
+        assert_eq!(
+            v(fs.fallocate(&C, range(0, u64::MAX, 2))).unwrap_err(),
+            Errno::FBIG
+        );
+        assert_eq!(
+            v(fs.fallocate(&C, range(1 << 30, 0, 2))).unwrap_err(),
+            Errno::OPNOTSUPP
+        );
+        // Copy 4 KiB of data into a second file.
+        let (e2, o2) = create(&fs, abi::ROOT_ID, b"g", libc::O_RDWR as u32).unwrap();
+        let copy = CopyRange {
+            nodeid_in: e.nodeid,
+            fh_in: fh,
+            off_in: 4096,
+            nodeid_out: e2.nodeid,
+            fh_out: o2.fh,
+            off_out: 100,
+            len: 4096,
+        };
+        assert_eq!(v(fs.copy_file_range(&C, copy)).unwrap(), 4096);
+        let g = std::fs::read(dir.path().join("g")).unwrap();
+        assert_eq!(g.len(), 4196);
+        assert!(g[..100].iter().all(|&b| b == 0) && g[100..].iter().all(|&b| b == 7));
+        let past = CopyRange {
+            off_out: u64::MAX - 10,
+            ..copy
+        };
+        assert_eq!(v(fs.copy_file_range(&C, past)).unwrap_err(), Errno::INVAL);
+    }
+
+    #[test]
+    fn posix_locks_conflict_between_owners_and_go_with_the_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = fs(dir.path());
+        let (e, o) = create(&fs, abi::ROOT_ID, b"f", libc::O_RDWR as u32).unwrap();
+        let n = e.nodeid;
+        let ctx = Context { pid: 42, ..C };
+        v(fs.setlk(&ctx, n, &lock_req(o.fh, 1, libc::F_WRLCK))).unwrap();
+        assert_eq!(
+            v(fs.setlk(&C, n, &lock_req(o.fh, 2, libc::F_RDLCK))).unwrap_err(),
+            Errno::AGAIN
+        );
+        let seen = v(fs.getlk(&C, n, &lock_req(o.fh, 2, libc::F_RDLCK))).unwrap();
+        assert_eq!((seen.typ as i32, seen.pid), (libc::F_WRLCK, 42));
+        // The same owner may change its own lock.
+        v(fs.setlk(&ctx, n, &lock_req(o.fh, 1, libc::F_RDLCK))).unwrap();
+        v(fs.setlk(&C, n, &lock_req(o.fh, 2, libc::F_RDLCK))).unwrap();
+        assert_eq!(
+            v(fs.setlk(&C, n, &lock_req(o.fh, 2, libc::F_WRLCK))).unwrap_err(),
+            Errno::AGAIN
+        );
+        // A close by owner 1 (FLUSH) drops its locks.
+        fs.unlock_owner(&C, n, 1, false);
+        v(fs.setlk(&C, n, &lock_req(o.fh, 2, libc::F_WRLCK))).unwrap();
+        // flocks: their own owners.
+        let fl = |owner, typ| LockRequest {
+            flock: true,
+            ..lock_req(o.fh, owner, typ)
+        };
+        v(fs.setlk(&C, n, &fl(10, libc::F_WRLCK))).unwrap();
+        assert_eq!(
+            v(fs.setlk(&C, n, &fl(11, libc::F_WRLCK))).unwrap_err(),
+            Errno::AGAIN
+        );
+        fs.unlock_owner(&C, n, 10, true);
+        v(fs.setlk(&C, n, &fl(11, libc::F_WRLCK))).unwrap();
+        // A new session forgets every lock.
+        fs.reset();
+    }
+
+    #[test]
+    fn times_are_set_on_symlinks_themselves() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("t"), b"x").unwrap();
+        std::os::unix::fs::symlink("t", dir.path().join("l")).unwrap();
+        let fs = fs(dir.path());
+        let l = v(fs.lookup(&C, abi::ROOT_ID, b"l")).unwrap();
+        let set = SetattrIn {
+            valid: fattr::MTIME,
+            mtime: 1000,
+            ..SetattrIn::default()
+        };
+        let a = v(fs.setattr(&C, l.nodeid, &set)).unwrap();
+        assert_eq!(a.attr.mtime, 1000);
+        let target = std::fs::metadata(dir.path().join("t")).unwrap();
+        assert_ne!(std::os::unix::fs::MetadataExt::mtime(&target), 1000);
+    }
+
+    #[test]
+    fn access_syncfs() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = fs(dir.path());
+        let (e, _) = create(&fs, abi::ROOT_ID, b"f", libc::O_RDWR as u32).unwrap();
+        v(fs.access(&C, e.nodeid, libc::R_OK as u32)).unwrap();
+        assert_eq!(
+            v(fs.access(&C, e.nodeid, 1 << 20)).unwrap_err(),
+            Errno::INVAL
+        );
+        v(fs.syncfs(&C, abi::ROOT_ID)).unwrap();
     }
 }

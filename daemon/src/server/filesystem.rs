@@ -298,7 +298,14 @@ pub trait FileSystem: Send + Sync {
     }
 
     /// LSEEK (SEEK_DATA / SEEK_HOLE; others the guest answers itself).
-    fn lseek(&self, ctx: &Context, nodeid: u64, fh: u64, offset: u64, whence: u32) -> FsResult<u64> {
+    fn lseek(
+        &self,
+        ctx: &Context,
+        nodeid: u64,
+        fh: u64,
+        offset: u64,
+        whence: u32,
+    ) -> FsResult<u64> {
         Err(Errno::NOSYS)
     }
 
@@ -322,7 +329,12 @@ pub trait FileSystem: Send + Sync {
     /// SETLKW after its first try met a conflict: a waiter that takes the
     /// lock off the request path (it must not block a queue worker: the
     /// holder's unlock may be queued behind it).
-    fn lock_waiter(&self, ctx: &Context, nodeid: u64, lock: &LockRequest) -> Result<LockWaiter, Errno> {
+    fn lock_waiter(
+        &self,
+        ctx: &Context,
+        nodeid: u64,
+        lock: &LockRequest,
+    ) -> Result<LockWaiter, Errno> {
         Err(Errno::NOSYS)
     }
 

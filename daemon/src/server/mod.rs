@@ -496,12 +496,12 @@ impl<F: FileSystem> Server<F> {
             opcode::LISTXATTR => args.read::<GetxattrIn>().map_err(parse_err).and_then(|g| {
                 let size = g.size.min(XATTR_SIZE_MAX);
                 let x = self.fs.listxattr(&ctx, h.nodeid, size)?;
-                Ok(x.map(|x| xattr_bytes(x)))
+                Ok(x.map(xattr_bytes))
             }),
             opcode::SETXATTR => self.setxattr(&ctx, &h, &mut args),
             opcode::REMOVEXATTR => {
                 let name = args.name().map_err(parse_err);
-                name.and_then(|n| check_xattr_name(n))
+                name.and_then(check_xattr_name)
                     .and_then(|n| self.fs.removexattr(&ctx, h.nodeid, n))
                     .map(|t| t.map(|()| Vec::new()))
             }

@@ -1,0 +1,142 @@
+//! Extended attributes: which names a guest may use, and where each lives
+//! on the host (virtiofsd's `--xattrmap` idea, with one fixed map).
+//!
+//! The daemon is root on the host, so a guest's `trusted.*` or
+//! `security.*` attribute written verbatim would act on the host: a
+//! `security.capability` would give a host binary file capabilities, a
+//! `security.selinux` would relabel a host file. Those namespaces are
+//! therefore stored under [`HOST_PREFIX`] in the host's `user.*` space,
+//! where they mean nothing to the host and everything to the guest:
+//!
+//! | guest name | host name |
+//! | --- | --- |
+//! | `user.X` | `user.X` |
+//! | `trusted.X`, `security.X` | `user.cxlfs.trusted.X`, `user.cxlfs.security.X` |
+//! | `user.cxlfs.X` (a guest's own name that looks mapped) | `user.cxlfs.user.cxlfs.X` |
+//! | `system.posix_acl_access`, `system.posix_acl_default` | the same, when ids are not translated; `EOPNOTSUPP` otherwise |
+//! | any other `system.*` or namespace | `EOPNOTSUPP` |
+//!
+//! LISTXATTR maps back and hides what a guest could not have set (the
+//! host's own `trusted.*` / `security.*`). The host rules still apply: Linux
+//! allows `user.*` only on regular files and directories, so a `security.*`
+//! attribute on a guest symlink or FIFO gets `EPERM`, as `user.*` would.
+
+use std::borrow::Cow;
+
+use rustix::io::Errno;
+
+/// Where the namespaces a guest must not write verbatim live on the host.
+pub const HOST_PREFIX: &[u8] = b"user.cxlfs.";
+/// Longest attribute name the host takes (`XATTR_NAME_MAX`).
+const NAME_MAX: usize = 255;
+const ACLS: [&[u8]; 2] = [b"system.posix_acl_access", b"system.posix_acl_default"];
+
+/// How guest names map to host names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XattrMap {
+    /// POSIX ACLs pass through (their entries hold raw ids, so only when
+    /// guest and host ids are the same).
+    pub acls: bool,
+}
+
+impl XattrMap {
+    /// The host name of guest attribute `name`.
+    pub fn to_host<'a>(&self, name: &'a [u8]) -> Result<Cow<'a, [u8]>, Errno> {
+        let mapped = name.starts_with(HOST_PREFIX)
+            || name.starts_with(b"trusted.")
+            || name.starts_with(b"security.");
+        if mapped {
+            let host = [HOST_PREFIX, name].concat();
+            if host.len() > NAME_MAX {
+                return Err(Errno::RANGE);
+            }
+            return Ok(Cow::Owned(host));
+        }
+        if name.starts_with(b"user.") {
+            return Ok(Cow::Borrowed(name));
+        }
+        if ACLS.contains(&name) {
+            return match self.acls {
+                true => Ok(Cow::Borrowed(name)),
+                false => Err(Errno::OPNOTSUPP),
+            };
+        }
+        Err(Errno::OPNOTSUPP)
+    }
+
+    /// The guest name of host attribute `host`, if a guest may see it.
+    pub fn to_guest<'a>(&self, host: &'a [u8]) -> Option<&'a [u8]> {
+        if let Some(name) = host.strip_prefix(HOST_PREFIX) {
+            return Some(name);
+        }
+        if host.starts_with(b"user.") || (self.acls && ACLS.contains(&host)) {
+            return Some(host);
+        }
+        None
+    }
+
+    /// A host LISTXATTR list (NUL-terminated names) as the guest sees it.
+    pub fn list_to_guest(&self, host: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(host.len());
+        for name in host.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+            if let Some(g) = self.to_guest(name) {
+                out.extend_from_slice(g);
+                out.push(0);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAP: XattrMap = XattrMap { acls: true };
+
+    #[test]
+    fn privileged_namespaces_are_stored_under_the_prefix() {
+        assert_eq!(&*MAP.to_host(b"user.a").unwrap(), b"user.a");
+        assert_eq!(
+            &*MAP.to_host(b"security.capability").unwrap(),
+            b"user.cxlfs.security.capability"
+        );
+        assert_eq!(
+            &*MAP.to_host(b"trusted.x").unwrap(),
+            b"user.cxlfs.trusted.x"
+        );
+        // A guest cannot forge a mapped name: its own gets prefixed again.
+        assert_eq!(
+            &*MAP.to_host(b"user.cxlfs.trusted.x").unwrap(),
+            b"user.cxlfs.user.cxlfs.trusted.x"
+        );
+        assert_eq!(MAP.to_host(b"system.foo").unwrap_err(), Errno::OPNOTSUPP);
+        assert_eq!(MAP.to_host(b"other.x").unwrap_err(), Errno::OPNOTSUPP);
+        let long = [b"trusted.".as_slice(), &[b'a'; 240]].concat();
+        assert_eq!(MAP.to_host(&long).unwrap_err(), Errno::RANGE);
+    }
+
+    #[test]
+    fn acls_pass_only_without_id_translation() {
+        assert!(MAP.to_host(b"system.posix_acl_access").is_ok());
+        let translated = XattrMap { acls: false };
+        assert_eq!(
+            translated.to_host(b"system.posix_acl_default").unwrap_err(),
+            Errno::OPNOTSUPP
+        );
+        assert_eq!(translated.to_guest(b"system.posix_acl_access"), None);
+    }
+
+    #[test]
+    fn lists_map_back_and_hide_host_only_names() {
+        let host = b"user.a\0user.cxlfs.security.selinux\0security.selinux\0trusted.x\0user.cxlfs.user.cxlfs.z\0";
+        assert_eq!(
+            MAP.list_to_guest(host),
+            b"user.a\0security.selinux\0user.cxlfs.z\0".to_vec()
+        );
+        for name in [&b"user.q"[..], b"trusted.q", b"security.q", b"user.cxlfs.q"] {
+            let host = MAP.to_host(name).unwrap();
+            assert_eq!(MAP.to_guest(&host), Some(name), "round trip");
+        }
+    }
+}
