@@ -36,7 +36,8 @@ use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 use virtio_queue::{DescriptorChain, QueueOwnedT};
 use vm_memory::{
-    Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard, GuestMemoryMmap,
+    Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard,
+    GuestMemoryMmap,
 };
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{
@@ -519,7 +520,11 @@ impl FsBackend {
         if let Err(e) = spawned {
             tracing::error!(vm = %self.metrics.name, head, error = %e, "cannot spawn a lock waiter; the request is dropped");
             if self.complete(vring, head, 0) {
-                signal(vring, self.event_idx.load(Ordering::Relaxed), &self.metrics.name);
+                signal(
+                    vring,
+                    self.event_idx.load(Ordering::Relaxed),
+                    &self.metrics.name,
+                );
             }
         }
     }
