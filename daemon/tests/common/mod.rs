@@ -381,21 +381,34 @@ impl Guest {
 
     /// Sends raw request bytes; returns (out header, payload, elapsed).
     pub fn raw(&mut self, req: &[u8], reply_cap: u32) -> (OutHeader, Vec<u8>, Duration) {
+        let t0 = Instant::now();
+        let (head, rep_at) = self.send(req, reply_cap);
+        let (id, len) = self.wait_used(Duration::from_secs(10)).expect("no reply");
+        let elapsed = t0.elapsed();
+        assert_eq!(id, u32::from(head));
+        let (h, payload) = self.reply_at(rep_at, len);
+        (h, payload, elapsed)
+    }
+
+    /// Queues a request without waiting: returns its head and where its
+    /// reply will be (for [`Guest::reply_at`] once `wait_used` gives it).
+    pub fn send(&mut self, req: &[u8], reply_cap: u32) -> (u16, u64) {
         let slot = u64::from(self.next_desc);
         let req_at = REQ + slot * SLOT / 2;
         let rep_at = REP + slot * SLOT;
         self.mem.write_slice(req, GuestAddress(req_at)).unwrap();
-        let t0 = Instant::now();
         let head = self.submit(&[(req_at, req.len() as u32, false), (rep_at, reply_cap, true)]);
-        let (id, len) = self.wait_used(Duration::from_secs(10)).expect("no reply");
-        let elapsed = t0.elapsed();
-        assert_eq!(id, u32::from(head));
+        (head, rep_at)
+    }
+
+    /// The reply of `len` bytes at `rep_at`: (out header, payload).
+    pub fn reply_at(&self, rep_at: u64, len: u32) -> (OutHeader, Vec<u8>) {
         assert!(len as usize >= abi::OUT_HEADER_LEN, "reply of {len} bytes");
         let mut out = vec![0u8; len as usize];
         self.mem.read_slice(&mut out, GuestAddress(rep_at)).unwrap();
         let h = OutHeader::parse(&mut Cursor::new(&out)).unwrap();
         assert_eq!(h.len, len);
-        (h, out[abi::OUT_HEADER_LEN..].to_vec(), elapsed)
+        (h, out[abi::OUT_HEADER_LEN..].to_vec())
     }
 
     /// Sends a request that has no reply (FORGET); waits until the
