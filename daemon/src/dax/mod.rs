@@ -27,7 +27,7 @@ use crate::device::placement::{self, Tier};
 use crate::device::{page_runs, DeviceObserver, PrefetchedPages, SharedDevice, EXTENT_SIZE, PAGE};
 use crate::ids::{FileKey, VmId};
 use crate::metrics::{PlaneFigures, PlaneSource, PlaneVmId, VmMetrics};
-use crate::timing::{Coherence, FileGuard, FileLocks, SyncPoolError};
+use crate::timing::{Coherence, DiscardId, FileGuard, FileLocks, SyncAllError, SyncPoolError};
 use backend::DaemonPoolBackend;
 use residency::{PoolBackend, ResidencyPlane};
 use std::collections::{HashMap, HashSet};
@@ -169,6 +169,98 @@ struct PlaneState {
     /// The VMM pid of each VM (write-backs come with the writer's pid).
     vmm_pids: Mutex<Vec<(u32, VmId)>>,
     windows: Mutex<WindowExtents>,
+    /// Pool ranges being discarded ([`Coherence::discard_file_range`]):
+    /// their write-backs are held, not stored (see [`backend`]).
+    discards: Mutex<Discards>,
+}
+
+/// The discards in progress.
+#[derive(Debug, Default)]
+struct Discards {
+    next_id: u64,
+    live: Vec<HeldRanges>,
+}
+
+/// One discard: its pool ranges (page aligned, disjoint) and the
+/// write-backs of them the kernel made meanwhile, held until it ends.
+#[derive(Debug)]
+struct HeldRanges {
+    id: u64,
+    ranges: Vec<(u64, u64)>,
+    held: Vec<HeldWriteback>,
+}
+
+/// A write-back held by a discard: stored after all if the discard is
+/// ended with `restore`.
+#[derive(Debug)]
+struct HeldWriteback {
+    pool_offset: u64,
+    data: Vec<u8>,
+    pid: u32,
+}
+
+impl Discards {
+    /// Registers a discard of `ranges` (`[start, end)` pool ranges).
+    fn begin(&mut self, ranges: Vec<(u64, u64)>) -> DiscardId {
+        self.next_id += 1;
+        self.live.push(HeldRanges {
+            id: self.next_id,
+            ranges,
+            held: Vec::new(),
+        });
+        DiscardId(self.next_id)
+    }
+
+    /// Ends discard `id`; returns what it held.
+    fn end(&mut self, id: DiscardId) -> Vec<HeldWriteback> {
+        match self.live.iter().position(|d| d.id == id.0) {
+            Some(i) => self.live.swap_remove(i).held,
+            None => Vec::new(),
+        }
+    }
+
+    /// Splits a write-back of `data` at `pool_offset`: the parts inside a
+    /// discarding range are held there; returns the others (offset, bytes)
+    /// to be stored now.
+    fn split<'d>(&mut self, pool_offset: u64, data: &'d [u8], pid: u32) -> Vec<(u64, &'d [u8])> {
+        let end = pool_offset.saturating_add(data.len() as u64);
+        let mut out = Vec::new();
+        let mut pos = pool_offset;
+        while pos < end {
+            let at = (pos - pool_offset) as usize;
+            // The discarding range holding `pos`, if any.
+            let inside = self.live.iter_mut().find_map(|d| {
+                let r = d
+                    .ranges
+                    .iter()
+                    .find(|&&(s, e)| s <= pos && pos < e)
+                    .copied();
+                r.map(|(_, e)| (d, e))
+            });
+            if let Some((d, e)) = inside {
+                let to = e.min(end);
+                d.held.push(HeldWriteback {
+                    pool_offset: pos,
+                    data: data[at..(to - pool_offset) as usize].to_vec(),
+                    pid,
+                });
+                pos = to;
+                continue;
+            }
+            // Stored up to the next discarding range (or the end).
+            let to = self
+                .live
+                .iter()
+                .flat_map(|d| d.ranges.iter())
+                .filter(|&&(s, _)| s > pos)
+                .map(|&(s, _)| s)
+                .min()
+                .map_or(end, |s| s.min(end));
+            out.push((pos, &data[at..(to - pool_offset) as usize]));
+            pos = to;
+        }
+        out
+    }
 }
 
 impl PlaneState {
@@ -744,6 +836,68 @@ impl Coherence for DaxPlane {
             })?;
         }
         Ok(())
+    }
+
+    /// Marks the file's window-mapped pool pages of the range as
+    /// discarding, then evicts them: the write-backs the kernel makes on
+    /// the way (and any other write-back of those pages until
+    /// [`Coherence::end_discard`]) are held by the backend, neither stored
+    /// nor charged. Write-backs of other pool pages go on as ever.
+    fn discard_file_range(&self, key: FileKey, offset: u64, len: u64) -> DiscardId {
+        // Whole pages: a page the range covers in part is not the caller's
+        // to drop.
+        let start = offset.div_ceil(PAGE).saturating_mul(PAGE);
+        let end = offset.saturating_add(len) / PAGE * PAGE;
+        let ranges = if start < end {
+            self.window_ranges(key, start, end - start)
+        } else {
+            Vec::new()
+        };
+        let id = lock(&self.state.discards).begin(
+            ranges
+                .iter()
+                .map(|&(off, n)| (off, off.saturating_add(n)))
+                .collect(),
+        );
+        if let Some(plane) = self.plane() {
+            for (off, n) in ranges {
+                match plane.evict(off, n).map(|t| t.wait()) {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) | Err(e) => {
+                        tracing::warn!(error = %e, off, len = n, "cannot discard pool pages before a file change")
+                    }
+                }
+            }
+        }
+        id
+    }
+
+    fn end_discard(&self, id: DiscardId, restore: bool) {
+        let held = lock(&self.state.discards).end(id);
+        if !restore || held.is_empty() {
+            return;
+        }
+        // The change failed: the guests' stores go to the file after all.
+        let now = self.shared.now_ns();
+        for w in held {
+            if let Err(e) =
+                self.state
+                    .store_writeback(&self.shared, w.pool_offset, &w.data, w.pid, now)
+            {
+                tracing::warn!(error = %e, pool_offset = w.pool_offset, "cannot store a held write-back after a failed discard");
+            }
+        }
+    }
+
+    /// Writes back every dirty pool page (every file's window stores); the
+    /// host files' durability is the caller's (SYNCFS syncs the share's
+    /// file system next).
+    fn sync_all(&self) -> Result<(), SyncAllError> {
+        let Some(plane) = self.plane() else {
+            return Ok(());
+        };
+        let size = plane.map_target().size;
+        plane.sync(0, size).map_err(|e| SyncAllError(Box::new(e)))
     }
 }
 

@@ -508,6 +508,44 @@ impl SharedDevice {
         })
     }
 
+    /// Drops the device-cache pages of file bytes `[offset, offset + len)`
+    /// of `key` without writing them back (a hole was punched, a range
+    /// zeroed or shifted, a tail truncated: the bytes are gone from the
+    /// host file, so no NAND program of them is owed). Whole pages only: a
+    /// page the range covers in part still holds live bytes. Only extents
+    /// the file already owns are looked at: nothing is allocated for a
+    /// range nobody touched, and pages of chunks that share an extent
+    /// because the pool was full are left (they are other files' too).
+    /// Pinned pages go as well (their data no longer exists). The
+    /// residency plane is not told: the caller drops the plane's copies
+    /// (the timing layer's coherence step). Returns the pages dropped.
+    pub fn discard_file_range(&self, key: FileKey, offset: u64, len: u64) -> u64 {
+        let first = offset.div_ceil(PAGE).saturating_mul(PAGE);
+        let end = offset.saturating_add(len) / PAGE * PAGE;
+        if first >= end {
+            return 0;
+        }
+        let ranges: Vec<(u64, u64)> = self
+            .pool()
+            .own_extents(key)
+            .into_iter()
+            .filter_map(|(chunk, extent)| {
+                let lo = chunk.checked_mul(EXTENT_SIZE)?.max(first);
+                let hi = chunk.saturating_add(1).saturating_mul(EXTENT_SIZE).min(end);
+                (lo < hi).then(|| (extent * EXTENT_SIZE + lo % EXTENT_SIZE, hi - lo))
+            })
+            .collect();
+        let mut dropped = 0;
+        for (addr, n) in ranges {
+            // One extent per lock: the data path waits for one at most.
+            match self.device().discard(addr, n) {
+                Ok(k) => dropped += k,
+                Err(e) => tracing::warn!(error = %e, addr, len = n, "cannot discard file pages"),
+            }
+        }
+        dropped
+    }
+
     /// Takes one reference on a file (a VM session registered it).
     pub fn acquire_file(&self, key: FileKey) {
         self.pool().acquire(key);

@@ -18,13 +18,13 @@
 //!
 //! Everything else passes through to the wrapped filesystem unchanged.
 
-use crate::abi::{fattr, EntryOut, Kstatfs, SetattrIn};
-use crate::device::{SharedDevice, EXTENT_SIZE};
+use crate::abi::{fattr, EntryOut, FileLock, Kstatfs, SetattrIn};
+use crate::device::{SharedDevice, EXTENT_SIZE, PAGE};
 use crate::ids::FileKey;
 use crate::metrics::VmMetrics;
 use crate::server::{
-    AttrReply, Context, Created, Creation, DirSink, FileIo, FileSystem, FsResult, HostFile, Named,
-    Opened, Timed,
+    AttrReply, Context, CopyRange, Created, Creation, DirSink, Fallocate, FileIo, FileSystem,
+    FsResult, HostFile, LockRequest, LockWaiter, Named, Opened, Timed, Xattr,
 };
 use cxlfs_device_model::Op;
 use rustix::io::Errno;
@@ -99,6 +99,82 @@ pub trait Coherence: Send + Sync {
 
     /// Writes back the dirty pool pages of those bytes (they stay resident).
     fn sync_file_range(&self, key: FileKey, offset: u64, len: u64) -> Result<(), SyncPoolError>;
+
+    /// Drops the pool's pages of file bytes `[offset, offset + len)` of
+    /// `key` from every window WITHOUT writing them back, and waits: the
+    /// caller is about to destroy those bytes in the host file (punch a
+    /// hole, zero a range, truncate), and a write-back after that would
+    /// bring the old bytes back. Whole pages only (the caller writes back a
+    /// page the range covers in part with
+    /// [`Coherence::evict_file_range`]). Call it under the file's
+    /// [`Coherence::change_guard`], and end it with
+    /// [`Coherence::end_discard`] (see [`Discard`], which does): until
+    /// then, what the kernel writes back of these pages is held, neither
+    /// stored nor charged.
+    fn discard_file_range(&self, key: FileKey, offset: u64, len: u64) -> DiscardId;
+
+    /// Ends a discard. `restore` false: the change went through, the held
+    /// write-backs are dropped; true: it failed, and they are stored and
+    /// charged as the write-backs they were (the guests' stores survive a
+    /// refused punch).
+    fn end_discard(&self, id: DiscardId, restore: bool);
+
+    /// Writes back every dirty pool page of every file (SYNCFS); they stay
+    /// resident. The default has nothing to write back.
+    fn sync_all(&self) -> Result<(), SyncAllError> {
+        Ok(())
+    }
+}
+
+/// One [`Coherence::discard_file_range`] in progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DiscardId(pub u64);
+
+/// The pool's dirty pages could not all be written back (SYNCFS).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write back the pool's dirty pages")]
+pub struct SyncAllError(#[source] pub Box<dyn std::error::Error + Send + Sync>);
+
+/// A discard in progress ([`Coherence::discard_file_range`]): dropped
+/// without [`Discard::commit`] (the change failed, or an early return), it
+/// stores the held write-backs after all.
+#[must_use = "a discard ends with commit() once the change is made; dropped, it restores"]
+pub struct Discard<'a> {
+    coherence: &'a dyn Coherence,
+    id: Option<DiscardId>,
+}
+
+impl<'a> Discard<'a> {
+    /// Starts discarding the pool pages of file bytes `[offset, offset +
+    /// len)` of `key` (whole pages) through `coherence`.
+    pub fn start(coherence: &'a dyn Coherence, key: FileKey, offset: u64, len: u64) -> Self {
+        let id = coherence.discard_file_range(key, offset, len);
+        Discard {
+            coherence,
+            id: Some(id),
+        }
+    }
+
+    /// The change went through: what was held is dropped.
+    pub fn commit(mut self) {
+        if let Some(id) = self.id.take() {
+            self.coherence.end_discard(id, false);
+        }
+    }
+}
+
+impl Drop for Discard<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.coherence.end_discard(id, true);
+        }
+    }
+}
+
+impl std::fmt::Debug for Discard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Discard").field("id", &self.id).finish()
+    }
 }
 
 /// Counts what a filesystem holds open for its VM (inodes + handles).
@@ -203,6 +279,73 @@ impl<F: FileSystem> TimedFs<F> {
     }
 }
 
+/// What a FALLOCATE does to a file's bytes, by mode (`FALLOC_FL_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FallocKind {
+    /// Mode 0, `KEEP_SIZE`, `UNSHARE_RANGE`: blocks are allocated, no
+    /// byte changes (`keep_size`: the size does not grow).
+    Allocate { keep_size: bool },
+    /// `PUNCH_HOLE`, `ZERO_RANGE`: the range's bytes become zeros.
+    Destroy,
+    /// `COLLAPSE_RANGE` (`collapse`), `INSERT_RANGE`: every byte from the
+    /// offset on moves.
+    Shift { collapse: bool },
+}
+
+impl FallocKind {
+    /// The mode's kind, refused as `vfs_fallocate` refuses it (the same
+    /// errnos, in its order): modes this layer does not know get
+    /// `EOPNOTSUPP` rather than bytes changed behind the pool.
+    fn of(mode: u32) -> Result<Self, Errno> {
+        const KEEP: u32 = libc::FALLOC_FL_KEEP_SIZE as u32;
+        const PUNCH: u32 = libc::FALLOC_FL_PUNCH_HOLE as u32;
+        const COLLAPSE: u32 = libc::FALLOC_FL_COLLAPSE_RANGE as u32;
+        const ZERO: u32 = libc::FALLOC_FL_ZERO_RANGE as u32;
+        const INSERT: u32 = libc::FALLOC_FL_INSERT_RANGE as u32;
+        const UNSHARE: u32 = libc::FALLOC_FL_UNSHARE_RANGE as u32;
+        if mode & !(KEEP | PUNCH | COLLAPSE | ZERO | INSERT | UNSHARE) != 0 {
+            return Err(Errno::OPNOTSUPP);
+        }
+        if mode & (PUNCH | ZERO) == PUNCH | ZERO || (mode & PUNCH != 0 && mode & KEEP == 0) {
+            return Err(Errno::OPNOTSUPP);
+        }
+        if (mode & COLLAPSE != 0 && mode != COLLAPSE)
+            || (mode & INSERT != 0 && mode != INSERT)
+            || (mode & UNSHARE != 0 && mode & !(UNSHARE | KEEP) != 0)
+        {
+            return Err(Errno::INVAL);
+        }
+        Ok(if mode & (PUNCH | ZERO) != 0 {
+            FallocKind::Destroy
+        } else if mode & (COLLAPSE | INSERT) != 0 {
+            FallocKind::Shift {
+                collapse: mode == COLLAPSE,
+            }
+        } else {
+            FallocKind::Allocate {
+                keep_size: mode & KEEP != 0,
+            }
+        })
+    }
+}
+
+/// Drops the pool's pages of file bytes `[start, end)` of `key` before a
+/// change destroys those bytes: the pages the range covers in part keep
+/// bytes outside it and are written back and dropped; the whole pages are
+/// discarded unwritten. Call it under the file's change guard.
+fn discard_range<'c>(c: &'c dyn Coherence, key: FileKey, start: u64, end: u64) -> Discard<'c> {
+    let first_whole = start.div_ceil(PAGE).saturating_mul(PAGE);
+    let end_whole = end / PAGE * PAGE;
+    if start % PAGE != 0 {
+        c.evict_file_range(key, start, 1);
+    }
+    if end % PAGE != 0 && end_whole >= first_whole {
+        // Not the head page again (a range inside one page).
+        c.evict_file_range(key, end_whole, 1);
+    }
+    Discard::start(c, key, first_whole, end_whole.saturating_sub(first_whole))
+}
+
 /// Methods the timing layer passes to the wrapped filesystem unchanged.
 macro_rules! pass_through {
     ($(fn $name:ident(&self $(, $arg:ident: $ty:ty)*) $(-> $ret:ty)?;)*) => {$(
@@ -227,6 +370,16 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
         fn statfs(&self, ctx: &Context, nodeid: u64) -> FsResult<Kstatfs>;
         fn host_file(&self, nodeid: u64, fh: Option<u64>, for_pool: bool) -> Result<HostFile, Errno>;
         fn file_key(&self, nodeid: u64, fh: Option<u64>) -> Result<FileKey, Errno>;
+        // Metadata and locks: no device traffic.
+        fn getxattr(&self, ctx: &Context, nodeid: u64, name: &[u8], size: u32) -> FsResult<Xattr>;
+        fn listxattr(&self, ctx: &Context, nodeid: u64, size: u32) -> FsResult<Xattr>;
+        fn setxattr(&self, ctx: &Context, nodeid: u64, name: &[u8], value: &[u8], flags: u32) -> FsResult<()>;
+        fn removexattr(&self, ctx: &Context, nodeid: u64, name: &[u8]) -> FsResult<()>;
+        fn getlk(&self, ctx: &Context, nodeid: u64, lock: &LockRequest) -> FsResult<FileLock>;
+        fn setlk(&self, ctx: &Context, nodeid: u64, lock: &LockRequest) -> FsResult<()>;
+        fn lock_waiter(&self, ctx: &Context, nodeid: u64, lock: &LockRequest) -> Result<LockWaiter, Errno>;
+        fn unlock_owner(&self, ctx: &Context, nodeid: u64, owner: u64, flock: bool);
+        fn access(&self, ctx: &Context, nodeid: u64, mask: u32) -> FsResult<()>;
     }
 
     fn setattr(&self, ctx: &Context, nodeid: u64, attr: &SetattrIn) -> FsResult<AttrReply> {
@@ -237,6 +390,8 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
             let before = self.inner.host_file(nodeid, None, false).ok();
             let r = self.inner.setattr(ctx, nodeid, attr)?;
             if let Some(f) = before.filter(|f| attr.size < f.size) {
+                self.device
+                    .discard_file_range(f.key, attr.size, f.size - attr.size);
                 self.reclaim_past(f.key, attr.size);
             }
             return Ok(r);
@@ -248,17 +403,30 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
             return self.inner.setattr(ctx, nodeid, attr);
         };
         let _guard = coherence.change_guard(f.key);
-        {
-            let from = f.size.min(attr.size);
-            let to = f
-                .size
-                .max(attr.size)
-                .div_ceil(EXTENT_SIZE)
-                .saturating_mul(EXTENT_SIZE);
-            coherence.evict_file_range(f.key, from, to - from);
-        }
+        let to = f
+            .size
+            .max(attr.size)
+            .div_ceil(EXTENT_SIZE)
+            .saturating_mul(EXTENT_SIZE);
+        // Down: the cut-off tail is discarded, not written back (the
+        // truncation destroys it; the page holding the new end keeps
+        // bytes and is written back). Up: the old last page is written
+        // back while the old size still clamps what a guest stored past
+        // it, and dropped.
+        let discard = if attr.size < f.size {
+            Some(discard_range(coherence.as_ref(), f.key, attr.size, to))
+        } else {
+            coherence.evict_file_range(f.key, f.size, to - f.size);
+            None
+        };
+        // Refused: the discard, dropped, stores what it held.
         let r = self.inner.setattr(ctx, nodeid, attr)?;
-        if let Some(f) = before.filter(|f| attr.size < f.size) {
+        if let Some(d) = discard {
+            d.commit();
+        }
+        if attr.size < f.size {
+            self.device
+                .discard_file_range(f.key, attr.size, f.size - attr.size);
             self.reclaim_past(f.key, attr.size);
         }
         Ok(r)
@@ -296,18 +464,24 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
         if !truncates {
             return self.inner.open(ctx, nodeid, flags, open_flags);
         }
-        // O_TRUNC (FUSE_ATOMIC_O_TRUNC): a truncation to 0, as SETATTR.
+        // O_TRUNC (FUSE_ATOMIC_O_TRUNC): a truncation to 0, as SETATTR:
+        // every pool page of the file is discarded, none written back.
         let key = self.inner.file_key(nodeid, None).ok();
         let guard = match (self.coherence.as_ref(), key) {
-            (Some(c), Some(k)) => {
-                let g = c.change_guard(k);
-                c.evict_file_range(k, 0, u64::MAX);
-                Some(g)
-            }
+            (Some(c), Some(k)) => Some(c.change_guard(k)),
             _ => None,
         };
+        let discard = match (self.coherence.as_ref(), key) {
+            (Some(c), Some(k)) => Some(Discard::start(c.as_ref(), k, 0, u64::MAX)),
+            _ => None,
+        };
+        // Refused: the discard, dropped, stores what it held.
         let r = self.inner.open(ctx, nodeid, flags, open_flags)?;
+        if let Some(d) = discard {
+            d.commit();
+        }
         if let Some(k) = key {
+            self.device.discard_file_range(k, 0, u64::MAX);
             self.reclaim_past(k, 0);
         }
         drop(guard);
@@ -346,6 +520,168 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
             value: n,
             completes_at_ns: self.charge(ctx.arrival_ns, Op::Write, key, offset, n),
         })
+    }
+
+    fn link(&self, ctx: &Context, nodeid: u64, at: Named<'_>) -> FsResult<EntryOut> {
+        // One host inode, one FileKey: the new name reaches the same pool
+        // extents, nothing to do but count the inode.
+        self.check_open_cap()?;
+        self.inner.link(ctx, nodeid, at)
+    }
+
+    fn mknod(&self, ctx: &Context, at: Named<'_>, how: Creation, rdev: u32) -> FsResult<EntryOut> {
+        self.check_open_cap()?;
+        self.inner.mknod(ctx, at, how, rdev)
+    }
+
+    fn tmpfile(&self, ctx: &Context, parent: u64, how: Creation) -> FsResult<Created> {
+        self.check_open_cap()?;
+        self.inner.tmpfile(ctx, parent, how)
+    }
+
+    fn fallocate(&self, ctx: &Context, range: Fallocate) -> FsResult<()> {
+        let kind = FallocKind::of(range.mode)?;
+        if range.length == 0 {
+            return Err(Errno::INVAL);
+        }
+        // The host's bounds (`loff_t`), checked before anything is dropped.
+        let end = range
+            .offset
+            .checked_add(range.length)
+            .filter(|&e| e <= i64::MAX as u64)
+            .ok_or(Errno::FBIG)?;
+        match kind {
+            FallocKind::Allocate { keep_size } => {
+                // Uncharged: the device maps the LBAs, programs nothing.
+                // Growing the file: a guest's stores past the old end in the
+                // old last page were clamped away by write-backs so far;
+                // past the new size they would land in the file, so that
+                // page is written back (clamped) and dropped first.
+                let guard = match &self.coherence {
+                    Some(c) if !keep_size => {
+                        let f = self.inner.host_file(range.nodeid, Some(range.fh), false)?;
+                        (end > f.size && f.size % PAGE != 0).then(|| {
+                            let g = c.change_guard(f.key);
+                            c.evict_file_range(f.key, f.size, 1);
+                            g
+                        })
+                    }
+                    _ => None,
+                };
+                let r = self.inner.fallocate(ctx, range);
+                drop(guard);
+                r
+            }
+            FallocKind::Destroy => {
+                let key = self.inner.file_key(range.nodeid, Some(range.fh))?;
+                let guard = self.coherence.as_ref().map(|c| c.change_guard(key));
+                let discard = self
+                    .coherence
+                    .as_ref()
+                    .map(|c| discard_range(c.as_ref(), key, range.offset, end));
+                // Refused: the discard, dropped, stores what it held.
+                let r = self.inner.fallocate(ctx, range)?;
+                if let Some(d) = discard {
+                    d.commit();
+                }
+                self.device
+                    .discard_file_range(key, range.offset, range.length);
+                drop(guard);
+                Ok(r)
+            }
+            FallocKind::Shift { collapse } => {
+                // Every byte from `offset` on moves: the pool's copies are
+                // written back (the host shifts the right bytes) and
+                // dropped; the device's copies of the shifted range no
+                // longer hold the bytes of their file offsets.
+                let key = self.inner.file_key(range.nodeid, Some(range.fh))?;
+                let guard = self.coherence.as_ref().map(|c| {
+                    let g = c.change_guard(key);
+                    c.evict_file_range(key, range.offset, u64::MAX);
+                    g
+                });
+                let r = self.inner.fallocate(ctx, range)?;
+                self.device.discard_file_range(key, range.offset, u64::MAX);
+                if collapse {
+                    if let Ok(f) = self.inner.host_file(range.nodeid, Some(range.fh), false) {
+                        self.reclaim_past(key, f.size);
+                    }
+                }
+                drop(guard);
+                Ok(r)
+            }
+        }
+    }
+
+    fn lseek(
+        &self,
+        ctx: &Context,
+        nodeid: u64,
+        fh: u64,
+        offset: u64,
+        whence: u32,
+    ) -> FsResult<u64> {
+        let layout = whence == libc::SEEK_DATA as u32 || whence == libc::SEEK_HOLE as u32;
+        if let (Some(c), true) = (&self.coherence, layout) {
+            // Window stores to a hole are data only once written back.
+            let key = self.inner.file_key(nodeid, Some(fh))?;
+            if let Err(e) = c.sync_file_range(key, 0, u64::MAX) {
+                tracing::warn!(error = %e, "lseek: cannot write back the file's pool pages");
+                return Err(Errno::IO);
+            }
+        }
+        self.inner.lseek(ctx, nodeid, fh, offset, whence)
+    }
+
+    fn copy_file_range(&self, ctx: &Context, copy: CopyRange) -> FsResult<usize> {
+        // The host's bounds (`loff_t`), checked before anything is evicted.
+        for off in [copy.off_in, copy.off_out] {
+            if off
+                .checked_add(copy.len)
+                .map_or(true, |e| e > i64::MAX as u64)
+            {
+                return Err(Errno::INVAL);
+            }
+        }
+        let key_in = self.inner.file_key(copy.nodeid_in, Some(copy.fh_in))?;
+        let key_out = self.inner.file_key(copy.nodeid_out, Some(copy.fh_out))?;
+        // DAX: the source's window stores reach the host file first; the
+        // destination's pool pages are written back and dropped, and no
+        // plane fill reads it until the copy is in. One guard (the
+        // destination's) even when source and destination are one file.
+        let guard = match &self.coherence {
+            Some(c) => {
+                let g = c.change_guard(key_out);
+                if let Err(e) = c.sync_file_range(key_in, copy.off_in, copy.len) {
+                    tracing::warn!(error = %e, "copy_file_range: cannot write back the source's pool pages");
+                    return Err(Errno::IO);
+                }
+                c.evict_file_range(key_out, copy.off_out, copy.len);
+                Some(g)
+            }
+            None => None,
+        };
+        let n = self.inner.copy_file_range(ctx, copy)?.value;
+        drop(guard);
+        // The device reads the source range and writes the destination's
+        // (a host-side copy: no READ / WRITE bytes for the VM's counters).
+        let read = self.charge(ctx.arrival_ns, Op::Read, key_in, copy.off_in, n);
+        let write = self.charge(ctx.arrival_ns, Op::Write, key_out, copy.off_out, n);
+        Ok(Timed {
+            value: n,
+            completes_at_ns: read.max(write),
+        })
+    }
+
+    fn syncfs(&self, ctx: &Context, nodeid: u64) -> FsResult<()> {
+        if let Some(c) = &self.coherence {
+            // Window stores of every file reach the host files first.
+            if let Err(e) = c.sync_all() {
+                tracing::warn!(error = %e, "syncfs: cannot write back the pool's dirty pages");
+                return Err(Errno::IO);
+            }
+        }
+        self.inner.syncfs(ctx, nodeid)
     }
 
     fn fsync(&self, ctx: &Context, nodeid: u64, fh: u64, datasync: bool) -> FsResult<()> {
