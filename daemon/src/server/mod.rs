@@ -136,8 +136,14 @@ pub struct Server<F: FileSystem> {
 #[derive(Debug, Default)]
 pub struct LockWaits {
     waiting: Mutex<HashMap<u64, Arc<AtomicBool>>>,
+    /// INTERRUPTs that came (on the hiprio queue) before their SETLKW was
+    /// registered; the last few only.
+    early: Mutex<std::collections::VecDeque<u64>>,
     closing: AtomicBool,
 }
+
+/// Early INTERRUPTs remembered.
+const EARLY_INTERRUPTS: usize = 64;
 
 impl LockWaits {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<AtomicBool>>> {
@@ -163,9 +169,42 @@ impl LockWaits {
     }
 
     fn interrupt(&self, unique: u64) {
-        if let Some(stop) = self.lock().get(&unique) {
-            stop.store(true, Ordering::Release);
+        let waiting = self.lock();
+        match waiting.get(&unique) {
+            Some(stop) => stop.store(true, Ordering::Release),
+            None => {
+                let mut early = self.early.lock().unwrap_or_else(|e| e.into_inner());
+                if early.len() == EARLY_INTERRUPTS {
+                    early.pop_front();
+                }
+                early.push_back(unique);
+            }
         }
+    }
+
+    /// Whether `unique` was interrupted before it waited (forgets it).
+    fn interrupted_early(&self, unique: u64) -> bool {
+        let mut early = self.early.lock().unwrap_or_else(|e| e.into_inner());
+        match early.iter().position(|&u| u == unique) {
+            Some(i) => {
+                early.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// A SETLKW's place in [`LockWaits`], given up when its wait ends or is
+/// dropped unrun.
+struct WaitEntry {
+    waits: Arc<LockWaits>,
+    unique: u64,
+}
+
+impl Drop for WaitEntry {
+    fn drop(&mut self) {
+        self.waits.lock().remove(&self.unique);
     }
 }
 
@@ -855,6 +894,11 @@ impl<F: FileSystem> Server<F> {
         let stop = Arc::new(AtomicBool::new(false));
         {
             let mut waiting = self.waits.lock();
+            // Checked under the table's lock, which `interrupt` holds too.
+            if self.waits.interrupted_early(h.unique) {
+                drop(waiting);
+                return self.finish(h, Err(Errno::INTR), out_cap, 0);
+            }
             if waiting.len() >= MAX_LOCK_WAITERS {
                 tracing::warn!(vm = %self.metrics.name, "too many SETLKW waits; answering ENOLCK");
                 drop(waiting);
@@ -869,12 +913,15 @@ impl<F: FileSystem> Server<F> {
                 return self.finish(h, Err(e), out_cap, 0);
             }
         };
-        let waits = self.waits.clone();
+        let entry = WaitEntry {
+            waits: self.waits.clone(),
+            unique: h.unique,
+        };
         let unique = h.unique;
         let run = move || {
             let stopped = || stop.load(Ordering::Acquire);
             let result = waiter(&stopped);
-            waits.lock().remove(&unique);
+            drop(entry);
             match result {
                 Ok(()) => reply_bytes(unique, 0, &[]),
                 Err(e) => error_reply(unique, e),
