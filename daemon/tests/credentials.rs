@@ -410,3 +410,48 @@ fn translated_guest_root_cannot_make_a_setuid_root_file() {
         assert!(!(m.uid() == 0 && m.mode() & libc::S_ISUID != 0));
     }
 }
+
+#[test]
+fn mknod_and_tmpfile_keep_the_mode_and_belong_to_the_caller() {
+    if !as_root() {
+        return;
+    }
+    let d = share();
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+    let fs = fs(d.path(), GuestIds::default());
+    let u = user(1000, 1000);
+    let fifo = Creation {
+        mode: libc::S_IFIFO | 0o666,
+        ..Creation::default()
+    };
+    fs.mknod(&u, at("fifo"), fifo, 0).unwrap();
+    let p = d.path().join("fifo");
+    assert_eq!(mode_of(&p), 0o666);
+    assert_eq!(owner_of(&p), (1000, 1000));
+    // A device node needs CAP_MKNOD: a guest user has none on the host,
+    // guest root (host root) does.
+    let dev = Creation {
+        mode: libc::S_IFCHR | 0o600,
+        ..Creation::default()
+    };
+    let null = (1u32 << 8) | 3;
+    assert_eq!(
+        fs.mknod(&u, at("null"), dev, null).unwrap_err(),
+        Errno::PERM
+    );
+    let e = fs.mknod(&ROOT, at("null"), dev, null).unwrap().value;
+    assert_eq!(e.attr.mode & libc::S_IFMT, libc::S_IFCHR);
+    assert_eq!(e.attr.rdev, null);
+    // The daemon never opens it.
+    assert_eq!(
+        fs.open(&ROOT, e.nodeid, libc::O_RDWR as u32, 0)
+            .unwrap_err(),
+        Errno::BADF
+    );
+    let (t, _) = fs
+        .tmpfile(&u, abi::ROOT_ID, how(0o640, 0, libc::O_RDWR))
+        .unwrap()
+        .value;
+    assert_eq!(t.attr.mode & 0o7777, 0o640);
+    assert_eq!((t.attr.uid, t.attr.gid), (1000, 1000));
+}
