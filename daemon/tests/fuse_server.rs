@@ -106,6 +106,21 @@ fn malformed_requests_get_errors_not_panics() {
         opcode::FSYNC,
         opcode::UNLINK,
         opcode::SYMLINK,
+        opcode::LINK,
+        opcode::MKNOD,
+        opcode::TMPFILE,
+        opcode::GETXATTR,
+        opcode::LISTXATTR,
+        opcode::SETXATTR,
+        opcode::REMOVEXATTR,
+        opcode::FALLOCATE,
+        opcode::LSEEK,
+        opcode::COPY_FILE_RANGE,
+        opcode::GETLK,
+        opcode::SETLK,
+        opcode::SETLKW,
+        opcode::ACCESS,
+        opcode::FLUSH,
     ] {
         for n in [0usize, 3, 7, 12] {
             let r = s.handle(0, &req(op, 5, 1, &vec![0x41; n]), 4096);
