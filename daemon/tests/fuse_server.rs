@@ -110,7 +110,6 @@ fn malformed_requests_get_errors_not_panics() {
         opcode::MKNOD,
         opcode::TMPFILE,
         opcode::GETXATTR,
-        opcode::LISTXATTR,
         opcode::SETXATTR,
         opcode::REMOVEXATTR,
         opcode::FALLOCATE,
