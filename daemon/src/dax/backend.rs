@@ -119,3 +119,166 @@ impl PlaneState {
             .map(|(_, v)| *v)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::Discards;
+    use super::*;
+    use crate::device::PAGE;
+    use crate::ids::FileKey;
+    use cxlfs_device_model::{Device, DeviceConfig};
+    use std::os::unix::fs::FileExt;
+
+    const P: u64 = PAGE;
+
+    #[test]
+    fn split_holds_the_parts_inside_discarding_ranges() {
+        let mut d = Discards::default();
+        let a = d.begin(vec![(P, 3 * P)]);
+        let b = d.begin(vec![(5 * P, 6 * P), (7 * P, 8 * P)]);
+        let data: Vec<u8> = (0..10 * P).map(|i| (i / P) as u8).collect();
+        let now = d.split(0, &data, 42);
+        let stored: Vec<(u64, usize, u8)> = now
+            .iter()
+            .map(|&(off, bytes)| (off, bytes.len(), bytes[0]))
+            .collect();
+        assert_eq!(
+            stored,
+            [
+                (0, P as usize, 0),
+                (3 * P, 2 * P as usize, 3),
+                (6 * P, P as usize, 6),
+                (8 * P, 2 * P as usize, 8)
+            ]
+        );
+        let held_b = d.end(b);
+        let spans: Vec<(u64, usize, u8)> = held_b
+            .iter()
+            .map(|w| (w.pool_offset, w.data.len(), w.data[0]))
+            .collect();
+        assert_eq!(spans, [(5 * P, P as usize, 5), (7 * P, P as usize, 7)]);
+        assert!(held_b.iter().all(|w| w.pid == 42));
+        // `b` ended: its pages are stored again; `a` still holds its own.
+        let now = d.split(4 * P, &data[..4 * P as usize], 0);
+        assert_eq!(now.len(), 1);
+        assert_eq!((now[0].0, now[0].1.len()), (4 * P, 4 * P as usize));
+        let now = d.split(2 * P, &data[..2 * P as usize], 0);
+        assert_eq!((now[0].0, now[0].1.len()), (3 * P, P as usize));
+        let held_a = d.end(a);
+        assert_eq!(held_a.len(), 2, "two write-backs met `a`");
+        assert_eq!(held_a[0].data.len(), 2 * P as usize);
+        assert_eq!(held_a[1].data.len(), P as usize);
+        assert!(d.end(a).is_empty(), "ending twice holds nothing");
+        assert!(
+            d.split(0, &data, 0).len() == 1,
+            "nothing discarding: one piece"
+        );
+    }
+
+    /// A backend over a real device whose pool extent 0.. holds `file`'s
+    /// chunk 0, mapped into a window.
+    fn backend(file: &std::fs::File, key: FileKey) -> (DaemonPoolBackend, u64) {
+        let cfg = DeviceConfig::default()
+            .with_overrides(&["cache.size_bytes=16MiB"])
+            .unwrap();
+        let shared = Arc::new(SharedDevice::new(Device::new(cfg).unwrap()));
+        let state = Arc::new(PlaneState::default());
+        let extent = shared.pool().own_extent(key, 0).unwrap();
+        {
+            let mut w = lock(&state.windows);
+            w.files.insert(key, Arc::new(file.try_clone().unwrap()));
+            w.extents.insert(extent);
+        }
+        (DaemonPoolBackend { shared, state }, extent * EXTENT_SIZE)
+    }
+
+    fn pages(file: &std::fs::File, n: u64) -> Vec<u8> {
+        let mut b = vec![0u8; (n * P) as usize];
+        file.read_exact_at(&mut b, 0).unwrap();
+        b.chunks(P as usize).map(|p| p[0]).collect()
+    }
+
+    #[test]
+    fn writebacks_of_discarding_pages_are_neither_stored_nor_charged_until_restored() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, vec![0xaa; 4 * P as usize]).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let key = FileKey { dev: 1, ino: 7 };
+        let (b, base) = backend(&file, key);
+        let programs = || b.shared.stats().nand.host_programs;
+        // Pages 1 and 2 are being discarded (a punch), page 3 by another
+        // discard at the same time.
+        let punch = lock(&b.state.discards).begin(vec![(base + P, base + 3 * P)]);
+        let other = lock(&b.state.discards).begin(vec![(base + 3 * P, base + 4 * P)]);
+        // The kernel writes back all four pages (a periodic sync over them).
+        b.on_writeback(base, &[0xbb; 4 * P as usize], 0, 0).unwrap();
+        assert_eq!(pages(&file, 4), [0xbb, 0xaa, 0xaa, 0xaa]);
+        assert_eq!(programs(), 1, "only the stored page is charged");
+        // The punch went through: what it held is gone.
+        assert_eq!(lock(&b.state.discards).end(punch).len(), 1);
+        // The other failed: its held page is stored and charged after all.
+        for w in lock(&b.state.discards).end(other) {
+            b.state
+                .store_writeback(&b.shared, w.pool_offset, &w.data, w.pid, 0)
+                .unwrap();
+        }
+        assert_eq!(pages(&file, 4), [0xbb, 0xaa, 0xaa, 0xbb]);
+        assert_eq!(programs(), 2);
+        // No discard left: write-backs are stored as ever.
+        b.on_writeback(base + P, &[0xcc; P as usize], 0, 0).unwrap();
+        assert_eq!(pages(&file, 4), [0xbb, 0xcc, 0xaa, 0xbb]);
+        assert_eq!(programs(), 3);
+    }
+
+    #[test]
+    fn concurrent_discards_and_writebacks_keep_to_their_own_pages() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let n = 64u64;
+        std::fs::write(&path, vec![0u8; (n * P) as usize]).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let (b, base) = backend(&file, FileKey { dev: 1, ino: 8 });
+        let b = Arc::new(b);
+        // Even pages are discarded (one discard per page, by 4 threads),
+        // each written back with 0xff while discarding; other pages are
+        // written back meanwhile with their number + 1.
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let b = b.clone();
+                std::thread::spawn(move || {
+                    for round in 0..20 {
+                        for p in (0..n).filter(|p| p % 8 == t * 2) {
+                            let at = base + p * P;
+                            let id = lock(&b.state.discards).begin(vec![(at, at + P)]);
+                            let other = (p + 1 + round) % n;
+                            let page = vec![(other + 1) as u8; P as usize];
+                            b.on_writeback(base + other * P, &page, 0, 0).unwrap();
+                            let page = vec![0xff; P as usize];
+                            b.on_writeback(at, &page, 0, 0).unwrap();
+                            // Its own page's write-backs only (another
+                            // thread's may have met this discard too).
+                            let held = lock(&b.state.discards).end(id);
+                            assert!(held.iter().any(|w| w.data[0] == 0xff));
+                            assert!(held.iter().all(|w| w.pool_offset == at));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        // No discarded page ever reached the file.
+        assert!(pages(&file, n).iter().all(|&v| v != 0xff));
+        assert!(lock(&b.state.discards).live.is_empty());
+    }
+}

@@ -760,6 +760,40 @@ mod tests {
         );
     }
 
+    #[test]
+    fn discarding_a_file_range_drops_whole_pages_of_owned_extents_and_allocates_nothing() {
+        let shared = device_with(100, &[]);
+        shared.pool().acquire(K);
+        // Chunks 0 and 2 are touched, chunk 1 is not.
+        let c = shared.charge(0, Op::Write, K, 0, 8 * PAGE).unwrap();
+        shared
+            .charge(c.completes_at_ns, Op::Write, K, 2 * EXTENT_SIZE, 4 * PAGE)
+            .unwrap();
+        assert_eq!(shared.stats().resident_pages, 12);
+        // Bytes 100..(3 pages + 5): only pages 1 and 2 are wholly inside.
+        assert_eq!(shared.discard_file_range(K, 100, 3 * PAGE - 95), 2);
+        let base = shared.pool().extent_of(K, 0).unwrap() * EXTENT_SIZE;
+        let dev = shared.device();
+        assert!(dev.is_resident(base) && dev.is_resident(base + 3 * PAGE));
+        assert!(!dev.is_resident(base + PAGE) && !dev.is_resident(base + 2 * PAGE));
+        drop(dev);
+        // From page 6 to the end of everything: chunk 0's pages 6, 7 and
+        // chunk 2's four; chunk 1 (and beyond) gets no extent.
+        assert_eq!(shared.discard_file_range(K, 6 * PAGE, u64::MAX), 6);
+        assert_eq!(shared.pool().allocated_extents(), 2);
+        assert!(shared.pool().extent_of(K, 1).is_none());
+        let st = shared.stats();
+        assert_eq!((st.discarded, st.resident_pages), (8, 4));
+        assert_eq!(st.nand.host_programs, 0, "nothing written back");
+        // Inside one page, an unknown file, an empty range: nothing.
+        assert_eq!(shared.discard_file_range(K, 1, 100), 0);
+        assert_eq!(
+            shared.discard_file_range(FileKey { dev: 9, ino: 9 }, 0, u64::MAX),
+            0
+        );
+        assert_eq!(shared.discard_file_range(K, u64::MAX, u64::MAX), 0);
+    }
+
     fn device_with(ratio: u8, extra: &[&str]) -> SharedDevice {
         let mut o = vec!["cache.size_bytes=16MiB", "nand.read_ns=30us"];
         o.extend_from_slice(extra);

@@ -248,6 +248,15 @@ impl<F: FileSystem> TimedFs<F> {
         self.device.reclaim(key, size.div_ceil(EXTENT_SIZE));
     }
 
+    /// Drops the device-cache pages of the bytes a truncation from
+    /// `old_size` to `new_size` cut off, unwritten; the old last page is
+    /// wholly cut off when the new size ends before it.
+    fn discard_tail(&self, key: FileKey, new_size: u64, old_size: u64) {
+        let end = old_size.div_ceil(PAGE).saturating_mul(PAGE);
+        self.device
+            .discard_file_range(key, new_size, end.saturating_sub(new_size));
+    }
+
     /// The wrapped filesystem.
     pub fn inner(&self) -> &F {
         &self.inner
@@ -390,8 +399,7 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
             let before = self.inner.host_file(nodeid, None, false).ok();
             let r = self.inner.setattr(ctx, nodeid, attr)?;
             if let Some(f) = before.filter(|f| attr.size < f.size) {
-                self.device
-                    .discard_file_range(f.key, attr.size, f.size - attr.size);
+                self.discard_tail(f.key, attr.size, f.size);
                 self.reclaim_past(f.key, attr.size);
             }
             return Ok(r);
@@ -425,8 +433,7 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
             d.commit();
         }
         if attr.size < f.size {
-            self.device
-                .discard_file_range(f.key, attr.size, f.size - attr.size);
+            self.discard_tail(f.key, attr.size, f.size);
             self.reclaim_past(f.key, attr.size);
         }
         Ok(r)
@@ -700,10 +707,479 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::abi::Attr;
+    use cxlfs_device_model::{Device, DeviceConfig};
     use std::time::Duration;
 
     fn key(ino: u64) -> FileKey {
         FileKey { dev: 1, ino }
+    }
+
+    /// What the fakes were asked, in order.
+    type Log = Arc<Mutex<Vec<String>>>;
+
+    fn log(l: &Log, what: String) {
+        l.lock().unwrap().push(what);
+    }
+
+    fn taken(l: &Log) -> Vec<String> {
+        std::mem::take(&mut *l.lock().unwrap())
+    }
+
+    /// A filesystem that logs the calls the timing layer forwards: node
+    /// `n` is file `key(n)` of `size` bytes; the operations that change
+    /// bytes answer `fail` when set.
+    struct FakeFs {
+        log: Log,
+        size: u64,
+        fail: Option<Errno>,
+    }
+
+    impl FakeFs {
+        fn answer<T>(&self, what: String, value: T) -> FsResult<T> {
+            log(&self.log, what);
+            match self.fail {
+                Some(e) => Err(e),
+                None => Ok(Timed::now(value)),
+            }
+        }
+    }
+
+    impl FileSystem for FakeFs {
+        fn file_key(&self, nodeid: u64, _fh: Option<u64>) -> Result<FileKey, Errno> {
+            Ok(key(nodeid))
+        }
+
+        fn host_file(&self, nodeid: u64, _: Option<u64>, _: bool) -> Result<HostFile, Errno> {
+            Ok(HostFile {
+                key: key(nodeid),
+                size: self.size,
+                is_dir: false,
+                pool_file: None,
+            })
+        }
+
+        fn fallocate(&self, _: &Context, r: Fallocate) -> FsResult<()> {
+            let what = format!(
+                "fallocate {} {} {} {:#x}",
+                r.nodeid, r.offset, r.length, r.mode
+            );
+            self.answer(what, ())
+        }
+
+        fn copy_file_range(&self, _: &Context, c: CopyRange) -> FsResult<usize> {
+            let what = format!(
+                "copy {}:{} -> {}:{} {}",
+                c.nodeid_in, c.off_in, c.nodeid_out, c.off_out, c.len
+            );
+            self.answer(what, c.len as usize)
+        }
+
+        fn setattr(&self, _: &Context, nodeid: u64, a: &SetattrIn) -> FsResult<AttrReply> {
+            let reply = AttrReply {
+                attr: Attr::default(),
+                timeout: Duration::ZERO,
+            };
+            self.answer(format!("setattr {nodeid} {}", a.size), reply)
+        }
+
+        fn lseek(&self, _: &Context, nodeid: u64, _: u64, offset: u64, _: u32) -> FsResult<u64> {
+            self.answer(format!("lseek {nodeid}"), offset)
+        }
+
+        fn syncfs(&self, _: &Context, _: u64) -> FsResult<()> {
+            self.answer("syncfs".into(), ())
+        }
+    }
+
+    /// A coherence step that logs what it is asked.
+    struct FakeCoherence {
+        log: Log,
+        locks: FileLocks,
+        next: std::sync::atomic::AtomicU64,
+    }
+
+    impl Coherence for FakeCoherence {
+        fn change_guard(&self, key: FileKey) -> FileGuard<'_> {
+            log(&self.log, format!("guard {}", key.ino));
+            self.locks.lock(key)
+        }
+
+        fn evict_file_range(&self, key: FileKey, offset: u64, len: u64) {
+            log(&self.log, format!("evict {} {offset} {len}", key.ino));
+        }
+
+        fn sync_file_range(
+            &self,
+            key: FileKey,
+            offset: u64,
+            len: u64,
+        ) -> Result<(), SyncPoolError> {
+            log(&self.log, format!("sync {} {offset} {len}", key.ino));
+            Ok(())
+        }
+
+        fn discard_file_range(&self, key: FileKey, offset: u64, len: u64) -> DiscardId {
+            log(&self.log, format!("discard {} {offset} {len}", key.ino));
+            DiscardId(self.next.fetch_add(1, Ordering::Relaxed))
+        }
+
+        fn end_discard(&self, id: DiscardId, restore: bool) {
+            log(&self.log, format!("end {} restore={restore}", id.0));
+        }
+
+        fn sync_all(&self) -> Result<(), SyncAllError> {
+            log(&self.log, "sync all".into());
+            Ok(())
+        }
+    }
+
+    const C: Context = Context {
+        uid: 0,
+        gid: 0,
+        pid: 0,
+        arrival_ns: 0,
+    };
+
+    fn device() -> Arc<SharedDevice> {
+        let cfg = DeviceConfig::default()
+            .with_overrides(&["cache.size_bytes=16MiB", "nand.read_ns=30us"])
+            .unwrap();
+        Arc::new(SharedDevice::new(Device::new(cfg).unwrap()))
+    }
+
+    /// The timing layer over a [`FakeFs`] of files of `size` bytes; with
+    /// `dax`, over a logging coherence step. Returns it, its device and
+    /// the log both fakes write.
+    fn timed(
+        size: u64,
+        fail: Option<Errno>,
+        dax: bool,
+    ) -> (TimedFs<FakeFs>, Arc<SharedDevice>, Log) {
+        let l: Log = Arc::default();
+        let fs = FakeFs {
+            log: l.clone(),
+            size,
+            fail,
+        };
+        let coherence = dax.then(|| {
+            Arc::new(FakeCoherence {
+                log: l.clone(),
+                locks: FileLocks::default(),
+                next: std::sync::atomic::AtomicU64::new(1),
+            }) as Arc<dyn Coherence>
+        });
+        let shared = device();
+        let metrics = Arc::new(VmMetrics::new("t"));
+        (
+            TimedFs::new(fs, shared.clone(), metrics, coherence),
+            shared,
+            l,
+        )
+    }
+
+    fn falloc(nodeid: u64, offset: u64, length: u64, mode: i32) -> Fallocate {
+        Fallocate {
+            nodeid,
+            fh: 0,
+            offset,
+            length,
+            mode: mode as u32,
+        }
+    }
+
+    const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    const P: u64 = PAGE;
+
+    #[test]
+    fn a_punch_writes_back_its_edge_pages_and_discards_the_whole_ones() {
+        let (fs, shared, l) = timed(16 * P, None, true);
+        // The device holds the file's pages 0..8 (a FUSE WRITE charged them).
+        shared.charge(0, Op::Write, key(5), 0, 8 * P).unwrap();
+        let resident = shared.stats().resident_pages;
+        fs.fallocate(&C, falloc(5, 100, 3 * P, PUNCH)).unwrap();
+        assert_eq!(
+            taken(&l),
+            [
+                "guard 5".to_string(),
+                "evict 5 100 1".into(),
+                format!("evict 5 {} 1", 3 * P),
+                format!("discard 5 {P} {}", 2 * P),
+                format!("fallocate 5 100 {} {PUNCH:#x}", 3 * P),
+                "end 1 restore=false".into(),
+            ]
+        );
+        // Pages 1 and 2 left the device cache unwritten; 0 and 3 keep bytes.
+        let st = shared.stats();
+        assert_eq!(st.discarded, 2);
+        assert_eq!(st.resident_pages, resident - 2);
+        let base = shared.pool().extent_of(key(5), 0).unwrap() * EXTENT_SIZE;
+        let dev = shared.device();
+        assert!(dev.is_resident(base) && dev.is_resident(base + 3 * P));
+        assert!(!dev.is_resident(base + P) && !dev.is_resident(base + 2 * P));
+        drop(dev);
+        // Only the pages that still hold bytes are programmed on a flush.
+        let before = shared.stats().nand.host_programs;
+        shared.flush().unwrap();
+        assert_eq!(shared.stats().nand.host_programs - before, 6);
+    }
+
+    #[test]
+    fn a_refused_punch_restores_what_the_discard_held_and_keeps_the_device_pages() {
+        let (fs, shared, l) = timed(16 * P, Some(Errno::OPNOTSUPP), true);
+        shared.charge(0, Op::Write, key(5), 0, 4 * P).unwrap();
+        let zero = libc::FALLOC_FL_ZERO_RANGE;
+        assert_eq!(
+            fs.fallocate(&C, falloc(5, 0, 4 * P, zero)).unwrap_err(),
+            Errno::OPNOTSUPP
+        );
+        assert_eq!(
+            taken(&l),
+            [
+                "guard 5".to_string(),
+                format!("discard 5 0 {}", 4 * P),
+                format!("fallocate 5 0 {} {zero:#x}", 4 * P),
+                "end 1 restore=true".into(),
+            ]
+        );
+        assert_eq!(shared.stats().discarded, 0);
+    }
+
+    #[test]
+    fn a_punch_without_dax_drops_the_device_pages_of_extents_the_file_owns_only() {
+        let (fs, shared, l) = timed(1 << 40, None, false);
+        shared.charge(0, Op::Read, key(5), 0, 4 * P).unwrap();
+        // A punch over a terabyte allocates nothing for the untouched part.
+        fs.fallocate(&C, falloc(5, 2 * P, 1 << 40, PUNCH)).unwrap();
+        assert_eq!(
+            taken(&l),
+            [format!("fallocate 5 {} {} {PUNCH:#x}", 2 * P, 1u64 << 40)]
+        );
+        assert_eq!(shared.stats().discarded, 2);
+        assert_eq!(shared.pool().allocated_extents(), 1);
+    }
+
+    #[test]
+    fn allocation_charges_nothing_and_evicts_only_a_partial_last_page_it_grows_past() {
+        let (fs, shared, l) = timed(10 * P + 7, None, true);
+        let keep = libc::FALLOC_FL_KEEP_SIZE;
+        fs.fallocate(&C, falloc(5, 0, 64 * P, keep)).unwrap();
+        assert_eq!(taken(&l), [format!("fallocate 5 0 {} {keep:#x}", 64 * P)]);
+        fs.fallocate(&C, falloc(5, 0, 64 * P, 0)).unwrap();
+        assert_eq!(
+            taken(&l),
+            [
+                "guard 5".to_string(),
+                format!("evict 5 {} 1", 10 * P + 7),
+                format!("fallocate 5 0 {} 0x0", 64 * P),
+            ]
+        );
+        // Within the size: nothing to evict.
+        fs.fallocate(&C, falloc(5, 0, P, 0)).unwrap();
+        assert_eq!(taken(&l), ["fallocate 5 0 4096 0x0"]);
+        let st = shared.stats();
+        assert_eq!(
+            (st.accesses, st.nand.programs(), st.nand.reads()),
+            (0, 0, 0)
+        );
+        assert_eq!(shared.pool().allocated_extents(), 0);
+    }
+
+    #[test]
+    fn shifts_write_back_and_drop_everything_from_the_offset() {
+        let (fs, shared, l) = timed(16 * P, None, true);
+        shared.charge(0, Op::Write, key(5), 0, 8 * P).unwrap();
+        let collapse = libc::FALLOC_FL_COLLAPSE_RANGE;
+        fs.fallocate(&C, falloc(5, 4 * P, 2 * P, collapse)).unwrap();
+        assert_eq!(
+            taken(&l),
+            [
+                "guard 5".to_string(),
+                format!("evict 5 {} {}", 4 * P, u64::MAX),
+                format!("fallocate 5 {} {} {collapse:#x}", 4 * P, 2 * P),
+            ]
+        );
+        assert_eq!(shared.stats().discarded, 4);
+    }
+
+    #[test]
+    fn bad_modes_and_ranges_are_refused_as_the_host_would_before_anything_is_dropped() {
+        let (fs, shared, l) = timed(16 * P, None, true);
+        use libc::{
+            FALLOC_FL_COLLAPSE_RANGE as COLLAPSE, FALLOC_FL_INSERT_RANGE as INSERT,
+            FALLOC_FL_KEEP_SIZE as KEEP, FALLOC_FL_PUNCH_HOLE as HOLE,
+            FALLOC_FL_UNSHARE_RANGE as UNSHARE, FALLOC_FL_ZERO_RANGE as ZERO,
+        };
+        for (offset, length, mode, want) in [
+            (0, P, HOLE, Errno::OPNOTSUPP),
+            (0, P, HOLE | ZERO | KEEP, Errno::OPNOTSUPP),
+            (0, P, 0x80, Errno::OPNOTSUPP),
+            (0, P, COLLAPSE | KEEP, Errno::INVAL),
+            (0, P, INSERT | HOLE | KEEP, Errno::INVAL),
+            (0, P, UNSHARE | ZERO, Errno::INVAL),
+            (0, 0, PUNCH, Errno::INVAL),
+            (u64::MAX - 5, P, PUNCH, Errno::FBIG),
+            (i64::MAX as u64, 1, PUNCH, Errno::FBIG),
+            (1, u64::MAX, 0, Errno::FBIG),
+        ] {
+            let r = fs.fallocate(&C, falloc(5, offset, length, mode));
+            assert_eq!(r.unwrap_err(), want, "{offset} {length} {mode:#x}");
+        }
+        assert!(taken(&l).is_empty(), "nothing reached the pool or the host");
+        assert_eq!(shared.stats().accesses, 0);
+        // The copy's bounds likewise.
+        for (off_in, off_out, len) in [(u64::MAX, 0, 1), (0, i64::MAX as u64, 1), (0, 0, u64::MAX)]
+        {
+            let c = CopyRange {
+                nodeid_in: 5,
+                fh_in: 0,
+                off_in,
+                nodeid_out: 6,
+                fh_out: 0,
+                off_out,
+                len,
+            };
+            assert_eq!(fs.copy_file_range(&C, c).unwrap_err(), Errno::INVAL);
+        }
+        assert!(taken(&l).is_empty());
+    }
+
+    #[test]
+    fn a_copy_syncs_the_source_evicts_the_destination_and_charges_both() {
+        let (fs, shared, l) = timed(16 * P, None, true);
+        let copy = |nodeid_out: u64, off_out: u64| CopyRange {
+            nodeid_in: 5,
+            fh_in: 0,
+            off_in: 0,
+            nodeid_out,
+            fh_out: 0,
+            off_out,
+            len: 4 * P,
+        };
+        let t = fs.copy_file_range(&C, copy(6, P)).unwrap();
+        assert_eq!(t.value, 4 * P as usize);
+        assert_eq!(
+            taken(&l),
+            [
+                "guard 6".to_string(),
+                format!("sync 5 0 {}", 4 * P),
+                format!("evict 6 {P} {}", 4 * P),
+                format!("copy 5:0 -> 6:{P} {}", 4 * P),
+            ]
+        );
+        let st = shared.stats();
+        assert_eq!((st.reads, st.writes), (1, 1));
+        assert_eq!((st.bytes_read, st.bytes_written), (4 * P, 4 * P));
+        assert_eq!(st.misses, 8, "the source's and the destination's pages");
+        assert!(
+            t.completes_at_ns.unwrap() >= 30_000,
+            "held for the NAND reads"
+        );
+        // Within one file: one guard (a second would wait for the first).
+        fs.copy_file_range(&C, copy(5, 8 * P)).unwrap();
+        assert_eq!(
+            taken(&l),
+            [
+                "guard 5".to_string(),
+                format!("sync 5 0 {}", 4 * P),
+                format!("evict 5 {} {}", 8 * P, 4 * P),
+                format!("copy 5:0 -> 5:{} {}", 8 * P, 4 * P),
+            ]
+        );
+        // A later copy of the same source hits in the device cache.
+        let before = shared.stats();
+        let later = Context {
+            arrival_ns: 1_000_000_000,
+            ..C
+        };
+        fs.copy_file_range(&later, copy(7, 0)).unwrap();
+        let after = shared.stats();
+        assert_eq!(after.hits - before.hits, 4);
+    }
+
+    #[test]
+    fn a_truncation_down_discards_the_tail_and_writes_back_the_new_last_page() {
+        let old = 40 * P + 100;
+        let (fs, shared, l) = timed(old, None, true);
+        shared.charge(0, Op::Write, key(5), 0, old).unwrap();
+        let attr = SetattrIn {
+            valid: fattr::SIZE,
+            size: P + 10,
+            ..SetattrIn::default()
+        };
+        fs.setattr(&C, 5, &attr).unwrap();
+        assert_eq!(
+            taken(&l),
+            [
+                "guard 5".to_string(),
+                format!("evict 5 {} 1", P + 10),
+                format!("discard 5 {} {}", 2 * P, EXTENT_SIZE - 2 * P),
+                format!("setattr 5 {}", P + 10),
+                "end 1 restore=false".into(),
+            ]
+        );
+        // Pages 2..=40 (the old last one too) left the device unwritten;
+        // 0 and 1 stay.
+        assert_eq!(shared.stats().discarded, 39);
+        assert_eq!(shared.stats().resident_pages, 2);
+        // Growing: the old last page is written back and dropped, nothing discarded.
+        let (fs, _, l) = timed(P + 10, None, true);
+        let attr = SetattrIn {
+            valid: fattr::SIZE,
+            size: 3 * P,
+            ..SetattrIn::default()
+        };
+        fs.setattr(&C, 5, &attr).unwrap();
+        assert_eq!(
+            taken(&l),
+            [
+                "guard 5".to_string(),
+                format!("evict 5 {} {}", P + 10, EXTENT_SIZE - P - 10),
+                format!("setattr 5 {}", 3 * P),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_refused_truncation_restores_the_held_tail() {
+        let (fs, _, l) = timed(8 * P, Some(Errno::PERM), true);
+        let attr = SetattrIn {
+            valid: fattr::SIZE,
+            size: 0,
+            ..SetattrIn::default()
+        };
+        assert_eq!(fs.setattr(&C, 5, &attr).unwrap_err(), Errno::PERM);
+        assert_eq!(
+            taken(&l),
+            [
+                "guard 5".to_string(),
+                format!("discard 5 0 {EXTENT_SIZE}"),
+                "setattr 5 0".into(),
+                "end 1 restore=true".into(),
+            ]
+        );
+    }
+
+    #[test]
+    fn lseek_for_the_layout_and_syncfs_write_window_stores_back_first() {
+        let (fs, _, l) = timed(8 * P, None, true);
+        fs.lseek(&C, 5, 0, 0, libc::SEEK_DATA as u32).unwrap();
+        fs.lseek(&C, 5, 0, 0, libc::SEEK_HOLE as u32).unwrap();
+        fs.lseek(&C, 5, 0, 0, libc::SEEK_SET as u32).unwrap();
+        fs.syncfs(&C, 1).unwrap();
+        let max = u64::MAX;
+        assert_eq!(
+            taken(&l),
+            [
+                format!("sync 5 0 {max}"),
+                "lseek 5".into(),
+                format!("sync 5 0 {max}"),
+                "lseek 5".into(),
+                "lseek 5".into(),
+                "sync all".into(),
+                "syncfs".into(),
+            ]
+        );
     }
 
     #[test]
