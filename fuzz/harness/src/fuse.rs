@@ -76,6 +76,15 @@ pub(crate) fn reset(dir: &Path) {
     // SAFETY: a valid NUL-terminated path.
     let rc = unsafe { libc::mkfifo(fifo.as_ptr(), 0o666) };
     assert_eq!(rc, 0, "mkfifo p: {}", std::io::Error::last_os_error());
+    // An attribute for GETXATTR / REMOVEXATTR (a guest's `security.k` is
+    // the host's `user.cxlfs.security.k`).
+    let f = std::ffi::CString::new(dir.join("f").as_os_str().as_encoded_bytes())
+        .expect("no NUL in the share path");
+    for name in [c"user.k", c"user.cxlfs.security.k"] {
+        // SAFETY: valid NUL-terminated path and name; the value is 2 bytes.
+        let rc = unsafe { libc::setxattr(f.as_ptr(), name.as_ptr(), b"vv".as_ptr().cast(), 2, 0) };
+        assert_eq!(rc, 0, "setxattr on f: {}", std::io::Error::last_os_error());
+    }
 }
 
 /// A fresh device (small cache, half the pages on the CXL tier).

@@ -126,6 +126,49 @@ fn fuse() -> Vec<(String, Vec<u8>)> {
         moffset: 0,
         len: 2 << 20,
     };
+    let mknod_in = abi::MknodIn {
+        mode: libc::S_IFIFO | 0o644,
+        umask: 0o022,
+        ..Default::default()
+    };
+    let setxattr_in = abi::SetxattrIn { size: 2, flags: 0 };
+    let getxattr_in = abi::GetxattrIn {
+        size: 64,
+        padding: 0,
+    };
+    let fallocate_in = abi::FallocateIn {
+        fh: F_FH,
+        offset: 0,
+        length: 4096,
+        mode: (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE) as u32,
+        padding: 0,
+    };
+    let lseek_in = abi::LseekIn {
+        fh: F_FH,
+        offset: 0,
+        whence: libc::SEEK_HOLE as u32,
+        padding: 0,
+    };
+    let copy_in = abi::CopyFileRangeIn {
+        fh_in: F_FH,
+        off_in: 0,
+        nodeid_out: F_NODEID,
+        fh_out: F_FH,
+        off_out: 8192,
+        len: 4096,
+        flags: 0,
+    };
+    let lk_in = abi::LkIn {
+        fh: F_FH,
+        owner: 1,
+        lk: abi::FileLock {
+            start: 0,
+            end: i64::MAX as u64,
+            typ: libc::F_WRLCK as u32,
+            pid: 1,
+        },
+        ..Default::default()
+    };
     let c = 4096;
     let list: Vec<(&str, u32, Vec<u8>)> = vec![
         ("init", c, request(opcode::INIT, 1, 0, &init_args())),
@@ -327,6 +370,108 @@ fn fuse() -> Vec<(String, Vec<u8>)> {
                 0,
                 &cat(&[remove.as_bytes(), remove_one.as_bytes()]),
             ),
+        ),
+        (
+            "link",
+            c,
+            request(
+                opcode::LINK,
+                9,
+                root,
+                &cat(&[
+                    abi::LinkIn {
+                        oldnodeid: F_NODEID,
+                    }
+                    .as_bytes(),
+                    b"hard\0",
+                ]),
+            ),
+        ),
+        (
+            "mknod_fifo",
+            c,
+            request(
+                opcode::MKNOD,
+                9,
+                root,
+                &cat(&[mknod_in.as_bytes(), b"fifo2\0"]),
+            ),
+        ),
+        (
+            "tmpfile",
+            c,
+            request(
+                opcode::TMPFILE,
+                9,
+                root,
+                &cat(&[create_in.as_bytes(), b"/\0"]),
+            ),
+        ),
+        (
+            "setxattr",
+            c,
+            request(
+                opcode::SETXATTR,
+                9,
+                F_NODEID,
+                &cat(&[setxattr_in.as_bytes(), b"user.k\0vv"]),
+            ),
+        ),
+        (
+            "getxattr",
+            c,
+            request(
+                opcode::GETXATTR,
+                9,
+                F_NODEID,
+                &cat(&[getxattr_in.as_bytes(), b"security.k\0"]),
+            ),
+        ),
+        (
+            "listxattr",
+            c,
+            request(opcode::LISTXATTR, 9, F_NODEID, getxattr_in.as_bytes()),
+        ),
+        (
+            "removexattr",
+            c,
+            request(opcode::REMOVEXATTR, 9, F_NODEID, b"user.k\0"),
+        ),
+        (
+            "fallocate_punch",
+            c,
+            request(opcode::FALLOCATE, 9, F_NODEID, fallocate_in.as_bytes()),
+        ),
+        (
+            "lseek_hole",
+            c,
+            request(opcode::LSEEK, 9, F_NODEID, lseek_in.as_bytes()),
+        ),
+        (
+            "copy_file_range",
+            c,
+            request(opcode::COPY_FILE_RANGE, 9, F_NODEID, copy_in.as_bytes()),
+        ),
+        (
+            "getlk",
+            c,
+            request(opcode::GETLK, 9, F_NODEID, lk_in.as_bytes()),
+        ),
+        (
+            "setlk",
+            c,
+            request(opcode::SETLK, 9, F_NODEID, lk_in.as_bytes()),
+        ),
+        (
+            "setlkw",
+            c,
+            request(opcode::SETLKW, 9, F_NODEID, lk_in.as_bytes()),
+        ),
+        ("syncfs", c, request(opcode::SYNCFS, 9, root, &[0u8; 8])),
+        (
+            "access",
+            c,
+            request(opcode::ACCESS, 9, F_NODEID, &[4, 0, 0, 0, 0, 0, 0, 0]),
         ),
         ("unknown_op", c, request(200, 9, root, &[])),
         ("no_room", 8, request(opcode::STATFS, 9, root, &[])),
