@@ -9,14 +9,26 @@
 //!   a WRITE or a truncation changes a file's bytes behind the pool, the
 //!   pool's copies are written back and dropped under the plane-fill guard;
 //!   FSYNC first writes back the stores guests made through their windows.
-//! * Pool extents of truncated bytes (SETATTR size, OPEN with `O_TRUNC`)
-//!   go back to the pool ([`SharedDevice::reclaim`]).
+//! * Bytes a change destroys (a punched hole, a zeroed range, a truncated
+//!   tail) leave the pool unwritten: their pool pages are discarded from
+//!   the windows ([`Coherence::discard_file_range`], held write-backs
+//!   restored if the host refuses) and from the device cache
+//!   ([`SharedDevice::discard_file_range`]). Pool extents of truncated
+//!   bytes (SETATTR size, OPEN with `O_TRUNC`, COLLAPSE_RANGE) go back to
+//!   the pool ([`SharedDevice::reclaim`]).
+//! * Bytes a host call reads or moves reach the host file first:
+//!   COPY_FILE_RANGE (charged as reads of the source and writes of the
+//!   destination), SEEK_DATA / SEEK_HOLE, COLLAPSE / INSERT_RANGE, SYNCFS.
+//!   Allocation is not charged.
 //! * A cap on what one VM holds open ([`TimedFs::with_open_files_cap`]):
-//!   LOOKUP, OPEN, OPENDIR, CREATE, MKDIR and SYMLINK get `EMFILE` once the
-//!   VM's inodes and handles (each a host fd) reach it, so one guest
-//!   walking a huge tree cannot take the fds every VM needs.
+//!   LOOKUP, OPEN, OPENDIR, CREATE, MKDIR, SYMLINK, LINK, MKNOD and TMPFILE
+//!   get `EMFILE` once the VM's inodes and handles (each a host fd) reach
+//!   it, so one guest walking a huge tree cannot take the fds every VM
+//!   needs.
 //!
-//! Everything else passes through to the wrapped filesystem unchanged.
+//! Everything else passes through to the wrapped filesystem unchanged
+//! (xattrs, locks, ACCESS: no device traffic). See DESIGN.md, "Pool
+//! semantics of the metadata and space operations".
 
 use crate::abi::{fattr, EntryOut, FileLock, Kstatfs, SetattrIn};
 use crate::device::{SharedDevice, EXTENT_SIZE, PAGE};
