@@ -1985,6 +1985,598 @@ static void t_unlink_parent_times(void)
 }
 
 /* ======================================================================== */
+/* utimensat                                                                */
+
+static int want_times(const char *p, int nofollow, struct timespec at, struct timespec mt)
+{
+    struct stat st;
+    if ((nofollow ? lstat(p, &st) : stat(p, &st)) != 0) {
+        fail_at("stat(%s): %s", p, en(errno));
+        return -1;
+    }
+    if (ts_cmp(st.st_atim, at) == 0 && ts_cmp(st.st_mtim, mt) == 0)
+        return 0;
+    fail_at("%s: atime %lld.%09ld mtime %lld.%09ld, expected %lld.%09ld and %lld.%09ld", p,
+            (long long)st.st_atim.tv_sec, st.st_atim.tv_nsec, (long long)st.st_mtim.tv_sec,
+            st.st_mtim.tv_nsec, (long long)at.tv_sec, at.tv_nsec, (long long)mt.tv_sec, mt.tv_nsec);
+    return -1;
+}
+
+static const struct timespec T1 = {1000000000, 123456789}, T2 = {1200000000, 987654321},
+                             T3 = {1300000000, 5};
+
+static void t_utimens_explicit(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    struct timespec ts[2] = {T1, T2};
+    OK(utimensat(AT_FDCWD, "f", ts, 0));
+    TRY(want_times("f", 0, T1, T2));
+}
+
+/* The time is "now" give or take the guest/host clock skew and granularity. */
+static int near_now(const char *what, struct timespec t, time_t lo, time_t hi)
+{
+    if (t.tv_sec >= lo - 10 && t.tv_sec <= hi + 10)
+        return 0;
+    fail_at("%s is %lld, now is %lld..%lld", what, (long long)t.tv_sec, (long long)lo, (long long)hi);
+    return -1;
+}
+
+static void t_utimens_now(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    struct timespec ts[2] = {T1, T2};
+    OK(utimensat(AT_FDCWD, "f", ts, 0));
+    time_t lo = time(NULL);
+    ts[0].tv_nsec = UTIME_NOW;
+    ts[1].tv_nsec = UTIME_NOW;
+    OK(utimensat(AT_FDCWD, "f", ts, 0));
+    time_t hi = time(NULL);
+    struct stat st;
+    TRY(st_of("f", &st));
+    TRY(near_now("atime", st.st_atim, lo, hi));
+    TRY(near_now("mtime", st.st_mtim, lo, hi));
+}
+
+static void t_utimens_null(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    struct timespec ts[2] = {T1, T2};
+    OK(utimensat(AT_FDCWD, "f", ts, 0));
+    time_t lo = time(NULL);
+    OK(utimensat(AT_FDCWD, "f", NULL, 0));
+    time_t hi = time(NULL);
+    struct stat st;
+    TRY(st_of("f", &st));
+    TRY(near_now("atime", st.st_atim, lo, hi));
+    TRY(near_now("mtime", st.st_mtim, lo, hi));
+}
+
+static void t_utimens_omit_atime(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    struct timespec ts[2] = {T1, T2};
+    OK(utimensat(AT_FDCWD, "f", ts, 0));
+    ts[0].tv_nsec = UTIME_OMIT;
+    ts[1] = T3;
+    OK(utimensat(AT_FDCWD, "f", ts, 0));
+    TRY(want_times("f", 0, T1, T3));
+}
+
+static void t_utimens_omit_mtime(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    struct timespec ts[2] = {T1, T2};
+    OK(utimensat(AT_FDCWD, "f", ts, 0));
+    ts[0] = T3;
+    ts[1].tv_nsec = UTIME_OMIT;
+    OK(utimensat(AT_FDCWD, "f", ts, 0));
+    TRY(want_times("f", 0, T3, T2));
+    ts[0].tv_nsec = UTIME_OMIT;
+    OK(utimensat(AT_FDCWD, "f", ts, 0));
+    TRY(want_times("f", 0, T3, T2));
+}
+
+static void t_utimens_nofollow(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    OK(symlink("f", "l"));
+    struct timespec ts[2] = {T1, T2}, us[2] = {T3, T3};
+    OK(utimensat(AT_FDCWD, "f", ts, 0));
+    OK(utimensat(AT_FDCWD, "l", us, AT_SYMLINK_NOFOLLOW));
+    TRY(want_times("l", 1, T3, T3));
+    TRY(want_times("f", 0, T1, T2));
+    OK(utimensat(AT_FDCWD, "l", ts, 0)); /* follows (and may touch the link's atime) */
+    TRY(want_times("f", 0, T1, T2));
+    struct stat st;
+    TRY(st_of("l", &st));
+    CHECK(ts_cmp(st.st_mtim, T3) == 0, "following l changed its mtime");
+}
+
+static void t_utimens_futimens(void)
+{
+    int fd;
+    OK(fd = open("f", O_CREAT | O_EXCL | O_RDWR, 0644));
+    struct timespec ts[2] = {T2, T1};
+    OK(futimens(fd, ts));
+    close(fd);
+    TRY(want_times("f", 0, T2, T1));
+}
+
+static void nb_utimens(void *a)
+{
+    (void)a;
+    struct timespec ts[2] = {T3, T3};
+    ERR(utimensat(AT_FDCWD, "ro", ts, 0), EPERM);
+    ERR(utimensat(AT_FDCWD, "ro", NULL, 0), EACCES);
+    ERR(utimensat(AT_FDCWD, "rw", ts, 0), EPERM);
+    OK(utimensat(AT_FDCWD, "rw", NULL, 0)); /* write permission suffices for "now" */
+    int fd;
+    OK(fd = open("own", O_CREAT | O_EXCL | O_WRONLY, 0600));
+    close(fd);
+    OK(utimensat(AT_FDCWD, "own", ts, 0));
+    TRY(want_times("own", 0, T3, T3));
+}
+
+static void t_utimens_nobody(void)
+{
+    struct timespec ts[2] = {T1, T2};
+    TRY(mkfile("ro", 0644, NULL));
+    TRY(mkfile("rw", 0666, NULL));
+    OK(utimensat(AT_FDCWD, "ro", ts, 0));
+    OK(utimensat(AT_FDCWD, "rw", ts, 0));
+    AS_NOBODY(nb_utimens, NULL);
+    TRY(want_times("ro", 0, T1, T2));
+}
+
+static void t_utimens_enoent(void)
+{
+    ERR(utimensat(AT_FDCWD, "missing", NULL, 0), ENOENT);
+}
+
+static void t_utimens_y2100(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    struct timespec big = {4102444800, 999999999}; /* 2100-01-01 */
+    struct timespec ts[2] = {big, big};
+    OK(utimensat(AT_FDCWD, "f", ts, 0));
+    TRY(want_times("f", 0, big, big));
+}
+
+static void t_utimens_pre1970(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    struct timespec old = {-31536000, 500}; /* 1969-01-01 */
+    struct timespec ts[2] = {old, old};
+    OK(utimensat(AT_FDCWD, "f", ts, 0));
+    TRY(want_times("f", 0, old, old));
+}
+
+static void t_utimens_ctime(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    time_t lo = time(NULL);
+    struct timespec ts[2] = {T1, T2};
+    OK(utimensat(AT_FDCWD, "f", ts, 0));
+    struct stat st;
+    TRY(st_of("f", &st));
+    TRY(near_now("ctime", st.st_ctim, lo, time(NULL)));
+}
+
+static void t_utimens_write_after(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    struct timespec ts[2] = {T1, T2};
+    OK(utimensat(AT_FDCWD, "f", ts, 0));
+    time_t lo = time(NULL);
+    TRY(put("f", "x", 1, 0));
+    struct stat st;
+    TRY(st_of("f", &st));
+    TRY(near_now("mtime after a write", st.st_mtim, lo, time(NULL)));
+}
+
+/* ======================================================================== */
+/* names                                                                    */
+
+static char *name_of(size_t len, char c)
+{
+    static char n[2][300];
+    static int which;
+    char *p = n[which ^= 1];
+    memset(p, c, len);
+    p[len] = '\0';
+    return p;
+}
+
+static void t_names_255(void)
+{
+    const char *n = name_of(255, 'a');
+    int fd;
+    OK(fd = open(n, O_CREAT | O_EXCL | O_WRONLY, 0644));
+    close(fd);
+    TRY(want_mode(n, S_IFREG | 0644));
+    const char *m = name_of(255, 'b');
+    OK(mkdir(m, 0755));
+    OK(rmdir(m));
+    OK(symlink(n, m));
+    OK(unlink(m));
+    OK(link(n, m));
+    OK(unlink(n));
+    OK(rename(m, n));
+    TRY(want_nlink(n, 1));
+}
+
+static void t_names_256_open(void)
+{
+    ERR(open(name_of(256, 'a'), O_CREAT | O_WRONLY, 0644), ENAMETOOLONG);
+}
+
+static void t_names_256_mkdir(void)
+{
+    ERR(mkdir(name_of(256, 'a'), 0755), ENAMETOOLONG);
+}
+
+static void t_names_256_symlink(void)
+{
+    ERR(symlink("target", name_of(256, 'a')), ENAMETOOLONG);
+}
+
+static void t_names_256_link(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    ERR(link("f", name_of(256, 'a')), ENAMETOOLONG);
+    TRY(want_nlink("f", 1));
+}
+
+static void t_names_256_rename(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    ERR(rename("f", name_of(256, 'a')), ENAMETOOLONG);
+    TRY(want_size("f", 0));
+}
+
+static void t_names_256_lookup(void)
+{
+    struct stat st;
+    const char *n = name_of(256, 'a');
+    ERR(lstat(n, &st), ENAMETOOLONG);
+    ERR(unlink(n), ENAMETOOLONG);
+    char path[600];
+    TRY(mkdir_exact("x", 0755));
+    snprintf(path, sizeof path, "x/%s/y", n);
+    ERR(lstat(path, &st), ENAMETOOLONG);
+}
+
+static void t_names_bytes(void)
+{
+    static const char *names[] = {" lead space", "-dash", "new\nline", "tab\there", "ünïcødé 名前",
+                                  "*?[]{}", "back\\slash", "\x01\x7f\xfe\xff", "..dots", "trail.",
+                                  "'\"quotes\"'"};
+    const size_t n = sizeof names / sizeof names[0];
+    for (size_t i = 0; i < n; i++)
+        TRY(mkfile(names[i], 0644, names[i]));
+    int seen[sizeof names / sizeof names[0]] = {0};
+    DIR *d = opendir(".");
+    CHECK(d, "opendir: %s", en(errno));
+    struct dirent *e;
+    int other = 0;
+    while ((e = readdir(d))) {
+        size_t i;
+        for (i = 0; i < n && strcmp(e->d_name, names[i]); i++)
+            ;
+        if (i < n)
+            seen[i]++;
+        else if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            other++;
+    }
+    closedir(d);
+    CHECK(other == 0, "readdir returned %d unexpected names", other);
+    for (size_t i = 0; i < n; i++) {
+        CHECK(seen[i] == 1, "readdir listed name #%zu %d times", i, seen[i]);
+        TRY(want_text(names[i], names[i]));
+    }
+}
+
+static void t_names_readdir_many(void)
+{
+    enum { N = 600 };
+    static unsigned char seen[N];
+    char name[256];
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof name, "%s-%04d", name_of(200, 'n'), i);
+        int fd = open(name, O_CREAT | O_EXCL | O_WRONLY, 0644);
+        CHECK(fd >= 0, "creating entry %d: %s", i, en(errno));
+        close(fd);
+    }
+    DIR *d = opendir(".");
+    CHECK(d, "opendir: %s", en(errno));
+    struct dirent *e;
+    int dots = 0, other = 0;
+    while ((e = readdir(d))) {
+        const char *dash = strrchr(e->d_name, '-');
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            dots++;
+        else if (strlen(e->d_name) == 205 && dash && atoi(dash + 1) < N)
+            seen[atoi(dash + 1)]++;
+        else
+            other++;
+    }
+    closedir(d);
+    CHECK(dots == 2 && other == 0, "readdir: %d dot entries, %d unexpected", dots, other);
+    for (int i = 0; i < N; i++)
+        CHECK(seen[i] == 1, "readdir listed entry %d %d times", i, seen[i]);
+}
+
+static void t_names_dtype(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    TRY(mkdir_exact("d", 0755));
+    OK(symlink("f", "l"));
+    OK(mkfifo("p", 0644));
+    OK(mknod("s", S_IFSOCK | 0644, 0));
+    OK(mknod("c", S_IFCHR | 0644, makedev(1, 3)));
+    OK(mknod("b", S_IFBLK | 0644, makedev(7, 0)));
+    static const struct { const char *n; unsigned char t; } want[] = {
+        {"f", DT_REG}, {"d", DT_DIR}, {"l", DT_LNK}, {"p", DT_FIFO},
+        {"s", DT_SOCK}, {"c", DT_CHR}, {"b", DT_BLK}, {".", DT_DIR}};
+    DIR *dd = opendir(".");
+    CHECK(dd, "opendir: %s", en(errno));
+    struct dirent *e;
+    int found = 0;
+    while ((e = readdir(dd))) {
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+            if (strcmp(e->d_name, want[i].n))
+                continue;
+            found++;
+            if (e->d_type != want[i].t) {
+                closedir(dd);
+                FAIL("d_type of %s is %d, expected %d", want[i].n, e->d_type, want[i].t);
+            }
+        }
+    }
+    closedir(dd);
+    CHECK(found == 8, "readdir found %d of the 8 entries", found);
+}
+
+/* ======================================================================== */
+/* xattr                                                                    */
+
+static int want_xattr(const char *p, const char *name, const char *val, size_t len)
+{
+    char buf[4096];
+    ssize_t n = lgetxattr(p, name, buf, sizeof buf);
+    if (n < 0) {
+        fail_at("lgetxattr(%s, %s): %s", p, name, en(errno));
+        return -1;
+    }
+    if ((size_t)n != len || memcmp(buf, val, len) != 0) {
+        fail_at("lgetxattr(%s, %s) gave %zd bytes, expected %zu", p, name, n, len);
+        return -1;
+    }
+    return 0;
+}
+
+/* The names listxattr gives, NUL-separated, into buf; count returned. */
+static int list_names(const char *p, char *buf, size_t size, ssize_t *len)
+{
+    *len = llistxattr(p, buf, size);
+    if (*len < 0) {
+        fail_at("llistxattr(%s): %s", p, en(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static int has_name(const char *list, ssize_t len, const char *name)
+{
+    for (const char *q = list; q < list + len; q += strlen(q) + 1)
+        if (!strcmp(q, name))
+            return 1;
+    return 0;
+}
+
+static void t_xattr_set_get(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    OK(setxattr("f", "user.test", "value", 5, 0));
+    TRY(want_xattr("f", "user.test", "value", 5));
+    OK(setxattr("f", "user.test", "longer value", 12, 0));
+    TRY(want_xattr("f", "user.test", "longer value", 12));
+    OK(setxattr("f", "user.bin", "\0\1\2\0", 4, 0));
+    TRY(want_xattr("f", "user.bin", "\0\1\2\0", 4));
+}
+
+static void t_xattr_list(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    OK(setxattr("f", "user.one", "1", 1, 0));
+    OK(setxattr("f", "user.two", "22", 2, 0));
+    char buf[4096];
+    ssize_t len;
+    TRY(list_names("f", buf, sizeof buf, &len));
+    CHECK(has_name(buf, len, "user.one") && has_name(buf, len, "user.two"),
+          "listxattr lacks user.one or user.two");
+    ssize_t need;
+    OK(need = llistxattr("f", NULL, 0));
+    CHECK(need == len, "listxattr size query %zd, the list is %zd", need, len);
+    if (len > 1)
+        ERR(llistxattr("f", buf, (size_t)len - 1), ERANGE);
+}
+
+static void t_xattr_remove(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    OK(setxattr("f", "user.test", "v", 1, 0));
+    OK(removexattr("f", "user.test"));
+    char buf[16];
+    ERR(getxattr("f", "user.test", buf, sizeof buf), ENODATA);
+    ERR(removexattr("f", "user.test"), ENODATA);
+    ssize_t len;
+    char list[4096];
+    TRY(list_names("f", list, sizeof list, &len));
+    CHECK(!has_name(list, len, "user.test"), "user.test still listed");
+}
+
+static void t_xattr_create_replace(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    OK(setxattr("f", "user.test", "v1", 2, XATTR_CREATE));
+    ERR(setxattr("f", "user.test", "v2", 2, XATTR_CREATE), EEXIST);
+    TRY(want_xattr("f", "user.test", "v1", 2));
+    ERR(setxattr("f", "user.other", "v", 1, XATTR_REPLACE), ENODATA);
+    OK(setxattr("f", "user.test", "v3", 2, XATTR_REPLACE));
+    TRY(want_xattr("f", "user.test", "v3", 2));
+}
+
+static void t_xattr_missing(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    char buf[16];
+    ERR(getxattr("f", "user.missing", buf, sizeof buf), ENODATA);
+    ERR(getxattr("f", "user.missing", NULL, 0), ENODATA);
+}
+
+static void t_xattr_size_query(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    OK(setxattr("f", "user.test", "0123456789", 10, 0));
+    ssize_t n;
+    OK(n = getxattr("f", "user.test", NULL, 0));
+    CHECK(n == 10, "size query gave %zd, expected 10", n);
+    char buf[16];
+    ERR(getxattr("f", "user.test", buf, 9), ERANGE);
+}
+
+static void t_xattr_empty_large(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    OK(setxattr("f", "user.empty", "", 0, 0));
+    TRY(want_xattr("f", "user.empty", "", 0));
+    const char *p = pattern(2000, 3);
+    OK(setxattr("f", "user.large", p, 2000, 0));
+    TRY(want_xattr("f", "user.large", p, 2000));
+}
+
+static void t_xattr_dir(void)
+{
+    TRY(mkdir_exact("d", 0755));
+    OK(setxattr("d", "user.dir", "yes", 3, 0));
+    TRY(want_xattr("d", "user.dir", "yes", 3));
+}
+
+static void t_xattr_symlink(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    OK(symlink("f", "l"));
+    ERR(lsetxattr("l", "user.test", "v", 1, 0), EPERM); /* user.* only on files and dirs */
+    OK(setxattr("l", "user.test", "v", 1, 0));          /* follows */
+    TRY(want_xattr("f", "user.test", "v", 1));
+    OK(lsetxattr("l", "trusted.test", "t", 1, 0));
+    TRY(want_xattr("l", "trusted.test", "t", 1));
+    char buf[16];
+    ERR(getxattr("f", "trusted.test", buf, sizeof buf), ENODATA);
+}
+
+static void t_xattr_fd(void)
+{
+    int fd;
+    OK(fd = open("f", O_CREAT | O_EXCL | O_RDWR, 0644));
+    OK(fsetxattr(fd, "user.fd", "via fd", 6, 0));
+    char buf[16];
+    ssize_t n;
+    OK(n = fgetxattr(fd, "user.fd", buf, sizeof buf));
+    CHECK(n == 6 && !memcmp(buf, "via fd", 6), "fgetxattr gave %zd bytes", n);
+    OK(fremovexattr(fd, "user.fd"));
+    ERR(fgetxattr(fd, "user.fd", buf, sizeof buf), ENODATA);
+    close(fd);
+}
+
+static void t_xattr_trusted(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    OK(setxattr("f", "trusted.test", "trusted value", 13, 0));
+    TRY(want_xattr("f", "trusted.test", "trusted value", 13));
+    char list[4096];
+    ssize_t len;
+    TRY(list_names("f", list, sizeof list, &len));
+    CHECK(has_name(list, len, "trusted.test"), "trusted.test not listed");
+    OK(removexattr("f", "trusted.test"));
+    char buf[16];
+    ERR(getxattr("f", "trusted.test", buf, sizeof buf), ENODATA);
+}
+
+static void t_xattr_security(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    OK(setxattr("f", "security.test", "security value", 14, 0));
+    TRY(want_xattr("f", "security.test", "security value", 14));
+    char list[4096];
+    ssize_t len;
+    TRY(list_names("f", list, sizeof list, &len));
+    CHECK(has_name(list, len, "security.test"), "security.test not listed");
+    OK(removexattr("f", "security.test"));
+}
+
+static int ignorable_xattr(const char *n)
+{
+    return !strncmp(n, "system.", 7) || !strcmp(n, "security.selinux") || !strcmp(n, "security.ima") ||
+           !strcmp(n, "security.evm");
+}
+
+static void t_xattr_list_exact(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    OK(setxattr("f", "user.a", "1", 1, 0));
+    OK(setxattr("f", "trusted.b", "2", 1, 0));
+    OK(setxattr("f", "security.c", "3", 1, 0));
+    char list[4096];
+    ssize_t len;
+    TRY(list_names("f", list, sizeof list, &len));
+    int n = 0;
+    for (const char *q = list; q < list + len; q += strlen(q) + 1) {
+        if (ignorable_xattr(q))
+            continue;
+        CHECK(!strcmp(q, "user.a") || !strcmp(q, "trusted.b") || !strcmp(q, "security.c"),
+              "listxattr gives an unexpected name \"%s\"", q);
+        n++;
+    }
+    CHECK(n == 3, "listxattr gives %d of the 3 names", n);
+}
+
+static void nb_xattr(void *a)
+{
+    (void)a;
+    char buf[64];
+    ssize_t n;
+    OK(n = getxattr("f", "user.test", buf, sizeof buf)); /* read permission suffices */
+    CHECK(n == 3, "getxattr as nobody gave %zd bytes", n);
+    ERR(setxattr("f", "user.test", "new", 3, 0), EACCES);
+    ERR(removexattr("f", "user.test"), EACCES);
+    ERR(setxattr("own", "trusted.x", "v", 1, 0), EPERM);
+    ERR(getxattr("f", "trusted.test", buf, sizeof buf), ENODATA); /* hidden */
+    char list[4096];
+    ssize_t len;
+    TRY(list_names("f", list, sizeof list, &len));
+    for (const char *q = list; q < list + len; q += strlen(q) + 1)
+        CHECK(!strncmp(q, "user.test", 10) || ignorable_xattr(q) || !strncmp(q, "security.", 9),
+              "listxattr as nobody shows \"%s\"", q);
+    CHECK(has_name(list, len, "user.test"), "listxattr as nobody lacks user.test");
+    OK(setxattr("own", "user.mine", "m", 1, 0));
+}
+
+static void t_xattr_nobody(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    OK(setxattr("f", "user.test", "val", 3, 0));
+    OK(setxattr("f", "trusted.test", "hidden", 6, 0));
+    TRY(mkfile("own", 0644, NULL));
+    TRY(chown_or_fail("own", NOBODY, NOBODY));
+    AS_NOBODY(nb_xattr, NULL);
+    TRY(want_xattr("f", "user.test", "val", 3));
+    TRY(want_xattr("own", "user.mine", "m", 1));
+}
+
+/* ======================================================================== */
 /* AREAS-END: further areas go above this line.                             */
 
 /* ------------------------------------------------------------------------ */
@@ -2133,6 +2725,43 @@ static const struct tcase cases[] = {
     {"unlink", "a symlink, not its target", t_unlink_symlink},
     {"unlink", "fifo, socket and device nodes", t_unlink_special},
     {"unlink", "updates the parent's mtime", t_unlink_parent_times},
+    {"utimensat", "explicit times", t_utimens_explicit},
+    {"utimensat", "UTIME_NOW", t_utimens_now},
+    {"utimensat", "NULL times", t_utimens_null},
+    {"utimensat", "UTIME_OMIT atime", t_utimens_omit_atime},
+    {"utimensat", "UTIME_OMIT mtime", t_utimens_omit_mtime},
+    {"utimensat", "AT_SYMLINK_NOFOLLOW sets the link's times", t_utimens_nofollow},
+    {"utimensat", "futimens", t_utimens_futimens},
+    {"utimensat", "EPERM and EACCES as nobody", t_utimens_nobody},
+    {"utimensat", "ENOENT", t_utimens_enoent},
+    {"utimensat", "year 2100", t_utimens_y2100},
+    {"utimensat", "before 1970", t_utimens_pre1970},
+    {"utimensat", "ctime is now", t_utimens_ctime},
+    {"utimensat", "a write sets mtime to now", t_utimens_write_after},
+    {"names", "255 bytes", t_names_255},
+    {"names", "256 bytes open ENAMETOOLONG", t_names_256_open},
+    {"names", "256 bytes mkdir ENAMETOOLONG", t_names_256_mkdir},
+    {"names", "256 bytes symlink ENAMETOOLONG", t_names_256_symlink},
+    {"names", "256 bytes link ENAMETOOLONG", t_names_256_link},
+    {"names", "256 bytes rename ENAMETOOLONG", t_names_256_rename},
+    {"names", "256 bytes lookup ENAMETOOLONG", t_names_256_lookup},
+    {"names", "odd bytes round trip through readdir", t_names_bytes},
+    {"names", "readdir lists 600 long names once each", t_names_readdir_many},
+    {"names", "readdir d_type", t_names_dtype},
+    {"xattr", "user set and get", t_xattr_set_get},
+    {"xattr", "list and its size query", t_xattr_list},
+    {"xattr", "remove", t_xattr_remove},
+    {"xattr", "XATTR_CREATE EEXIST, XATTR_REPLACE ENODATA", t_xattr_create_replace},
+    {"xattr", "get missing ENODATA", t_xattr_missing},
+    {"xattr", "size query and ERANGE", t_xattr_size_query},
+    {"xattr", "empty and 2000 byte values", t_xattr_empty_large},
+    {"xattr", "on a directory", t_xattr_dir},
+    {"xattr", "on a symlink", t_xattr_symlink},
+    {"xattr", "through an fd", t_xattr_fd},
+    {"xattr", "trusted round trip", t_xattr_trusted},
+    {"xattr", "security round trip", t_xattr_security},
+    {"xattr", "list gives exactly the names set", t_xattr_list_exact},
+    {"xattr", "as nobody", t_xattr_nobody},
     /* CASES-END */
 };
 
