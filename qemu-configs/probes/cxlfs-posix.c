@@ -2577,6 +2577,394 @@ static void t_xattr_nobody(void)
 }
 
 /* ======================================================================== */
+/* fallocate                                                                */
+
+/* A new file of n pattern bytes (seed), opened O_RDWR. */
+static int pattern_file(const char *p, size_t n, unsigned seed, int *fdp)
+{
+    int fd = open(p, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fail_at("set-up: open(%s, O_CREAT): %s", p, en(errno));
+        return -1;
+    }
+    if (n && put_fd(fd, p, pattern(n, seed), n, 0)) {
+        close(fd);
+        return -1;
+    }
+    *fdp = fd;
+    return 0;
+}
+
+static void t_falloc_grow(void)
+{
+    int fd;
+    TRY(pattern_file("f", 1000, 4, &fd));
+    OK(fallocate(fd, 0, 0, 100000));
+    struct stat st;
+    OK(fstat(fd, &st));
+    close(fd);
+    CHECK(st.st_size == 100000, "size %lld after fallocate(0, 0, 100000)", (long long)st.st_size);
+    TRY(want_data("f", 0, pattern(1000, 4), 1000));
+    TRY(want_zeros("f", 1000, 99000));
+}
+
+static void t_falloc_inside(void)
+{
+    int fd;
+    TRY(pattern_file("f", 50000, 5, &fd));
+    OK(fallocate(fd, 0, 4096, 8192));
+    close(fd);
+    TRY(want_size("f", 50000));
+    TRY(want_data("f", 0, pattern(50000, 5), 50000));
+}
+
+static void t_falloc_keep_size(void)
+{
+    int fd;
+    TRY(pattern_file("f", 1000, 6, &fd));
+    struct stat a, b;
+    OK(fstat(fd, &a));
+    OK(fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, 1 << 20));
+    OK(fstat(fd, &b));
+    close(fd);
+    CHECK(b.st_size == 1000, "size %lld after KEEP_SIZE", (long long)b.st_size);
+    CHECK(b.st_blocks > a.st_blocks, "st_blocks %lld -> %lld: nothing allocated",
+          (long long)a.st_blocks, (long long)b.st_blocks);
+    TRY(want_data("f", 0, pattern(1000, 6), 1000));
+}
+
+static void t_falloc_punch(void)
+{
+    enum { N = 65536 };
+    int fd;
+    TRY(pattern_file("f", N, 7, &fd));
+    OK(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 16384, 16384));
+    close(fd);
+    const char *p = pattern(N, 7);
+    TRY(want_size("f", N));
+    TRY(want_data("f", 0, p, 16384));
+    TRY(want_zeros("f", 16384, 16384));
+    TRY(want_data("f", 32768, p + 32768, N - 32768));
+}
+
+static void t_falloc_punch_unaligned(void)
+{
+    enum { N = 20000 };
+    int fd;
+    TRY(pattern_file("f", N, 8, &fd));
+    OK(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 100, 9000));
+    close(fd);
+    const char *p = pattern(N, 8);
+    TRY(want_size("f", N));
+    TRY(want_data("f", 0, p, 100));
+    TRY(want_zeros("f", 100, 9000));
+    TRY(want_data("f", 9100, p + 9100, N - 9100));
+}
+
+static void t_falloc_punch_needs_keep(void)
+{
+    int fd;
+    TRY(pattern_file("f", 8192, 9, &fd));
+    ERR(fallocate(fd, FALLOC_FL_PUNCH_HOLE, 0, 4096), EOPNOTSUPP);
+    close(fd);
+    TRY(want_data("f", 0, pattern(8192, 9), 8192));
+}
+
+static void t_falloc_zero_range(void)
+{
+    enum { N = 40000 };
+    int fd;
+    TRY(pattern_file("f", N, 10, &fd));
+    OK(fallocate(fd, FALLOC_FL_ZERO_RANGE, 5000, 20000));
+    close(fd);
+    const char *p = pattern(N, 10);
+    TRY(want_size("f", N));
+    TRY(want_data("f", 0, p, 5000));
+    TRY(want_zeros("f", 5000, 20000));
+    TRY(want_data("f", 25000, p + 25000, N - 25000));
+}
+
+static void t_falloc_zero_range_grow(void)
+{
+    int fd;
+    TRY(pattern_file("f", 3000, 11, &fd));
+    OK(fallocate(fd, FALLOC_FL_ZERO_RANGE, 2000, 10000));
+    close(fd);
+    TRY(want_size("f", 12000));
+    TRY(want_data("f", 0, pattern(3000, 11), 2000));
+    TRY(want_zeros("f", 2000, 10000));
+}
+
+static void t_falloc_errors(void)
+{
+    TRY(mkfile("f", 0644, "x"));
+    int fd;
+    OK(fd = open("f", O_RDONLY));
+    ERR(fallocate(fd, 0, 0, 4096), EBADF);
+    close(fd);
+    OK(fd = open("f", O_RDWR));
+    ERR(fallocate(fd, 0, 0, 0), EINVAL);
+    ERR(fallocate(fd, 0, -1, 4096), EINVAL);
+    close(fd);
+    TRY(want_size("f", 1));
+}
+
+static void t_falloc_posix(void)
+{
+    int fd;
+    TRY(pattern_file("f", 0, 0, &fd));
+    int r = posix_fallocate(fd, 0, 12345);
+    close(fd);
+    CHECK(r == 0, "posix_fallocate: %s", en(r));
+    TRY(want_size("f", 12345));
+    TRY(want_zeros("f", 0, 12345));
+}
+
+/* ======================================================================== */
+/* lseek                                                                    */
+
+/* 16 KiB of data with a hole punched at [4 KiB, 12 KiB). */
+static int holey(int *fdp)
+{
+    int fd;
+    if (pattern_file("f", 16384, 12, &fd))
+        return -1;
+    if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 4096, 8192) != 0) {
+        fail_at("set-up: punching [4096, 12288): %s", en(errno));
+        close(fd);
+        return -1;
+    }
+    *fdp = fd;
+    return 0;
+}
+
+static int want_seek(int fd, off_t from, int whence, off_t want)
+{
+    const char *wn = whence == SEEK_DATA ? "SEEK_DATA" : whence == SEEK_HOLE ? "SEEK_HOLE" : "SEEK_?";
+    off_t r = lseek(fd, from, whence);
+    if (r == want)
+        return 0;
+    if (r < 0)
+        fail_at("lseek(%lld, %s): %s, expected %lld", (long long)from, wn, en(errno), (long long)want);
+    else
+        fail_at("lseek(%lld, %s) = %lld, expected %lld", (long long)from, wn, (long long)r,
+                (long long)want);
+    return -1;
+}
+
+static void t_lseek_data_start(void)
+{
+    int fd;
+    TRY(holey(&fd));
+    TRY(want_seek(fd, 0, SEEK_DATA, 0));
+    TRY(want_seek(fd, 100, SEEK_DATA, 100));
+    close(fd);
+}
+
+static void t_lseek_hole_middle(void)
+{
+    int fd;
+    TRY(holey(&fd));
+    TRY(want_seek(fd, 0, SEEK_HOLE, 4096));
+    TRY(want_seek(fd, 4096, SEEK_HOLE, 4096));
+    TRY(want_seek(fd, 8000, SEEK_HOLE, 8000));
+    close(fd);
+}
+
+static void t_lseek_data_after_hole(void)
+{
+    int fd;
+    TRY(holey(&fd));
+    TRY(want_seek(fd, 4096, SEEK_DATA, 12288));
+    TRY(want_seek(fd, 5000, SEEK_DATA, 12288));
+    TRY(want_seek(fd, 13000, SEEK_DATA, 13000));
+    close(fd);
+}
+
+static void t_lseek_hole_at_eof(void)
+{
+    int fd;
+    TRY(holey(&fd));
+    TRY(want_seek(fd, 12288, SEEK_HOLE, 16384));
+    TRY(want_seek(fd, 16000, SEEK_HOLE, 16384));
+    close(fd);
+}
+
+static void t_lseek_past_eof(void)
+{
+    int fd;
+    TRY(holey(&fd));
+    ERR(lseek(fd, 16384, SEEK_DATA), ENXIO);
+    ERR(lseek(fd, 100000, SEEK_DATA), ENXIO);
+    ERR(lseek(fd, 16384, SEEK_HOLE), ENXIO);
+    close(fd);
+}
+
+static void t_lseek_all_hole(void)
+{
+    int fd;
+    TRY(pattern_file("f", 0, 0, &fd));
+    OK(ftruncate(fd, 1 << 20));
+    TRY(want_seek(fd, 0, SEEK_HOLE, 0));
+    ERR(lseek(fd, 0, SEEK_DATA), ENXIO);
+    close(fd);
+}
+
+static void t_lseek_basic(void)
+{
+    int fd;
+    TRY(pattern_file("f", 1000, 13, &fd));
+    off_t r;
+    OK(r = lseek(fd, 0, SEEK_END));
+    CHECK(r == 1000, "SEEK_END gave %lld", (long long)r);
+    OK(r = lseek(fd, -10, SEEK_CUR));
+    CHECK(r == 990, "SEEK_CUR -10 gave %lld", (long long)r);
+    OK(r = lseek(fd, 5000, SEEK_SET));
+    CHECK(r == 5000, "SEEK_SET past EOF gave %lld", (long long)r);
+    ERR(lseek(fd, -1, SEEK_SET), EINVAL);
+    close(fd);
+}
+
+/* ======================================================================== */
+/* copy_file_range                                                          */
+
+/* Copies len bytes, looping over short copies. */
+static int cfr_all(int in, off_t *ino, int out, off_t *outo, size_t len)
+{
+    while (len) {
+        ssize_t n = copy_file_range(in, ino, out, outo, len, 0);
+        if (n < 0) {
+            fail_at("copy_file_range(%zu bytes): %s", len, en(errno));
+            return -1;
+        }
+        if (n == 0) {
+            fail_at("copy_file_range returned 0 with %zu bytes left", len);
+            return -1;
+        }
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static void t_cfr_two_files(void)
+{
+    enum { N = 300000 };
+    int in, out;
+    TRY(pattern_file("src", N, 14, &in));
+    TRY(pattern_file("dst", 0, 0, &out));
+    off_t a = 0, b = 0;
+    TRY(cfr_all(in, &a, out, &b, N));
+    close(in);
+    close(out);
+    CHECK(a == N && b == N, "offsets %lld and %lld after the copy", (long long)a, (long long)b);
+    TRY(want_size("dst", N));
+    TRY(want_data("dst", 0, pattern(N, 14), N));
+}
+
+static void t_cfr_offsets(void)
+{
+    int in, out;
+    TRY(pattern_file("src", 10000, 15, &in));
+    TRY(pattern_file("dst", 5000, 16, &out));
+    OK(lseek(in, 7, SEEK_SET));
+    OK(lseek(out, 9, SEEK_SET));
+    off_t a = 500, b = 3000;
+    TRY(cfr_all(in, &a, out, &b, 1000));
+    CHECK(a == 1500 && b == 4000, "offsets %lld and %lld, expected 1500 and 4000", (long long)a,
+          (long long)b);
+    off_t ci = lseek(in, 0, SEEK_CUR), co = lseek(out, 0, SEEK_CUR);
+    close(in);
+    close(out);
+    CHECK(ci == 7 && co == 9, "file offsets moved to %lld and %lld", (long long)ci, (long long)co);
+    const char *d = pattern(5000, 16);
+    TRY(want_size("dst", 5000));
+    TRY(want_data("dst", 0, d, 3000));
+    TRY(want_data("dst", 3000, pattern(10000, 15) + 500, 1000));
+    TRY(want_data("dst", 4000, pattern(5000, 16) + 4000, 1000));
+}
+
+static void t_cfr_fd_offsets(void)
+{
+    int in, out;
+    TRY(pattern_file("src", 4000, 17, &in));
+    TRY(pattern_file("dst", 0, 0, &out));
+    OK(lseek(in, 1000, SEEK_SET));
+    TRY(cfr_all(in, NULL, out, NULL, 2000));
+    off_t ci = lseek(in, 0, SEEK_CUR), co = lseek(out, 0, SEEK_CUR);
+    close(in);
+    close(out);
+    CHECK(ci == 3000 && co == 2000, "file offsets %lld and %lld, expected 3000 and 2000",
+          (long long)ci, (long long)co);
+    TRY(want_size("dst", 2000));
+    TRY(want_data("dst", 0, pattern(4000, 17) + 1000, 2000));
+}
+
+static void t_cfr_same_file(void)
+{
+    enum { N = 16384 };
+    int fd;
+    TRY(pattern_file("f", N, 18, &fd));
+    off_t a = 0, b = 8192;
+    TRY(cfr_all(fd, &a, fd, &b, 4096));
+    a = 100;
+    b = 20000;
+    TRY(cfr_all(fd, &a, fd, &b, 3000));
+    close(fd);
+    const char *p = pattern(N, 18);
+    TRY(want_size("f", 23000));
+    TRY(want_data("f", 0, p, 8192));
+    TRY(want_data("f", 8192, p, 4096));
+    TRY(want_data("f", 12288, p + 12288, N - 12288));
+    TRY(want_zeros("f", N, 20000 - N));
+    TRY(want_data("f", 20000, p + 100, 3000));
+}
+
+static void t_cfr_overlap(void)
+{
+    int fd;
+    TRY(pattern_file("f", 8192, 19, &fd));
+    off_t a = 0, b = 100;
+    ERR(copy_file_range(fd, &a, fd, &b, 4096, 0), EINVAL);
+    close(fd);
+    TRY(want_data("f", 0, pattern(8192, 19), 8192));
+}
+
+static void t_cfr_eof(void)
+{
+    int in, out;
+    TRY(pattern_file("src", 100, 20, &in));
+    TRY(pattern_file("dst", 0, 0, &out));
+    off_t a = 100, b = 0;
+    ssize_t n;
+    OK(n = copy_file_range(in, &a, out, &b, 1000, 0));
+    CHECK(n == 0, "copy from EOF gave %zd", n);
+    a = 50;
+    OK(n = copy_file_range(in, &a, out, &b, 1000, 0));
+    CHECK(n == 50, "copy across EOF gave %zd, expected 50", n);
+    close(in);
+    close(out);
+    TRY(want_data("dst", 0, pattern(100, 20) + 50, 50));
+}
+
+static void t_cfr_ebadf(void)
+{
+    TRY(mkfile("src", 0644, "data"));
+    TRY(mkfile("dst", 0644, NULL));
+    int in, out, ro;
+    OK(in = open("src", O_WRONLY));
+    OK(out = open("dst", O_WRONLY));
+    OK(ro = open("dst", O_RDONLY));
+    ERR(copy_file_range(in, NULL, out, NULL, 4, 0), EBADF);
+    close(in);
+    OK(in = open("src", O_RDONLY));
+    ERR(copy_file_range(in, NULL, ro, NULL, 4, 0), EBADF);
+    close(in);
+    close(out);
+    close(ro);
+    TRY(want_size("dst", 0));
+}
+
+/* ======================================================================== */
 /* AREAS-END: further areas go above this line.                             */
 
 /* ------------------------------------------------------------------------ */
@@ -2762,6 +3150,30 @@ static const struct tcase cases[] = {
     {"xattr", "security round trip", t_xattr_security},
     {"xattr", "list gives exactly the names set", t_xattr_list_exact},
     {"xattr", "as nobody", t_xattr_nobody},
+    {"fallocate", "mode 0 grows the size", t_falloc_grow},
+    {"fallocate", "mode 0 inside keeps the data", t_falloc_inside},
+    {"fallocate", "KEEP_SIZE keeps the size", t_falloc_keep_size},
+    {"fallocate", "PUNCH_HOLE reads back zeros", t_falloc_punch},
+    {"fallocate", "unaligned PUNCH_HOLE", t_falloc_punch_unaligned},
+    {"fallocate", "PUNCH_HOLE without KEEP_SIZE EOPNOTSUPP", t_falloc_punch_needs_keep},
+    {"fallocate", "ZERO_RANGE zeros", t_falloc_zero_range},
+    {"fallocate", "ZERO_RANGE past EOF grows", t_falloc_zero_range_grow},
+    {"fallocate", "EBADF and EINVAL", t_falloc_errors},
+    {"fallocate", "posix_fallocate", t_falloc_posix},
+    {"lseek", "SEEK_DATA in data", t_lseek_data_start},
+    {"lseek", "SEEK_HOLE finds the punched hole", t_lseek_hole_middle},
+    {"lseek", "SEEK_DATA skips the hole", t_lseek_data_after_hole},
+    {"lseek", "SEEK_HOLE at EOF", t_lseek_hole_at_eof},
+    {"lseek", "SEEK_DATA and SEEK_HOLE past EOF ENXIO", t_lseek_past_eof},
+    {"lseek", "file of holes only", t_lseek_all_hole},
+    {"lseek", "SEEK_SET, SEEK_CUR, SEEK_END", t_lseek_basic},
+    {"copy_file_range", "between two files", t_cfr_two_files},
+    {"copy_file_range", "explicit offsets", t_cfr_offsets},
+    {"copy_file_range", "file offsets advance", t_cfr_fd_offsets},
+    {"copy_file_range", "within one file", t_cfr_same_file},
+    {"copy_file_range", "overlapping EINVAL", t_cfr_overlap},
+    {"copy_file_range", "at and across EOF", t_cfr_eof},
+    {"copy_file_range", "EBADF", t_cfr_ebadf},
     /* CASES-END */
 };
 
