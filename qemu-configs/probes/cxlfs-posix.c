@@ -463,7 +463,7 @@ static int run_kid(int nobody, void (*fn)(void *), void *arg, const char *who)
 #define AS_NOBODY(fn, arg) TRY(run_kid(1, fn, arg, "as nobody"))
 #define IN_CHILD(fn, arg) TRY(run_kid(0, fn, arg, "in the child"))
 
-__attribute__((unused)) static int sig_put(int fd)
+static int sig_put(int fd)
 {
     char c = 1;
     if (write(fd, &c, 1) == 1)
@@ -472,7 +472,7 @@ __attribute__((unused)) static int sig_put(int fd)
     return -1;
 }
 
-__attribute__((unused)) static int sig_get(int fd, const char *whom)
+static int sig_get(int fd, const char *whom)
 {
     struct pollfd p = {.fd = fd, .events = POLLIN};
     int r;
@@ -2965,6 +2965,433 @@ static void t_cfr_ebadf(void)
 }
 
 /* ======================================================================== */
+/* locks (fcntl)                                                            */
+
+static struct flock range(short type, off_t start, off_t len)
+{
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = type;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = start;
+    fl.l_len = len;
+    return fl;
+}
+
+static int setlk(int fd, int cmd, short type, off_t start, off_t len)
+{
+    struct flock fl = range(type, start, len);
+    return fcntl(fd, cmd, &fl);
+}
+
+/* The case's file "f" (1000 bytes), O_RDWR, with a write lock on 0-99. */
+static int locked_file(int *fdp)
+{
+    int fd;
+    if (pattern_file("f", 1000, 21, &fd))
+        return -1;
+    if (setlk(fd, F_SETLK, F_WRLCK, 0, 100) != 0) {
+        fail_at("set-up: F_SETLK F_WRLCK 0-99: %s", en(errno));
+        close(fd);
+        return -1;
+    }
+    *fdp = fd;
+    return 0;
+}
+
+static int open_f(int flags, int *fdp)
+{
+    *fdp = open("f", flags | O_CLOEXEC);
+    if (*fdp >= 0)
+        return 0;
+    fail_at("open(f): %s", en(errno));
+    return -1;
+}
+
+/* F_GETLK for (type, start, len) must report (want, wstart, wlen, wpid). */
+static int want_getlk(int fd, int cmd, short type, off_t start, off_t len, short want, off_t wstart,
+                      off_t wlen, pid_t wpid)
+{
+    struct flock fl = range(type, start, len);
+    if (fcntl(fd, cmd, &fl) != 0) {
+        fail_at("F_GETLK: %s", en(errno));
+        return -1;
+    }
+    if (fl.l_type != want) {
+        fail_at("F_GETLK(%lld+%lld) reports type %d, expected %d", (long long)start, (long long)len,
+                fl.l_type, want);
+        return -1;
+    }
+    if (want != F_UNLCK && (fl.l_start != wstart || fl.l_len != wlen || fl.l_pid != wpid)) {
+        fail_at("F_GETLK reports start %lld len %lld pid %d, expected %lld %lld %d",
+                (long long)fl.l_start, (long long)fl.l_len, (int)fl.l_pid, (long long)wstart,
+                (long long)wlen, (int)wpid);
+        return -1;
+    }
+    return 0;
+}
+
+static void kid_getlk(void *a)
+{
+    (void)a;
+    int fd;
+    TRY(open_f(O_RDWR, &fd));
+    TRY(want_getlk(fd, F_GETLK, F_WRLCK, 0, 200, F_WRLCK, 0, 100, getppid()));
+    TRY(want_getlk(fd, F_GETLK, F_RDLCK, 50, 1, F_WRLCK, 0, 100, getppid()));
+    TRY(want_getlk(fd, F_GETLK, F_WRLCK, 100, 100, F_UNLCK, 0, 0, 0));
+}
+
+static void t_locks_getlk(void)
+{
+    int fd;
+    TRY(locked_file(&fd));
+    IN_CHILD(kid_getlk, NULL);
+}
+
+static void kid_setlk_conflict(void *a)
+{
+    (void)a;
+    int fd;
+    TRY(open_f(O_RDWR, &fd));
+    ERR2(setlk(fd, F_SETLK, F_WRLCK, 0, 100), EAGAIN, EACCES);
+    ERR2(setlk(fd, F_SETLK, F_WRLCK, 99, 1), EAGAIN, EACCES);
+    ERR2(setlk(fd, F_SETLK, F_RDLCK, 50, 10), EAGAIN, EACCES);
+    ERR2(setlk(fd, F_SETLK, F_WRLCK, 0, 0), EAGAIN, EACCES);
+}
+
+static void t_locks_setlk_conflict(void)
+{
+    int fd;
+    TRY(locked_file(&fd));
+    IN_CHILD(kid_setlk_conflict, NULL);
+}
+
+static void kid_setlk_free(void *a)
+{
+    (void)a;
+    int fd;
+    TRY(open_f(O_RDWR, &fd));
+    OK(setlk(fd, F_SETLK, F_WRLCK, 100, 100));
+    OK(setlk(fd, F_SETLK, F_WRLCK, 5000, 0)); /* to infinity, past EOF */
+}
+
+static void t_locks_setlk_free(void)
+{
+    int fd;
+    TRY(locked_file(&fd));
+    IN_CHILD(kid_setlk_free, NULL);
+}
+
+static void kid_after_unlock(void *a)
+{
+    (void)a;
+    int fd;
+    TRY(open_f(O_RDWR, &fd));
+    ERR2(setlk(fd, F_SETLK, F_WRLCK, 0, 100), EAGAIN, EACCES);
+    TELL_PARENT();
+    AWAIT_PARENT();
+    OK(setlk(fd, F_SETLK, F_WRLCK, 0, 100));
+}
+
+static void t_locks_unlock(void)
+{
+    int fd;
+    TRY(locked_file(&fd));
+    struct kid k;
+    TRY(kid_start(&k, 0, kid_after_unlock, NULL));
+    AWAIT_KID(&k);
+    OK(setlk(fd, F_SETLK, F_UNLCK, 0, 100));
+    TELL_KID(&k);
+    TRY(kid_finish(&k, "in the child"));
+}
+
+static void kid_setlkw(void *a)
+{
+    (void)a;
+    int fd;
+    TRY(open_f(O_RDWR, &fd));
+    TELL_PARENT();
+    uint64_t t0 = now_ns();
+    OK(setlk(fd, F_SETLKW, F_WRLCK, 0, 100));
+    uint64_t ms = (now_ns() - t0) / 1000000;
+    CHECK(ms >= 200, "F_SETLKW returned after %llu ms, before the unlock (300 ms)",
+          (unsigned long long)ms);
+    CHECK(ms < 5000, "F_SETLKW took %llu ms after a 300 ms hold", (unsigned long long)ms);
+}
+
+static void t_locks_setlkw(void)
+{
+    int fd;
+    TRY(locked_file(&fd));
+    struct kid k;
+    TRY(kid_start(&k, 0, kid_setlkw, NULL));
+    AWAIT_KID(&k);
+    sleep_ms(300);
+    OK(setlk(fd, F_SETLK, F_UNLCK, 0, 100));
+    TRY(kid_finish(&k, "in the child"));
+}
+
+static void kid_free_now(void *a)
+{
+    (void)a;
+    int fd;
+    TRY(open_f(O_RDWR, &fd));
+    TRY(want_getlk(fd, F_GETLK, F_WRLCK, 0, 0, F_UNLCK, 0, 0, 0));
+    OK(setlk(fd, F_SETLK, F_WRLCK, 0, 100));
+}
+
+static void t_locks_close_any_fd(void)
+{
+    int fd, other;
+    TRY(locked_file(&fd));
+    OK(other = open("f", O_RDONLY));
+    close(other); /* POSIX: drops every lock this process holds on the file */
+    IN_CHILD(kid_free_now, NULL);
+}
+
+static void t_locks_close_dup(void)
+{
+    int fd, d;
+    TRY(locked_file(&fd));
+    OK(d = dup(fd));
+    close(d);
+    IN_CHILD(kid_free_now, NULL);
+}
+
+static void kid_shared(void *a)
+{
+    (void)a;
+    int fd;
+    TRY(open_f(O_RDWR, &fd));
+    OK(setlk(fd, F_SETLK, F_RDLCK, 0, 100));
+    OK(setlk(fd, F_SETLK, F_UNLCK, 0, 100));
+    ERR2(setlk(fd, F_SETLK, F_WRLCK, 0, 100), EAGAIN, EACCES);
+    TRY(want_getlk(fd, F_GETLK, F_WRLCK, 0, 100, F_RDLCK, 0, 100, getppid()));
+    TRY(want_getlk(fd, F_GETLK, F_RDLCK, 0, 100, F_UNLCK, 0, 0, 0));
+}
+
+static void t_locks_shared(void)
+{
+    int fd;
+    TRY(pattern_file("f", 1000, 22, &fd));
+    OK(setlk(fd, F_SETLK, F_RDLCK, 0, 100));
+    IN_CHILD(kid_shared, NULL);
+}
+
+static void kid_sees_rdlck(void *a)
+{
+    (void)a;
+    int fd;
+    TRY(open_f(O_RDWR, &fd));
+    TRY(want_getlk(fd, F_GETLK, F_WRLCK, 0, 100, F_RDLCK, 0, 100, getppid()));
+}
+
+static void t_locks_own(void)
+{
+    int fd;
+    TRY(locked_file(&fd));
+    TRY(want_getlk(fd, F_GETLK, F_WRLCK, 0, 100, F_UNLCK, 0, 0, 0)); /* own lock: no conflict */
+    OK(setlk(fd, F_SETLK, F_WRLCK, 0, 100));                          /* relock */
+    OK(setlk(fd, F_SETLK, F_RDLCK, 0, 100));                          /* downgrade */
+    IN_CHILD(kid_sees_rdlck, NULL);
+}
+
+static void kid_split(void *a)
+{
+    (void)a;
+    int fd;
+    TRY(open_f(O_RDWR, &fd));
+    OK(setlk(fd, F_SETLK, F_WRLCK, 40, 20));
+    ERR2(setlk(fd, F_SETLK, F_WRLCK, 0, 10), EAGAIN, EACCES);
+    ERR2(setlk(fd, F_SETLK, F_WRLCK, 39, 1), EAGAIN, EACCES);
+    ERR2(setlk(fd, F_SETLK, F_WRLCK, 60, 1), EAGAIN, EACCES);
+    TRY(want_getlk(fd, F_GETLK, F_WRLCK, 70, 100, F_WRLCK, 60, 40, getppid()));
+}
+
+static void t_locks_split(void)
+{
+    int fd;
+    TRY(locked_file(&fd));
+    OK(setlk(fd, F_SETLK, F_UNLCK, 40, 20));
+    IN_CHILD(kid_split, NULL);
+}
+
+static void t_locks_ebadf(void)
+{
+    TRY(mkfile("f", 0644, "x"));
+    int ro, wo;
+    OK(ro = open("f", O_RDONLY));
+    OK(wo = open("f", O_WRONLY));
+    ERR(setlk(ro, F_SETLK, F_WRLCK, 0, 10), EBADF);
+    ERR(setlk(wo, F_SETLK, F_RDLCK, 0, 10), EBADF);
+    OK(setlk(ro, F_SETLK, F_RDLCK, 0, 10));
+    OK(setlk(wo, F_SETLK, F_WRLCK, 20, 10));
+}
+
+static void kid_lock_and_exit(void *a)
+{
+    (void)a;
+    int fd;
+    TRY(open_f(O_RDWR, &fd));
+    OK(setlk(fd, F_SETLK, F_WRLCK, 0, 0));
+    TELL_PARENT();
+    AWAIT_PARENT();
+}
+
+static void t_locks_exit_releases(void)
+{
+    int fd;
+    TRY(pattern_file("f", 100, 23, &fd));
+    struct kid k;
+    TRY(kid_start(&k, 0, kid_lock_and_exit, NULL));
+    AWAIT_KID(&k);
+    ERR2(setlk(fd, F_SETLK, F_WRLCK, 0, 0), EAGAIN, EACCES);
+    TELL_KID(&k);
+    TRY(kid_finish(&k, "in the child"));
+    OK(setlk(fd, F_SETLK, F_WRLCK, 0, 0));
+}
+
+static void kid_to_eof(void *a)
+{
+    (void)a;
+    int fd;
+    TRY(open_f(O_RDWR, &fd));
+    ERR2(setlk(fd, F_SETLK, F_WRLCK, (off_t)1 << 40, 1), EAGAIN, EACCES);
+    OK(setlk(fd, F_SETLK, F_WRLCK, 0, 1000));
+}
+
+static void t_locks_to_eof(void)
+{
+    int fd;
+    TRY(pattern_file("f", 100, 24, &fd));
+    OK(setlk(fd, F_SETLK, F_WRLCK, 1000, 0)); /* l_len 0: to the end, however far */
+    IN_CHILD(kid_to_eof, NULL);
+}
+
+static void t_locks_ofd(void)
+{
+    int a, b;
+    TRY(pattern_file("f", 100, 25, &a));
+    OK(b = open("f", O_RDWR));
+    OK(setlk(a, F_OFD_SETLK, F_WRLCK, 0, 10));
+    ERR2(setlk(b, F_OFD_SETLK, F_WRLCK, 0, 10), EAGAIN, EACCES);
+    TRY(want_getlk(b, F_OFD_GETLK, F_WRLCK, 0, 10, F_WRLCK, 0, 10, -1));
+    close(a);
+    OK(setlk(b, F_OFD_SETLK, F_WRLCK, 0, 10));
+}
+
+/* ======================================================================== */
+/* flock                                                                    */
+
+static void t_flock_ex_conflict(void)
+{
+    int a, b;
+    TRY(pattern_file("f", 10, 26, &a));
+    OK(b = open("f", O_RDONLY));
+    OK(flock(a, LOCK_EX | LOCK_NB));
+    ERR(flock(b, LOCK_EX | LOCK_NB), EWOULDBLOCK);
+    ERR(flock(b, LOCK_SH | LOCK_NB), EWOULDBLOCK);
+}
+
+static void t_flock_shared(void)
+{
+    int a, b, c;
+    TRY(pattern_file("f", 10, 27, &a));
+    OK(b = open("f", O_RDONLY));
+    OK(c = open("f", O_RDONLY));
+    OK(flock(a, LOCK_SH | LOCK_NB));
+    OK(flock(b, LOCK_SH | LOCK_NB));
+    ERR(flock(c, LOCK_EX | LOCK_NB), EWOULDBLOCK);
+}
+
+static void t_flock_unlock(void)
+{
+    int a, b;
+    TRY(pattern_file("f", 10, 28, &a));
+    OK(b = open("f", O_RDONLY));
+    OK(flock(a, LOCK_EX | LOCK_NB));
+    ERR(flock(b, LOCK_EX | LOCK_NB), EWOULDBLOCK);
+    OK(flock(a, LOCK_UN));
+    OK(flock(b, LOCK_EX | LOCK_NB));
+    ERR(flock(a, LOCK_SH | LOCK_NB), EWOULDBLOCK);
+}
+
+static void t_flock_dup_close(void)
+{
+    int a, b, d;
+    TRY(pattern_file("f", 10, 29, &a));
+    OK(b = open("f", O_RDONLY));
+    OK(flock(a, LOCK_EX | LOCK_NB));
+    OK(d = dup(a));
+    OK(flock(d, LOCK_EX | LOCK_NB)); /* the same open file description */
+    close(a);
+    ERR(flock(b, LOCK_EX | LOCK_NB), EWOULDBLOCK); /* d still holds it */
+    close(d);
+    OK(flock(b, LOCK_EX | LOCK_NB));
+}
+
+static void t_flock_upgrade(void)
+{
+    int a, b;
+    TRY(pattern_file("f", 10, 30, &a));
+    OK(b = open("f", O_RDONLY));
+    OK(flock(a, LOCK_SH | LOCK_NB));
+    OK(flock(a, LOCK_EX | LOCK_NB));
+    ERR(flock(b, LOCK_SH | LOCK_NB), EWOULDBLOCK);
+    OK(flock(a, LOCK_SH | LOCK_NB));
+    OK(flock(b, LOCK_SH | LOCK_NB));
+}
+
+static void kid_flock_wait(void *a)
+{
+    (void)a;
+    int fd;
+    TRY(open_f(O_RDONLY, &fd));
+    ERR(flock(fd, LOCK_EX | LOCK_NB), EWOULDBLOCK);
+    TELL_PARENT();
+    uint64_t t0 = now_ns();
+    OK(flock(fd, LOCK_EX));
+    uint64_t ms = (now_ns() - t0) / 1000000;
+    CHECK(ms >= 200 && ms < 5000, "flock(LOCK_EX) waited %llu ms for a 300 ms hold",
+          (unsigned long long)ms);
+}
+
+static void t_flock_processes(void)
+{
+    int fd;
+    TRY(pattern_file("f", 10, 31, &fd));
+    OK(flock(fd, LOCK_EX));
+    struct kid k;
+    TRY(kid_start(&k, 0, kid_flock_wait, NULL));
+    AWAIT_KID(&k);
+    sleep_ms(300);
+    OK(flock(fd, LOCK_UN));
+    TRY(kid_finish(&k, "in the child"));
+}
+
+static void kid_fcntl_vs_flock(void *a)
+{
+    (void)a;
+    int fd;
+    TRY(open_f(O_RDWR, &fd));
+    OK(setlk(fd, F_SETLK, F_WRLCK, 0, 0)); /* the parent's flock does not conflict */
+    ERR(flock(fd, LOCK_EX | LOCK_NB), EWOULDBLOCK);
+}
+
+static void t_flock_vs_fcntl(void)
+{
+    int fd, b;
+    TRY(pattern_file("f", 10, 32, &fd));
+    OK(flock(fd, LOCK_EX | LOCK_NB));
+    IN_CHILD(kid_fcntl_vs_flock, NULL);
+    OK(flock(fd, LOCK_UN));
+    /* and a POSIX lock does not block a flock */
+    OK(setlk(fd, F_SETLK, F_WRLCK, 0, 0));
+    OK(b = open("f", O_RDONLY));
+    OK(flock(b, LOCK_EX | LOCK_NB));
+}
+
+/* ======================================================================== */
 /* AREAS-END: further areas go above this line.                             */
 
 /* ------------------------------------------------------------------------ */
@@ -3174,6 +3601,27 @@ static const struct tcase cases[] = {
     {"copy_file_range", "overlapping EINVAL", t_cfr_overlap},
     {"copy_file_range", "at and across EOF", t_cfr_eof},
     {"copy_file_range", "EBADF", t_cfr_ebadf},
+    {"locks", "F_GETLK reports the holder", t_locks_getlk},
+    {"locks", "F_SETLK conflict EAGAIN", t_locks_setlk_conflict},
+    {"locks", "F_SETLK on a free range", t_locks_setlk_free},
+    {"locks", "unlock lets the other process in", t_locks_unlock},
+    {"locks", "F_SETLKW waits for the unlock", t_locks_setlkw},
+    {"locks", "closing any fd drops the locks", t_locks_close_any_fd},
+    {"locks", "closing a dup drops the locks", t_locks_close_dup},
+    {"locks", "read locks are shared", t_locks_shared},
+    {"locks", "own locks do not conflict, downgrade", t_locks_own},
+    {"locks", "unlocking the middle splits a lock", t_locks_split},
+    {"locks", "EBADF for the open mode", t_locks_ebadf},
+    {"locks", "exit releases the locks", t_locks_exit_releases},
+    {"locks", "l_len 0 reaches past EOF", t_locks_to_eof},
+    {"locks", "OFD locks", t_locks_ofd},
+    {"flock", "LOCK_EX conflict EWOULDBLOCK", t_flock_ex_conflict},
+    {"flock", "LOCK_SH shared by two", t_flock_shared},
+    {"flock", "unlock then success", t_flock_unlock},
+    {"flock", "a dup shares the lock until the last close", t_flock_dup_close},
+    {"flock", "upgrade and downgrade", t_flock_upgrade},
+    {"flock", "LOCK_EX waits for another process", t_flock_processes},
+    {"flock", "independent of fcntl locks", t_flock_vs_fcntl},
     /* CASES-END */
 };
 
