@@ -42,6 +42,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/un.h>
@@ -3392,6 +3393,330 @@ static void t_flock_vs_fcntl(void)
 }
 
 /* ======================================================================== */
+/* tmpfile (O_TMPFILE)                                                      */
+
+/* open(dir, O_TMPFILE | flags, mode); a file system without O_TMPFILE
+ * fails the case with the reason (EOPNOTSUPP, or EISDIR from a kernel or
+ * file system that does not know the flag). */
+static int tmpfile_in(const char *dir, int flags, mode_t mode, int *fdp)
+{
+    *fdp = open(dir, O_TMPFILE | flags | O_CLOEXEC, mode);
+    if (*fdp >= 0)
+        return 0;
+    int e = errno;
+    fail_at("open(%s, O_TMPFILE): %s%s", dir, en(e),
+            e == EOPNOTSUPP || e == EISDIR ? " (no O_TMPFILE support)" : "");
+    return -1;
+}
+
+static int link_fd(int fd, const char *name)
+{
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    if (linkat(AT_FDCWD, proc, AT_FDCWD, name, AT_SYMLINK_FOLLOW) == 0)
+        return 0;
+    fail_at("linkat(%s, %s, AT_SYMLINK_FOLLOW): %s", proc, name, en(errno));
+    return -1;
+}
+
+static void t_tmpfile_link(void)
+{
+    int fd;
+    TRY(tmpfile_in(".", O_RDWR, 0640, &fd));
+    TRY(put_fd(fd, "the tmpfile", "tmpfile data", 12, 0));
+    TRY(link_fd(fd, "named"));
+    TRY(want_text("named", "tmpfile data"));
+    TRY(want_mode("named", S_IFREG | 0640));
+    TRY(want_nlink("named", 1));
+    TRY(put_fd(fd, "the tmpfile", "TMP", 3, 0)); /* still the same file */
+    close(fd);
+    TRY(want_text("named", "TMPfile data"));
+}
+
+static void t_tmpfile_unnamed(void)
+{
+    int fd;
+    TRY(tmpfile_in(".", O_RDWR, 0600, &fd));
+    struct stat st;
+    OK(fstat(fd, &st));
+    CHECK(st.st_nlink == 0, "st_nlink %lu, expected 0", (unsigned long)st.st_nlink);
+    CHECK(st.st_mode == (S_IFREG | 0600), "mode 0%o, expected 0100600", (unsigned)st.st_mode);
+    DIR *d = opendir(".");
+    CHECK(d, "opendir: %s", en(errno));
+    struct dirent *e;
+    int other = 0;
+    while ((e = readdir(d)))
+        other += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    CHECK(other == 0, "the directory lists %d entries", other);
+    close(fd);
+}
+
+static void t_tmpfile_excl(void)
+{
+    int fd;
+    TRY(tmpfile_in(".", O_RDWR | O_EXCL, 0600, &fd));
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    ERR(linkat(AT_FDCWD, proc, AT_FDCWD, "named", AT_SYMLINK_FOLLOW), ENOENT);
+    close(fd);
+    TRY(want_absent("named"));
+}
+
+static void t_tmpfile_empty_path(void)
+{
+    int fd;
+    TRY(tmpfile_in(".", O_WRONLY, 0644, &fd));
+    TRY(put_fd(fd, "the tmpfile", "empty path", 10, 0));
+    OK(linkat(fd, "", AT_FDCWD, "named", AT_EMPTY_PATH));
+    close(fd);
+    TRY(want_text("named", "empty path"));
+}
+
+static void nb_tmpfile(void *a)
+{
+    (void)a;
+    int fd;
+    TRY(tmpfile_in(".", O_RDWR, 0600, &fd));
+    TRY(put_fd(fd, "the tmpfile", "nobody's", 8, 0));
+    TRY(link_fd(fd, "named"));
+    close(fd);
+}
+
+static void t_tmpfile_nobody(void)
+{
+    AS_NOBODY(nb_tmpfile, NULL);
+    TRY(want_owner("named", NOBODY, NOBODY));
+    TRY(want_text("named", "nobody's"));
+}
+
+static void t_tmpfile_subdir(void)
+{
+    TRY(mkdir_exact("d", 0755));
+    int fd;
+    TRY(tmpfile_in("d", O_RDWR, 0644, &fd));
+    TRY(put_fd(fd, "the tmpfile", "in d", 4, 0));
+    TRY(link_fd(fd, "d/named"));
+    close(fd);
+    TRY(want_text("d/named", "in d"));
+    TRY(mkfile("f", 0644, NULL));
+    ERR(open("f", O_TMPFILE | O_RDWR, 0600), ENOTDIR);
+}
+
+/* ======================================================================== */
+/* access                                                                   */
+
+static void nb_access_0600(void *a)
+{
+    (void)a;
+    ERR(access("f", R_OK), EACCES);
+    ERR(access("f", W_OK), EACCES);
+    OK(access("f", F_OK));
+}
+
+static void t_access_nobody_0600(void)
+{
+    TRY(mkfile("f", 0600, NULL));
+    AS_NOBODY(nb_access_0600, NULL);
+}
+
+static void nb_access_0644(void *a)
+{
+    (void)a;
+    OK(access("f", R_OK));
+    ERR(access("f", W_OK), EACCES);
+    ERR(access("f", R_OK | W_OK), EACCES);
+    ERR(access("f", X_OK), EACCES);
+    OK(access("x", R_OK | X_OK));
+    OK(access("w", R_OK | W_OK));
+}
+
+static void t_access_nobody_0644(void)
+{
+    TRY(mkfile("f", 0644, NULL));
+    TRY(mkfile("x", 0755, NULL));
+    TRY(mkfile("w", 0666, NULL));
+    AS_NOBODY(nb_access_0644, NULL);
+}
+
+static void t_access_root(void)
+{
+    TRY(mkfile("f", 0, NULL));
+    OK(access("f", R_OK | W_OK));
+    ERR(access("f", X_OK), EACCES); /* root needs one execute bit */
+    TRY(mkfile("x", 0100, NULL));
+    OK(access("x", X_OK));
+    TRY(mkdir_exact("d", 0));
+    OK(access("d", R_OK | W_OK | X_OK));
+}
+
+static void t_access_enoent(void)
+{
+    ERR(access("missing", F_OK), ENOENT);
+    ERR(access("missing", R_OK), ENOENT);
+}
+
+static void nb_access_search(void *a)
+{
+    (void)a;
+    ERR(access("d/f", F_OK), EACCES);
+    struct stat st;
+    ERR(stat("d/f", &st), EACCES);
+    ERR(open("d/f", O_RDONLY), EACCES);
+    OK(access("e/f", R_OK)); /* search (x) without read (r) suffices */
+}
+
+static void t_access_search(void)
+{
+    TRY(mkdir_exact("d", 0700));
+    TRY(mkfile("d/f", 0644, NULL));
+    TRY(mkdir_exact("e", 0711));
+    TRY(mkfile("e/f", 0644, NULL));
+    AS_NOBODY(nb_access_search, NULL);
+}
+
+static void nb_access_group(void *a)
+{
+    (void)a;
+    OK(access("g", R_OK | W_OK)); /* group bits: nobody is in group 65534 */
+    ERR(access("o", R_OK), EACCES); /* owner class wins, though others may */
+}
+
+static void t_access_classes(void)
+{
+    TRY(mkfile("g", 0060, NULL));
+    TRY(chown_or_fail("g", 0, NOBODY));
+    TRY(mkfile("o", 0044, NULL));
+    TRY(chown_or_fail("o", NOBODY, 0));
+    AS_NOBODY(nb_access_group, NULL);
+}
+
+/* ======================================================================== */
+/* mmap                                                                     */
+
+static void t_mmap_link(void)
+{
+    enum { N = 8192 };
+    int fd, other;
+    TRY(pattern_file("f", N, 33, &fd));
+    OK(link("f", "g"));
+    OK(other = open("g", O_RDONLY));
+    char *m = mmap(NULL, N, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    CHECK(m != MAP_FAILED, "mmap: %s", en(errno));
+    const char *p = pattern(N, 34);
+    memcpy(m + 100, p, 5000);
+    OK(msync(m, N, MS_SYNC));
+    char buf[N];
+    ssize_t n;
+    OK(n = read(other, buf, N));
+    munmap(m, N);
+    close(fd);
+    close(other);
+    CHECK(n == N, "read(2) through g gave %zd bytes", n);
+    CHECK(!memcmp(buf + 100, p, 5000), "read(2) through g does not see the store through f");
+    CHECK(!memcmp(buf, pattern(N, 33), 100), "bytes before the store changed");
+}
+
+static void t_mmap_sees_write(void)
+{
+    enum { N = 12288 };
+    int fd, w;
+    TRY(pattern_file("f", N, 35, &fd));
+    char *m = mmap(NULL, N, PROT_READ, MAP_SHARED, fd, 0);
+    CHECK(m != MAP_FAILED, "mmap: %s", en(errno));
+    OK(w = open("f", O_WRONLY));
+    TRY(put_fd(w, "f", "written by pwrite", 17, 5000));
+    CHECK(!memcmp(m + 5000, "written by pwrite", 17), "the mapping does not see the pwrite");
+    munmap(m, N);
+    close(w);
+    close(fd);
+}
+
+static void t_mmap_grown(void)
+{
+    int fd;
+    TRY(pattern_file("f", 100, 36, &fd));
+    OK(ftruncate(fd, 3 * 4096));
+    char *m = mmap(NULL, 3 * 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    CHECK(m != MAP_FAILED, "mmap: %s", en(errno));
+    for (int i = 100; i < 3 * 4096; i++)
+        CHECK(m[i] == 0, "byte %d of the grown file is 0x%02x", i, (unsigned char)m[i]);
+    memcpy(m + 2 * 4096 + 10, "past old EOF", 12);
+    OK(msync(m, 3 * 4096, MS_SYNC));
+    munmap(m, 3 * 4096);
+    close(fd);
+    TRY(want_data("f", 2 * 4096 + 10, "past old EOF", 12));
+    TRY(want_size("f", 3 * 4096));
+}
+
+static void t_mmap_private(void)
+{
+    int fd;
+    TRY(pattern_file("f", 4096, 37, &fd));
+    char *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    CHECK(m != MAP_FAILED, "mmap: %s", en(errno));
+    memcpy(m, "private", 7);
+    munmap(m, 4096);
+    close(fd);
+    TRY(want_data("f", 0, pattern(4096, 37), 4096));
+}
+
+static void t_mmap_eacces(void)
+{
+    TRY(mkfile("f", 0644, "data"));
+    int ro, wo;
+    OK(ro = open("f", O_RDONLY));
+    OK(wo = open("f", O_WRONLY));
+    void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, ro, 0);
+    CHECK(m == MAP_FAILED && errno == EACCES, "shared writable mmap of an O_RDONLY fd: %s",
+          m == MAP_FAILED ? en(errno) : "succeeded");
+    m = mmap(NULL, 4096, PROT_READ, MAP_SHARED, wo, 0);
+    CHECK(m == MAP_FAILED && errno == EACCES, "mmap of an O_WRONLY fd: %s",
+          m == MAP_FAILED ? en(errno) : "succeeded");
+    close(ro);
+    close(wo);
+}
+
+/* ======================================================================== */
+/* statfs                                                                   */
+
+static void t_statfs_namelen(void)
+{
+    struct statfs s;
+    OK(statfs(".", &s));
+    CHECK(s.f_namelen == 255, "f_namelen %ld, expected 255", (long)s.f_namelen);
+}
+
+static void t_statfs_counts(void)
+{
+    struct statfs s;
+    OK(statfs(".", &s));
+    CHECK(s.f_bsize > 0 && s.f_blocks > 0, "f_bsize %ld f_blocks %llu", (long)s.f_bsize,
+          (unsigned long long)s.f_blocks);
+    CHECK(s.f_bfree <= s.f_blocks && s.f_bavail <= s.f_bfree,
+          "f_blocks %llu f_bfree %llu f_bavail %llu", (unsigned long long)s.f_blocks,
+          (unsigned long long)s.f_bfree, (unsigned long long)s.f_bavail);
+    CHECK(s.f_ffree <= s.f_files, "f_files %llu f_ffree %llu", (unsigned long long)s.f_files,
+          (unsigned long long)s.f_ffree);
+}
+
+static void t_statfs_fstatfs(void)
+{
+    struct statfs a, b;
+    int fd;
+    OK(fd = open(".", O_RDONLY | O_DIRECTORY));
+    OK(fstatfs(fd, &b));
+    close(fd);
+    OK(statfs(".", &a));
+    CHECK(a.f_type == b.f_type && a.f_bsize == b.f_bsize && a.f_blocks == b.f_blocks &&
+              a.f_namelen == b.f_namelen,
+          "statfs and fstatfs differ");
+    struct statvfs v;
+    OK(statvfs(".", &v));
+    CHECK(v.f_namemax == 255, "statvfs f_namemax %lu", (unsigned long)v.f_namemax);
+}
+
+/* ======================================================================== */
 /* AREAS-END: further areas go above this line.                             */
 
 /* ------------------------------------------------------------------------ */
@@ -3622,6 +3947,26 @@ static const struct tcase cases[] = {
     {"flock", "upgrade and downgrade", t_flock_upgrade},
     {"flock", "LOCK_EX waits for another process", t_flock_processes},
     {"flock", "independent of fcntl locks", t_flock_vs_fcntl},
+    {"tmpfile", "linkat gives it a name with the data", t_tmpfile_link},
+    {"tmpfile", "unnamed until linked", t_tmpfile_unnamed},
+    {"tmpfile", "O_EXCL cannot be linked", t_tmpfile_excl},
+    {"tmpfile", "linkat AT_EMPTY_PATH", t_tmpfile_empty_path},
+    {"tmpfile", "as nobody", t_tmpfile_nobody},
+    {"tmpfile", "in a subdirectory, ENOTDIR on a file", t_tmpfile_subdir},
+    {"access", "EACCES as nobody on a 0600 file", t_access_nobody_0600},
+    {"access", "R_OK as nobody on a 0644 file", t_access_nobody_0644},
+    {"access", "root and execute bits", t_access_root},
+    {"access", "ENOENT", t_access_enoent},
+    {"access", "search permission as nobody", t_access_search},
+    {"access", "group and owner classes as nobody", t_access_classes},
+    {"mmap", "MAP_SHARED store read through a link", t_mmap_link},
+    {"mmap", "mapping sees pwrite", t_mmap_sees_write},
+    {"mmap", "store into a grown file", t_mmap_grown},
+    {"mmap", "MAP_PRIVATE stays private", t_mmap_private},
+    {"mmap", "EACCES for the open mode", t_mmap_eacces},
+    {"statfs", "f_namelen 255", t_statfs_namelen},
+    {"statfs", "sane counts", t_statfs_counts},
+    {"statfs", "fstatfs and statvfs agree", t_statfs_fstatfs},
     /* CASES-END */
 };
 
