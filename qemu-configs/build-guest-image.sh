@@ -56,7 +56,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 init_script="$here/guest-init.sh"
 hint_src="$here/../hint/cxlfs-hint.c"
 hint_hdr="$here/../hint/include/cxlfs_hint.h"
-probes=(cxlfs-memlat cxlfs-membw cxlfs-numa cxlfs-fsx)   # probes/<name>.c, static, in /usr/bin
+probes=(cxlfs-memlat cxlfs-membw cxlfs-numa cxlfs-fsx cxlfs-posix)   # probes/<name>.c, static, in /usr/bin
 self="$here/$(basename "${BASH_SOURCE[0]}")"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$here/lib.sh"
