@@ -151,7 +151,8 @@ mod tests {
                 (8 * P, 2 * P as usize, 8)
             ]
         );
-        let held_b = d.end(b);
+        let (ranges_b, held_b) = d.end(b);
+        assert_eq!(ranges_b, [(5 * P, 6 * P), (7 * P, 8 * P)]);
         let spans: Vec<(u64, usize, u8)> = held_b
             .iter()
             .map(|w| (w.pool_offset, w.data.len(), w.data[0]))
@@ -164,11 +165,11 @@ mod tests {
         assert_eq!((now[0].0, now[0].1.len()), (4 * P, 4 * P as usize));
         let now = d.split(2 * P, &data[..2 * P as usize], 0);
         assert_eq!((now[0].0, now[0].1.len()), (3 * P, P as usize));
-        let held_a = d.end(a);
+        let (_, held_a) = d.end(a);
         assert_eq!(held_a.len(), 2, "two write-backs met `a`");
         assert_eq!(held_a[0].data.len(), 2 * P as usize);
         assert_eq!(held_a[1].data.len(), P as usize);
-        assert!(d.end(a).is_empty(), "ending twice holds nothing");
+        assert!(d.end(a).1.is_empty(), "ending twice holds nothing");
         assert!(
             d.split(0, &data, 0).len() == 1,
             "nothing discarding: one piece"
@@ -220,9 +221,9 @@ mod tests {
         assert_eq!(pages(&file, 4), [0xbb, 0xaa, 0xaa, 0xaa]);
         assert_eq!(programs(), 1, "only the stored page is charged");
         // The punch went through: what it held is gone.
-        assert_eq!(lock(&b.state.discards).end(punch).len(), 1);
+        assert_eq!(lock(&b.state.discards).end(punch).1.len(), 1);
         // The other failed: its held page is stored and charged after all.
-        for w in lock(&b.state.discards).end(other) {
+        for w in lock(&b.state.discards).end(other).1 {
             b.state
                 .store_writeback(&b.shared, w.pool_offset, &w.data, w.pid, 0)
                 .unwrap();
@@ -266,7 +267,7 @@ mod tests {
                             b.on_writeback(at, &page, 0, 0).unwrap();
                             // Its own page's write-backs only (another
                             // thread's may have met this discard too).
-                            let held = lock(&b.state.discards).end(id);
+                            let held = lock(&b.state.discards).end(id).1;
                             assert!(held.iter().any(|w| w.data[0] == 0xff));
                             assert!(held.iter().all(|w| w.pool_offset == at));
                         }

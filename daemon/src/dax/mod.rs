@@ -211,11 +211,14 @@ impl Discards {
         DiscardId(self.next_id)
     }
 
-    /// Ends discard `id`; returns what it held.
-    fn end(&mut self, id: DiscardId) -> Vec<HeldWriteback> {
+    /// Ends discard `id`; returns its ranges and what it held.
+    fn end(&mut self, id: DiscardId) -> (Vec<(u64, u64)>, Vec<HeldWriteback>) {
         match self.live.iter().position(|d| d.id == id.0) {
-            Some(i) => self.live.swap_remove(i).held,
-            None => Vec::new(),
+            Some(i) => {
+                let d = self.live.swap_remove(i);
+                (d.ranges, d.held)
+            }
+            None => (Vec::new(), Vec::new()),
         }
     }
 
@@ -873,18 +876,29 @@ impl Coherence for DaxPlane {
     }
 
     fn end_discard(&self, id: DiscardId, restore: bool) {
-        let held = lock(&self.state.discards).end(id);
+        let (ranges, held) = lock(&self.state.discards).end(id);
         if !restore || held.is_empty() {
             return;
         }
         // The change failed: the guests' stores go to the file after all.
         let now = self.shared.now_ns();
         for w in held {
-            if let Err(e) =
-                self.state
-                    .store_writeback(&self.shared, w.pool_offset, &w.data, w.pid, now)
+            let (off, pid) = (w.pool_offset, w.pid);
+            if let Err(e) = self
+                .state
+                .store_writeback(&self.shared, off, &w.data, pid, now)
             {
-                tracing::warn!(error = %e, pool_offset = w.pool_offset, "cannot store a held write-back after a failed discard");
+                tracing::warn!(error = %e, pool_offset = off, "cannot store a held write-back after a failed discard");
+            }
+        }
+        // A page a trap brought back meanwhile read the file without them.
+        let Some(plane) = self.plane() else { return };
+        for (start, end) in ranges {
+            match plane.evict(start, end - start).map(|t| t.wait()) {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) | Err(e) => {
+                    tracing::warn!(error = %e, start, "cannot evict pool pages after a failed discard")
+                }
             }
         }
     }
@@ -979,7 +993,14 @@ mod tests {
         }
     }
 
+    /// One plane test at a time: while one runs, another's write-backs
+    /// (its syncs, its unmount) were seen to set the kernel writing back
+    /// this one's dirty pool pages too, at random, which the write-back
+    /// counts below cannot tell from the operation's own.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
     struct Rig {
+        _one: MutexGuard<'static, ()>,
         fs: TimedFs<PassthroughFs>,
         dax: Arc<DaxPlane>,
         shared: Arc<SharedDevice>,
@@ -999,6 +1020,7 @@ mod tests {
     /// The plane mounted over a fresh device; `None` (the test is skipped)
     /// without root or /dev/fuse, outside CI.
     fn rig() -> Option<Rig> {
+        let one = lock(&ONE_AT_A_TIME);
         let mnt = tempfile::tempdir().unwrap();
         let share = tempfile::tempdir().unwrap();
         let cfg = DeviceConfig::default()
@@ -1020,13 +1042,24 @@ mod tests {
                 return None;
             }
         };
-        // Write-backs only when a test asks.
+        // Write-backs only when a test asks: no periodic sync, and the
+        // pool's FUSE mount off the strict per-mount dirty limit (with it,
+        // a fresh mount's tiny share of the dirty threshold has the kernel
+        // write back a few dirty pages at once, at random).
         dax.set_writeback_interval(std::time::Duration::ZERO);
+        if let Ok(m) = dax.plane().unwrap().map_target().file.metadata() {
+            use std::os::unix::fs::MetadataExt;
+            let (major, minor) = (rustix::fs::major(m.dev()), rustix::fs::minor(m.dev()));
+            let knob = format!("/sys/class/bdi/{major}:{minor}/strict_limit");
+            // Older kernels have no knob: the counts below may then flake.
+            let _ = std::fs::write(knob, "0");
+        }
         let fs = PassthroughFs::new(share.path(), CacheMode::Never).unwrap();
         let metrics = Arc::new(VmMetrics::new("t"));
         let coherence: Arc<dyn Coherence> = dax.clone();
         let fs = TimedFs::new(fs, shared.clone(), metrics, Some(coherence));
         Some(Rig {
+            _one: one,
             fs,
             dax,
             shared,
@@ -1111,21 +1144,22 @@ mod tests {
     fn a_punched_range_leaves_the_windows_unwritten_and_never_comes_back() {
         let Some(r) = rig() else { return };
         let f = r.file("f", 4, 0xaa, libc::O_RDWR);
+        let before = r.programs();
         for p in 0..4 {
             f.map.store(p, 0xbb);
         }
-        let before = r.programs();
         r.fs.fallocate(&C, punch(&f, P, 2 * P)).unwrap();
-        // Pages 1 and 2 were dropped unwritten: the host has the hole, and
-        // no program was charged; pages 0 and 3 are still only in the pool.
-        assert_eq!(r.host_pages("f", 4), [0xaa, 0, 0, 0xaa]);
-        assert_eq!(r.programs(), before);
+        // Pages 1 and 2 were dropped unwritten: the host has the hole.
+        // (Pages 0 and 3 may have been written back with them when the
+        // page cache holds the four in one large folio: they keep bytes.)
+        assert_eq!(r.host_pages("f", 4)[1..3], [0, 0]);
         // A load traps and reads the hole; the other pages keep the stores.
         assert_eq!(
             (f.map.load(0), f.map.load(1), f.map.load(3)),
             (0xbb, 0, 0xbb)
         );
-        // A write-back now brings back nothing of the punched range.
+        // A write-back now brings back nothing of the punched range, and
+        // only pages 0 and 3 were ever programmed.
         r.dax.sync_file_range(f.key, 0, u64::MAX).unwrap();
         assert_eq!(r.host_pages("f", 4), [0xbb, 0, 0, 0xbb]);
         assert_eq!(r.programs(), before + 2);
@@ -1138,10 +1172,10 @@ mod tests {
         // Read-only handle: the host refuses the punch (EBADF) after the
         // pool pages were dropped.
         let f = r.file("f", 4, 0xaa, libc::O_RDONLY);
+        let before = r.programs();
         for p in 0..4 {
             f.map.store(p, 0xcc);
         }
-        let before = r.programs();
         let e = r.fs.fallocate(&C, punch(&f, 0, 4 * P)).unwrap_err();
         assert_eq!(e, rustix::io::Errno::BADF);
         assert_eq!(r.host_pages("f", 4), [0xcc; 4], "the stores survive");
@@ -1157,10 +1191,10 @@ mod tests {
     fn a_truncation_down_writes_back_only_the_page_that_keeps_bytes() {
         let Some(r) = rig() else { return };
         let f = r.file("f", 8, 0xaa, libc::O_RDWR);
+        let before = r.programs();
         for p in 0..8 {
             f.map.store(p, 0xdd);
         }
-        let before = r.programs();
         let attr = SetattrIn {
             valid: fattr::SIZE,
             size: P + 10,
@@ -1168,14 +1202,11 @@ mod tests {
         };
         r.fs.setattr(&C, f.nodeid, &attr).unwrap();
         // Page 1 (the new end) was written back; 2..8 dropped unwritten.
-        assert_eq!(r.programs(), before + 1);
         let host = std::fs::read(r.share.path().join("f")).unwrap();
         assert_eq!(host.len() as u64, P + 10);
-        assert!(
-            host[..P as usize].iter().all(|&b| b == 0xaa),
-            "page 0 not yet"
-        );
         assert!(host[P as usize..].iter().all(|&b| b == 0xdd));
+        // Page 0 too once synced (or already, in a large folio with page
+        // 1); pages 2..8 were never programmed.
         r.dax.sync_file_range(f.key, 0, u64::MAX).unwrap();
         assert_eq!(r.programs(), before + 2);
         assert_eq!(r.host_pages("f", 1), [0xdd]);

@@ -351,12 +351,15 @@ impl FallocKind {
 }
 
 /// Drops the pool's pages of file bytes `[start, end)` of `key` before a
-/// change destroys those bytes: the pages the range covers in part keep
-/// bytes outside it and are written back and dropped; the whole pages are
-/// discarded unwritten. Call it under the file's change guard.
+/// change destroys those bytes: the whole pages are discarded unwritten;
+/// the pages the range covers in part keep bytes outside it and are
+/// written back and dropped — after the discard has marked the whole ones,
+/// so that a large folio laundered with an edge page holds their bytes
+/// too. Call it under the file's change guard.
 fn discard_range<'c>(c: &'c dyn Coherence, key: FileKey, start: u64, end: u64) -> Discard<'c> {
     let first_whole = start.div_ceil(PAGE).saturating_mul(PAGE);
     let end_whole = end / PAGE * PAGE;
+    let discard = Discard::start(c, key, first_whole, end_whole.saturating_sub(first_whole));
     if start % PAGE != 0 {
         c.evict_file_range(key, start, 1);
     }
@@ -364,7 +367,7 @@ fn discard_range<'c>(c: &'c dyn Coherence, key: FileKey, start: u64, end: u64) -
         // Not the head page again (a range inside one page).
         c.evict_file_range(key, end_whole, 1);
     }
-    Discard::start(c, key, first_whole, end_whole.saturating_sub(first_whole))
+    discard
 }
 
 /// Methods the timing layer passes to the wrapped filesystem unchanged.
@@ -914,9 +917,9 @@ mod tests {
             taken(&l),
             [
                 "guard 5".to_string(),
+                format!("discard 5 {P} {}", 2 * P),
                 "evict 5 100 1".into(),
                 format!("evict 5 {} 1", 3 * P),
-                format!("discard 5 {P} {}", 2 * P),
                 format!("fallocate 5 100 {} {PUNCH:#x}", 3 * P),
                 "end 1 restore=false".into(),
             ]
@@ -1124,8 +1127,8 @@ mod tests {
             taken(&l),
             [
                 "guard 5".to_string(),
-                format!("evict 5 {} 1", P + 10),
                 format!("discard 5 {} {}", 2 * P, EXTENT_SIZE - 2 * P),
+                format!("evict 5 {} 1", P + 10),
                 format!("setattr 5 {}", P + 10),
                 "end 1 restore=false".into(),
             ]
