@@ -15,6 +15,8 @@
 //!   all checked against a shadow copy) on a DAX mount whose device cache
 //!   (1 MiB) is far smaller than the file (up to 8 MiB), so pages are evicted
 //!   and refault all the time; no operation may be turned off as unsupported.
+//!   Then `cxlfs-fsx --self-test-corrupt` on the same mount must fail: its
+//!   checks do catch a byte changed behind its back.
 //! * `locks_between_two_vms`: POSIX locks across VMs on one daemon: VM1 sees
 //!   VM0's write lock (F_GETLK, F_SETLK = EAGAIN) and its F_SETLKW waits until
 //!   VM0 lets go.
@@ -62,7 +64,9 @@ fn check_guest(run: &GuestRun, d: &Daemon, t: Instant) {
     assert!(run.serial.contains("guest-done"), "{}", run.describe());
 }
 
-/// fsx operations in `fsx_dax_small_cache` (`CXLFS_FSX_OPS` overrides).
+/// fsx operations in `fsx_dax_small_cache` (`CXLFS_FSX_OPS` overrides;
+/// `CXLFS_FSX_SEED` sets the seed, default 1). 50 000 took 44-64 s in the
+/// guest (TCG, 2 host cores), so the full count fits well inside the budget.
 const FSX_OPS: u64 = 50_000;
 const FSX_MAXLEN: u64 = 8 << 20;
 
@@ -74,6 +78,10 @@ fn fsx_dax_small_cache() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(FSX_OPS);
+    let seed: u64 = std::env::var("CXLFS_FSX_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
     let mut d = Daemon::start(
         &["vm0"],
         &[
@@ -90,12 +98,18 @@ fn fsx_dax_small_cache() {
         r#"{GUEST_PRELUDE}
 grep ' /mnt virtiofs ' /proc/mounts | grep -q dax=always || {{ echo "not a DAX mount"; cat /proc/mounts; exit 1; }}
 rc=0
-cxlfs-fsx -N {ops} -l {FSX_MAXLEN} /mnt/fsx.bin >/tmp/fsx.out 2>/tmp/fsx.err || rc=$?
+cxlfs-fsx -N {ops} -S {seed} -l {FSX_MAXLEN} /mnt/fsx.bin >/tmp/fsx.out 2>/tmp/fsx.err || rc=$?
 tail -n 60 /tmp/fsx.err
 cat /tmp/fsx.out
 cat /tmp/fsx.out /tmp/fsx.err >/mnt/.cxlfs/fsx.log || true
 echo "FSX-RC=$rc"
 [ "$rc" = 0 ] || exit "$rc"
+# The checker itself: a byte changed behind fsx's back must fail the run.
+rc=0
+cxlfs-fsx -N 2000 -l 1048576 --self-test-corrupt /mnt/fsx-corrupt.bin >/tmp/st.out 2>/tmp/st.err || rc=$?
+grep -m1 MISMATCH /tmp/st.err || true
+echo "SELF-TEST-RC=$rc"
+[ "$rc" = 1 ] && grep -q MISMATCH /tmp/st.err || {{ tail -n 40 /tmp/st.err; echo "fsx missed a corrupted byte"; exit 1; }}
 echo guest-done
 "#
     ));
@@ -103,6 +117,7 @@ echo guest-done
     opts.timeout = Duration::from_secs(900);
     let run = d.boot("vm0", &opts).wait();
     check_guest(&run, &d, t);
+    assert!(run.serial.contains("SELF-TEST-RC=1"), "{}", run.describe());
     let summary = fsx_summary(&run.serial)
         .unwrap_or_else(|| panic!("no cxlfs-fsx summary line\n{}", run.describe()));
     eprintln!("fsx summary: {summary:?}");
