@@ -15,7 +15,7 @@ use cxlfsd::abi::{
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
-fn wire<T: Copy>(f: impl FnOnce(&mut Vec<u8>), tail: &[&[u8]]) -> Vec<u8> {
+fn wire(f: impl FnOnce(&mut Vec<u8>), tail: &[&[u8]]) -> Vec<u8> {
     let mut b = Vec::new();
     f(&mut b);
     for t in tail {
@@ -38,7 +38,7 @@ fn create(g: &mut Guest, name: &str) -> (u64, u64) {
         umask: 0o022,
         open_flags: 0,
     };
-    let args = wire::<CreateIn>(|b| c.encode(b), &[&z(name)]);
+    let args = wire(|b| c.encode(b), &[&z(name)]);
     let (h, out, _) = g.call(opcode::CREATE, abi::ROOT_ID, &args);
     assert_eq!(h.error, 0, "create {name}");
     let nodeid = u64::from_le_bytes(out[0..8].try_into().unwrap());
@@ -48,7 +48,7 @@ fn create(g: &mut Guest, name: &str) -> (u64, u64) {
 }
 
 fn link(g: &mut Guest, target: u64, name: &[u8]) -> i32 {
-    let mut args = wire::<LinkIn>(|b| LinkIn { oldnodeid: target }.encode(b), &[name]);
+    let mut args = wire(|b| LinkIn { oldnodeid: target }.encode(b), &[name]);
     args.push(0);
     g.call(opcode::LINK, abi::ROOT_ID, &args).0.error
 }
@@ -58,7 +58,7 @@ fn setxattr(g: &mut Guest, nodeid: u64, name: &[u8], value: &[u8], claimed: u32)
         size: claimed,
         flags: 0,
     };
-    let args = wire::<SetxattrIn>(|b| s.encode(b), &[name, b"\0", value]);
+    let args = wire(|b| s.encode(b), &[name, b"\0", value]);
     g.call(opcode::SETXATTR, nodeid, &args).0.error
 }
 
@@ -70,13 +70,9 @@ fn fallocate(g: &mut Guest, nodeid: u64, fh: u64, offset: u64, length: u64, mode
         mode: mode as u32,
         padding: 0,
     };
-    g.call(
-        opcode::FALLOCATE,
-        nodeid,
-        &wire::<FallocateIn>(|b| f.encode(b), &[]),
-    )
-    .0
-    .error
+    g.call(opcode::FALLOCATE, nodeid, &wire(|b| f.encode(b), &[]))
+        .0
+        .error
 }
 
 fn lk(fh: u64, owner: u64, typ: i32, start: u64, end: u64) -> Vec<u8> {
@@ -92,7 +88,7 @@ fn lk(fh: u64, owner: u64, typ: i32, start: u64, end: u64) -> Vec<u8> {
         lk_flags: 0,
         padding: 0,
     };
-    wire::<LkIn>(|b| l.encode(b), &[])
+    wire(|b| l.encode(b), &[])
 }
 
 const EOF: u64 = i64::MAX as u64;
@@ -118,7 +114,7 @@ fn operations_decode_their_arguments_and_refuse_bad_ones() {
     assert_eq!(link(&mut a, abi::ROOT_ID, b"root"), -libc::EPERM);
     assert_eq!(link(&mut a, 999_999, b"x"), -libc::EBADF);
     // A name without its NUL is a malformed request.
-    let args = wire::<LinkIn>(|b| LinkIn { oldnodeid: f }.encode(b), &[b"noterm"]);
+    let args = wire(|b| LinkIn { oldnodeid: f }.encode(b), &[b"noterm"]);
     assert_eq!(
         a.call(opcode::LINK, abi::ROOT_ID, &args).0.error,
         -libc::EINVAL
@@ -131,7 +127,7 @@ fn operations_decode_their_arguments_and_refuse_bad_ones() {
         umask: 0o022,
         padding: 0,
     };
-    let args = wire::<MknodIn>(|b| m.encode(b), &[&z("fifo")]);
+    let args = wire(|b| m.encode(b), &[&z("fifo")]);
     assert_eq!(a.call(opcode::MKNOD, abi::ROOT_ID, &args).0.error, 0);
     let st = std::fs::symlink_metadata(share.path().join("fifo")).unwrap();
     assert_eq!(st.mode() & libc::S_IFMT, libc::S_IFIFO);
@@ -140,7 +136,7 @@ fn operations_decode_their_arguments_and_refuse_bad_ones() {
         mode: 0o170000,
         ..m
     };
-    let args = wire::<MknodIn>(|b| bad.encode(b), &[&z("bad")]);
+    let args = wire(|b| bad.encode(b), &[&z("bad")]);
     assert_eq!(
         a.call(opcode::MKNOD, abi::ROOT_ID, &args).0.error,
         -libc::EINVAL
@@ -152,7 +148,7 @@ fn operations_decode_their_arguments_and_refuse_bad_ones() {
         size: 0,
         padding: 0,
     };
-    let args = wire::<GetxattrIn>(|b| g.encode(b), &[&z("user.k")]);
+    let args = wire(|b| g.encode(b), &[&z("user.k")]);
     let (h, out, _) = a.call(opcode::GETXATTR, f, &args);
     assert_eq!(
         (h.error, u32::from_le_bytes(out[0..4].try_into().unwrap())),
@@ -162,7 +158,7 @@ fn operations_decode_their_arguments_and_refuse_bad_ones() {
         size: 64,
         padding: 0,
     };
-    let args = wire::<GetxattrIn>(|b| g.encode(b), &[&z("user.k")]);
+    let args = wire(|b| g.encode(b), &[&z("user.k")]);
     let (h, out, _) = a.call(opcode::GETXATTR, f, &args);
     assert_eq!((h.error, out.as_slice()), (0, &b"value"[..]));
     assert_eq!(setxattr(&mut a, f, b"user.k", b"v", 1 << 20), -libc::E2BIG);
@@ -198,7 +194,7 @@ fn operations_decode_their_arguments_and_refuse_bad_ones() {
             whence: whence as u32,
             padding: 0,
         };
-        let (h, out, _) = g.call(opcode::LSEEK, f, &wire::<LseekIn>(|b| l.encode(b), &[]));
+        let (h, out, _) = g.call(opcode::LSEEK, f, &wire(|b| l.encode(b), &[]));
         (
             h.error,
             out.get(0..8)
@@ -226,11 +222,7 @@ fn operations_decode_their_arguments_and_refuse_bad_ones() {
             len,
             flags,
         };
-        let (h, out, _) = g.call(
-            opcode::COPY_FILE_RANGE,
-            f,
-            &wire::<CopyFileRangeIn>(|b| c.encode(b), &[]),
-        );
+        let (h, out, _) = g.call(opcode::COPY_FILE_RANGE, f, &wire(|b| c.encode(b), &[]));
         (
             h.error,
             out.get(0..4)
@@ -320,7 +312,7 @@ fn locks_conflict_between_vms_and_setlkw_waits_off_the_queue() {
     let req = a.request_bytes(opcode::SETLKW, na, &lk(fa, 1, libc::F_WRLCK, 0, EOF));
     let unique = u64::from_le_bytes(req[8..16].try_into().unwrap());
     let (wait_head, wait_rep) = a.send(&req, 4096);
-    let i = wire::<InterruptIn>(|b| InterruptIn { unique }.encode(b), &[]);
+    let i = wire(|b| InterruptIn { unique }.encode(b), &[]);
     let ireq = a.request_bytes(opcode::INTERRUPT, 0, &i);
     a.submit_only(&ireq);
     let (id, len) = a
