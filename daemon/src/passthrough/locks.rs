@@ -7,8 +7,9 @@
 //! locks merge and split among themselves and conflict with every other
 //! owner's, in this VM or another. FLUSH (a close in the guest) closes the
 //! owner's description, which drops its POSIX locks on that file as
-//! `close(2)` does; RELEASE with `FLOCK_UNLOCK` does the same for a flock;
-//! the session's end drops them all.
+//! `close(2)` does; RELEASE drops what was first locked through its handle
+//! (a flock, or a guest OFD lock, whose owner is the guest file); the
+//! session's end drops them all.
 //!
 //! Not kept: deadlock detection (`EDEADLK`; OFD locks have none), and the
 //! holder's pid across VMs (GETLK reports the holder's guest pid only when
@@ -46,6 +47,9 @@ pub struct LockFd {
     file: File,
     /// The guest pid that last locked through it.
     pid: AtomicU32,
+    /// The guest handle it was first used through: an OFD lock's owner is
+    /// that very guest file, so the description goes when the handle does.
+    via_fh: u64,
 }
 
 /// The lock owners of one session.
@@ -81,6 +85,7 @@ impl LockTable {
         let fd = Arc::new(LockFd {
             file: open()?,
             pid: AtomicU32::new(pid),
+            via_fh: req.fh,
         });
         let mut owners = self.lock();
         if owners.len() >= MAX_LOCK_OWNERS {
@@ -92,6 +97,15 @@ impl LockTable {
     /// Drops an owner's description (and with it every lock it holds).
     pub fn drop_owner(&self, file: FileKey, owner: u64, flock: bool) {
         self.lock().remove(&OwnerKey { file, owner, flock });
+    }
+
+    /// RELEASE of guest handle `fh`: the descriptions first used through
+    /// it go. A POSIX owner's are gone already (its close sent FLUSH); an
+    /// OFD lock's owner is the guest file itself, whose last close is this
+    /// RELEASE (the guest keeps no record of remote locks, so it sends no
+    /// unlock of its own).
+    pub fn drop_handle(&self, fh: u64) {
+        self.lock().retain(|_, fd| fd.via_fh != fh);
     }
 
     /// Forgets every owner (the session ends): their locks go.
@@ -278,6 +292,21 @@ mod tests {
         drop(fa);
         try_lock(&fb, &b).unwrap();
         assert_eq!(table.len(), 1);
+        // So does the release of the handle it was taken through.
+        let c = LockRequest {
+            fh: 9,
+            ..req(3, libc::F_RDLCK, 200, 299)
+        };
+        let fc = table.fd_for(key(), &c, 300, open).unwrap();
+        try_lock(&fc, &c).unwrap();
+        assert_eq!(
+            try_lock(&fb, &req(2, libc::F_WRLCK, 200, 299)),
+            Err(Errno::AGAIN)
+        );
+        drop(fc);
+        table.drop_handle(9);
+        assert_eq!(table.len(), 1);
+        try_lock(&fb, &req(2, libc::F_WRLCK, 200, 299)).unwrap();
         table.clear();
         assert!(table.is_empty());
     }

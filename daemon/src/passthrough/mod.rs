@@ -629,6 +629,21 @@ impl PassthroughFs {
         if valid & fattr::KILL_SUIDGID != 0 && valid & fattr::MODE == 0 {
             self.kill_suidgid(&inode)?;
         }
+        // Under HANDLE_KILLPRIV_V2 the guest's `chown(f, -1, -1)` arrives
+        // as a SETATTR of the change time alone (its kill-suid part is left
+        // to the server): the host's own chown(-1, -1) does exactly what the
+        // kernel does there (ctime, S_ISUID, S_ISGID when group-executable).
+        let others =
+            fattr::MODE | fattr::UID | fattr::GID | fattr::SIZE | fattr::ATIME | fattr::MTIME;
+        if valid & fattr::CTIME != 0 && valid & others == 0 {
+            rustix::fs::chownat(
+                &inode.fd,
+                "",
+                None,
+                None,
+                AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+            )?;
+        }
         let t = |set: bool, now: bool, (s, ns): (u64, u32)| -> Timespec {
             let tv_nsec = if !set {
                 UTIME_OMIT
@@ -985,6 +1000,9 @@ impl FileSystem for PassthroughFs {
     }
 
     fn release(&self, _ctx: &Context, _nodeid: u64, fh: u64) {
+        // OFD locks the guest took through this file end with it (the
+        // guest keeps no record of remote locks, so it sends no unlock).
+        self.locks.drop_handle(fh);
         lock(&self.tables).handles.remove(&fh);
     }
 
@@ -1129,13 +1147,15 @@ impl FileSystem for PassthroughFs {
         Ok(Timed::now(Xattr::Data(buf)))
     }
 
-    fn listxattr(&self, _ctx: &Context, nodeid: u64, size: u32) -> FsResult<Xattr> {
+    fn listxattr(&self, ctx: &Context, nodeid: u64, size: u32) -> FsResult<Xattr> {
         let inode = self.inode(nodeid)?;
         // The whole host list (bounded by the kernel's XATTR_LIST_MAX),
         // then the guest's view of it.
         let mut buf = vec![0u8; crate::server::XATTR_SIZE_MAX as usize];
         let n = rustix::fs::listxattr(Self::proc_path(&inode).as_str(), &mut buf[..])?;
-        let list = self.xattr_map().list_to_guest(&buf[..n]);
+        // `trusted.*` names are listed to a privileged caller only, as the
+        // guest's own file systems do (guest root stands for CAP_SYS_ADMIN).
+        let list = self.xattr_map().list_to_guest(&buf[..n], ctx.uid == 0);
         let len = u32::try_from(list.len()).map_err(|_| Errno::TOOBIG)?;
         Ok(Timed::now(match size {
             0 => Xattr::Size(len),
@@ -1793,5 +1813,24 @@ mod tests {
             Errno::INVAL
         );
         v(fs.syncfs(&C, abi::ROOT_ID)).unwrap();
+    }
+
+    #[test]
+    fn a_ctime_only_setattr_is_the_guests_chown_minus_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = fs(dir.path());
+        let (e, _) = create(&fs, abi::ROOT_ID, b"f", libc::O_RDWR as u32).unwrap();
+        let chmod = SetattrIn {
+            valid: fattr::MODE,
+            mode: 0o4755,
+            ..SetattrIn::default()
+        };
+        v(fs.setattr(&C, e.nodeid, &chmod)).unwrap();
+        let ctime_only = SetattrIn {
+            valid: fattr::CTIME,
+            ..SetattrIn::default()
+        };
+        let a = v(fs.setattr(&C, e.nodeid, &ctime_only)).unwrap();
+        assert_eq!(a.attr.mode & 0o7777, 0o755, "S_ISUID goes, as on the host");
     }
 }

@@ -17,9 +17,13 @@
 //! | any other `system.*` or namespace | `EOPNOTSUPP` |
 //!
 //! LISTXATTR maps back and hides what a guest could not have set (the
-//! host's own `trusted.*` / `security.*`). The host rules still apply: Linux
-//! allows `user.*` only on regular files and directories, so a `security.*`
-//! attribute on a guest symlink or FIFO gets `EPERM`, as `user.*` would.
+//! host's own `trusted.*` / `security.*`), and `trusted.*` from callers
+//! other than guest root. Linux allows `user.*` only on regular files and
+//! directories, so a guest's `trusted.*` / `security.*` attribute on a
+//! symlink, FIFO, socket or device node gets EPERM where ext4 would take
+//! it (virtiofsd's `user.virtiofs.` map has the same limit; the
+//! `trusted.virtiofs.` alternative needs CAP_SYS_ADMIN, which the daemon
+//! drops).
 
 use std::borrow::Cow;
 
@@ -75,11 +79,13 @@ impl XattrMap {
         None
     }
 
-    /// A host LISTXATTR list (NUL-terminated names) as the guest sees it.
-    pub fn list_to_guest(&self, host: &[u8]) -> Vec<u8> {
+    /// A host LISTXATTR list (NUL-terminated names) as the guest sees it;
+    /// `trusted.*` only for a `privileged` caller.
+    pub fn list_to_guest(&self, host: &[u8], privileged: bool) -> Vec<u8> {
         let mut out = Vec::with_capacity(host.len());
         for name in host.split(|&b| b == 0).filter(|n| !n.is_empty()) {
-            if let Some(g) = self.to_guest(name) {
+            let guest = self.to_guest(name);
+            if let Some(g) = guest.filter(|g| privileged || !g.starts_with(b"trusted.")) {
                 out.extend_from_slice(g);
                 out.push(0);
             }
@@ -131,9 +137,15 @@ mod tests {
     fn lists_map_back_and_hide_host_only_names() {
         let host = b"user.a\0user.cxlfs.security.selinux\0security.selinux\0trusted.x\0user.cxlfs.user.cxlfs.z\0";
         assert_eq!(
-            MAP.list_to_guest(host),
+            MAP.list_to_guest(host, true),
             b"user.a\0security.selinux\0user.cxlfs.z\0".to_vec()
         );
+        let with_trusted = b"user.cxlfs.trusted.t\0user.a\0";
+        assert_eq!(
+            MAP.list_to_guest(with_trusted, true),
+            b"trusted.t\0user.a\0".to_vec()
+        );
+        assert_eq!(MAP.list_to_guest(with_trusted, false), b"user.a\0".to_vec());
         for name in [&b"user.q"[..], b"trusted.q", b"security.q", b"user.cxlfs.q"] {
             let host = MAP.to_host(name).unwrap();
             assert_eq!(MAP.to_guest(&host), Some(name), "round trip");
