@@ -38,10 +38,17 @@ impl GuestIds {
     /// The host identity `ctx`'s caller acts as; `EPERM` for an id a
     /// `forbid-guest` rule refuses.
     pub fn host_creds(&self, ctx: &Context) -> Result<HostCreds, Errno> {
-        Ok(HostCreds {
+        let creds = HostCreds {
             uid: self.uids.to_host(ctx.uid).map_err(|_| Errno::PERM)?,
             gid: self.gids.to_host(ctx.gid).map_err(|_| Errno::PERM)?,
-        })
+        };
+        // (uid_t)-1 means "no change" to the set*id calls, never an
+        // identity: the guest kernel refuses such a caller (EOVERFLOW), a
+        // forged header gets the same.
+        if creds.uid == u32::MAX || creds.gid == u32::MAX {
+            return Err(Errno::OVERFLOW);
+        }
+        Ok(creds)
     }
 
     /// Host owner and group as the guest sees them.
@@ -144,6 +151,19 @@ impl Drop for CallerGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn minus_one_is_no_caller() {
+        let ids = GuestIds::default();
+        for (uid, gid) in [(u32::MAX, 0), (0, u32::MAX)] {
+            let ctx = Context {
+                uid,
+                gid,
+                ..Context::default()
+            };
+            assert_eq!(ids.host_creds(&ctx), Err(Errno::OVERFLOW));
+        }
+    }
 
     #[test]
     fn guard_switches_this_thread_only_and_back() {
