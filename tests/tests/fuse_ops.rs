@@ -325,7 +325,32 @@ fn check_host_objects(share: &Path, mode: &str) {
 
 /// One guest runs the posix suite and makes the objects; the host checks
 /// both.
-fn posix_suite(mode: &str, args: &[&str], opts: VmOptions) {
+/// A case that fails for a documented reason outside the daemon: its name
+/// starts with `case` and its detail names `errno`.
+struct Known {
+    case: &'static str,
+    errno: &'static str,
+    why: &'static str,
+}
+
+/// In every mode: Linux takes `user.*` attributes (where a guest's
+/// `trusted.*` / `security.*` live on the host) on regular files and
+/// directories only (daemon/README.md, "FUSE operations").
+const XATTR_ON_SYMLINK: Known = Known {
+    case: "xattr on a symlink",
+    errno: "EPERM",
+    why: "the host refuses user.* attributes on symlinks",
+};
+
+/// `--cache never` only: guest kernel 6.1 refuses a shared mapping of a
+/// FOPEN_DIRECT_IO file (ENODEV), as on virtiofsd `--cache=never`.
+const MMAP_DIRECT_IO: Known = Known {
+    case: "mmap ",
+    errno: "ENODEV",
+    why: "the guest kernel refuses MAP_SHARED on direct-I/O files",
+};
+
+fn posix_suite(mode: &str, args: &[&str], opts: VmOptions, known: &[Known]) {
     let _serial = exclusive();
     let t = Instant::now();
     let mut d = Daemon::start(&["vm0"], args, |_| {});
@@ -376,39 +401,69 @@ fn posix_suite(mode: &str, args: &[&str], opts: VmOptions) {
     let (passed, failed, total) = (n("passed"), n("failed"), n("total"));
     let failures: Vec<String> = v["failures"]
         .as_array()
-        .map(|a| a.iter().map(|f| f.to_string()).collect())
+        .map(|a| {
+            a.iter()
+                .map(|f| f.as_str().map_or_else(|| f.to_string(), str::to_string))
+                .collect()
+        })
         .unwrap_or_default();
     eprintln!(
         "posix suite ({mode}): passed {passed}, failed {failed}, total {total}, {:.1?}",
         t.elapsed()
     );
+    let mut unexplained = Vec::new();
     for f in &failures {
-        eprintln!("  FAILED ({mode}): {f}");
+        match known
+            .iter()
+            .find(|k| f.starts_with(k.case) && f.contains(k.errno))
+        {
+            Some(k) => eprintln!("  known difference ({mode}): {f} — {}", k.why),
+            None => {
+                eprintln!("  FAILED ({mode}): {f}");
+                unexplained.push(f.clone());
+            }
+        }
     }
     assert_eq!(
+        failures.len() as u64,
         failed,
-        0,
+        "{mode}: the JSON lists every failure"
+    );
+    assert!(
+        unexplained.is_empty(),
         "{mode}: posix cases failed:\n{}\n{}",
-        failures.join("\n"),
+        unexplained.join("\n"),
         run.describe()
     );
     assert!(
         total >= POSIX_MIN_CASES,
         "{mode}: only {total} posix cases ran (want >= {POSIX_MIN_CASES})"
     );
-    assert!(run.serial.contains("POSIX-RC=0"), "{}", run.describe());
+    if failed == 0 {
+        assert!(run.serial.contains("POSIX-RC=0"), "{}", run.describe());
+    }
     assert!(d.stop().success(), "{}", d.diagnostics());
     eprintln!("posix_suite ({mode}): {:.1?}", t.elapsed());
 }
 
 #[test]
 fn posix_suite_cache_never() {
-    posix_suite("never", &["--cache", "never"], VmOptions::default());
+    posix_suite(
+        "never",
+        &["--cache", "never"],
+        VmOptions::default(),
+        &[XATTR_ON_SYMLINK, MMAP_DIRECT_IO],
+    );
 }
 
 #[test]
 fn posix_suite_cache_auto() {
-    posix_suite("auto", &["--cache", "auto"], VmOptions::default());
+    posix_suite(
+        "auto",
+        &["--cache", "auto"],
+        VmOptions::default(),
+        &[XATTR_ON_SYMLINK],
+    );
 }
 
 #[test]
@@ -424,6 +479,7 @@ fn posix_suite_dax() {
             "nand.read_ns=5us",
         ],
         VmOptions::dax("64M"),
+        &[XATTR_ON_SYMLINK],
     );
 }
 
