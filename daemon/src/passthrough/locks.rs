@@ -260,24 +260,30 @@ mod tests {
         FileKey { dev: 1, ino: 2 }
     }
 
-    #[test]
-    fn owners_conflict_and_getlk_reports_the_range() {
+    /// A file holding `data` in a fresh directory, and how to open it again.
+    fn file_with(data: &[u8]) -> (tempfile::TempDir, impl Fn() -> Result<File, Errno>) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
-        std::fs::write(&path, b"0123456789").unwrap();
-        let table = LockTable::default();
-        let open = || {
+        std::fs::write(&path, data).unwrap();
+        let open = move || {
             File::options()
                 .read(true)
                 .write(true)
                 .open(&path)
                 .map_err(|_| Errno::IO)
         };
+        (dir, open)
+    }
+
+    #[test]
+    fn owners_conflict_and_getlk_reports_the_range() {
+        let (_dir, open) = file_with(b"0123456789");
+        let table = LockTable::default();
         let a = req(1, libc::F_WRLCK, 2, 5);
-        let fa = table.fd_for(key(), &a, 100, open).unwrap();
+        let fa = table.fd_for(key(), &a, 100, &open).unwrap();
         try_lock(&fa, &a).unwrap();
         let b = req(2, libc::F_RDLCK, 0, OFFSET_MAX);
-        let fb = table.fd_for(key(), &b, 200, open).unwrap();
+        let fb = table.fd_for(key(), &b, 200, &open).unwrap();
         assert_eq!(try_lock(&fb, &b), Err(Errno::AGAIN));
         let seen = table.test(key(), &fb, &b).unwrap();
         assert_eq!(
@@ -297,7 +303,7 @@ mod tests {
             fh: 9,
             ..req(3, libc::F_RDLCK, 200, 299)
         };
-        let fc = table.fd_for(key(), &c, 300, open).unwrap();
+        let fc = table.fd_for(key(), &c, 300, &open).unwrap();
         try_lock(&fc, &c).unwrap();
         assert_eq!(
             try_lock(&fb, &req(2, libc::F_WRLCK, 200, 299)),
@@ -332,22 +338,13 @@ mod tests {
 
     #[test]
     fn a_waiter_stops_when_told_and_takes_the_lock_when_freed() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        std::fs::write(&path, b"x").unwrap();
+        let (_dir, open) = file_with(b"x");
         let table = LockTable::default();
-        let open = || {
-            File::options()
-                .read(true)
-                .write(true)
-                .open(&path)
-                .map_err(|_| Errno::IO)
-        };
         let a = req(1, libc::F_WRLCK, 0, OFFSET_MAX);
-        let fa = table.fd_for(key(), &a, 1, open).unwrap();
+        let fa = table.fd_for(key(), &a, 1, &open).unwrap();
         try_lock(&fa, &a).unwrap();
         let b = req(2, libc::F_WRLCK, 0, OFFSET_MAX);
-        let fb = table.fd_for(key(), &b, 2, open).unwrap();
+        let fb = table.fd_for(key(), &b, 2, &open).unwrap();
         let stopped = || true;
         assert_eq!(waiter(fb.clone(), b)(&stopped), Err(Errno::INTR));
         let w = waiter(fb, b);

@@ -519,6 +519,20 @@ impl PassthroughFs {
         Ok(File::from(fd))
     }
 
+    /// A file just created and opened (CREATE, TMPFILE): its inode
+    /// registered through an `O_PATH` fd of its own, and a handle.
+    fn register_opened(&self, file: File) -> Result<(EntryOut, u64), Errno> {
+        let path_fd = rustix::fs::openat(
+            &self.proc_self_fd,
+            DecInt::from_fd(&file),
+            OFlags::PATH | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let (inode, st) = self.register(path_fd)?;
+        let entry = self.entry(&inode, &st);
+        Ok((entry, self.add_handle(inode, file)))
+    }
+
     fn add_handle(&self, inode: Arc<Inode>, file: File) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         lock(&self.tables).handles.insert(
@@ -941,18 +955,7 @@ impl FileSystem for PassthroughFs {
                 .and_then(|fd| self.restore_mode(&fd, mode).map(|()| fd))
         };
         let (entry, fh) = match created {
-            Ok(fd) => {
-                let file = File::from(fd);
-                let path_fd = rustix::fs::openat(
-                    &self.proc_self_fd,
-                    DecInt::from_fd(&file),
-                    OFlags::PATH | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )?;
-                let (inode, st) = self.register(path_fd)?;
-                let entry = self.entry(&inode, &st);
-                (entry, self.add_handle(inode, file))
-            }
+            Ok(fd) => self.register_opened(File::from(fd))?,
             Err(Errno::EXIST) if how.flags & libc::O_EXCL as u32 == 0 => {
                 let entry = self.lookup(ctx, at.parent, name)?.value;
                 let opened = self
@@ -1118,16 +1121,7 @@ impl FileSystem for PassthroughFs {
             rustix::fs::openat(&dir.fd, ".", oflags, mode)
                 .and_then(|fd| self.restore_mode(&fd, mode).map(|()| fd))?
         };
-        let file = File::from(fd);
-        let path_fd = rustix::fs::openat(
-            &self.proc_self_fd,
-            DecInt::from_fd(&file),
-            OFlags::PATH | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        let (inode, st) = self.register(path_fd)?;
-        let entry = self.entry(&inode, &st);
-        let fh = self.add_handle(inode, file);
+        let (entry, fh) = self.register_opened(File::from(fd))?;
         let open_flags = self.cache.file_open_flags();
         Ok(Timed::now((entry, Opened { fh, open_flags })))
     }
