@@ -9,17 +9,15 @@
 //! flat array; free slots form per-set intrusive stacks. Pinned slots are
 //! hidden from the policy, so it never picks one as a victim.
 //!
-//! Ghosts: the page table also holds the policies' ghost FIFOs (see
+//! Ghosts: the page table also points into the policies' ghost FIFOs (see
 //! [`crate::policy`]). An entry is 0 (unknown page), `slot + 1` (resident),
-//! or `capacity + n` for a page that was the `n`-th remembered victim of its
-//! set; it is a ghost while `n` is among the set's last `ghost_capacity`
-//! numbers. Pushed-out ghosts are never cleaned up, they just age out of the
-//! window, so a ghost costs no memory access beyond the table entry that the
-//! eviction and the look-up touch anyway. Numbers wrap after about 2^32 −
-//! capacity remembered victims per set; an entry left untouched exactly that
-//! long aliases back into the window (harmless and deterministic).
+//! or `capacity + 1 + n` for a page held by node `n` of the ghost pool.
+//! A page pushed out of a full ghost FIFO keeps its entry (clearing it would
+//! cost a random write per eviction); the look-up asks the pool whether
+//! node `n` still holds that page, so a stale entry reads as unknown.
 
 use crate::config::{CacheConfig, PolicyKind, PolicyParams};
+use crate::policy::ghost::{self, GhostQueues};
 use crate::policy::{EvictionPolicy, Policy};
 use crate::slot::prefetch_read;
 pub use crate::slot::SlotId;
@@ -202,7 +200,7 @@ pub struct Cache {
     set_mask: Option<u64>,
     /// `slot >> shift` is the set when `ways` is a power of two.
     ways_shift: Option<u32>,
-    /// Page → 0, slot + 1 or `capacity` + ghost number (see the module docs).
+    /// Page → 0, slot + 1 or `capacity + 1` + ghost node (see the module docs).
     table: PageMap,
     slots: Vec<Slot>,
     /// `F_*` bits per slot (0: free).
@@ -212,13 +210,9 @@ pub struct Cache {
     /// First free slot of each set.
     free_head: Vec<u32>,
     policy: Policy,
-    /// Ghost FIFO length per set in use (the policy's wish, capped so that
-    /// the numbering window fits [`Cache::ghost_span`]).
-    ghost_capacity: u32,
-    /// Ghost numbers run `1..=ghost_span` (`u32::MAX - capacity`).
-    ghost_span: u32,
-    /// Per set: the last ghost number handed out (0: none yet).
-    ghost_last: Vec<u32>,
+    /// The ghost FIFOs, as many entries per set as the policy asks for
+    /// (capped so that node numbers fit the page-table entries).
+    ghosts: GhostQueues,
     resident: u64,
     pinned: u64,
     dirty: u64,
@@ -262,7 +256,7 @@ impl Cache {
             .collect();
 
         let policy = Policy::new(cfg.policy, &cfg.params, sets, ways);
-        let ghost_span = u32::MAX - capacity;
+        let ghosts = GhostQueues::new(sets, Self::ghosts_per_set(&policy, sets, capacity));
         Cache {
             sets,
             ways,
@@ -273,9 +267,7 @@ impl Cache {
             flags: vec![0; capacity as usize],
             free_next,
             free_head,
-            ghost_capacity: policy.ghost_capacity().min(ghost_span / 2),
-            ghost_span,
-            ghost_last: vec![0; sets as usize],
+            ghosts,
             policy,
             resident: 0,
             pinned: 0,
@@ -364,9 +356,20 @@ impl Cache {
             };
         }
         let set = self.set_of(page);
-        // Before evicting, as libCacheSim does.
-        let from_ghost = self.is_ghost(set, entry);
         let head = self.free_head[set as usize];
+        if head == NONE && self.policy.tracked(set) == 0 {
+            // Every way pinned: the page is not placed and its ghost stays.
+            return Insert::SetFullyPinned;
+        }
+        // A ghost hit removes the ghost before the eviction that makes room
+        // (which may push a new one), as libCacheSim's find-then-evict does.
+        let from_ghost = match self.ghost_node(page, entry) {
+            Some(node) => {
+                self.ghosts.remove(set, node);
+                true
+            }
+            None => false,
+        };
         let (slot, evicted) = if head != NONE {
             self.free_head[set as usize] = self.free_next[head as usize];
             (head, None)
@@ -375,7 +378,8 @@ impl Cache {
                 return Insert::SetFullyPinned;
             };
             let ghost = if victim.remember {
-                self.next_ghost(set)
+                let page = self.slots[victim.slot as usize].page;
+                self.push_ghost(set, page)
             } else {
                 0
             };
@@ -417,36 +421,37 @@ impl Cache {
         }
     }
 
-    /// Is a page of `set` whose table entry is `entry` in the set's ghost FIFO?
-    #[inline]
-    fn is_ghost(&self, set: u32, entry: u32) -> bool {
-        let capacity = self.slots.len() as u32;
-        if self.ghost_capacity == 0 || entry <= capacity {
-            return false;
-        }
-        let n = entry - capacity;
-        let last = self.ghost_last[set as usize];
-        let behind = if last >= n {
-            last - n
-        } else {
-            last + (self.ghost_span - n)
-        };
-        behind < self.ghost_capacity
+    /// Ghost nodes per set for `policy`: its wish, capped so that every node
+    /// number fits a page-table entry above the slots.
+    fn ghosts_per_set(policy: &Policy, sets: u32, capacity: u32) -> u32 {
+        let room = (u64::from(u32::MAX - 1 - capacity)).min(ghost::MAX_NODES) / u64::from(sets);
+        // `room / sets` fits a u32 because `room` does.
+        policy.ghost_capacity().min(room as u32)
     }
 
-    /// Hands out the next ghost number of `set`; returns the table entry for it.
+    /// The ghost node holding `page`, whose table entry is `entry`, if any.
     #[inline]
-    fn next_ghost(&mut self, set: u32) -> u32 {
-        if self.ghost_capacity == 0 {
+    fn ghost_node(&self, page: u64, entry: u32) -> Option<u32> {
+        let node = entry.checked_sub(self.slots.len() as u32 + 1)?;
+        self.ghosts.holds(node, page).then_some(node)
+    }
+
+    /// Remembers `page` (a victim of `set`) in the set's ghost FIFO; returns
+    /// its page-table entry (0 when the policy keeps no ghosts).
+    #[inline]
+    fn push_ghost(&mut self, set: u32, page: u64) -> u32 {
+        let Some((node, pushed_out)) = self.ghosts.push(set, page) else {
             return 0;
-        }
-        let last = &mut self.ghost_last[set as usize];
-        *last = if *last >= self.ghost_span {
-            1
-        } else {
-            *last + 1
         };
-        self.slots.len() as u32 + *last
+        let entry = self.slots.len() as u32 + 1 + node;
+        // Stale entries are harmless in the table but would pile up in the
+        // overflow map: drop those.
+        if let Some(old) = pushed_out.filter(|&p| p >= TABLE_LIMIT_PAGES) {
+            if self.table.get(old) == entry {
+                self.table.set(old, 0);
+            }
+        }
+        entry
     }
 
     /// Marks a slot dirty.
@@ -531,11 +536,12 @@ impl Cache {
     /// resident slots as fresh insertions, in the order the old policy would
     /// have evicted them (first victim first), so the new one starts with
     /// the old one's recency order as far as it can represent it. The ghost
-    /// FIFOs are kept: a policy with ghosts sees the last pages the previous
-    /// one remembered (as many as its own ghost capacity). O(capacity).
+    /// FIFOs are kept: a policy with ghosts sees the newest pages the
+    /// previous one remembered (as many as its own ghost capacity).
+    /// O(capacity + ghosts).
     pub fn set_policy(&mut self, kind: PolicyKind, params: &PolicyParams) {
         let new = Policy::new(kind, params, self.sets, self.ways);
-        self.ghost_capacity = new.ghost_capacity().min(self.ghost_span / 2);
+        let per_set = Self::ghosts_per_set(&new, self.sets, self.slots.len() as u32);
         let mut old = std::mem::replace(&mut self.policy, new);
         let mut order = Vec::with_capacity(self.ways as usize);
         for set in 0..self.sets {
@@ -545,6 +551,28 @@ impl Cache {
                 let page = self.slots[slot as usize].page;
                 self.policy.on_insert(set, slot, page, false);
             }
+        }
+        let old_ghosts = std::mem::replace(&mut self.ghosts, GhostQueues::new(self.sets, per_set));
+        if old_ghosts.nodes() == 0 {
+            return;
+        }
+        for set in 0..self.sets {
+            let entries = old_ghosts.entries(set);
+            let keep = entries.len().saturating_sub(per_set as usize);
+            for &(node, page) in &entries[..keep] {
+                self.forget_ghost_entry(page, node);
+            }
+            for &(_, page) in &entries[keep..] {
+                let entry = self.push_ghost(set, page);
+                self.table.set(page, entry);
+            }
+        }
+    }
+
+    /// Clears `page`'s table entry if it still names ghost `node`.
+    fn forget_ghost_entry(&mut self, page: u64, node: u32) {
+        if self.table.get(page) == self.slots.len() as u32 + 1 + node {
+            self.table.set(page, 0);
         }
     }
 
@@ -627,11 +655,12 @@ impl Cache {
             .map(|(i, _)| i as SlotId)
     }
 
-    /// Checks the internal invariants (for tests; O(capacity)):
+    /// Checks the internal invariants (for tests; O(capacity + ghosts)):
     /// the page table and the slots agree, the counters match the slots,
     /// every resident page sits in its set, the free lists hold exactly the
-    /// free slots, and the policy tracks exactly the resident unpinned slots
-    /// of each set. Returns what is wrong.
+    /// free slots, the policy tracks exactly the resident unpinned slots of
+    /// each set, and every ghost FIFO entry is a page of its set whose
+    /// table entry names it. Returns what is wrong.
     pub fn check_invariants(&self) -> Result<(), String> {
         let (mut resident, mut pinned, mut dirty) = (0u64, 0u64, 0u64);
         for (i, (s, &f)) in self.slots.iter().zip(&self.flags).enumerate() {
@@ -695,8 +724,18 @@ impl Cache {
                     "set {set}: policy tracks {tracked} slots, {unpinned} are resident and unpinned"
                 ));
             }
+            for (node, page) in self.ghosts.entries(set) {
+                if self.set_of(page) != set {
+                    return Err(format!("ghost page {page} sits in set {set}"));
+                }
+                if self.ghost_node(page, self.table.get(page)) != Some(node) {
+                    return Err(format!(
+                        "ghost page {page} of set {set} is not mapped to it"
+                    ));
+                }
+            }
         }
-        Ok(())
+        self.ghosts.check()
     }
 
     /// Unmaps a resident slot and clears it, leaving `entry` (0 or a ghost)
@@ -714,8 +753,6 @@ impl Cache {
         if flags & F_PINNED != 0 {
             self.pinned -= 1;
         }
-        // Ghosts of pages beyond the table would only grow the overflow map.
-        let entry = if page >= TABLE_LIMIT_PAGES { 0 } else { entry };
         self.table.set(page, entry);
         Evicted {
             page,
@@ -874,42 +911,87 @@ mod tests {
             .collect()
     }
 
+    fn is_ghost(c: &Cache, page: u64) -> bool {
+        c.ghost_node(page, c.table.get(page)).is_some()
+    }
+
     #[test]
     fn ghosts_live_in_the_page_table() {
-        // S3-FIFO, 4 ways: ghost FIFO of 3 per set.
+        // S3-FIFO, 4 ways, default ratios: S 1, M 3, G ⌊3.6⌋ = 3.
         let mut c = Cache::new(&cfg(4, 0, PolicyKind::S3Fifo), 64);
-        assert_eq!(c.ghost_capacity, 3);
+        assert_eq!(c.ghosts.capacity(), 3);
+        // 1 → S; 2 3 4 → M (S full before the first eviction); 5 6 7 each
+        // evict S's one-hit tail: 1, 5, 6 become ghosts.
         trace(&mut c, &[1, 2, 3, 4, 5, 6, 7]);
-        // 1, 2 and 3 left S as one-hit wonders: ghosts, not resident.
         assert_eq!(c.lookup(1), None);
         assert_eq!(c.remove(1), None);
-        let e = c.table.get(1);
-        assert!(e > 4 && c.is_ghost(0, e));
+        assert!(is_ghost(&c, 1) && is_ghost(&c, 5) && is_ghost(&c, 6));
+        assert!(!is_ghost(&c, 2) && !is_ghost(&c, 7) && !is_ghost(&c, 8));
         c.check_invariants().unwrap();
-        // A policy without ghosts ignores them; switching back finds the
-        // last ones, as many as the new policy keeps (2Q: 2 of 4 ways).
-        c.set_policy(PolicyKind::Fifo, &PolicyParams::default());
-        assert_eq!(c.ghost_capacity, 0);
-        assert!(!c.is_ghost(0, c.table.get(3)));
+        // A policy without ghosts has none; switching keeps the newest ones,
+        // as many as the new policy holds (2Q: 2 of 4 ways).
         c.set_policy(PolicyKind::TwoQ, &PolicyParams::default());
-        assert_eq!(c.ghost_capacity, 2);
-        let ghost = |c: &Cache, p: u64| c.is_ghost(0, c.table.get(p));
-        assert!(!ghost(&c, 1) && ghost(&c, 2) && ghost(&c, 3));
+        assert_eq!(c.ghosts.capacity(), 2);
+        assert!(!is_ghost(&c, 1) && is_ghost(&c, 5) && is_ghost(&c, 6));
+        c.check_invariants().unwrap();
+        c.set_policy(PolicyKind::Fifo, &PolicyParams::default());
+        assert_eq!(c.ghosts.capacity(), 0);
+        assert!(!is_ghost(&c, 5) && !is_ghost(&c, 6));
         c.check_invariants().unwrap();
     }
 
     #[test]
-    fn ghost_numbers_wrap() {
-        // The same sequence gives the same victims whether or not the ghost
-        // numbering wraps around in the middle of it.
-        let seq = [1, 2, 3, 4, 5, 6, 7, 8, 1, 9, 4, 10, 11, 4, 2, 12, 13, 2, 3];
-        let mut plain = Cache::new(&cfg(4, 0, PolicyKind::S3Fifo), 64);
-        let expect = trace(&mut plain, &seq);
-        for start in 1..8 {
-            let mut c = Cache::new(&cfg(4, 0, PolicyKind::S3Fifo), 64);
-            c.ghost_last[0] = c.ghost_span - start;
-            assert_eq!(trace(&mut c, &seq), expect, "start {start}");
-            c.check_invariants().unwrap();
+    fn a_ghost_hit_removes_the_entry_and_stale_entries_are_not_ghosts() {
+        let mut c = Cache::new(&cfg(4, 0, PolicyKind::S3Fifo), 64);
+        // Ghosts 1 5 6 (oldest first), as above. 1 comes back: a ghost hit,
+        // it leaves G (5 6) and enters M, evicting S's tail 7 into G
+        // (5 6 7): nothing was pushed out, since the hit made room.
+        trace(&mut c, &[1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(trace(&mut c, &[1]), vec![Some(7)]);
+        assert!(c.lookup(1).is_some());
+        let ghosts: Vec<u64> = c.ghosts.entries(0).iter().map(|&(_, p)| p).collect();
+        assert_eq!(ghosts, vec![5, 6, 7]);
+        c.check_invariants().unwrap();
+        // 8: M (1 4 3 2) is over its capacity of 3, so M's tail 2
+        // (frequency 0) goes, without a ghost.
+        assert_eq!(trace(&mut c, &[8]), vec![Some(2)]);
+        // 9 10 11: S's tail each time → G pushes out 5, 6, 7 in turn.
+        trace(&mut c, &[9, 10, 11]);
+        let ghosts: Vec<u64> = c.ghosts.entries(0).iter().map(|&(_, p)| p).collect();
+        assert_eq!(ghosts, vec![8, 9, 10]);
+        // 5's entry still names its old node, now 8's: not a ghost.
+        assert!(c.table.get(5) > 4 && !is_ghost(&c, 5));
+        c.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn ghosts_of_pages_beyond_the_table() {
+        // Pages from 2^34 up live in the overflow map; their ghosts work the
+        // same, and a page pushed out of G leaves the map.
+        let base = 1u64 << 40;
+        let mut c = Cache::new(&cfg(4, 0, PolicyKind::S3Fifo), 64);
+        let pages: Vec<u64> = (0..40).map(|i| base + i).collect();
+        trace(&mut c, &pages);
+        // 4 residents + 3 ghosts.
+        assert_eq!(c.table.overflow.len(), 7);
+        assert!(is_ghost(&c, base + 37) && !is_ghost(&c, base + 30));
+        // A ghost hit: the page comes back into M.
+        trace(&mut c, &[base + 37]);
+        assert!(c.lookup(base + 37).is_some());
+        c.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_fully_pinned_set_keeps_the_ghost() {
+        let mut c = Cache::new(&cfg(4, 0, PolicyKind::S3Fifo), 64);
+        trace(&mut c, &[1, 2, 3, 4, 5]);
+        assert!(is_ghost(&c, 1));
+        for p in [2, 3, 4, 5] {
+            let s = c.lookup(p).unwrap();
+            c.pin(s);
         }
+        assert_eq!(c.insert(1, 0, false, false), Insert::SetFullyPinned);
+        assert!(is_ghost(&c, 1));
+        c.check_invariants().unwrap();
     }
 }

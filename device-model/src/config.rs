@@ -264,6 +264,20 @@ impl DeviceConfig {
                 return Err(bad(key, format!("{v} is not within 0..=1")));
             }
         }
+        // A ghost costs 16 bytes: up to 4 per way.
+        if !(0.0..=4.0).contains(&p.s3fifo_ghost_ratio) {
+            return Err(bad(
+                "cache.params.s3fifo_ghost_ratio",
+                format!("{} is not within 0..=4", p.s3fifo_ghost_ratio),
+            ));
+        }
+        // S3-FIFO's frequency counter saturates at 127.
+        if p.s3fifo_move_to_main_threshold > 127 {
+            return Err(bad(
+                "cache.params.s3fifo_move_to_main_threshold",
+                format!("{} is above 127", p.s3fifo_move_to_main_threshold),
+            ));
+        }
         if self.prefetch.stride_pages == 0 {
             return Err(bad("prefetch.stride_pages", "must be at least 1"));
         }

@@ -125,93 +125,117 @@ fn clock_golden() {
 
 #[test]
 fn s3fifo_golden() {
-    // Capacity 4: small queue S target max(1, 0.1 * 4) = 1, ghost G capacity
-    // 3, move-to-main threshold 1. Queues written newest first.
-    //  1 2 3 4  miss → S: 4 3 2 1
-    //  1        hit: freq(1) = 1
-    //  5        |S| >= 1: tail 1 has freq 1 → to M (freq 0); tail 2 freq 0 →
-    //           evict 2, G: {2}. S: 5 4 3, M: 1
-    //  2        ghost hit (checked before evicting): evict S tail 3 → G
-    //           {2 3}; 2 → M (leaves G). S: 5 4, M: 2 1
-    //  6        evict S tail 4 → G. S: 6 5
-    //  3        ghost hit: evict S tail 5 → G; 3 → M. S: 6, M: 3 2 1
-    //  7        evict S tail 6 → G. S: 7
-    //  1        hit in M: freq(1) = 1
-    //  7        hit in S: freq(7) = 1
-    //  8        S tail 7 freq 1 → M (freq 0): M 7 3 2 1, S empty (< target)
-    //           → evict from M: tail 1 freq 1 → reinsert with 0 (M 1 7 3 2);
-    //           tail 2 freq 0 → evict 2 (no ghost: it leaves from M). S: 8
-    //  2        not a ghost (evicted from M) → S: evict S tail 8 → G. S: 2
-    //  9        evict S tail 2: it went to S, not M (M's tail would be 3)
-    let seq = [1, 2, 3, 4, 1, 5, 2, 6, 3, 7, 1, 7, 8, 2, 9];
+    // libCacheSim's S3-FIFO. Capacity 5, small ratio 0.4 and ghost ratio 0.4:
+    // S holds 2, M 3, the ghost FIFO G 2; move-to-main threshold 2 (the
+    // default: two hits while in S). Queues written newest first, G oldest
+    // first.
+    //  1 2      miss → S: 2 1
+    //  3 4 5    S is full and nothing was evicted yet → M: 5 4 3
+    //  1 1      hits in S: freq(1) = 2
+    //  6        |M| = 3 is not over 3, S not empty → S's tail 1 has freq 2
+    //           → M's head with freq 0 (M: 1 5 4 3); tail 2 has freq 0 →
+    //           evicted, G: 2. S: 6                                     E(2)
+    //  7        |M| = 4 > 3 → M's tail 3, freq 0 → evicted, no ghost.
+    //           S: 7 6                                                  E(3)
+    //  2        in G: leaves G (now empty); evict S's tail 6 → G: 6;
+    //           2 → M: 2 1 5 4                                          E(6)
+    //  8        |M| = 4 > 3 → M's tail 4 goes. S: 8 7                   E(4)
+    //  9        S's tail 7 → G: 6 7. S: 9 8                             E(7)
+    //  10       S's tail 8 → G full: 6 is pushed out, G: 7 8. S: 10 9   E(8)
+    //  6        no longer a ghost → S; S's tail 9 → G: 8 9. S: 6 10     E(9)
+    //  9        in G: leaves it (G: 8); S's tail 10 → G: 8 10;
+    //           9 → M: 9 2 1 5                                         E(10)
+    //  8        in G — the entry survived because 9 left G (with "the
+    //           last two victims" as the ghost, 8 would not be one): G:
+    //           10; |M| = 4 > 3 → M's tail 5 goes; 8 → M: 8 9 2 1       E(5)
+    //  1 1 1    hits in M: freq(1) = 3
+    //  11       |M| = 4 > 3: M's tail 1 has freq 3 → M's head with
+    //           min(3, 3) − 1 = 2 (M: 1 8 9 2); tail 2, freq 0, goes.
+    //           S: 11 6                                                 E(2)
+    //  12       |M| = 3, S's tail 6 → G: 10 6. S: 12 11                 E(6)
+    let seq = [
+        1, 2, 3, 4, 5, 1, 1, 6, 7, 2, 8, 9, 10, 6, 9, 8, 1, 1, 1, 11, 12,
+    ];
     let expect = vec![
         M,
         M,
         M,
         M,
+        M,
+        H,
         H,
         E(2),
         E(3),
-        E(4),
-        E(5),
         E(6),
-        H,
-        H,
-        E(2),
+        E(4),
+        E(7),
         E(8),
+        E(9),
+        E(10),
+        E(5),
+        H,
+        H,
+        H,
         E(2),
+        E(6),
     ];
-    assert_eq!(golden("s3fifo", 4, &seq, &[]), expect);
+    let params = [
+        "cache.params.s3fifo_small_ratio=0.4",
+        "cache.params.s3fifo_ghost_ratio=0.4",
+    ];
+    assert_eq!(golden("s3fifo", 5, &seq, &params), expect);
 }
 
 #[test]
-fn s3fifo_ghost_is_bounded() {
-    // Capacity 4 → ghost capacity 3. One-hit wonders 1..=6 are evicted from
-    // S in order; when 1 comes back, 1 2 (the two oldest of five ghosts) have
-    // been pushed out of G: 1 is a plain miss into S and is evicted by the
-    // next miss, while a ghost hit (4) lands in M and survives.
-    let seq = [1, 2, 3, 4, 5, 6, 7, 8, 1, 9, 4, 10, 11, 4];
-    // 5..8 evict 1..4 (G 2 3 4 after 4 goes, window of 3 → {2,3,4}); 1: not
-    // a ghost any more (G {2,3,4} → pushed out) → S, evicts 5 (G {3,4,5});
-    // 9 evicts 6 (G {4,5,6}); 4: ghost → M, evicts 7 (G {5,6,7}); 10 evicts
-    // 8; 11 evicts 1 (S tail, not 4 which is in M); 4 hits.
-    let expect = vec![
-        M,
-        M,
-        M,
-        M,
-        E(1),
-        E(2),
-        E(3),
-        E(4),
-        E(5),
-        E(6),
-        E(7),
-        E(8),
-        E(1),
-        H,
+fn s3fifo_threshold_one_moves_after_a_single_hit() {
+    // Capacity 5, S 2, M 3, G 2 as above, threshold 1. 1 2 → S; 3 4 5 → M;
+    // one hit on 1; 6: S's tail 1 has freq 1 ≥ 1 → M (1 5 4 3), then 2 is
+    // evicted. With the default threshold 2 the same hit is not enough: 1
+    // itself is evicted.
+    let seq = [1, 2, 3, 4, 5, 1, 6];
+    let s = [
+        "cache.params.s3fifo_small_ratio=0.4",
+        "cache.params.s3fifo_ghost_ratio=0.4",
     ];
-    assert_eq!(golden("s3fifo", 4, &seq, &[]), expect);
+    let one = [s[0], s[1], "cache.params.s3fifo_move_to_main_threshold=1"];
+    assert_eq!(
+        golden("s3fifo", 5, &seq, &one),
+        vec![M, M, M, M, M, H, E(2)]
+    );
+    assert_eq!(golden("s3fifo", 5, &seq, &s), vec![M, M, M, M, M, H, E(1)]);
 }
 
 #[test]
 fn twoq_golden() {
-    // Capacity 4: Kin = max(1, 0.25 * 4) = 1, Kout = 0.5 * 4 = 2. Lists
-    // written newest / MRU first.
+    // libCacheSim's 2Q. Capacity 4: Kin = ⌊0.25 × 4⌋ = 1, Kout = ⌊0.5 × 4⌋
+    // = 2. A1in written newest first, Am MRU first, A1out oldest first.
     //  1 2 3 4  miss → A1in: 4 3 2 1
-    //  5        |A1in| 4 > Kin: evict A1in tail 1 → A1out {1}. A1in 5 4 3 2
-    //  1        in A1out (checked before evicting): evict 2 → A1out; 1 → Am
-    //  2        in A1out: evict 3 → A1out; 2 → Am (2 1). A1in 5 4
-    //  3        in A1out: evict 4 → A1out; 3 → Am (3 2 1). A1in 5
-    //  1        hit in Am → MRU: Am 1 3 2
-    //  6        |A1in| 1 = Kin, Am not empty → evict Am LRU 2 (no ghost).
-    //           A1in 6 5
-    //  5        hit in A1in: nothing (correlated reference)
-    //  7        |A1in| 2 > Kin → evict A1in tail 5 although it was hit
-    //  4        still in A1out (entries 4 5 are the last two) → Am;
-    //           evict A1in tail 6. Am 4 1 3, A1in 7
-    //  2        not a ghost (left from Am) → A1in; |A1in| 1 → evict Am LRU 3
-    let seq = [1, 2, 3, 4, 5, 1, 2, 3, 1, 6, 5, 7, 4, 2];
+    //  5        |A1in| 4 > Kin: A1in's tail 1 → A1out: 1. A1in: 5 4 3 2 E(1)
+    //  1        in A1out: leaves it; A1in's tail 2 → A1out: 2; 1 → Am   E(2)
+    //  2        the same: 3 → A1out: 3; Am: 2 1                         E(3)
+    //  3        the same: 4 → A1out: 4; Am: 3 2 1; A1in: 5              E(4)
+    //  1        hit in Am → MRU: Am 1 3 2                               H
+    //  6        |A1in| 1 = Kin → Am's LRU 2 goes (no ghost). A1in: 6 5  E(2)
+    //  5        hit in A1in: nothing (correlated reference)             H
+    //  7        |A1in| 2 > Kin → A1in's tail 5 goes although it was hit;
+    //           A1out: 4 5. A1in: 7 6                                   E(5)
+    //  8        A1in's tail 6 → A1out full: 4 pushed out, A1out: 5 6    E(6)
+    //  5        in A1out: leaves it (A1out: 6); A1in's tail 7 → A1out:
+    //           6 7; 5 → Am: 5 1 3. A1in: 8                             E(7)
+    //  6        in A1out (A1out: 7); |A1in| = Kin → Am's LRU 3 goes;
+    //           Am: 6 5 1                                               E(3)
+    //  9        |A1in| = Kin → Am's LRU 1 goes. A1in: 9 8               E(1)
+    //  10       A1in's tail 8 → A1out: 7 8. A1in: 10 9                  E(8)
+    //  8        in A1out (A1out: 7); A1in's tail 9 → A1out: 7 9;
+    //           Am: 8 6 5                                               E(9)
+    //  7        in A1out — it survived because 8 left (with "the last two
+    //           victims" as the ghost, 8 and 9, 7 would not be one):
+    //           A1out: 9; |A1in| = Kin → Am's LRU 5 goes; Am: 7 8 6     E(5)
+    //  11       |A1in| = Kin → Am's LRU 6 goes. A1in: 11 10             E(6)
+    //  12       A1in's tail 10 → A1out: 9 10                           E(10)
+    let seq = [
+        1, 2, 3, 4, 5, 1, 2, 3, 1, 6, 5, 7, 8, 5, 6, 9, 10, 8, 7, 11, 12,
+    ];
     let expect = vec![
         M,
         M,
@@ -226,7 +250,14 @@ fn twoq_golden() {
         H,
         E(5),
         E(6),
+        E(7),
         E(3),
+        E(1),
+        E(8),
+        E(9),
+        E(5),
+        E(6),
+        E(10),
     ];
     assert_eq!(golden("2q", 4, &seq, &[]), expect);
 }
@@ -429,7 +460,7 @@ fn op(pages: u64) -> impl Strategy<Value = Op> {
 
 fn params() -> impl Strategy<Value = PolicyParams> {
     (
-        0.0..=1.0f64,
+        (0.0..=1.0f64, 0.0..=2.0f64),
         0u8..4,
         0.0..=1.0f64,
         0.0..=1.0f64,
@@ -437,8 +468,9 @@ fn params() -> impl Strategy<Value = PolicyParams> {
         0u8..9,
     )
         .prop_map(
-            |(small, thr, kin, kout, privileged, promote)| PolicyParams {
+            |((small, ghost), thr, kin, kout, privileged, promote)| PolicyParams {
                 s3fifo_small_ratio: small,
+                s3fifo_ghost_ratio: ghost,
                 s3fifo_move_to_main_threshold: thr,
                 twoq_kin_ratio: kin,
                 twoq_kout_ratio: kout,

@@ -16,13 +16,25 @@
 //! Ghost queues (S3-FIFO's G, 2Q's A1out) are a service of the cache rather
 //! than of each policy: a policy declares how many ghosts per set it wants
 //! ([`EvictionPolicy::ghost_capacity`]) and marks which victims to remember
-//! ([`Victim::remember`]); the cache keeps, per set, a FIFO of the last
-//! `ghost_capacity` remembered pages, stored in its page table (a ghost
-//! costs no extra memory access), and tells [`EvictionPolicy::on_insert`]
-//! whether the incoming page was found in it. The look-up happens before the
-//! eviction that makes room, as in libCacheSim.
+//! ([`Victim::remember`]); the cache keeps, per set, a FIFO of remembered
+//! pages of that capacity (the oldest is pushed out when a new one comes
+//! into a full FIFO), and tells [`EvictionPolicy::on_insert`] whether the
+//! incoming page was in it. Found there, the page *leaves* the FIFO, so the
+//! entries behind it stay longer: libCacheSim's ghost, a `FIFO` cache of
+//! object ids from which a hit removes the id. The look-up and the removal
+//! happen before the eviction that makes room (which may push a new ghost),
+//! as in libCacheSim. See [`ghost`] for the data structure.
+//!
+//! Against libCacheSim (object-count mode, every object of size 1) on a
+//! one-set cache, FIFO, LRU, CLOCK, S3-FIFO and 2Q give the same hit/miss
+//! sequence with matched parameters (`device-model/tests/libcachesim_golden.rs`,
+//! `device-model/bench/libcachesim-compare.py`). Where the parameters make
+//! libCacheSim's queues degenerate (an S3-FIFO small queue below 2 objects, a
+//! 2Q A1in of 0: libCacheSim then caches nothing), the queues here keep at
+//! least one way instead.
 
 mod clock;
+pub(crate) mod ghost;
 mod lfru;
 mod list;
 mod ordered;
@@ -241,9 +253,9 @@ policies! {
     Lru(Lru) = "lru", new: |sets, ways, _| Lru::new(sets, ways);
     /// CLOCK (second chance).
     Clock(Clock) = "clock", new: |sets, ways, _| Clock::new(sets, ways);
-    /// S3-FIFO: small FIFO (10 %), main FIFO, ghost FIFO, 2-bit frequency.
+    /// S3-FIFO: small FIFO (10 %), main FIFO, ghost FIFO (90 %), as libCacheSim's.
     S3Fifo(S3Fifo) = "s3fifo", new: S3Fifo::new;
-    /// Simplified 2Q: A1in FIFO, A1out ghost, Am LRU.
+    /// 2Q: A1in FIFO (25 %), A1out ghost (50 %), Am LRU, as libCacheSim's.
     TwoQ(TwoQ) = "2q" | "twoq", new: TwoQ::new;
     /// Least frequently recently used: LRU privileged + LFU unprivileged partition.
     Lfru(Lfru) = "lfru", new: Lfru::new;
@@ -323,17 +335,29 @@ impl FromStr for PolicyKind {
     }
 }
 
-/// Tuning knobs of the policies that have any.
+/// Tuning knobs of the policies that have any. Ratios are of a set's ways
+/// (of the whole cache when fully associative), rounded down as libCacheSim
+/// does; names and defaults follow libCacheSim's parameters where it has
+/// the policy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyParams {
-    /// S3-FIFO: share of each set's capacity given to the small FIFO.
+    /// S3-FIFO: share of each set's ways for the small FIFO S
+    /// (libCacheSim `small-size-ratio`, 0.10); M gets the rest.
     pub s3fifo_small_ratio: f64,
-    /// S3-FIFO: accesses (while in the small queue) needed to move to main.
+    /// S3-FIFO: ghost FIFO G entries as a share of each set's ways
+    /// (libCacheSim `ghost-size-ratio`, 0.90; at most 4).
+    #[serde(default = "default_s3fifo_ghost_ratio")]
+    pub s3fifo_ghost_ratio: f64,
+    /// S3-FIFO: hits while in S needed to move to M instead of being evicted
+    /// when S's tail comes up (libCacheSim `move-to-main-threshold`, 2; at
+    /// most 127).
     pub s3fifo_move_to_main_threshold: u8,
-    /// 2Q: share of capacity for the A1in FIFO (Kin).
+    /// 2Q: share of capacity for the A1in FIFO, Kin (libCacheSim
+    /// `Ain-size-ratio`, 0.25).
     pub twoq_kin_ratio: f64,
-    /// 2Q: ghost A1out size as a share of capacity (Kout).
+    /// 2Q: ghost A1out entries as a share of capacity, Kout (libCacheSim
+    /// `Aout-size-ratio`, 0.50).
     pub twoq_kout_ratio: f64,
     /// LFRU: share of capacity for the privileged (LRU) partition.
     pub lfru_privileged_ratio: f64,
@@ -341,11 +365,16 @@ pub struct PolicyParams {
     pub lfru_promote_threshold: u8,
 }
 
+fn default_s3fifo_ghost_ratio() -> f64 {
+    0.90
+}
+
 impl Default for PolicyParams {
     fn default() -> Self {
         PolicyParams {
             s3fifo_small_ratio: 0.10,
-            s3fifo_move_to_main_threshold: 1,
+            s3fifo_ghost_ratio: default_s3fifo_ghost_ratio(),
+            s3fifo_move_to_main_threshold: 2,
             twoq_kin_ratio: 0.25,
             twoq_kout_ratio: 0.50,
             lfru_privileged_ratio: 0.50,

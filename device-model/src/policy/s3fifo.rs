@@ -1,37 +1,49 @@
 //! S3-FIFO (Yang et al., "FIFO queues are all you need for cache eviction",
-//! SOSP'23; libCacheSim `S3FIFO`).
+//! SOSP'23), as libCacheSim's `S3FIFO` (`cache/eviction/S3FIFO.c`) runs it.
 
 use super::list::SlotLists;
 use super::{share, EvictionPolicy, Victim};
 use super::{PolicyKind, PolicyParams};
 use crate::slot::SlotId;
 
-const FREQ_MASK: u8 = 0b011;
-const FREQ_MAX: u8 = 3;
-const IN_MAIN: u8 = 0b100;
+/// Frequency bits of a slot's state (saturating at [`FREQ_MAX`]).
+const FREQ_MASK: u8 = 0x7f;
+/// Saturation point of the frequency: above any threshold the config
+/// accepts, so a saturated counter compares as libCacheSim's unbounded one.
+const FREQ_MAX: u8 = 127;
+/// The slot is in M.
+const IN_MAIN: u8 = 0x80;
 
-/// S3-FIFO, per set: a small FIFO S (target `small_ratio` of the set's ways,
-/// at least 1), a main FIFO M and a ghost FIFO G of evicted page numbers
-/// (capacity: the ways left to M; kept by the cache, see [`crate::policy`]).
-/// Each slot has a 2-bit frequency, bumped on hits and capped at 3.
+/// S3-FIFO, per set (libCacheSim's algorithm, sizes in ways of the set):
+/// a small FIFO S of capacity `small` = ⌊ways × `s3fifo_small_ratio`⌋ (at
+/// least 1), a main FIFO M of capacity `ways − small`, and a ghost FIFO G of
+/// ⌊ways × `s3fifo_ghost_ratio`⌋ page numbers (kept by the cache, see
+/// [`crate::policy`]). Each resident page has a frequency: 0 when it enters
+/// S or M, +1 per hit.
 ///
-/// Miss: a page found in G enters M (and leaves G), any other enters S, with
-/// frequency 0. Evict: while |S| ≥ target (or M is empty), look at S's tail:
-/// frequency ≥ `move_to_main_threshold` → move it to M with frequency 0,
-/// else evict it and ghost its page. Otherwise take M's tail: frequency > 0
-/// → reinsert at M's head with frequency − 1, else evict it.
+/// * Miss: a page found in G leaves G and enters M; any other page enters S,
+///   except that until the set's first eviction a full S sends it to M.
+/// * Evict (until one slot is free): if |M| > M's capacity or S is empty,
+///   take M's tail: frequency ≥ 1 → back to M's head with
+///   min(frequency, 3) − 1 (a 2-bit CLOCK), else evict it. Otherwise take S's
+///   tail, and keep taking it until one page is evicted: frequency ≥
+///   `s3fifo_move_to_main_threshold` → to M's head with frequency 0 (M may
+///   grow past its capacity; the next evictions drain it), else evict it and
+///   remember it in G. If S empties without an eviction, start over (M is
+///   then chosen).
 ///
-/// Deviation from the paper / libCacheSim: one call frees exactly one slot;
-/// moving a page from S to M never triggers a nested eviction from M (the
-/// loop re-checks |S| against its target instead), and M has no hard size
-/// limit of its own (S and M share the set's ways).
+/// This is libCacheSim's loop, which evicts until the new object fits;
+/// with every page one slot it frees exactly one slot per call.
 #[derive(Debug, Clone)]
 pub struct S3Fifo {
     /// Lists `2 * set` (small) and `2 * set + 1` (main).
     lists: SlotLists,
-    /// Per slot: frequency in bits 0-1, [`IN_MAIN`] in bit 2.
+    /// Per slot: frequency in [`FREQ_MASK`], [`IN_MAIN`].
     state: Vec<u8>,
-    small_target: u32,
+    /// Per set: has evicted at least once (libCacheSim's `has_evicted`).
+    has_evicted: Vec<bool>,
+    small_capacity: u32,
+    main_capacity: u32,
     ghost_capacity: u32,
     threshold: u8,
 }
@@ -40,13 +52,15 @@ impl S3Fifo {
     /// Empty S3-FIFO for `sets` sets of `ways` slots.
     pub fn new(sets: u32, ways: u32, params: &PolicyParams) -> Self {
         let slots = sets as usize * ways as usize;
-        let small_target = share(ways, params.s3fifo_small_ratio, 1);
+        let small_capacity = share(ways, params.s3fifo_small_ratio, 1);
         S3Fifo {
             lists: SlotLists::new(slots, 2 * sets as usize),
             state: vec![0; slots],
-            small_target,
-            ghost_capacity: ways - small_target,
-            threshold: params.s3fifo_move_to_main_threshold,
+            has_evicted: vec![false; sets as usize],
+            small_capacity,
+            main_capacity: ways - small_capacity,
+            ghost_capacity: ghost_share(ways, params.s3fifo_ghost_ratio),
+            threshold: params.s3fifo_move_to_main_threshold.min(FREQ_MAX),
         }
     }
 
@@ -68,6 +82,24 @@ impl S3Fifo {
             Self::small(set)
         }
     }
+
+    /// The next eviction looks at M (else at S).
+    #[inline]
+    fn evicts_from_main(&self, set: u32) -> bool {
+        self.lists.len(Self::main(set)) > self.main_capacity
+            || self.lists.len(Self::small(set)) == 0
+    }
+}
+
+/// ⌊ways × ratio⌋, for a ratio that may exceed 1 (0 when not finite or
+/// not positive).
+fn ghost_share(ways: u32, ratio: f64) -> u32 {
+    let raw = (f64::from(ways) * ratio).floor();
+    if raw.is_finite() && raw > 0.0 {
+        raw.min(f64::from(u32::MAX)) as u32
+    } else {
+        0
+    }
 }
 
 impl EvictionPolicy for S3Fifo {
@@ -81,12 +113,15 @@ impl EvictionPolicy for S3Fifo {
 
     #[inline]
     fn on_insert(&mut self, set: u32, slot: SlotId, _page: u64, from_ghost: bool) {
-        if from_ghost {
+        let small = Self::small(set);
+        let to_main = from_ghost
+            || (!self.has_evicted[set as usize] && self.lists.len(small) >= self.small_capacity);
+        if to_main {
             self.state[slot as usize] = IN_MAIN;
             self.lists.push_front(Self::main(set), slot);
         } else {
             self.state[slot as usize] = 0;
-            self.lists.push_front(Self::small(set), slot);
+            self.lists.push_front(small, slot);
         }
     }
 
@@ -106,29 +141,33 @@ impl EvictionPolicy for S3Fifo {
 
     fn evict(&mut self, set: u32) -> Option<Victim> {
         let (small, main) = (Self::small(set), Self::main(set));
+        self.has_evicted[set as usize] = true;
         // Terminates: each pass evicts, moves one slot from S to M (S only
-        // shrinks), or lowers one frequency in M (bounded by 3 per slot).
+        // shrinks), or lowers one frequency in M to at most 2.
         loop {
-            let s_len = self.lists.len(small);
-            if s_len > 0 && (s_len >= self.small_target || self.lists.len(main) == 0) {
-                let slot = self.lists.back(small)?;
-                self.lists.unlink(small, slot);
-                let st = &mut self.state[slot as usize];
-                if *st & FREQ_MASK >= self.threshold {
-                    *st = IN_MAIN;
-                    self.lists.push_front(main, slot);
-                } else {
-                    return Some(Victim::with_ghost(slot));
-                }
-            } else {
+            if self.evicts_from_main(set) {
                 let slot = self.lists.back(main)?;
                 let st = &mut self.state[slot as usize];
-                if *st & FREQ_MASK > 0 {
-                    *st -= 1;
+                let freq = *st & FREQ_MASK;
+                if freq > 0 {
+                    *st = IN_MAIN | (freq.min(3) - 1);
                     self.lists.move_to_front(main, slot);
                 } else {
                     self.lists.unlink(main, slot);
                     return Some(Victim::plain(slot));
+                }
+            } else {
+                // Once S is chosen, S's tail is worked until one page is
+                // evicted or S is empty, however long M grows meanwhile.
+                while let Some(slot) = self.lists.back(small) {
+                    self.lists.unlink(small, slot);
+                    let st = &mut self.state[slot as usize];
+                    if *st & FREQ_MASK >= self.threshold {
+                        *st = IN_MAIN;
+                        self.lists.push_front(main, slot);
+                    } else {
+                        return Some(Victim::with_ghost(slot));
+                    }
                 }
             }
         }
@@ -136,10 +175,12 @@ impl EvictionPolicy for S3Fifo {
 
     #[inline]
     fn upcoming_victims(&self, set: u32) -> [Option<SlotId>; 2] {
-        let (small, main) = (Self::small(set), Self::main(set));
-        let s_len = self.lists.len(small);
-        let from_small = s_len > 0 && (s_len >= self.small_target || self.lists.len(main) == 0);
-        self.lists.back_two(if from_small { small } else { main })
+        let list = if self.evicts_from_main(set) {
+            Self::main(set)
+        } else {
+            Self::small(set)
+        };
+        self.lists.back_two(list)
     }
     #[inline]
     fn prefetch_slot(&self, slot: SlotId) {

@@ -1,23 +1,28 @@
-//! 2Q (Johnson & Shasha, VLDB'94), the "full" version with a ghost A1out.
+//! 2Q (Johnson & Shasha, VLDB'94), the "full" version with a ghost A1out,
+//! as libCacheSim's `TwoQ` (`cache/eviction/TwoQ.c`) runs it.
 
 use super::list::SlotLists;
 use super::{share, EvictionPolicy, Victim};
 use super::{PolicyKind, PolicyParams};
 use crate::slot::SlotId;
 
-/// 2Q, per set: A1in, a FIFO of first-time pages (Kin = `kin_ratio` of the
-/// ways, at least 1); A1out, a ghost FIFO of pages evicted from A1in (Kout =
-/// `kout_ratio` of the ways; kept by the cache, see [`crate::policy`]); Am,
-/// an LRU of pages re-referenced after leaving A1in.
+/// 2Q, per set: A1in, a FIFO of first-time pages (Kin = ⌊ways ×
+/// `twoq_kin_ratio`⌋, at least 1); A1out, a ghost FIFO of pages evicted from
+/// A1in (Kout = ⌊ways × `twoq_kout_ratio`⌋ entries; kept by the cache, see
+/// [`crate::policy`]); Am, an LRU of pages re-referenced after leaving A1in.
 ///
-/// Miss: a page found in A1out enters Am's MRU end, any other A1in's head.
-/// Hit in Am → MRU; hit in A1in → nothing (the correlated-reference rule).
-/// Evict: if |A1in| > Kin (or Am is empty) evict A1in's tail and ghost its
-/// page in A1out, else evict Am's LRU page.
+/// * Miss: a page found in A1out leaves A1out and enters Am's MRU end; any
+///   other page enters A1in's head.
+/// * Hit in Am → MRU; hit in A1in → nothing (the correlated-reference rule:
+///   a page must come back from A1out to reach Am).
+/// * Evict: if |A1in| > Kin (or Am is empty) evict A1in's tail and remember
+///   it in A1out, else evict Am's LRU page.
 ///
-/// This is the paper's full 2Q with sizes counted in ways of the set; as
-/// there, a page hit while in A1in is not promoted (it must come back from
-/// A1out to reach Am).
+/// libCacheSim also gives Am a capacity of its own (ways − Kin) and drops
+/// Am's LRU page when a ghost hit finds Am full; with the set full, |A1in|
+/// ≥ Kin always holds (A1in only shrinks while above Kin), so Am is never
+/// over it and the rule never fires. It could only after explicit removals
+/// or pins, which libCacheSim does not model.
 #[derive(Debug, Clone)]
 pub struct TwoQ {
     /// Lists `2 * set` (A1in) and `2 * set + 1` (Am).
