@@ -116,6 +116,7 @@ fn mount_plane(
     dir: Option<&Path>,
     size: u64,
     backend: Arc<dyn PoolBackend>,
+    compensation: residency::pace::Compensation,
 ) -> Result<Arc<dyn ResidencyPlane>, StartDaxError> {
     let dir = dir.map_or_else(crate::dax::default_pool_dir, Path::to_path_buf);
     let created = CreatedDir((!dir.exists()).then(|| dir.clone()));
@@ -132,6 +133,7 @@ fn mount_plane(
     // (the plane's, and the ones VMMs get over vhost-user), never by path.
     let options = PlaneOptions {
         detach: true,
+        compensation,
         ..PlaneOptions::default()
     };
     let plane = FusePoolPlane::mount(&dir, size, backend, options)?;
@@ -240,7 +242,7 @@ impl DaemonState {
         }
         let dax = features
             .dax
-            .and_then(|(dir, window)| start_dax(&shared, dir, window));
+            .and_then(|(dir, window)| start_dax(&shared, dir, window, opts.queues.compensation));
         let plane = dax.clone().map(|d| d as Arc<dyn PlaneSource>);
         let mut metrics = Metrics::new(shared.clone(), plane);
         if let Some(m) = features.memory {
@@ -275,6 +277,8 @@ impl DaemonState {
         control: Option<Arc<Controller>>,
         memory: Option<Arc<MemoryRegions>>,
     ) -> Arc<Self> {
+        // Measured now (auto: a few ms), before any VM is served.
+        metrics.set_fuse_compensation_ns(crate::backend::fuse_floor_ns(opts.queues.compensation));
         Arc::new(DaemonState {
             metrics,
             shared,
@@ -575,8 +579,13 @@ impl DaemonState {
 
 /// Mounts the residency plane and starts the DAX window; `None` (logged)
 /// where it cannot be mounted (no `/dev/fuse`, no permission, ...).
-fn start_dax(shared: &Arc<SharedDevice>, dir: Option<&Path>, window: u64) -> Option<Arc<DaxPlane>> {
-    let mount = |size, backend| mount_plane(dir, size, backend);
+fn start_dax(
+    shared: &Arc<SharedDevice>,
+    dir: Option<&Path>,
+    window: u64,
+    compensation: residency::pace::Compensation,
+) -> Option<Arc<DaxPlane>> {
+    let mount = |size, backend| mount_plane(dir, size, backend, compensation);
     match DaxPlane::start(shared.clone(), window, mount) {
         Ok(d) => {
             tracing::info!(window, plane = ?d, "DAX window on: guests may mount with -o dax");

@@ -5,13 +5,17 @@
 //! (b) the miss-path floor (modeled latency 0): first touch → FUSE_READ →
 //!     mapped, with the time split into kernel → server, server, and
 //!     server → kernel → mapped;
-//! (c) achieved vs modeled miss latency with NAND reads of 3, 20, 40 µs;
+//! (c) achieved vs modeled miss latency with NAND reads of 3, 20, 40 µs,
+//!     latency compensation off and auto side by side (interleaved rounds;
+//!     `POOL_LATENCY_COMPENSATION=off,auto,12us` picks the modes,
+//!     `POOL_LATENCY_ROUNDS=3` the rounds; medians over the rounds);
 //! (d) the cost of NOTIFY_STORE and NOTIFY_INVAL_INODE.
 //!
 //! Measures and prints; asserts nothing. Run: `cargo bench -p cxlfs-residency
 //! --bench pool_latency` (root, `/dev/fuse`).
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use residency::pace::Compensation;
 use residency::{
     FusePoolPlane, Miss, MissData, MissReply, PlaneOptions, PoolBackend, ReaderMode,
     ResidencyPlane, ServeMissError, WritebackError, PAGE_SIZE,
@@ -123,16 +127,26 @@ fn chase(base: *const u8, start: u64, loads: u64) -> f64 {
     t.elapsed().as_nanos() as f64 / loads as f64
 }
 
-fn pct(v: &mut [u64], p: f64) -> u64 {
+fn pct<T: Ord + Copy + Default>(v: &mut [T], p: f64) -> T {
     v.sort_unstable();
     if v.is_empty() {
-        return 0;
+        return T::default();
     }
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
 fn us(ns: u64) -> String {
     format!("{:.2} µs", ns as f64 / 1000.0)
+}
+
+fn sus(ns: i64) -> String {
+    format!("{:+.2} µs", ns as f64 / 1000.0)
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }
 
 /// A mounted plane and its mountpoint, dropped in that order.
@@ -155,9 +169,9 @@ const READERS: [Readers; 3] = [
     Readers::Split,
 ];
 
-fn mount_as(b: &Arc<BenchBackend>, r: Readers) -> Fixture {
+fn mount_as(b: &Arc<BenchBackend>, r: Readers, compensation: Compensation) -> Fixture {
     match r {
-        Readers::Local(mode) => mount(b, mode),
+        Readers::Local(mode) => mount(b, mode, compensation),
         Readers::Split => {
             let dir = tempfile::tempdir().unwrap();
             let store = tempfile::tempfile().unwrap();
@@ -170,7 +184,10 @@ fn mount_as(b: &Arc<BenchBackend>, r: Readers) -> Fixture {
                 dir.path(),
                 POOL,
                 b.clone(),
-                PlaneOptions::default(),
+                PlaneOptions {
+                    compensation,
+                    ..PlaneOptions::default()
+                },
                 &store,
                 &helper,
             )
@@ -180,7 +197,7 @@ fn mount_as(b: &Arc<BenchBackend>, r: Readers) -> Fixture {
     }
 }
 
-fn mount(b: &Arc<BenchBackend>, mode: ReaderMode) -> Fixture {
+fn mount(b: &Arc<BenchBackend>, mode: ReaderMode, compensation: Compensation) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let readers = if mode == ReaderMode::Spin { 1 } else { 2 };
     let p = FusePoolPlane::mount(
@@ -190,6 +207,7 @@ fn mount(b: &Arc<BenchBackend>, mode: ReaderMode) -> Fixture {
         PlaneOptions {
             readers,
             mode,
+            compensation,
             ..PlaneOptions::default()
         },
     )
@@ -199,7 +217,7 @@ fn mount(b: &Arc<BenchBackend>, mode: ReaderMode) -> Fixture {
 
 fn hits(b: &Arc<BenchBackend>) {
     println!("(a) hit latency: pointer chase, one random cache line per page, random page order");
-    let fx = mount(b, ReaderMode::Block);
+    let fx = mount(b, ReaderMode::Block, Compensation::Off);
     let p = &fx.p;
     let pool = Map::new(
         p.map_target().file.as_raw_fd(),
@@ -310,7 +328,7 @@ fn touch_fresh(b: &Arc<BenchBackend>, p: &FusePoolPlane, n: usize, seed: u64) ->
 fn misses(b: &Arc<BenchBackend>) {
     println!("(b) miss-path floor, modeled latency 0: first touch -> FUSE_READ -> mapped");
     for mode in READERS {
-        let fx = mount_as(b, mode);
+        let fx = mount_as(b, mode, Compensation::Off);
         let p = &fx.p;
         b.latency_ns.store(0, Ordering::Relaxed);
         let _ = touch_fresh(b, p, 500, 1); // warm-up
@@ -332,39 +350,109 @@ fn misses(b: &Arc<BenchBackend>) {
             );
         }
     }
-    println!("(c) achieved vs modeled miss latency (achieved: first touch -> mapped, as the toucher sees it)");
+    compensated(b);
+}
+
+/// One round's figures for a (readers, compensation, NAND latency) cell.
+#[derive(Default, Clone, Copy)]
+struct Cell {
+    achieved_p50: u64,
+    achieved_p99: u64,
+    over_p50: i64,
+    over_p99: i64,
+    late_p50: i64,
+    floor: u64,
+}
+
+fn compensations() -> Vec<Compensation> {
+    std::env::var("POOL_LATENCY_COMPENSATION")
+        .unwrap_or_else(|_| "off,auto".into())
+        .split(',')
+        .map(|c| {
+            c.parse()
+                .expect("POOL_LATENCY_COMPENSATION: off, auto or NS")
+        })
+        .collect()
+}
+
+/// (c): achieved vs modeled, every compensation mode side by side, in
+/// interleaved rounds (a fresh mount, calibrated anew, per round and mode).
+fn compensated(b: &Arc<BenchBackend>) {
+    const LATS: [u64; 3] = [3, 20, 40];
+    let comps = compensations();
+    let rounds: usize = std::env::var("POOL_LATENCY_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3)
+        .max(1);
+    println!(
+        "(c) achieved vs modeled miss latency (achieved: first touch -> mapped, as the toucher sees it); compensation {} side by side, {rounds} interleaved rounds of 5000 misses, medians over rounds; loadavg {}",
+        comps.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(" / "),
+        loadavg()
+    );
     for mode in READERS {
-        let fx = mount_as(b, mode);
-        let p = &fx.p;
-        for lat_us in [3u64, 20, 40] {
-            let lat = lat_us * 1000;
-            b.latency_ns.store(lat, Ordering::Relaxed);
-            let mut s = touch_fresh(b, p, 5_000, 3 + lat_us);
-            let mut over: Vec<u64> = s.total.iter().map(|t| t.saturating_sub(lat)).collect();
-            let mut late: Vec<u64> = s
-                .back
-                .iter()
-                .zip(&s.server)
-                .map(|(back, srv)| (back + srv).saturating_sub(lat))
-                .collect();
-            println!(
-                "    {:<6} NAND {:>2} µs: achieved median {:>9} p99 {:>9}; achieved-modeled median {:>9} p99 {:>9}; (arrival->mapped)-modeled median {:>9}",
-                format!("{mode:?}"),
-                lat_us,
-                us(pct(&mut s.total, 0.5)),
-                us(pct(&mut s.total, 0.99)),
-                us(pct(&mut over, 0.5)),
-                us(pct(&mut over, 0.99)),
-                us(pct(&mut late, 0.5)),
-            );
+        // cells[comp][lat][round]
+        let mut cells = vec![vec![Vec::<Cell>::new(); LATS.len()]; comps.len()];
+        let mut loads = Vec::new();
+        for round in 0..rounds {
+            for (ci, &comp) in comps.iter().enumerate() {
+                let fx = mount_as(b, mode, comp);
+                let p = &fx.p;
+                let _ = touch_fresh(b, p, 200, 99 + round as u64); // warm-up
+                for (li, lat_us) in LATS.into_iter().enumerate() {
+                    let lat = lat_us * 1000;
+                    b.latency_ns.store(lat, Ordering::Relaxed);
+                    let floor = p.compensation_ns();
+                    let mut s = touch_fresh(b, p, 5_000, 3 + lat_us + 100 * round as u64);
+                    let mut over: Vec<i64> =
+                        s.total.iter().map(|&t| t as i64 - lat as i64).collect();
+                    let mut late: Vec<i64> = s
+                        .back
+                        .iter()
+                        .zip(&s.server)
+                        .map(|(back, srv)| (back + srv) as i64 - lat as i64)
+                        .collect();
+                    cells[ci][li].push(Cell {
+                        achieved_p50: pct(&mut s.total, 0.5),
+                        achieved_p99: pct(&mut s.total, 0.99),
+                        over_p50: pct(&mut over, 0.5),
+                        over_p99: pct(&mut over, 0.99),
+                        late_p50: pct(&mut late, 0.5),
+                        floor,
+                    });
+                }
+                b.latency_ns.store(0, Ordering::Relaxed);
+            }
+            loads.push(loadavg());
         }
-        b.latency_ns.store(0, Ordering::Relaxed);
+        for (ci, comp) in comps.iter().enumerate() {
+            for (li, lat_us) in LATS.into_iter().enumerate() {
+                let c = &cells[ci][li];
+                let med = |f: fn(&Cell) -> u64| pct(&mut c.iter().map(f).collect::<Vec<_>>(), 0.5);
+                let meds = |f: fn(&Cell) -> i64| pct(&mut c.iter().map(f).collect::<Vec<_>>(), 0.5);
+                let rounds_over: Vec<String> = c.iter().map(|x| sus(x.over_p50)).collect();
+                println!(
+                    "    {:<6} {:<5} NAND {:>2} µs: achieved median {:>9} p99 {:>9}; achieved-modeled median {:>10} p99 {:>10} (rounds: {}); (arrival->mapped)-modeled median {:>10}; floor {}",
+                    format!("{mode:?}"),
+                    comp.to_string(),
+                    lat_us,
+                    us(med(|x| x.achieved_p50)),
+                    us(med(|x| x.achieved_p99)),
+                    sus(meds(|x| x.over_p50)),
+                    sus(meds(|x| x.over_p99)),
+                    rounds_over.join(" "),
+                    sus(meds(|x| x.late_p50)),
+                    us(med(|x| x.floor)),
+                );
+            }
+        }
+        println!("      loadavg after each round: {}", loads.join(" | "));
     }
 }
 
 fn notifies(b: &Arc<BenchBackend>) {
     println!("(d) notifications (time of the write to /dev/fuse, on the notifier thread)");
-    let fx = mount(b, ReaderMode::Block);
+    let fx = mount(b, ReaderMode::Block, Compensation::Off);
     let p = &fx.p;
     let map = Map::new(
         p.map_target().file.as_raw_fd(),

@@ -21,6 +21,13 @@
 //!   triggers, so it must never be sent by a thread that answers requests —
 //!   the kernel would deadlock, uninterruptibly.
 //!
+//! * with [`Compensation::Auto`], the calibrator: it measures the trap
+//!   path's own cost (fault → request, reply → mapped) on the mount's
+//!   second file, `calibration` (one page, answered at once, never seen by
+//!   the backend), at start and a few times a second, and keeps the floor
+//!   that miss replies are released ahead of their modeled completion by
+//!   ([`crate::pace::Floor`]; DESIGN.md, "Latency compensation").
+//!
 //! Rules (DESIGN.md, "Rules learned the hard way"): the pool is opened with
 //! `FOPEN_KEEP_CACHE` (else a second `open()` empties its page cache);
 //! `max_readahead` ≤ 4096 so every page miss is its own `FUSE_READ`
@@ -29,7 +36,7 @@
 //! the plane ever touches the pool mapping.
 
 use crate::metrics::PlaneMetrics;
-use crate::pace::{self, INLINE_SPIN_NS};
+use crate::pace::{self, Compensation, INLINE_SPIN_NS};
 use crate::vm::{VmId, VmResolver};
 use crate::{
     MapTarget, Miss, MissData, NotifyTicket, PlaneMetricsSnapshot, PoolBackend, ResidencyPlane,
@@ -48,7 +55,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -58,6 +65,30 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub const POOL_NODEID: u64 = 2;
 /// The pool file's name in the mount.
 pub const POOL_NAME: &str = "pool";
+/// The calibration file's node id (see [`CALIB_NAME`]).
+pub const CALIB_NODEID: u64 = 3;
+/// The mount's second file: one page of zeros, answered at once without the
+/// backend, that the calibrator drops and touches to measure the trap
+/// path's own cost. Owner-read-only, not listed (found by name); a VMM
+/// never maps it, and the pool file (its size, its pages, its counters)
+/// does not change.
+pub const CALIB_NAME: &str = "calibration";
+/// Probes at start (after [`CALIB_WARMUP`] discarded ones).
+const CALIB_START_PROBES: usize = 64;
+/// Probes discarded at start (cold caches, first thread wake-ups).
+const CALIB_WARMUP: usize = 8;
+/// Probes every [`CALIB_PERIOD`] afterwards: sixteen a second, each a
+/// trap's worth of work on two threads and 20 µs of spinning (well under
+/// 0.1 % of a core), so the estimate follows the host's load within
+/// seconds.
+const CALIB_PERIODIC_PROBES: usize = 4;
+/// How often the periodic probes run.
+const CALIB_PERIOD: Duration = Duration::from_millis(250);
+/// How long a probe runs before it touches the page.
+const CALIB_RUN_NS: u64 = 20_000;
+/// How long a mount waits for the first estimate.
+const CALIB_START_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// `max_readahead` advertised: one page, so every miss is its own READ.
 pub const MAX_READAHEAD: u32 = 4096;
 /// Largest WRITE (write-back) accepted.
@@ -111,6 +142,10 @@ pub struct PlaneOptions {
     /// user, no other process of the same user — can reach the pool by
     /// path any more. VMMs get it as a descriptor over vhost-user.
     pub detach: bool,
+    /// Release each miss reply ahead of its modeled completion by the trap
+    /// path's own cost (see [`Compensation`]; `Auto` measures it with a
+    /// calibration thread).
+    pub compensation: Compensation,
 }
 
 impl Default for PlaneOptions {
@@ -120,6 +155,7 @@ impl Default for PlaneOptions {
             mode: ReaderMode::Block,
             refuse_readahead: false,
             detach: false,
+            compensation: Compensation::Off,
         }
     }
 }
@@ -186,6 +222,19 @@ pub(crate) struct Server {
     alive: AtomicUsize,
     /// Pages refused and not served since (`None`: readahead is served).
     readahead: Option<crate::readahead::ReadaheadRefusals>,
+    /// The last calibration READ's stamps.
+    calib: CalibStamps,
+}
+
+/// What the last `READ` of the calibration file saw (backend clock).
+#[derive(Debug, Default)]
+struct CalibStamps {
+    /// When the request reached the plane.
+    request_ns: AtomicU64,
+    /// When its reply was about to be written.
+    reply_ns: AtomicU64,
+    /// Calibration READs answered (stored after the stamps).
+    reads: AtomicU64,
 }
 
 /// What to do with a request once handled.
@@ -248,7 +297,15 @@ impl Server {
             stop_tid: AtomicU32::new(0),
             alive: AtomicUsize::new(0),
             readahead: None,
+            calib: CalibStamps::default(),
         }
+    }
+
+    /// Releases miss replies ahead of their modeled completion as `mode`
+    /// says (see [`PlaneOptions::compensation`]).
+    pub(crate) fn compensating(mut self, mode: Compensation) -> Self {
+        self.metrics = PlaneMetrics::new(self.size).with_compensation(mode);
+        self
     }
 
     /// Refuses readahead from now on (see [`PlaneOptions::refuse_readahead`]).
@@ -262,10 +319,10 @@ impl Server {
         // not `allow_other` and checks these bits (`default_permissions`),
         // so only the daemon's own user can open it; VMMs get the file as
         // a descriptor over vhost-user.
-        let (mode, size, nlink) = if nodeid == abi::ROOT_ID {
-            (libc::S_IFDIR | 0o700, 0, 2)
-        } else {
-            (libc::S_IFREG | 0o600, self.size, 1)
+        let (mode, size, nlink) = match nodeid {
+            abi::ROOT_ID => (libc::S_IFDIR | 0o700, 0, 2),
+            CALIB_NODEID => (libc::S_IFREG | 0o400, PAGE_SIZE, 1),
+            _ => (libc::S_IFREG | 0o600, self.size, 1),
         };
         Attr {
             ino: nodeid,
@@ -284,7 +341,7 @@ impl Server {
     }
 
     fn known(nodeid: u64) -> bool {
-        nodeid == abi::ROOT_ID || nodeid == POOL_NODEID
+        nodeid == abi::ROOT_ID || nodeid == POOL_NODEID || nodeid == CALIB_NODEID
     }
 
     /// Answers one request (`req`: what `read(2)` returned) into `out`.
@@ -354,15 +411,19 @@ impl Server {
                 if h.nodeid != abi::ROOT_ID {
                     return Err(libc::ENOTDIR);
                 }
-                if name != POOL_NAME.as_bytes() {
+                let nodeid = if name == POOL_NAME.as_bytes() {
+                    POOL_NODEID
+                } else if name == CALIB_NAME.as_bytes() {
+                    CALIB_NODEID
+                } else {
                     return Err(libc::ENOENT);
-                }
+                };
                 EntryOut {
-                    nodeid: POOL_NODEID,
+                    nodeid,
                     generation: 1,
                     entry_valid: VALID_SECS,
                     attr_valid: VALID_SECS,
-                    attr: self.attr(POOL_NODEID),
+                    attr: self.attr(nodeid),
                     ..EntryOut::default()
                 }
                 .encode(out);
@@ -394,13 +455,13 @@ impl Server {
                 encode_attr_out(VALID_SECS, 0, &self.attr(h.nodeid), out);
             }
             opcode::OPEN => match h.nodeid {
-                POOL_NODEID => encode_open_out(0, abi::fopen::KEEP_CACHE, out),
+                POOL_NODEID | CALIB_NODEID => encode_open_out(0, abi::fopen::KEEP_CACHE, out),
                 abi::ROOT_ID => return Err(libc::EISDIR),
                 _ => return Err(libc::ENOENT),
             },
             opcode::OPENDIR => match h.nodeid {
                 abi::ROOT_ID => encode_open_out(0, abi::fopen::CACHE_DIR, out),
-                POOL_NODEID => return Err(libc::ENOTDIR),
+                POOL_NODEID | CALIB_NODEID => return Err(libc::ENOTDIR),
                 _ => return Err(libc::ENOENT),
             },
             opcode::READDIR => {
@@ -408,6 +469,8 @@ impl Server {
                 if h.nodeid != abi::ROOT_ID {
                     return Err(libc::ENOTDIR);
                 }
+                // The calibration file is not listed: it is looked up by
+                // name, by the plane itself only.
                 let entries: [(u64, u32, &[u8]); 3] = [
                     (abi::ROOT_ID, libc::DT_DIR.into(), b"."),
                     (abi::ROOT_ID, libc::DT_DIR.into(), b".."),
@@ -457,6 +520,7 @@ impl Server {
         let r: ReadIn = args.read().map_err(|_| libc::EINVAL)?;
         match h.nodeid {
             POOL_NODEID => {}
+            CALIB_NODEID => return self.calibration_read(h, &r, arrival_ns, out),
             abi::ROOT_ID => return Err(libc::EISDIR),
             _ => return Err(libc::ENOENT),
         }
@@ -518,7 +582,34 @@ impl Server {
         }
         self.metrics.trap(vm, r.offset, len as u64);
         finish(out, h.unique)?;
-        Ok(Outcome::ReplyAt(reply.completes_at_ns))
+        // Ahead of the modeled completion by the trap path's own cost
+        // (the deadline itself with compensation off).
+        let release = self
+            .metrics
+            .floor
+            .release_at(arrival_ns, reply.completes_at_ns);
+        Ok(Outcome::ReplyAt(release))
+    }
+
+    /// A `READ` of the calibration file: zeros, answered now, stamped for
+    /// the calibrator (never charged, never counted as a trap).
+    fn calibration_read(
+        &self,
+        h: &InHeader,
+        r: &ReadIn,
+        arrival_ns: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<Outcome, i32> {
+        let len = u64::from(r.size).min(PAGE_SIZE.saturating_sub(r.offset)) as usize;
+        out.resize(abi::OUT_HEADER_LEN + len, 0);
+        out[abi::OUT_HEADER_LEN..].fill(0);
+        finish(out, h.unique)?;
+        self.calib.request_ns.store(arrival_ns, Ordering::Relaxed);
+        self.calib
+            .reply_ns
+            .store(self.backend.now_ns(), Ordering::Relaxed);
+        self.calib.reads.fetch_add(1, Ordering::Release);
+        Ok(Outcome::Reply)
     }
 
     fn write(
@@ -562,8 +653,16 @@ impl pace::Deadline for Held {
 }
 
 enum NoticeKind {
-    Store { offset: u64, data: Vec<u8> },
-    Inval { offset: u64, len: u64 },
+    Store {
+        offset: u64,
+        data: Vec<u8>,
+    },
+    Inval {
+        offset: u64,
+        len: u64,
+    },
+    /// Drop the calibration file's page (and its mappings).
+    InvalCalib,
 }
 
 struct Notice {
@@ -639,6 +738,8 @@ struct Mounted {
     _exit_guard: Option<crate::exit_guard::ExitGuard>,
     /// Split planes: the helper process that reads the requests.
     helper: Option<crate::helper_link::Helper>,
+    /// Compensation `auto`: the calibration thread and the way to stop it.
+    calibrator: Option<(Sender<()>, JoinHandle<()>)>,
 }
 
 /// The residency plane over a FUSE pool file. See the module docs.
@@ -747,7 +848,7 @@ impl FusePoolPlane {
                 tracing::warn!(error = %io::Error::last_os_error(), "cannot make /dev/fuse non-blocking");
             }
         }
-        let mut server = Server::new(backend, size);
+        let mut server = Server::new(backend, size).compensating(options.compensation);
         if options.refuse_readahead {
             server = server.refusing_readahead();
         }
@@ -768,6 +869,7 @@ impl FusePoolPlane {
             mounted: true,
             _exit_guard: None,
             helper: None,
+            calibrator: None,
         };
         let (pace_tx, pace_rx) = mpsc::channel::<Held>();
         let (notify_tx, notify_rx) = mpsc::channel::<Notice>();
@@ -852,13 +954,36 @@ impl FusePoolPlane {
                 path: path.clone(),
                 source,
             })?;
+        if options.compensation == Compensation::Auto {
+            // Opened before a detach: afterwards no path reaches it.
+            let calib = mountpoint.join(CALIB_NAME);
+            match OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_CLOEXEC)
+                .open(&calib)
+            {
+                Ok(f) => m.calibrator = start_calibrator(&server, &m, f),
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    path = %calib.display(),
+                    "cannot open the calibration file: misses are not compensated"
+                ),
+            }
+        }
         if options.detach {
             m.detach().map_err(|source| MountPlaneError::Detach {
                 path: mountpoint.to_path_buf(),
                 source,
             })?;
         }
-        tracing::info!(mountpoint = %mountpoint.display(), size, detached = options.detach, "pool plane mounted");
+        tracing::info!(
+            mountpoint = %mountpoint.display(),
+            size,
+            detached = options.detach,
+            compensation = %options.compensation,
+            floor_ns = server.metrics.floor.current_ns(),
+            "pool plane mounted"
+        );
         Ok(FusePoolPlane {
             target: MapTarget {
                 path,
@@ -905,6 +1030,12 @@ impl FusePoolPlane {
                 }
             }
         }
+    }
+
+    /// The floor miss replies are released ahead of their modeled
+    /// completion by now (ns; 0: none).
+    pub fn compensation_ns(&self) -> u64 {
+        self.m.server.metrics.floor.current_ns()
     }
 
     /// The live counters.
@@ -1117,6 +1248,12 @@ fn forwarded(server: &Server, dev: &File, sock: &File, pacer: Sender<Held>, abor
 
 fn pacer(server: &Server, dev: &File, rx: Receiver<Held>) {
     REQUEST_THREAD.with(|c| c.set(true));
+    // Sleep precision matters: the default timer slack (50 µs) would make
+    // every reply handed here late by up to that much.
+    // SAFETY: a plain prctl with integer arguments, on this thread only.
+    if unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) } != 0 {
+        tracing::debug!(error = %io::Error::last_os_error(), "cannot set the pacer's timer slack");
+    }
     pace::run_pacer(
         &rx,
         || server.backend.now_ns(),
@@ -1155,6 +1292,10 @@ fn notifier(server: &Server, dev: &File, rx: Receiver<Notice>) {
                 abi::encode_notify_inval_inode(POOL_NODEID, *offset as i64, *len as i64, &mut head);
                 (&*dev).write(&head).map(|_| ())
             }
+            NoticeKind::InvalCalib => {
+                abi::encode_notify_inval_inode(CALIB_NODEID, 0, PAGE_SIZE as i64, &mut head);
+                (&*dev).write(&head).map(|_| ())
+            }
         };
         let took = start.elapsed();
         let res = match res {
@@ -1170,6 +1311,7 @@ fn notifier(server: &Server, dev: &File, rx: Receiver<Notice>) {
                         }
                         server.metrics.invalidation(*offset, *len)
                     }
+                    NoticeKind::InvalCalib => {}
                 }
                 Ok(took)
             }
@@ -1180,6 +1322,153 @@ fn notifier(server: &Server, dev: &File, rx: Receiver<Notice>) {
             }
         };
         let _ = n.done.send(res);
+    }
+}
+
+/// Starts the calibration thread on `file` (the calibration file, open)
+/// and waits for its first estimate (at most [`CALIB_START_TIMEOUT`]).
+/// `None` (logged) if it cannot start: misses are then not compensated.
+fn start_calibrator(
+    server: &Arc<Server>,
+    m: &Mounted,
+    file: File,
+) -> Option<(Sender<()>, JoinHandle<()>)> {
+    let notify = m.notify_tx.clone()?;
+    let (stop_tx, stop_rx) = mpsc::channel::<()>();
+    let (ready_tx, ready_rx) = mpsc::sync_channel::<()>(1);
+    let s = server.clone();
+    let h = thread::Builder::new()
+        .name("pool-calibrate".into())
+        .spawn(move || calibrator(&s, &file, &notify, &stop_rx, &ready_tx));
+    match h {
+        Ok(h) => {
+            if ready_rx.recv_timeout(CALIB_START_TIMEOUT).is_err() {
+                tracing::warn!(
+                    "no trap-path floor measured in time; misses are compensated once it is"
+                );
+            }
+            Some((stop_tx, h))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start the calibration thread: misses are not compensated");
+            None
+        }
+    }
+}
+
+/// A read-only shared mapping of the calibration file's page.
+struct CalibMap(*const u8);
+
+impl CalibMap {
+    fn new(file: &File) -> io::Result<Self> {
+        // SAFETY: a fresh read-only shared mapping of one page of an open
+        // file; the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                PAGE_SIZE as usize,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(CalibMap(p.cast()))
+    }
+
+    /// Touches the page (a trap when it was dropped).
+    fn touch(&self) -> u8 {
+        // SAFETY: the first byte of a live one-page mapping; the file is a
+        // page long, so the read is never past its end.
+        unsafe { self.0.read_volatile() }
+    }
+}
+
+impl Drop for CalibMap {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the page `new` mapped.
+        unsafe { libc::munmap(self.0.cast_mut().cast(), PAGE_SIZE as usize) };
+    }
+}
+
+/// One probe: drops the calibration page (the plane's own invalidation,
+/// through the notifier), touches it, and returns the trap path's floor
+/// `(request - touch) + (mapped - reply)`, or `None` if the touch did not
+/// trap exactly once or the notifier is gone.
+fn probe(server: &Server, map: &CalibMap, notify: &Sender<Notice>) -> Option<u64> {
+    let (done, rx) = mpsc::sync_channel(1);
+    notify
+        .send(Notice {
+            kind: NoticeKind::InvalCalib,
+            done,
+        })
+        .ok()?;
+    rx.recv().ok()?.ok()?;
+    // Run a little first, as a toucher (a vCPU) is running when it
+    // faults: the wake-up from the notifier's answer is not part of a trap.
+    let warm = server.backend.now_ns() + CALIB_RUN_NS;
+    while server.backend.now_ns() < warm {
+        std::hint::spin_loop();
+    }
+    let before = server.calib.reads.load(Ordering::Acquire);
+    let t0 = server.backend.now_ns();
+    std::hint::black_box(map.touch());
+    let t1 = server.backend.now_ns();
+    if server.calib.reads.load(Ordering::Acquire) != before + 1 {
+        return None;
+    }
+    let req = server.calib.request_ns.load(Ordering::Relaxed);
+    let rep = server.calib.reply_ns.load(Ordering::Relaxed);
+    (t0 <= req && req <= rep && rep <= t1).then(|| (req - t0) + (t1 - rep))
+}
+
+/// The calibration thread: [`CALIB_START_PROBES`] probes at start (then
+/// `ready`), then [`CALIB_PERIODIC_PROBES`] every [`CALIB_PERIOD`] until
+/// `stop` closes; each batch goes into the plane's floor.
+fn calibrator(
+    server: &Server,
+    file: &File,
+    notify: &Sender<Notice>,
+    stop: &Receiver<()>,
+    ready: &SyncSender<()>,
+) {
+    let map = match CalibMap::new(file) {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot map the calibration file: misses are not compensated");
+            return;
+        }
+    };
+    let mut batch = Vec::with_capacity(CALIB_START_PROBES);
+    for i in 0..CALIB_WARMUP + CALIB_START_PROBES {
+        if let Some(ns) = probe(server, &map, notify) {
+            if i >= CALIB_WARMUP {
+                batch.push(ns);
+            }
+        }
+    }
+    server.metrics.floor.record(&batch);
+    tracing::info!(
+        floor_ns = server.metrics.floor.current_ns(),
+        probes = batch.len(),
+        "trap-path floor calibrated"
+    );
+    let _ = ready.try_send(());
+    loop {
+        match stop.recv_timeout(CALIB_PERIOD) {
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+        batch.clear();
+        for _ in 0..CALIB_PERIODIC_PROBES {
+            if let Some(ns) = probe(server, &map, notify) {
+                batch.push(ns);
+            }
+        }
+        server.metrics.floor.record(&batch);
     }
 }
 
@@ -1203,7 +1492,13 @@ impl Mounted {
 
 impl Drop for Mounted {
     fn drop(&mut self) {
-        // 0. No new request threads; the pacer ends once the readers have.
+        // 0. The calibrator first: it touches a file of this mount and
+        //    queues notifications.
+        if let Some((stop, h)) = self.calibrator.take() {
+            drop(stop);
+            let _ = h.join();
+        }
+        // 0b. No new request threads; the pacer ends once the readers have.
         lock(&self.spawner).take();
         // 1. No more notifications; let queued ones finish (they may wait
         //    for write-backs the request threads answer).

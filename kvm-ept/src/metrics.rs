@@ -1,6 +1,8 @@
 //! The plane's counters: traps (per VM), stores, invalidations, write-backs,
-//! and an estimate of the resident pool bytes.
+//! an estimate of the resident pool bytes, and the latency compensation's
+//! current floor.
 
+use crate::pace::{Compensation, Floor};
 use crate::vm::VmId;
 use crate::PAGE_SIZE;
 use std::collections::BTreeMap;
@@ -27,6 +29,9 @@ pub struct PlaneMetrics {
     /// clean pages under memory pressure, so this is an upper bound.
     resident: Vec<AtomicU64>,
     resident_pages: AtomicU64,
+    /// The trap path's floor that miss replies are released ahead of
+    /// their modeled completion by (see `pace::Compensation`).
+    pub(crate) floor: Floor,
 }
 
 /// A copy of the counters.
@@ -58,6 +63,11 @@ pub struct PlaneMetricsSnapshot {
     pub notify_errors: u64,
     /// Estimated resident pool bytes (an upper bound).
     pub resident_bytes: u64,
+    /// The floor miss replies are released ahead of their modeled
+    /// completion by now (ns; 0: compensation off or not yet measured).
+    pub compensation_ns: u64,
+    /// Calibration probes measured so far (compensation `auto`).
+    pub calibration_probes: u64,
 }
 
 impl PlaneMetrics {
@@ -79,7 +89,19 @@ impl PlaneMetrics {
             notify_errors: AtomicU64::new(0),
             resident: (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
             resident_pages: AtomicU64::new(0),
+            floor: Floor::new(Compensation::Off),
         }
+    }
+
+    /// The same counters with latency compensation `mode`.
+    pub(crate) fn with_compensation(mut self, mode: Compensation) -> Self {
+        self.floor = Floor::new(mode);
+        self
+    }
+
+    /// The live floor (see `pace::Floor`).
+    pub fn floor(&self) -> &Floor {
+        &self.floor
     }
 
     fn mark(&self, offset: u64, len: u64, resident: bool) {
@@ -163,6 +185,8 @@ impl PlaneMetrics {
             writeback_bytes: r(&self.writeback_bytes),
             notify_errors: r(&self.notify_errors),
             resident_bytes: r(&self.resident_pages) * PAGE_SIZE,
+            compensation_ns: self.floor.current_ns(),
+            calibration_probes: self.floor.samples(),
         }
     }
 }

@@ -6,7 +6,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Spin (instead of sleeping) for deadlines this close.
 pub const SPIN_NS: u64 = 50_000;
@@ -30,6 +30,201 @@ pub fn wait_until(now: impl Fn() -> u64, deadline_ns: u64) -> u64 {
             std::hint::spin_loop();
         }
     }
+}
+
+/// How a pacer accounts for the cost of the path a reply still has to
+/// travel (and the one the request already travelled) before the waiter
+/// sees it: the *floor*. A reply is released at
+/// `max(arrival, deadline - floor)` ([`release_at`]), so that the waiter
+/// sees the modeled latency whenever the model asks for more than the
+/// floor, and the floor when it asks for less. DESIGN.md, "Latency
+/// compensation (issue 15)".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Compensation {
+    /// Hold every reply until its modeled completion (the trap path's own
+    /// cost comes on top).
+    #[default]
+    Off,
+    /// Measure the floor (a residency plane: calibration probes at start
+    /// and periodically; the FUSE path: one host thread wake-up) and
+    /// subtract the current estimate.
+    Auto,
+    /// Subtract this many ns.
+    Fixed(u64),
+}
+
+impl std::fmt::Display for Compensation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Compensation::Off => f.write_str("off"),
+            Compensation::Auto => f.write_str("auto"),
+            Compensation::Fixed(ns) => write!(f, "{ns}ns"),
+        }
+    }
+}
+
+/// Why a [`Compensation`] could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "latency compensation `{0}`: expected auto, off, or a duration (e.g. 12000, 12000ns, 12us)"
+)]
+pub struct ParseCompensationError(pub String);
+
+impl std::str::FromStr for Compensation {
+    type Err = ParseCompensationError;
+
+    /// `auto`, `off`, or a duration: plain ns, or with `ns` / `us` / `µs`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        match t {
+            "auto" => return Ok(Compensation::Auto),
+            "off" => return Ok(Compensation::Off),
+            _ => {}
+        }
+        let err = || ParseCompensationError(s.to_string());
+        let (num, scale) = if let Some(n) = t.strip_suffix("ns") {
+            (n, 1)
+        } else if let Some(n) = t.strip_suffix("us").or_else(|| t.strip_suffix("µs")) {
+            (n, 1_000)
+        } else {
+            (t, 1)
+        };
+        let n: u64 = num.trim().parse().map_err(|_| err())?;
+        n.checked_mul(scale)
+            .map(Compensation::Fixed)
+            .ok_or_else(err)
+    }
+}
+
+/// When to release a reply that arrived at `arrival_ns` and whose modeled
+/// completion is `deadline_ns`, given a floor of `floor_ns`:
+/// `max(arrival, deadline - floor)`. A floor of 0 holds to the deadline
+/// itself (today's pacing, unchanged).
+pub fn release_at(arrival_ns: u64, deadline_ns: u64, floor_ns: u64) -> u64 {
+    if floor_ns == 0 {
+        return deadline_ns;
+    }
+    deadline_ns.saturating_sub(floor_ns).max(arrival_ns)
+}
+
+/// Most probes a [`Floor`]'s estimate is the median of.
+pub const FLOOR_WINDOW: usize = 64;
+
+/// A pacer's live floor: its [`Compensation`] and, under
+/// [`Compensation::Auto`], the median of the last [`FLOOR_WINDOW`]
+/// measured samples. Read on every reply (one relaxed load).
+#[derive(Debug)]
+pub struct Floor {
+    mode: Compensation,
+    /// What is subtracted now (ns).
+    current_ns: std::sync::atomic::AtomicU64,
+    /// Samples taken so far.
+    samples: std::sync::atomic::AtomicU64,
+    window: std::sync::Mutex<std::collections::VecDeque<u64>>,
+}
+
+impl Floor {
+    /// A floor for `mode`: 0 until measured under `Auto`.
+    pub fn new(mode: Compensation) -> Self {
+        let start = match mode {
+            Compensation::Fixed(ns) => ns,
+            Compensation::Off | Compensation::Auto => 0,
+        };
+        Floor {
+            mode,
+            current_ns: std::sync::atomic::AtomicU64::new(start),
+            samples: std::sync::atomic::AtomicU64::new(0),
+            window: std::sync::Mutex::new(std::collections::VecDeque::with_capacity(FLOOR_WINDOW)),
+        }
+    }
+
+    /// The mode it was made with.
+    pub fn mode(&self) -> Compensation {
+        self.mode
+    }
+
+    /// The floor subtracted now (0: none).
+    pub fn current_ns(&self) -> u64 {
+        self.current_ns.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Samples measured so far.
+    pub fn samples(&self) -> u64 {
+        self.samples.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Takes measured samples (ns); under `Auto` the estimate becomes the
+    /// median of the last [`FLOOR_WINDOW`]. Ignored in the other modes.
+    pub fn record(&self, samples: &[u64]) {
+        if self.mode != Compensation::Auto || samples.is_empty() {
+            return;
+        }
+        let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
+        for &s in samples {
+            if w.len() == FLOOR_WINDOW {
+                w.pop_front();
+            }
+            w.push_back(s);
+        }
+        let mut v: Vec<u64> = w.iter().copied().collect();
+        v.sort_unstable();
+        let median = v[v.len() / 2];
+        self.current_ns
+            .store(median, std::sync::atomic::Ordering::Relaxed);
+        self.samples
+            .fetch_add(samples.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// [`release_at`] with the current floor.
+    pub fn release_at(&self, arrival_ns: u64, deadline_ns: u64) -> u64 {
+        release_at(arrival_ns, deadline_ns, self.current_ns())
+    }
+}
+
+/// One wake-up of a sleeping host thread (ns): the median over `rounds`
+/// round trips between two threads (each sleeping in a futex until the
+/// other wakes it), halved. A lower bound of what a request that crosses a
+/// thread boundary pays once: what the virtio-fs path's
+/// [`Compensation::Auto`] takes as its floor (DESIGN.md says why).
+pub fn measure_wakeup_ns(rounds: usize) -> u64 {
+    let (to_tx, to_rx) = std::sync::mpsc::channel::<Instant>();
+    let (back_tx, back_rx) = std::sync::mpsc::channel::<Instant>();
+    let Ok(echo) = std::thread::Builder::new()
+        .name("wakeup-probe".into())
+        .spawn(move || {
+            for v in to_rx {
+                if back_tx.send(v).is_err() {
+                    break;
+                }
+            }
+        })
+    else {
+        return 0;
+    };
+    let mut rt = Vec::with_capacity(rounds);
+    for _ in 0..rounds.max(1) {
+        // Let the echo thread go to sleep first, as a server would be.
+        std::thread::sleep(Duration::from_micros(50));
+        let t0 = Instant::now();
+        if to_tx.send(t0).is_err() || back_rx.recv().is_err() {
+            break;
+        }
+        rt.push(t0.elapsed().as_nanos() as u64);
+    }
+    drop(to_tx);
+    let _ = echo.join();
+    if rt.is_empty() {
+        return 0;
+    }
+    rt.sort_unstable();
+    rt[rt.len() / 2] / 2
+}
+
+/// The process's [`measure_wakeup_ns`], measured once (64 round trips,
+/// about 5 ms) on first use.
+pub fn wakeup_floor_ns() -> u64 {
+    static ONCE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *ONCE.get_or_init(|| measure_wakeup_ns(64))
 }
 
 /// Something held until its modeled completion time.
@@ -145,6 +340,61 @@ mod tests {
             assert!(t >= deadline);
             assert!(now() >= deadline);
         }
+    }
+
+    #[test]
+    fn the_hold_is_the_deadline_less_the_floor_but_never_before_arrival() {
+        // Off (a floor of 0): held to the deadline, exactly as before.
+        assert_eq!(release_at(1_000, 41_000, 0), 41_000);
+        assert_eq!(release_at(1_000, 500, 0), 500);
+        let off = Floor::new(Compensation::Off);
+        off.record(&[9_000]);
+        assert_eq!(off.current_ns(), 0, "off never measures");
+        assert_eq!(off.release_at(1_000, 41_000), 41_000);
+        // A floor: deadline - floor, or at once when the model asks less.
+        assert_eq!(release_at(1_000, 41_000, 15_000), 26_000);
+        assert_eq!(release_at(1_000, 4_000, 15_000), 1_000);
+        assert_eq!(release_at(1_000, 16_000, 15_000), 1_000);
+        assert_eq!(release_at(0, 10, u64::MAX), 0);
+        let fixed = Floor::new(Compensation::Fixed(12_000));
+        fixed.record(&[1]);
+        assert_eq!(fixed.current_ns(), 12_000);
+        assert_eq!(fixed.release_at(100, 40_100), 28_100);
+        // Auto: the median of the recent samples.
+        let auto = Floor::new(Compensation::Auto);
+        assert_eq!(auto.release_at(100, 40_100), 40_100, "nothing measured yet");
+        auto.record(&[10_000, 30_000, 12_000, 11_000, 900_000]);
+        assert_eq!(auto.current_ns(), 12_000);
+        assert_eq!(auto.samples(), 5);
+        assert_eq!(auto.release_at(100, 40_100), 28_100);
+        // Old samples leave the window.
+        auto.record(&[20_000; FLOOR_WINDOW]);
+        assert_eq!(auto.current_ns(), 20_000);
+    }
+
+    #[test]
+    fn compensation_parses_and_prints() {
+        for (s, c) in [
+            ("auto", Compensation::Auto),
+            ("off", Compensation::Off),
+            ("12000", Compensation::Fixed(12_000)),
+            ("12000ns", Compensation::Fixed(12_000)),
+            ("12us", Compensation::Fixed(12_000)),
+            ("3µs", Compensation::Fixed(3_000)),
+            ("0", Compensation::Fixed(0)),
+        ] {
+            assert_eq!(s.parse::<Compensation>(), Ok(c), "{s}");
+            assert_eq!(c.to_string().parse::<Compensation>(), Ok(c));
+        }
+        for bad in ["", "on", "-1", "12ms", "1.5us", "99999999999999999999"] {
+            assert!(bad.parse::<Compensation>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_wakeup_is_measured_positive_and_bounded() {
+        let w = measure_wakeup_ns(16);
+        assert!(w > 0 && w < 10_000_000, "{w} ns");
     }
 
     struct Item(u64, u32);

@@ -13,6 +13,14 @@
 //!   real time exactly as they overlap in the device model (a queue
 //!   worker never sleeps), and the pacing error (actual − modeled release)
 //!   goes to the VM's histogram.
+//!
+//! With latency compensation ([`QueueOptions::compensation`]) a reply is
+//! released at `max(arrival, deadline − floor)`: the floor is what the
+//! request and its reply cost outside the daemon (the guest's kick to the
+//! worker's pop, the used ring to the guest's wake-up), which the daemon
+//! cannot see; `auto` takes one measured host thread wake-up, a lower
+//! bound (DESIGN.md, "Latency compensation (issue 15)"). The pacing error
+//! is then the estimated guest-visible one, `release + floor − deadline`.
 
 pub mod chain;
 
@@ -65,6 +73,9 @@ pub struct QueueOptions {
     pub realtime_priority: Option<u8>,
     /// The virtio-fs tag in the device config space.
     pub tag: FsTag,
+    /// Latency compensation of held READ / WRITE replies (and, through
+    /// the daemon, of the residency plane's misses).
+    pub compensation: pace::Compensation,
 }
 
 impl Default for QueueOptions {
@@ -74,6 +85,7 @@ impl Default for QueueOptions {
             queue_size: 1024,
             realtime_priority: None,
             tag: FsTag::default(),
+            compensation: pace::Compensation::Off,
         }
     }
 }
@@ -137,7 +149,10 @@ pub fn virtio_fs_config(tag: &FsTag, request_queues: usize) -> [u8; FS_TAG_LEN +
 }
 
 struct Held {
+    /// When it is released: the modeled completion less the floor.
     deadline_ns: u64,
+    /// The modeled completion.
+    modeled_ns: u64,
     arrival_ns: u64,
     vring: Vring,
     queue: u16,
@@ -203,6 +218,19 @@ pub struct FsBackend {
     pacer_tx: Mutex<Option<Sender<Held>>>,
     pacer: Mutex<Option<JoinHandle<()>>>,
     event_idx: Arc<AtomicBool>,
+    /// What held replies are released ahead of their modeled completion by
+    /// (ns; 0: compensation off).
+    floor_ns: u64,
+}
+
+/// The floor of the virtio-fs path for `c` (ns): what a held reply is
+/// released ahead of its modeled completion by.
+pub fn fuse_floor_ns(c: pace::Compensation) -> u64 {
+    match c {
+        pace::Compensation::Off => 0,
+        pace::Compensation::Fixed(ns) => ns,
+        pace::Compensation::Auto => pace::wakeup_floor_ns(),
+    }
 }
 
 /// Why a back-end could not be created.
@@ -229,11 +257,12 @@ impl FsBackend {
         let event_idx = Arc::new(AtomicBool::new(false));
         let pacer_event_idx = event_idx.clone();
         let prio = queues.realtime_priority;
+        let floor_ns = fuse_floor_ns(queues.compensation);
         let pacer = thread::Builder::new()
             .name(format!("pacer-{}", vm.name))
             .spawn(move || {
                 make_realtime(prio);
-                run_pacer(rx, clock, vm, pacer_event_idx)
+                run_pacer(rx, clock, vm, pacer_event_idx, floor_ns)
             })
             .map_err(CreateBackendError::SpawnPacer)?;
         Ok(FsBackend {
@@ -246,6 +275,7 @@ impl FsBackend {
             pacer_tx: Mutex::new(Some(tx)),
             pacer: Mutex::new(Some(pacer)),
             event_idx,
+            floor_ns,
         })
     }
 
@@ -353,7 +383,8 @@ impl FsBackend {
             if local[i].deadline_ns <= now {
                 let h = local.swap_remove(i);
                 any |= self.complete(&h.vring, h.head, h.len);
-                metrics.record_reply(h.arrival_ns, Some(h.deadline_ns), self.clock.now_ns());
+                let done = self.clock.now_ns();
+                metrics.record_reply_compensated(h.arrival_ns, h.modeled_ns, done, self.floor_ns);
             } else {
                 i += 1;
             }
@@ -456,20 +487,25 @@ impl FsBackend {
             }
             None => 0,
         };
-        let Some(deadline) = handled.completes_at_ns else {
+        let Some(modeled) = handled.completes_at_ns else {
             let done = self.complete(vring, head, len);
             metrics.record_reply(arrival, None, self.clock.now_ns());
             return done;
         };
+        // Ahead of the modeled completion by the floor (compensation off:
+        // the modeled completion itself).
+        let deadline = pace::release_at(arrival, modeled, self.floor_ns);
         let now = self.clock.now_ns();
         if now >= deadline {
             // Already due (zero latency, or a hit): reply inline.
             let done = self.complete(vring, head, len);
-            metrics.record_reply(arrival, Some(deadline), self.clock.now_ns());
+            let t = self.clock.now_ns();
+            metrics.record_reply_compensated(arrival, modeled, t, self.floor_ns);
             return done;
         }
         let held = Held {
             deadline_ns: deadline,
+            modeled_ns: modeled,
             arrival_ns: arrival,
             vring: vring.clone(),
             queue,
@@ -549,7 +585,13 @@ fn signal(vring: &Vring, event_idx: bool, vm: &str) {
     }
 }
 
-fn run_pacer(rx: Receiver<Held>, clock: Clock, vm: Arc<VmMetrics>, event_idx: Arc<AtomicBool>) {
+fn run_pacer(
+    rx: Receiver<Held>,
+    clock: Clock,
+    vm: Arc<VmMetrics>,
+    event_idx: Arc<AtomicBool>,
+    floor_ns: u64,
+) {
     // Sleep precision matters: ask for no timer slack on this thread.
     if let Err(e) = rustix::thread::set_current_timer_slack(NonZeroU64::new(1)) {
         tracing::debug!(error = %e, "cannot set timer slack");
@@ -574,7 +616,7 @@ fn run_pacer(rx: Receiver<Held>, clock: Clock, vm: Arc<VmMetrics>, event_idx: Ar
             }
             let done = clock.now_ns();
             for h in &due {
-                vm.record_reply(h.arrival_ns, Some(h.deadline_ns), done);
+                vm.record_reply_compensated(h.arrival_ns, h.modeled_ns, done, floor_ns);
             }
         },
     );

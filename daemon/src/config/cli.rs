@@ -61,6 +61,16 @@ pub struct Cli {
     /// preempt a reply being paced.
     #[arg(long, value_name = "PRIO")]
     pub realtime_priority: Option<u8>,
+    /// Latency compensation: auto (default) | off | a duration (e.g.
+    /// `12us`). Held replies (DAX traps, and READ / WRITE on the FUSE
+    /// path) are released ahead of their modeled completion by the path's
+    /// own cost, so that the guest sees the modeled latency, not the
+    /// modeled latency plus the trap path. `auto` measures it (the plane:
+    /// calibration probes at start and four a second; the FUSE path: one
+    /// host thread wake-up); `off` holds every reply to the modeled
+    /// completion, as before.
+    #[arg(long, value_name = "auto|off|NS")]
+    pub latency_compensation: Option<String>,
     /// virtio-fs tag in the device config space (default `cxlfs`), for
     /// front-ends that read it from the back-end (VHOST_USER_GET_CONFIG,
     /// e.g. QEMU >= 11.1 `vhost-user-test-device-pci,virtio-id=26`);
@@ -184,6 +194,7 @@ impl TryFrom<&Cli> for Settings {
             queue_size: cli.queue_size,
             max_readahead: cli.max_readahead,
             realtime_priority: cli.realtime_priority,
+            latency_compensation: cli.latency_compensation.clone(),
             tag: cli.tag.clone(),
             dax: cli.dax,
             dax_window: cli.dax_window.clone(),

@@ -41,6 +41,7 @@ use crate::backend::QueueOptions;
 use crate::passthrough::{CacheMode, GuestIds, IdMap};
 use cxlfs_device_model::presets::preset;
 use cxlfs_device_model::{DeviceConfig, LoadConfigError};
+use residency::pace::Compensation;
 use serde::Deserialize;
 use std::io;
 use std::net::SocketAddr;
@@ -343,6 +344,7 @@ fn queue_options(s: &Settings) -> Result<QueueOptions, LoadDaemonConfigError> {
         request_queues: s.request_queues.unwrap_or(defaults.request_queues),
         queue_size: s.queue_size.unwrap_or(defaults.queue_size),
         realtime_priority: s.realtime_priority,
+        compensation: latency_compensation(s)?,
         tag: match &s.tag {
             Some(t) => t.parse().map_err(|e: crate::backend::ParseFsTagError| {
                 LoadDaemonConfigError::Invalid(e.to_string())
@@ -372,6 +374,21 @@ fn queue_options(s: &Settings) -> Result<QueueOptions, LoadDaemonConfigError> {
         )));
     }
     Ok(queues)
+}
+
+/// `latency_compensation`: `auto` (the default), `off`, or a duration.
+fn latency_compensation(s: &Settings) -> Result<Compensation, LoadDaemonConfigError> {
+    match s.latency_compensation.as_deref().map(str::trim) {
+        None | Some("auto") => Ok(Compensation::Auto),
+        Some("off") => Ok(Compensation::Off),
+        Some(t) => cxlfs_device_model::units::parse_duration_ns(t)
+            .map(Compensation::Fixed)
+            .map_err(|e| {
+                LoadDaemonConfigError::Invalid(format!(
+                    "latency_compensation `{t}`: auto, off or a duration: {e}"
+                ))
+            }),
+    }
 }
 
 fn dax_options(s: &Settings) -> Result<DaxOptions, LoadDaemonConfigError> {
@@ -612,6 +629,39 @@ mod tests {
     }
 
     #[test]
+    fn latency_compensation_from_file_and_flags() {
+        let base = || cli(&["--shared-dir", "/a"]);
+        let c = DaemonConfig::merge(&base(), FileConfig::default()).unwrap();
+        assert_eq!(c.queues.compensation, Compensation::Auto, "default");
+        let file: FileConfig = toml::from_str("latency_compensation = \"off\"").unwrap();
+        let c = DaemonConfig::merge(&base(), file.clone()).unwrap();
+        assert_eq!(c.queues.compensation, Compensation::Off);
+        for (flag, want) in [
+            ("auto", Compensation::Auto),
+            ("12us", Compensation::Fixed(12_000)),
+            ("800", Compensation::Fixed(800)),
+            ("0", Compensation::Fixed(0)),
+        ] {
+            let c = DaemonConfig::merge(
+                &cli(&["--shared-dir", "/a", "--latency-compensation", flag]),
+                file.clone(),
+            )
+            .unwrap();
+            assert_eq!(c.queues.compensation, want, "{flag}");
+        }
+        for bad in ["on", "3 fortnights", "fast"] {
+            assert!(
+                DaemonConfig::merge(
+                    &cli(&["--shared-dir", "/a", "--latency-compensation", bad]),
+                    FileConfig::default(),
+                )
+                .is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn per_vm_directories_and_bounds() {
         let file: FileConfig = toml::from_str(
             r#"
@@ -816,7 +866,7 @@ mod tests {
             let flag = flag.replace('_', "-");
             assert!(longs.contains(&flag.as_str()), "no --{flag} for `{key}`");
         }
-        assert_eq!(Settings::KEYS.len(), 31);
+        assert_eq!(Settings::KEYS.len(), 32);
         // ... and `sets` is not a file key.
         assert!(toml::from_str::<FileConfig>("sets = [\"a=1\"]").is_err());
     }

@@ -68,6 +68,8 @@ settings! {
         max_readahead: u32,
         /// SCHED_FIFO priority of queue workers and pacers.
         realtime_priority: u8,
+        /// Latency compensation: "auto", "off" or a duration ("12us").
+        latency_compensation: String,
         /// virtio-fs tag of the device config space.
         tag: String,
         /// DAX window on / off.

@@ -922,6 +922,7 @@ impl PlaneSource for DaxPlane {
             traps_by_vm: m.traps_by_vm,
             resident_bytes: m.resident_bytes,
             evictions: m.invalidations,
+            compensation_ns: m.compensation_ns,
         })
     }
 

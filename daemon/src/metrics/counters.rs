@@ -245,6 +245,30 @@ impl VmMetrics {
         }
     }
 
+    /// [`VmMetrics::record_reply`] for a reply released `floor_ns` ahead of
+    /// its modeled completion `modeled_ns` (latency compensation): the
+    /// pacing error is the estimated one the guest sees,
+    /// `done + floor − modeled` (early counts as 0); the FUSE latency is
+    /// still arrival to the used ring. A floor of 0 is `record_reply`.
+    pub fn record_reply_compensated(
+        &self,
+        arrival_ns: u64,
+        modeled_ns: u64,
+        done_ns: u64,
+        floor_ns: u64,
+    ) {
+        if !self.recording() {
+            return;
+        }
+        let mut h = lock(&self.replies);
+        put(&mut h.fuse, done_ns.saturating_sub(arrival_ns));
+        let error = done_ns.saturating_add(floor_ns).saturating_sub(modeled_ns);
+        put(&mut h.pacing, error);
+        if modeled_ns.saturating_sub(arrival_ns) >= LONG_MODELED_NS {
+            put(&mut h.pacing_long, error);
+        }
+    }
+
     /// Records one pacing error: actual minus modeled completion, in ns
     /// (early completions, which pacing prevents, count as 0), for a reply
     /// whose modeled latency was `modeled_ns`.

@@ -45,7 +45,7 @@ pub use snapshot::{Snapshot, VmRow};
 
 use latency::put;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -75,6 +75,9 @@ pub struct PlaneFigures {
     pub resident_bytes: u64,
     /// Pool ranges evicted from the plane.
     pub evictions: u64,
+    /// The trap path's floor that miss replies are released ahead of
+    /// their modeled completion by now (ns; 0: compensation off).
+    pub compensation_ns: u64,
 }
 
 /// The residency plane's figures (DAX on): attached once it is up
@@ -106,6 +109,8 @@ pub struct Metrics {
     /// Plane trap counts at the last `reset_stats` (the plane's own
     /// counters never go back), by VM id (`None`: unknown threads).
     trap_baseline: Mutex<BTreeMap<Option<PlaneVmId>, u64>>,
+    /// The virtio-fs path's latency-compensation floor (ns; 0: off).
+    fuse_compensation_ns: AtomicU64,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -141,7 +146,19 @@ impl Metrics {
             memory: None,
             record_latency: AtomicBool::new(true),
             trap_baseline: Mutex::new(BTreeMap::new()),
+            fuse_compensation_ns: AtomicU64::new(0),
         }
+    }
+
+    /// Sets the virtio-fs path's latency-compensation floor (ns) that
+    /// `cxlfs_latency_compensation_seconds{path="fuse"}` shows.
+    pub fn set_fuse_compensation_ns(&self, ns: u64) {
+        self.fuse_compensation_ns.store(ns, Ordering::Relaxed);
+    }
+
+    /// The virtio-fs path's latency-compensation floor (ns; 0: off).
+    pub fn fuse_compensation_ns(&self) -> u64 {
+        self.fuse_compensation_ns.load(Ordering::Relaxed)
     }
 
     /// The counters of VM `name`, if it was ever configured or seen.

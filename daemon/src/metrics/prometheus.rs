@@ -8,6 +8,9 @@ use cxlfs_api::metrics::{
 };
 use std::fmt::Write as _;
 
+/// The latency-compensation gauge (label `path`: `fuse`, `dax`).
+const COMPENSATION: &str = "cxlfs_latency_compensation_seconds";
+
 fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
@@ -160,6 +163,13 @@ pub fn render_prometheus(snap: &Snapshot) -> String {
     }
     let _ = writeln!(
         s,
+        "# HELP {COMPENSATION} What held replies are released ahead of their modeled completion by: the path's own cost, measured or set (0: compensation off).\n# TYPE {COMPENSATION} gauge"
+    );
+    for (path, ns) in &snap.compensation_ns {
+        let _ = writeln!(s, "{COMPENSATION}{{path=\"{path}\"}} {:.9}", secs(*ns));
+    }
+    let _ = writeln!(
+        s,
         "# HELP {POOL_TRAPS} Pool page misses that trapped into the daemon, by VM (unknown: not a registered VMM).\n# TYPE {POOL_TRAPS} counter"
     );
     for r in rows {
@@ -181,6 +191,7 @@ mod tests {
     #[test]
     fn renders_required_families() {
         let m = metrics();
+        m.set_fuse_compensation_ns(4_500);
         let v = m.vm("vm0");
         v.count_request(opcode::READ);
         v.count_request(999);
@@ -221,6 +232,7 @@ mod tests {
             "cxlfs_shared_pages 0",
             "cxlfs_pool_traps_total{vm=\"vm0\"} 0",
             "cxlfs_pool_traps_total{vm=\"unknown\"} 0",
+            "cxlfs_latency_compensation_seconds{path=\"fuse\"} 0.000004500",
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }

@@ -88,6 +88,9 @@ pub struct Snapshot {
     pub device: DeviceTotals,
     /// Memory mode's regions.
     pub memory_regions: Vec<cxlfs_api::metrics::MemoryRegionSample>,
+    /// Latency compensation floors (ns) by path: `fuse` always, `dax`
+    /// when the residency plane is up.
+    pub compensation_ns: Vec<(&'static str, u64)>,
 }
 
 impl Snapshot {
@@ -188,11 +191,16 @@ impl Metrics {
         all.trap_latency = trap;
         all.pacing_error = pacing;
         all.pacing_error_long = long;
+        let mut compensation_ns = vec![("fuse", self.fuse_compensation_ns())];
+        if self.plane.as_ref().is_some_and(|p| p.figures().is_some()) {
+            compensation_ns.push(("dax", plane.compensation_ns));
+        }
         Snapshot {
             vms: rows,
             all,
             device,
             memory_regions: self.memory_regions(),
+            compensation_ns,
         }
     }
 }
