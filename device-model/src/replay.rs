@@ -19,17 +19,34 @@
 //! println!("hit rate {}", replayer.report().hit_rate);
 //! ```
 //!
+//! One loop feeds every replay: [`Replayer::try_run`] (and [`Replayer::run`]
+//! for inputs that cannot fail) keeps a look-ahead window of upcoming
+//! accesses and hints each to the device before it is fed, so that its
+//! look-up overlaps the accesses before it instead of stalling on memory.
+//! [`Replayer::drive`] adds the warm-up and progress reports on top;
+//! `cxlfs replay` (traces, binary and CSV, and generated workloads alike)
+//! and the replay benchmark both run through it.
+//!
 //! Pure and deterministic: the same device config, accesses and arrival mode
 //! give the same report (the driver measures no wall-clock time; callers that
-//! want throughput time the call to [`Replayer::run`] themselves).
+//! want throughput time the call to [`Replayer::drive`] themselves, or from
+//! [`ReplayObserver::measuring`]).
 
 use crate::device::{AccessError, Device, Outcome};
 use crate::trace::Access;
 use crate::units::parse_duration_ns;
 use hdrhistogram::Histogram;
 use serde::Serialize;
+use std::convert::Infallible;
 use std::fmt;
 use std::str::FromStr;
+
+/// Accesses the look-ahead window holds: each is hinted to the device this
+/// many accesses before it is fed.
+pub const LOOKAHEAD: usize = 8;
+
+/// Accesses between two [`ReplayObserver::progress`] calls in [`Replayer::drive`].
+pub const PROGRESS_EVERY: u64 = 1 << 16;
 
 /// When each access arrives at the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -133,6 +150,105 @@ impl ReplayError {
             ReplayError::Device { index, .. } | ReplayError::TimeWentBackwards { index, .. } => {
                 *index
             }
+        }
+    }
+}
+
+/// Why a replay of a fallible input ([`Replayer::try_run`], [`Replayer::drive`]) stopped.
+#[derive(Debug)]
+pub enum RunError<E> {
+    /// The input failed at its access number `index` (0-based, counted like
+    /// [`ReplayError::index`]); every access before it was fed.
+    Input {
+        /// 0-based index of the access the input could not give.
+        index: u64,
+        /// What the input said.
+        error: E,
+    },
+    /// The replay itself failed.
+    Replay(ReplayError),
+}
+
+impl<E: fmt::Display> fmt::Display for RunError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunError::Input { error, .. } => error.fmt(f),
+            RunError::Replay(e) => e.fmt(f),
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for RunError<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RunError::Input { error, .. } => error.source(),
+            RunError::Replay(e) => e.source(),
+        }
+    }
+}
+
+/// What [`Replayer::drive`] tells its caller along the way.
+pub trait ReplayObserver {
+    /// The warm-up is over and the statistics were reset: the measured part
+    /// starts now (called once, also when there is no warm-up).
+    fn measuring(&mut self) {}
+    /// `fed` accesses (warm-up included) have been replayed; called every
+    /// [`PROGRESS_EVERY`] accesses of the measured part and at its end.
+    fn progress(&mut self, fed: u64) {
+        let _ = fed;
+    }
+}
+
+/// No observer.
+impl ReplayObserver for () {}
+
+/// Most misses of a replay joined a fill already in flight because the
+/// accesses arrived faster than misses complete, all at once in the
+/// extreme: what a trace whose times are not real arrival times (every
+/// access stamped 0, say) replays as. See [`Replayer::coalescing_note`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CoalescingNote {
+    /// The arrival mode.
+    pub arrival: Arrival,
+    /// Measured accesses.
+    pub accesses: u64,
+    /// Page misses.
+    pub misses: u64,
+    /// Of which coalesced.
+    pub coalesced: u64,
+    /// Arrival of the first measured access.
+    pub first_arrival_ns: u64,
+    /// Arrival of the last one.
+    pub last_arrival_ns: u64,
+}
+
+impl fmt::Display for CoalescingNote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} of {} misses ({:.1} %) joined a fill already in flight: ",
+            self.coalesced,
+            self.misses,
+            self.coalesced as f64 * 100.0 / self.misses.max(1) as f64
+        )?;
+        let span = self.last_arrival_ns - self.first_arrival_ns;
+        if span == 0 {
+            write!(
+                f,
+                "all {} accesses arrive at t = {} ns (arrival {}), so every re-access of a page \
+                 still being filled is a miss",
+                self.accesses, self.first_arrival_ns, self.arrival
+            )
+        } else {
+            write!(
+                f,
+                "the {} accesses arrive within {} ns, one every {:.1} ns on average (arrival {}), \
+                 faster than misses complete",
+                self.accesses,
+                span,
+                span as f64 / self.accesses.saturating_sub(1).max(1) as f64,
+                self.arrival
+            )
         }
     }
 }
@@ -252,6 +368,8 @@ pub struct Replayer<'d> {
     fixed_origin_ns: u64,
     /// Arrival of the first measured access.
     first_arrival_ns: Option<u64>,
+    /// Arrival of the last access.
+    last_arrival_ns: u64,
     last_completion_ns: u64,
 }
 
@@ -278,6 +396,7 @@ impl<'d> Replayer<'d> {
             clock_ns: start_ns,
             fixed_origin_ns: start_ns,
             first_arrival_ns: None,
+            last_arrival_ns: start_ns,
             last_completion_ns: start_ns,
         }
     }
@@ -334,6 +453,7 @@ impl<'d> Replayer<'d> {
         if self.first_arrival_ns.is_none() {
             self.first_arrival_ns = Some(now);
         }
+        self.last_arrival_ns = now;
         self.measured += 1;
         self.access_hits += u64::from(out.hit);
         let latency = out.latency_ns;
@@ -353,45 +473,153 @@ impl<'d> Replayer<'d> {
         Ok(out)
     }
 
-    /// Feeds every access of `accesses`; returns how many were fed.
+    /// Feeds every access of `accesses` through the look-ahead loop (see
+    /// [`Replayer::try_run`]); returns how many were fed.
     pub fn run<I>(&mut self, accesses: I) -> Result<u64, ReplayError>
     where
         I: IntoIterator<Item = Access>,
     {
-        // Keep a window of upcoming accesses and hint each to the device
-        // twice — its page-table entry as it enters the window, its cache
-        // metadata halfway through — so that its look-up overlaps the
-        // accesses before it instead of stalling on memory.
-        const LOOKAHEAD: usize = 8;
+        match self.try_run(accesses.into_iter().map(Ok::<Access, Infallible>)) {
+            Ok(fed) => Ok(fed),
+            Err(RunError::Replay(e)) => Err(e),
+            Err(RunError::Input { error, .. }) => match error {},
+        }
+    }
+
+    /// Feeds every access of a fallible input (a trace being read); returns
+    /// how many were fed. The one replay loop: it keeps a window of the next
+    /// [`LOOKAHEAD`] accesses and hints each to the device twice — its
+    /// page-table entry as it enters the window, its cache metadata halfway
+    /// through — so that its look-up overlaps the accesses before it instead
+    /// of stalling on memory. The hints change nothing the model reports:
+    /// the result is that of [`Replayer::feed`] on each access in turn.
+    ///
+    /// When the input fails, the accesses before the failure are fed first,
+    /// then [`RunError::Input`] is returned; the input is not read further.
+    pub fn try_run<I, E>(&mut self, accesses: I) -> Result<u64, RunError<E>>
+    where
+        I: IntoIterator<Item = Result<Access, E>>,
+    {
         const IMMINENT: usize = LOOKAHEAD / 2;
         let start = self.index;
         let mut upcoming = accesses.into_iter();
+        let mut failed = None;
+        let mut more = true;
         let mut window = [Access::default(); LOOKAHEAD];
         let mut pending = 0;
-        for access in upcoming.by_ref().take(LOOKAHEAD) {
-            self.device.hint_upcoming(access.addr);
-            window[pending] = access;
-            pending += 1;
+        while pending < LOOKAHEAD {
+            match upcoming.next() {
+                Some(Ok(access)) => {
+                    self.device.hint_upcoming(access.addr);
+                    window[pending] = access;
+                    pending += 1;
+                }
+                Some(Err(error)) => {
+                    failed = Some(error);
+                    more = false;
+                    break;
+                }
+                None => {
+                    more = false;
+                    break;
+                }
+            }
         }
         // `window[head..]` then `window[..head]` hold the `pending` accesses in order.
         let mut head = 0;
         while pending > 0 {
             let current = window[head];
-            match upcoming.next() {
-                Some(next) => {
+            match if more { upcoming.next() } else { None } {
+                Some(Ok(next)) => {
                     self.device.hint_upcoming(next.addr);
                     window[head] = next;
                 }
-                None => pending -= 1,
+                Some(Err(error)) => {
+                    failed = Some(error);
+                    more = false;
+                    pending -= 1;
+                }
+                None => {
+                    more = false;
+                    pending -= 1;
+                }
             }
             head = (head + 1) % LOOKAHEAD;
             if pending > IMMINENT {
                 self.device
                     .hint_imminent(window[(head + IMMINENT - 1) % LOOKAHEAD].addr);
             }
-            self.feed(current)?;
+            self.feed(current).map_err(RunError::Replay)?;
         }
-        Ok(self.index - start)
+        match failed {
+            Some(error) => Err(RunError::Input {
+                index: self.index,
+                error,
+            }),
+            None => Ok(self.index - start),
+        }
+    }
+
+    /// Replays a whole input as `cxlfs replay` does: the first `warmup`
+    /// accesses warm the cache, then the statistics are reset
+    /// ([`Replayer::reset_stats`]) and the rest is measured, in runs of
+    /// [`PROGRESS_EVERY`] accesses through [`Replayer::try_run`]'s loop.
+    /// Returns the accesses fed (warm-up included). If the input ends
+    /// within the warm-up, nothing is reset and `observer.measuring()` is
+    /// not called.
+    pub fn drive<I, E>(
+        &mut self,
+        accesses: I,
+        warmup: u64,
+        observer: &mut impl ReplayObserver,
+    ) -> Result<u64, RunError<E>>
+    where
+        I: IntoIterator<Item = Result<Access, E>>,
+    {
+        let start = self.index;
+        let mut input = accesses.into_iter();
+        if warmup > 0 {
+            let take = usize::try_from(warmup).unwrap_or(usize::MAX);
+            let warmed = self.try_run(input.by_ref().take(take))?;
+            if warmed < warmup {
+                return Ok(warmed);
+            }
+            self.reset_stats();
+        }
+        observer.measuring();
+        loop {
+            let fed = self.index - start;
+            let chunk = PROGRESS_EVERY - fed % PROGRESS_EVERY;
+            let got = self.try_run(input.by_ref().take(chunk as usize))?;
+            if got > 0 {
+                observer.progress(fed + got);
+            }
+            if got < chunk {
+                return Ok(fed + got);
+            }
+        }
+    }
+
+    /// `Some` when most of the measured misses (more than half) joined a
+    /// fill already in flight under an open-loop arrival mode (`trace` or
+    /// `fixed`): the accesses arrived faster than misses complete. A trace
+    /// whose accesses all carry the same time replays so — every re-access
+    /// of a page being filled a miss — and says nothing about the cache;
+    /// callers should tell the user. Never under `closed` arrival.
+    pub fn coalescing_note(&self) -> Option<CoalescingNote> {
+        if matches!(self.arrival, Arrival::Closed { .. }) {
+            return None;
+        }
+        let s = self.device.stats();
+        let first_arrival_ns = self.first_arrival_ns?;
+        (s.misses > 0 && s.coalesced.saturating_mul(2) > s.misses).then_some(CoalescingNote {
+            arrival: self.arrival,
+            accesses: self.measured,
+            misses: s.misses,
+            coalesced: s.coalesced,
+            first_arrival_ns,
+            last_arrival_ns: self.last_arrival_ns,
+        })
     }
 
     /// Zeroes the measurements and the device's counters (after a warm-up);

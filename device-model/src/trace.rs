@@ -1,5 +1,15 @@
 //! Trace records and their two encodings (CSV text and compact binary).
-//! Pure: parses and formats bytes; reading files is the caller's job.
+//! Pure: parses and formats bytes; opening files is the caller's job
+//! ([`BinaryReader`] decodes from any [`BufRead`] the caller hands it).
+//!
+//! # Arrival mode
+//!
+//! A trace may record how its accesses are meant to arrive ([`Arrival`]):
+//! `trace` (each at its own `time_ns`), `closed[:THINK]` (one outstanding:
+//! the times carry no meaning) or `fixed:INTERVAL`. `cxlfs trace gen` records
+//! the mode it was asked for and `cxlfs replay --trace` replays with it
+//! unless `--arrival` says otherwise; a trace that records nothing is
+//! replayed at its own times.
 //!
 //! # CSV
 //!
@@ -7,22 +17,34 @@
 //!
 //! ```text
 //! # comment lines and blank lines are skipped
+//! # arrival: closed
 //! time_ns,op,addr,len
 //! 0,R,0x1000,64
 //! 150,W,8192,4096
 //! ```
 //!
 //! `op` is `R` or `W`; numbers are decimal or `0x` hex; spaces around fields
-//! are ignored; the header line is optional. [`format_csv_line`] writes the
-//! canonical form (decimal time and length, hex address) that
-//! [`parse_csv_line`] reads back unchanged.
+//! are ignored; the header line is optional. A comment `# arrival: MODE`
+//! before the first record records the arrival mode ([`parse_csv_arrival`]).
+//! [`format_csv_line`] writes the canonical form (decimal time and length,
+//! hex address) that [`parse_csv_line`] reads back unchanged.
 //!
 //! # Binary
 //!
-//! A 16-byte header — [`BINARY_MAGIC`] then the record count as a
-//! little-endian `u64` ([`UNKNOWN_COUNT`] if the writer did not know it) —
-//! followed by 20-byte little-endian records: `u64 time_ns`, `u64 addr`,
-//! `u32 len` whose top bit is the op (1 = write), so `len` < 2^31.
+//! A 32-byte header, all little-endian:
+//!
+//! | bytes  | field                                                        |
+//! |--------|--------------------------------------------------------------|
+//! | 0..8   | [`BINARY_MAGIC`] `CXLTRC02`                                  |
+//! | 8..16  | `u64` record count ([`UNKNOWN_COUNT`] if the writer did not know it) |
+//! | 16..20 | `u32` arrival mode: 0 none recorded, 1 trace, 2 closed, 3 fixed |
+//! | 20..24 | `u32` reserved, 0                                            |
+//! | 24..32 | `u64` the mode's argument in ns (think time, interval; else 0) |
+//!
+//! followed by 20-byte records: `u64 time_ns`, `u64 addr`, `u32 len` whose
+//! top bit is the op (1 = write), so `len` < 2^31. Version 1 traces
+//! (`CXLTRC01`: a 16-byte header of magic and count, no arrival mode, the
+//! same records) are still read.
 //!
 //! ```
 //! use cxlfs_device_model::trace::{decode_trace, encode_trace, Access};
@@ -33,7 +55,9 @@
 //! ```
 
 use crate::device::Op;
+use crate::replay::{Arrival, ParseArrivalError};
 use std::fmt;
+use std::io::{self, BufRead};
 
 /// One host access.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -195,10 +219,32 @@ pub fn format_csv_line(access: &Access) -> String {
     CsvLine(access).to_string()
 }
 
-/// Magic bytes opening a binary trace.
-pub const BINARY_MAGIC: [u8; 8] = *b"CXLTRC01";
-/// Bytes in the binary header (magic + record count).
-pub const HEADER_LEN: usize = 16;
+/// The comment that records a CSV trace's arrival mode, up to the mode.
+pub const CSV_ARRIVAL_PREFIX: &str = "# arrival:";
+
+/// The comment line (no newline) recording `arrival` in a CSV trace: `# arrival: closed`.
+pub fn format_csv_arrival(arrival: Arrival) -> String {
+    format!("{CSV_ARRIVAL_PREFIX} {arrival}")
+}
+
+/// Whether `line` is a `# arrival: MODE` comment, and if so the mode it records.
+pub fn parse_csv_arrival(line: &str) -> Option<Result<Arrival, ParseArrivalError>> {
+    let rest = line.trim().strip_prefix('#')?.trim_start();
+    let mode = rest
+        .get(..8)
+        .filter(|word| word.eq_ignore_ascii_case("arrival:"))
+        .map(|_| &rest[8..])?;
+    Some(mode.parse())
+}
+
+/// Magic bytes opening a binary trace (version 2, with an arrival mode).
+pub const BINARY_MAGIC: [u8; 8] = *b"CXLTRC02";
+/// Magic bytes opening a version 1 binary trace (no arrival mode), still read.
+pub const BINARY_MAGIC_V1: [u8; 8] = *b"CXLTRC01";
+/// Bytes in the binary header.
+pub const HEADER_LEN: usize = 32;
+/// Bytes in a version 1 binary header (magic + record count).
+pub const HEADER_LEN_V1: usize = 16;
 /// Bytes in one binary record.
 pub const RECORD_LEN: usize = 20;
 /// The header's record count when the writer did not know it.
@@ -209,17 +255,29 @@ const WRITE_BIT: u32 = 1 << 31;
 /// Why binary trace bytes could not be encoded or decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BinaryTraceError {
-    /// The first 8 bytes are not [`BINARY_MAGIC`].
-    #[error("not a cxlfs binary trace: magic is {found:?}, expected \"CXLTRC01\"")]
+    /// The first 8 bytes are not [`BINARY_MAGIC`] (or [`BINARY_MAGIC_V1`]).
+    #[error(
+        "not a cxlfs binary trace: magic is {found:?}, expected \"CXLTRC02\" (or \"CXLTRC01\")"
+    )]
     BadMagic {
         /// The bytes found (lossily as text).
         found: String,
     },
-    /// Fewer than [`HEADER_LEN`] bytes.
-    #[error("truncated header: {got} of 16 bytes")]
+    /// Fewer bytes than the header needs.
+    #[error("truncated header: {got} of {want} bytes")]
     TruncatedHeader {
         /// Bytes present.
         got: usize,
+        /// Bytes the header's version needs.
+        want: usize,
+    },
+    /// An arrival mode code this version does not know, or reserved bytes not zero.
+    #[error("bad arrival mode in the header: code {code}, reserved {reserved:#x}")]
+    BadArrival {
+        /// The mode code (bytes 16..20).
+        code: u32,
+        /// The reserved word (bytes 20..24).
+        reserved: u32,
     },
     /// The data ends inside a record.
     #[error("truncated record: {got} of 20 bytes")]
@@ -246,35 +304,116 @@ pub enum BinaryTraceError {
     },
 }
 
-/// Whether `prefix` (the first bytes of a file) starts with [`BINARY_MAGIC`].
+/// Whether `prefix` (the first bytes of a file) starts with a binary trace's
+/// magic, of either version.
 pub fn is_binary(prefix: &[u8]) -> bool {
-    prefix.starts_with(&BINARY_MAGIC)
+    prefix.starts_with(&BINARY_MAGIC) || prefix.starts_with(&BINARY_MAGIC_V1)
 }
 
-/// The binary header for `count` records (`None`: unknown).
-pub fn encode_header(count: Option<u64>) -> [u8; HEADER_LEN] {
-    let mut out = [0u8; HEADER_LEN];
-    out[..8].copy_from_slice(&BINARY_MAGIC);
-    out[8..].copy_from_slice(&count.unwrap_or(UNKNOWN_COUNT).to_le_bytes());
-    out
+/// What a binary trace's header says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TraceHeader {
+    /// Records in the trace (`None`: the writer did not know).
+    pub count: Option<u64>,
+    /// How the accesses are meant to arrive (`None`: not recorded; replay
+    /// then uses their own times).
+    pub arrival: Option<Arrival>,
 }
 
-/// Reads a binary header from the start of `bytes`; returns the declared
-/// record count (`None`: unknown).
-pub fn decode_header(bytes: &[u8]) -> Result<Option<u64>, BinaryTraceError> {
-    let magic_len = bytes.len().min(BINARY_MAGIC.len());
-    if bytes[..magic_len] != BINARY_MAGIC[..magic_len] {
-        return Err(BinaryTraceError::BadMagic {
-            found: String::from_utf8_lossy(&bytes[..magic_len]).into_owned(),
-        });
+impl TraceHeader {
+    /// The header's bytes ([`BINARY_MAGIC`], version 2).
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let (code, arg) = match self.arrival {
+            None => (0u32, 0u64),
+            Some(Arrival::Trace) => (1, 0),
+            Some(Arrival::Closed { think_ns }) => (2, think_ns),
+            Some(Arrival::Fixed { interval_ns }) => (3, interval_ns),
+        };
+        let mut out = [0u8; HEADER_LEN];
+        out[..8].copy_from_slice(&BINARY_MAGIC);
+        out[8..16].copy_from_slice(&self.count.unwrap_or(UNKNOWN_COUNT).to_le_bytes());
+        out[16..20].copy_from_slice(&code.to_le_bytes());
+        out[24..32].copy_from_slice(&arg.to_le_bytes());
+        out
     }
-    let Some(header) = bytes.get(..HEADER_LEN) else {
-        return Err(BinaryTraceError::TruncatedHeader { got: bytes.len() });
-    };
-    let mut count = [0u8; 8];
-    count.copy_from_slice(&header[8..]);
-    let count = u64::from_le_bytes(count);
-    Ok((count != UNKNOWN_COUNT).then_some(count))
+
+    /// Bytes in the header that `magic` (a file's first 8 bytes) opens.
+    pub fn len_for(magic: &[u8]) -> Result<usize, BinaryTraceError> {
+        let n = magic.len().min(8);
+        if BINARY_MAGIC.starts_with(&magic[..n]) && n == 8 {
+            Ok(HEADER_LEN)
+        } else if BINARY_MAGIC_V1.starts_with(&magic[..n]) && n == 8 {
+            Ok(HEADER_LEN_V1)
+        } else if BINARY_MAGIC.starts_with(&magic[..n]) || BINARY_MAGIC_V1.starts_with(&magic[..n])
+        {
+            Err(BinaryTraceError::TruncatedHeader {
+                got: n,
+                want: HEADER_LEN,
+            })
+        } else {
+            Err(BinaryTraceError::BadMagic {
+                found: String::from_utf8_lossy(&magic[..n]).into_owned(),
+            })
+        }
+    }
+
+    /// Reads a header (either version) from the start of `bytes`; returns
+    /// it and its length in bytes (where the records start).
+    pub fn decode(bytes: &[u8]) -> Result<(TraceHeader, usize), BinaryTraceError> {
+        let len = Self::len_for(&bytes[..bytes.len().min(8)])?;
+        let Some(header) = bytes.get(..len) else {
+            return Err(BinaryTraceError::TruncatedHeader {
+                got: bytes.len(),
+                want: len,
+            });
+        };
+        let u64_at = |at: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&header[at..at + 8]);
+            u64::from_le_bytes(w)
+        };
+        let u32_at = |at: usize| {
+            let mut w = [0u8; 4];
+            w.copy_from_slice(&header[at..at + 4]);
+            u32::from_le_bytes(w)
+        };
+        let count = u64_at(8);
+        let count = (count != UNKNOWN_COUNT).then_some(count);
+        if len == HEADER_LEN_V1 {
+            return Ok((
+                TraceHeader {
+                    count,
+                    arrival: None,
+                },
+                len,
+            ));
+        }
+        let (code, reserved, arg) = (u32_at(16), u32_at(20), u64_at(24));
+        let arrival = match (code, reserved) {
+            (0, 0) => None,
+            (1, 0) => Some(Arrival::Trace),
+            (2, 0) => Some(Arrival::Closed { think_ns: arg }),
+            (3, 0) => Some(Arrival::Fixed { interval_ns: arg }),
+            _ => return Err(BinaryTraceError::BadArrival { code, reserved }),
+        };
+        Ok((TraceHeader { count, arrival }, len))
+    }
+}
+
+/// The binary header for `count` records (`None`: unknown), no arrival mode recorded.
+pub fn encode_header(count: Option<u64>) -> [u8; HEADER_LEN] {
+    TraceHeader {
+        count,
+        arrival: None,
+    }
+    .encode()
+}
+
+/// Reads a binary header (either version) from the start of `bytes`;
+/// returns the declared record count (`None`: unknown). See
+/// [`TraceHeader::decode`] for the arrival mode.
+pub fn decode_header(bytes: &[u8]) -> Result<Option<u64>, BinaryTraceError> {
+    TraceHeader::decode(bytes).map(|(h, _)| h.count)
 }
 
 /// Encodes one record.
@@ -357,7 +496,7 @@ pub fn decode_records(bytes: &[u8]) -> BinaryRecords<'_> {
     }
 }
 
-/// Encodes a whole trace (header with the count, then the records).
+/// Encodes a whole trace (header with the count, no arrival mode, then the records).
 pub fn encode_trace<'a, I>(accesses: I) -> Result<Vec<u8>, BinaryTraceError>
 where
     I: IntoIterator<Item = &'a Access>,
@@ -368,14 +507,16 @@ where
         out.extend_from_slice(&encode_record(access)?);
         count += 1;
     }
-    out[8..HEADER_LEN].copy_from_slice(&count.to_le_bytes());
+    out[8..16].copy_from_slice(&count.to_le_bytes());
     Ok(out)
 }
 
-/// Decodes a whole in-memory trace, checking the header's count if it has one.
+/// Decodes a whole in-memory trace (either version), checking the header's
+/// count if it has one.
 pub fn decode_trace(bytes: &[u8]) -> Result<Vec<Access>, BinaryTraceError> {
-    let declared = decode_header(bytes)?;
-    let body = &bytes[HEADER_LEN..];
+    let (header, start) = TraceHeader::decode(bytes)?;
+    let declared = header.count;
+    let body = &bytes[start..];
     let out = decode_records(body).collect::<Result<Vec<_>, _>>()?;
     if let Some(declared) = declared {
         if declared != out.len() as u64 {
@@ -386,6 +527,143 @@ pub fn decode_trace(bytes: &[u8]) -> Result<Vec<Access>, BinaryTraceError> {
         }
     }
     Ok(out)
+}
+
+/// Why a binary trace streamed through [`BinaryReader`] could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadBinaryError {
+    /// Reading the header failed.
+    #[error("binary header")]
+    HeaderIo(#[source] io::Error),
+    /// The header is malformed.
+    #[error("binary header")]
+    Header(#[source] BinaryTraceError),
+    /// Reading failed at record `index`.
+    #[error("record {index}")]
+    Io {
+        /// 0-based record index.
+        index: u64,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// A malformed record (or a record count that disagrees with the header).
+    #[error("record {index}")]
+    Record {
+        /// 0-based record index.
+        index: u64,
+        /// What is wrong with it.
+        #[source]
+        source: BinaryTraceError,
+    },
+}
+
+/// Streams the accesses of a binary trace (either version) from `R`, one
+/// record at a time, in constant memory; checks the header's count at the
+/// end. `cxlfs replay --trace` and the replay benchmark read traces with it.
+#[derive(Debug)]
+pub struct BinaryReader<R> {
+    reader: R,
+    header: TraceHeader,
+    records: u64,
+    done: bool,
+}
+
+impl<R: BufRead> BinaryReader<R> {
+    /// Reads and checks the header; the records follow on iteration.
+    pub fn new(mut reader: R) -> Result<Self, ReadBinaryError> {
+        let mut head = [0u8; HEADER_LEN];
+        let got = read_full(&mut reader, &mut head[..8]).map_err(ReadBinaryError::HeaderIo)?;
+        let len = TraceHeader::len_for(&head[..got]).map_err(ReadBinaryError::Header)?;
+        let rest = read_full(&mut reader, &mut head[8..len]).map_err(ReadBinaryError::HeaderIo)?;
+        let (header, _) =
+            TraceHeader::decode(&head[..8 + rest]).map_err(ReadBinaryError::Header)?;
+        Ok(BinaryReader {
+            reader,
+            header,
+            records: 0,
+            done: false,
+        })
+    }
+
+    /// What the header says.
+    pub fn header(&self) -> TraceHeader {
+        self.header
+    }
+
+    /// Records returned so far.
+    pub fn records_read(&self) -> u64 {
+        self.records
+    }
+
+    #[inline]
+    fn read_record(&mut self) -> Option<Result<Access, ReadBinaryError>> {
+        let index = self.records;
+        let buf = match self.reader.fill_buf() {
+            Ok(buf) => buf,
+            Err(source) => return Some(Err(ReadBinaryError::Io { index, source })),
+        };
+        let mut record = [0u8; RECORD_LEN];
+        if let Some(bytes) = buf.get(..RECORD_LEN) {
+            record.copy_from_slice(bytes);
+            self.reader.consume(RECORD_LEN);
+        } else if buf.is_empty() {
+            return match self.header.count {
+                Some(declared) if declared != index => Some(Err(ReadBinaryError::Record {
+                    index,
+                    source: BinaryTraceError::CountMismatch {
+                        declared,
+                        found: index,
+                    },
+                })),
+                _ => None,
+            };
+        } else {
+            // A record straddling the buffer's end.
+            let got = match read_full(&mut self.reader, &mut record) {
+                Ok(got) => got,
+                Err(source) => return Some(Err(ReadBinaryError::Io { index, source })),
+            };
+            if got < RECORD_LEN {
+                return Some(Err(ReadBinaryError::Record {
+                    index,
+                    source: BinaryTraceError::TruncatedRecord { got },
+                }));
+            }
+        }
+        Some(decode_record(&record).map_err(|source| ReadBinaryError::Record { index, source }))
+    }
+}
+
+impl<R: BufRead> Iterator for BinaryReader<R> {
+    type Item = Result<Access, ReadBinaryError>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let item = self.read_record();
+        match &item {
+            Some(Ok(_)) => self.records += 1,
+            Some(Err(_)) | None => self.done = true,
+        }
+        item
+    }
+}
+
+/// Reads until `buf` is full or the input ends; returns the bytes read.
+pub fn read_full(reader: &mut impl io::Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match reader.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
 }
 
 #[cfg(test)]
@@ -421,5 +699,17 @@ mod tests {
         assert_eq!(decode_record(&encode_record(&a).unwrap()).unwrap(), a);
         assert_eq!(decode_header(&encode_header(Some(3))).unwrap(), Some(3));
         assert_eq!(decode_header(&encode_header(None)).unwrap(), None);
+        for arrival in [
+            None,
+            Some(Arrival::Trace),
+            Some(Arrival::Closed { think_ns: 7 }),
+            Some(Arrival::Fixed { interval_ns: 9 }),
+        ] {
+            let h = TraceHeader {
+                count: Some(1),
+                arrival,
+            };
+            assert_eq!(TraceHeader::decode(&h.encode()).unwrap(), (h, HEADER_LEN));
+        }
     }
 }

@@ -1,9 +1,12 @@
-//! The replay driver: arrival modes, reports, errors, determinism.
+//! The replay driver: arrival modes, reports, errors, determinism; the
+//! look-ahead loop (`run`, `try_run`, `drive`) against one access at a time.
 
 // Helpers outside #[test] fns unwrap too: a failure there is a test failure.
 #![allow(clippy::unwrap_used)]
 
-use cxlfs_device_model::replay::{Arrival, ReplayError, Replayer};
+use cxlfs_device_model::replay::{
+    Arrival, ReplayError, ReplayObserver, Replayer, RunError, PROGRESS_EVERY,
+};
 use cxlfs_device_model::trace::Access;
 use cxlfs_device_model::workload::WorkloadSpec;
 use cxlfs_device_model::{AccessError, Device, Op};
@@ -187,4 +190,183 @@ fn identical_inputs_give_identical_reports() {
         serde_json::to_string(&r.report()).unwrap()
     };
     assert_eq!(run(), run());
+}
+
+/// Feeds `accesses` one at a time, resetting after `warmup`: no look-ahead.
+fn one_at_a_time(dev: &mut Device, arrival: Arrival, accesses: &[Access], warmup: usize) -> String {
+    let mut r = Replayer::new(dev, arrival);
+    for (i, a) in accesses.iter().enumerate() {
+        if i == warmup {
+            r.reset_stats();
+        }
+        r.feed(*a).unwrap();
+    }
+    serde_json::to_string(&r.report()).unwrap()
+}
+
+#[test]
+fn the_look_ahead_loop_reports_what_one_access_at_a_time_does() {
+    let mut spec = workload("zipf:0.8", 8 << 20, 20_000);
+    spec.write_ratio = 0.3;
+    let mut accesses: Vec<Access> = spec.generate().unwrap().collect();
+    for (i, a) in accesses.iter_mut().enumerate() {
+        a.time_ns = i as u64 * 30;
+    }
+    for policy in cxlfs_device_model::PolicyKind::ALL {
+        for arrival in [
+            Arrival::Closed { think_ns: 0 },
+            Arrival::Fixed { interval_ns: 50 },
+            Arrival::Trace,
+        ] {
+            let setting = format!("cache.policy={policy}");
+            let what = format!("{policy} {arrival}");
+            let want = one_at_a_time(&mut device(&[&setting]), arrival, &accesses, 0);
+            let mut dev = device(&[&setting]);
+            let mut r = Replayer::new(&mut dev, arrival);
+            r.run(accesses.iter().copied()).unwrap();
+            assert_eq!(
+                serde_json::to_string(&r.report()).unwrap(),
+                want,
+                "{what}: run"
+            );
+            // drive, with and without a warm-up, over a fallible input.
+            for warmup in [0, 7_000] {
+                let want = one_at_a_time(&mut device(&[&setting]), arrival, &accesses, warmup);
+                let mut dev = device(&[&setting]);
+                let mut r = Replayer::new(&mut dev, arrival);
+                let input = accesses.iter().map(|a| Ok::<Access, String>(*a));
+                assert_eq!(r.drive(input, warmup as u64, &mut ()).unwrap(), 20_000);
+                let got = serde_json::to_string(&r.report()).unwrap();
+                assert_eq!(got, want, "{what}: drive, warm-up {warmup}");
+            }
+        }
+    }
+}
+
+#[test]
+fn an_input_error_stops_the_loop_after_the_accesses_before_it() {
+    let mut dev = device(&[]);
+    let mut r = Replayer::new(&mut dev, Arrival::Closed { think_ns: 0 });
+    // Fewer accesses than the window, then more than it, before the error.
+    for (good, total) in [(3u64, 3u64), (20, 23)] {
+        let input = (0..40u64).map(|i| {
+            if i == good {
+                Err(format!("bad record {i}"))
+            } else {
+                Ok(read(0, i * 4096))
+            }
+        });
+        match r.try_run(input) {
+            Err(RunError::Input { index, error }) => {
+                assert_eq!(
+                    (index, error.as_str()),
+                    (total, format!("bad record {good}").as_str())
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(r.fed(), total);
+    }
+    assert_eq!(r.report().accesses, 23);
+    // A device error in the window comes before a later input error.
+    let mut dev = device(&[]);
+    let capacity = dev.capacity_bytes();
+    let mut r = Replayer::new(&mut dev, Arrival::Closed { think_ns: 0 });
+    let input = [
+        Ok(read(0, 0)),
+        Ok(read(0, capacity)),
+        Ok(read(0, 64)),
+        Err("late"),
+    ];
+    match r.try_run(input) {
+        Err(RunError::Replay(ReplayError::Device { index: 1, .. })) => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+#[derive(Default)]
+struct Calls {
+    measuring_at: Vec<u64>,
+    progress: Vec<u64>,
+}
+
+impl ReplayObserver for Calls {
+    fn measuring(&mut self) {
+        self.measuring_at
+            .push(self.progress.last().copied().unwrap_or(0));
+    }
+
+    fn progress(&mut self, fed: u64) {
+        self.progress.push(fed);
+    }
+}
+
+#[test]
+fn drive_warms_up_then_measures_and_reports_progress() {
+    let mut dev = device(&[]);
+    let mut r = Replayer::new(&mut dev, Arrival::Closed { think_ns: 0 });
+    let mut calls = Calls::default();
+    let gen = workload("uniform", 64 << 20, 200_000).generate().unwrap();
+    let fed = r
+        .drive(gen.map(Ok::<Access, String>), 70_000, &mut calls)
+        .unwrap();
+    assert_eq!(fed, 200_000);
+    assert_eq!(calls.measuring_at, [0]);
+    // Every PROGRESS_EVERY accesses, counted from the start, and at the end.
+    assert_eq!(PROGRESS_EVERY, 65_536);
+    assert_eq!(calls.progress, [131_072, 196_608, 200_000]);
+    assert_eq!(r.report().accesses, 130_000);
+    // An input that ends within the warm-up: nothing reset, nothing measured.
+    let mut dev = device(&[]);
+    let mut r = Replayer::new(&mut dev, Arrival::Closed { think_ns: 0 });
+    let mut calls = Calls::default();
+    let gen = workload("uniform", 64 << 20, 500).generate().unwrap();
+    assert_eq!(
+        r.drive(gen.map(Ok::<Access, String>), 1_000, &mut calls)
+            .unwrap(),
+        500
+    );
+    assert!(calls.measuring_at.is_empty() && calls.progress.is_empty());
+    assert_eq!(r.report().accesses, 500);
+}
+
+#[test]
+fn a_replay_whose_misses_mostly_coalesce_says_so() {
+    // 16 pages read 8 times each, all at t = 0.
+    let accesses: Vec<Access> = (0..128u64).map(|i| read(0, (i % 16) * 4096)).collect();
+    let mut dev = device(&[]);
+    let mut r = Replayer::new(&mut dev, Arrival::Trace);
+    r.run(accesses.iter().copied()).unwrap();
+    let note = r.coalescing_note().unwrap();
+    assert_eq!(
+        (note.accesses, note.misses, note.coalesced),
+        (128, 128, 112)
+    );
+    assert_eq!((note.first_arrival_ns, note.last_arrival_ns), (0, 0));
+    let text = note.to_string();
+    assert!(
+        text.starts_with("112 of 128 misses (87.5 %) joined a fill already in flight: all 128 accesses arrive at t = 0 ns (arrival trace)"),
+        "{text}"
+    );
+    // Open loop faster than the fills: said, with the rate.
+    let mut dev = device(&[]);
+    let mut r = Replayer::new(&mut dev, Arrival::Fixed { interval_ns: 10 });
+    r.run(accesses.iter().copied()).unwrap();
+    let text = r.coalescing_note().unwrap().to_string();
+    assert!(
+        text.contains("arrive within 1270 ns, one every 10.0 ns"),
+        "{text}"
+    );
+    // Closed loop never; spread-out arrivals have nothing to say.
+    let mut dev = device(&[]);
+    let mut r = Replayer::new(&mut dev, Arrival::Closed { think_ns: 0 });
+    r.run(accesses.iter().copied()).unwrap();
+    assert_eq!(r.coalescing_note(), None);
+    let spread: Vec<Access> = (0..128u64)
+        .map(|i| read(i * 1_000_000, (i % 16) * 4096))
+        .collect();
+    let mut dev = device(&[]);
+    let mut r = Replayer::new(&mut dev, Arrival::Trace);
+    r.run(spread).unwrap();
+    assert_eq!(r.coalescing_note(), None);
 }

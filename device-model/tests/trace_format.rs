@@ -3,10 +3,12 @@
 // Helpers outside #[test] fns unwrap too: a failure there is a test failure.
 #![allow(clippy::unwrap_used)]
 
+use cxlfs_device_model::replay::Arrival;
 use cxlfs_device_model::trace::{
     decode_header, decode_record, decode_records, decode_trace, encode_header, encode_record,
-    encode_trace, format_csv_line, is_binary, parse_csv_line, Access, BinaryTraceError,
-    TraceLineError, BINARY_MAGIC, HEADER_LEN, MAX_LEN, RECORD_LEN,
+    encode_trace, format_csv_arrival, format_csv_line, is_binary, parse_csv_arrival,
+    parse_csv_line, Access, BinaryReader, BinaryTraceError, ReadBinaryError, TraceHeader,
+    TraceLineError, BINARY_MAGIC, BINARY_MAGIC_V1, HEADER_LEN, HEADER_LEN_V1, MAX_LEN, RECORD_LEN,
 };
 use cxlfs_device_model::Op;
 use proptest::prelude::*;
@@ -144,11 +146,187 @@ fn binary_layout_is_little_endian_with_op_in_top_bit() {
     assert_eq!(&rec[16..], &(64u32 | 1 << 31).to_le_bytes());
     let header = encode_header(Some(5));
     assert_eq!(header.len(), HEADER_LEN);
-    assert_eq!(&header[..8], b"CXLTRC01");
-    assert_eq!(&header[8..], &5u64.to_le_bytes());
-    assert_eq!(&encode_header(None)[8..], &u64::MAX.to_le_bytes());
+    assert_eq!(HEADER_LEN, 32);
+    assert_eq!(&header[..8], b"CXLTRC02");
+    assert_eq!(&header[8..16], &5u64.to_le_bytes());
+    assert_eq!(&header[16..], &[0u8; 16]);
+    assert_eq!(&encode_header(None)[8..16], &u64::MAX.to_le_bytes());
     assert!(is_binary(&header));
+    assert!(is_binary(b"CXLTRC01"));
     assert!(!is_binary(b"0,R,0,64\n"));
+    // The arrival mode: code at 16..20, argument at 24..32.
+    let closed = TraceHeader {
+        count: Some(5),
+        arrival: Some(Arrival::Closed { think_ns: 0x0102 }),
+    }
+    .encode();
+    assert_eq!(&closed[16..20], &2u32.to_le_bytes());
+    assert_eq!(&closed[20..24], &[0u8; 4]);
+    assert_eq!(&closed[24..], &0x0102u64.to_le_bytes());
+    let fixed = TraceHeader {
+        count: None,
+        arrival: Some(Arrival::Fixed { interval_ns: 100 }),
+    }
+    .encode();
+    assert_eq!(&fixed[16..20], &3u32.to_le_bytes());
+    assert_eq!(&fixed[24..], &100u64.to_le_bytes());
+    let trace = TraceHeader {
+        count: None,
+        arrival: Some(Arrival::Trace),
+    }
+    .encode();
+    assert_eq!(&trace[16..20], &1u32.to_le_bytes());
+}
+
+#[test]
+fn binary_header_records_the_arrival_mode() {
+    for arrival in [
+        None,
+        Some(Arrival::Trace),
+        Some(Arrival::Closed { think_ns: 0 }),
+        Some(Arrival::Closed { think_ns: 250 }),
+        Some(Arrival::Fixed { interval_ns: 100 }),
+    ] {
+        for count in [None, Some(0), Some(7)] {
+            let h = TraceHeader { count, arrival };
+            assert_eq!(TraceHeader::decode(&h.encode()).unwrap(), (h, HEADER_LEN));
+        }
+    }
+    let mut bad = TraceHeader::default().encode();
+    bad[16] = 4;
+    assert_eq!(
+        TraceHeader::decode(&bad),
+        Err(BinaryTraceError::BadArrival {
+            code: 4,
+            reserved: 0
+        })
+    );
+    let mut bad = TraceHeader::default().encode();
+    bad[21] = 1;
+    assert!(matches!(
+        TraceHeader::decode(&bad),
+        Err(BinaryTraceError::BadArrival { code: 0, .. })
+    ));
+}
+
+#[test]
+fn version_1_traces_still_read() {
+    let trace = sample();
+    let mut v1 = BINARY_MAGIC_V1.to_vec();
+    v1.extend_from_slice(&(trace.len() as u64).to_le_bytes());
+    assert_eq!(v1.len(), HEADER_LEN_V1);
+    for a in &trace {
+        v1.extend_from_slice(&encode_record(a).unwrap());
+    }
+    assert_eq!(
+        TraceHeader::decode(&v1).unwrap(),
+        (
+            TraceHeader {
+                count: Some(4),
+                arrival: None
+            },
+            HEADER_LEN_V1
+        )
+    );
+    assert_eq!(decode_trace(&v1).unwrap(), trace);
+    let streamed = BinaryReader::new(&v1[..]).unwrap();
+    assert_eq!(streamed.header().arrival, None);
+    assert_eq!(streamed.collect::<Result<Vec<_>, _>>().unwrap(), trace);
+}
+
+#[test]
+fn binary_reader_streams_what_decode_trace_decodes() {
+    let trace = sample();
+    let mut bytes = TraceHeader {
+        count: Some(trace.len() as u64),
+        arrival: Some(Arrival::Closed { think_ns: 0 }),
+    }
+    .encode()
+    .to_vec();
+    for a in &trace {
+        bytes.extend_from_slice(&encode_record(a).unwrap());
+    }
+    assert_eq!(decode_trace(&bytes).unwrap(), trace);
+    // A reader handing out a few bytes at a time: records straddle its buffer.
+    let slow = std::io::BufReader::with_capacity(7, &bytes[..]);
+    let mut reader = BinaryReader::new(slow).unwrap();
+    assert_eq!(
+        reader.header().arrival,
+        Some(Arrival::Closed { think_ns: 0 })
+    );
+    let got: Vec<Access> = reader.by_ref().collect::<Result<_, _>>().unwrap();
+    assert_eq!(got, trace);
+    assert_eq!(reader.records_read(), 4);
+    // Truncated: the record's index and the bytes present.
+    let cut = &bytes[..bytes.len() - 3];
+    let errs: Vec<_> = BinaryReader::new(cut).unwrap().collect();
+    assert_eq!(errs.len(), 4);
+    match &errs[3] {
+        Err(ReadBinaryError::Record {
+            index: 3,
+            source: BinaryTraceError::TruncatedRecord { got: 17 },
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    // A count that disagrees: after the last record.
+    let mut wrong = bytes.clone();
+    wrong[8..16].copy_from_slice(&5u64.to_le_bytes());
+    let last = BinaryReader::new(&wrong[..]).unwrap().last().unwrap();
+    assert!(
+        matches!(
+            last,
+            Err(ReadBinaryError::Record {
+                index: 4,
+                source: BinaryTraceError::CountMismatch {
+                    declared: 5,
+                    found: 4
+                }
+            })
+        ),
+        "{last:?}"
+    );
+    // A bad or short header.
+    assert!(matches!(
+        BinaryReader::new(&b"CXLTRC09\0\0\0\0\0\0\0\0"[..]),
+        Err(ReadBinaryError::Header(BinaryTraceError::BadMagic { .. }))
+    ));
+    assert!(matches!(
+        BinaryReader::new(&bytes[..20]),
+        Err(ReadBinaryError::Header(BinaryTraceError::TruncatedHeader {
+            got: 20,
+            want: 32
+        }))
+    ));
+}
+
+#[test]
+fn csv_arrival_comment() {
+    for arrival in [
+        Arrival::Trace,
+        Arrival::Closed { think_ns: 0 },
+        Arrival::Closed { think_ns: 5 },
+        Arrival::Fixed { interval_ns: 100 },
+    ] {
+        let line = format_csv_arrival(arrival);
+        assert_eq!(parse_csv_arrival(&line), Some(Ok(arrival)), "{line}");
+        // Still a comment to the record parser.
+        assert_eq!(parse_csv_line(&line).unwrap(), None);
+    }
+    assert_eq!(
+        format_csv_arrival(Arrival::Closed { think_ns: 0 }),
+        "# arrival: closed"
+    );
+    assert_eq!(
+        parse_csv_arrival("  #Arrival:fixed:1us \r\n"),
+        Some(Ok(Arrival::Fixed { interval_ns: 1000 }))
+    );
+    assert!(matches!(
+        parse_csv_arrival("# arrival: sometimes"),
+        Some(Err(_))
+    ));
+    assert_eq!(parse_csv_arrival("# arrivals are closed"), None);
+    assert_eq!(parse_csv_arrival("# demo"), None);
+    assert_eq!(parse_csv_arrival("0,R,0,64"), None);
 }
 
 #[test]
@@ -159,6 +337,13 @@ fn binary_round_trip() {
     }
     let bytes = encode_trace(&trace).unwrap();
     assert_eq!(bytes.len(), HEADER_LEN + trace.len() * RECORD_LEN);
+    assert_eq!(
+        TraceHeader::decode(&bytes).unwrap().0,
+        TraceHeader {
+            count: Some(trace.len() as u64),
+            arrival: None
+        }
+    );
     assert_eq!(decode_header(&bytes).unwrap(), Some(trace.len() as u64));
     assert_eq!(decode_trace(&bytes).unwrap(), trace);
     let streamed: Vec<Access> = decode_records(&bytes[HEADER_LEN..])
@@ -175,7 +360,7 @@ fn binary_round_trip() {
 #[test]
 fn binary_errors() {
     assert!(matches!(
-        decode_header(b"CXLTRC02\0\0\0\0\0\0\0\0"),
+        decode_header(b"CXLTRC03\0\0\0\0\0\0\0\0"),
         Err(BinaryTraceError::BadMagic { .. })
     ));
     assert!(matches!(
@@ -184,7 +369,15 @@ fn binary_errors() {
     ));
     assert_eq!(
         decode_header(&BINARY_MAGIC[..]),
-        Err(BinaryTraceError::TruncatedHeader { got: 8 })
+        Err(BinaryTraceError::TruncatedHeader { got: 8, want: 32 })
+    );
+    assert_eq!(
+        decode_header(&BINARY_MAGIC_V1[..]),
+        Err(BinaryTraceError::TruncatedHeader { got: 8, want: 16 })
+    );
+    assert_eq!(
+        decode_header(b"CXLT"),
+        Err(BinaryTraceError::TruncatedHeader { got: 4, want: 32 })
     );
     let bytes = encode_trace(&sample()).unwrap();
     let cut = &bytes[..bytes.len() - 3];
@@ -242,5 +435,18 @@ proptest! {
     #[test]
     fn csv_parser_never_panics(line in "\\PC{0,40}") {
         let _ = parse_csv_line(&line);
+        let _ = parse_csv_arrival(&line);
+        let _ = parse_csv_arrival(&format!("# arrival:{line}"));
+    }
+
+    #[test]
+    fn header_decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..40)) {
+        let _ = TraceHeader::decode(&bytes);
+        let mut v2 = BINARY_MAGIC.to_vec();
+        v2.extend_from_slice(&bytes);
+        if let Ok((h, len)) = TraceHeader::decode(&v2) {
+            prop_assert_eq!(len, HEADER_LEN);
+            prop_assert_eq!(TraceHeader::decode(&h.encode()).unwrap(), (h, HEADER_LEN));
+        }
     }
 }

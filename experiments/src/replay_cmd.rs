@@ -7,7 +7,9 @@ use crate::trace_io::{TraceFormat, TraceReader};
 use crate::workload_args::{count_arg, kind_arg, WorkloadArgs};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use cxlfs_device_model::replay::{Arrival, ReplayError, ReplayReport, Replayer};
+use cxlfs_device_model::replay::{
+    Arrival, CoalescingNote, ReplayObserver, ReplayReport, Replayer, RunError,
+};
 use cxlfs_device_model::trace::Access;
 use cxlfs_device_model::workload::{WorkloadKind, WorkloadSpec};
 use cxlfs_device_model::{Device, DeviceConfig};
@@ -19,8 +21,6 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// Accesses between progress-bar updates (a power of two).
-const PROGRESS_EVERY: u64 = 1 << 16;
 /// Replays shorter than this get no progress bar.
 const PROGRESS_MIN: u64 = 1 << 20;
 
@@ -43,7 +43,8 @@ pub struct ReplayArgs {
     shape: WorkloadArgs,
     /// When accesses arrive: `trace` (their own times), `closed[:THINK]` (one
     /// outstanding, dependent loads), `fixed:INTERVAL` (open loop)
-    /// [default: trace for --trace, closed for --workload].
+    /// [default: for --trace the mode the trace records (`cxlfs trace gen`
+    /// records one), else trace; closed for --workload].
     #[arg(long, value_name = "MODE")]
     arrival: Option<Arrival>,
     /// Replay the first N accesses to warm the cache, then reset the statistics.
@@ -145,12 +146,16 @@ struct JsonRecord<'a> {
     report: &'a ReplayReport,
     #[serde(skip_serializing_if = "Option::is_none")]
     sim_accesses_per_sec: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    coalescing_warning: Option<&'a CoalescingNote>,
 }
 
 /// One replay's result.
 struct PointResult {
     report: ReplayReport,
     wall: Duration,
+    /// Most misses coalesced under open-loop arrival (see [`Replayer::coalescing_note`]).
+    note: Option<CoalescingNote>,
 }
 
 impl PointResult {
@@ -194,11 +199,15 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         }
         (None, None) => bail!("give --trace FILE or --workload KIND"),
     };
+    let (input_desc, recorded) = describe_input(&input)?;
     let arrival = args.arrival.unwrap_or(match input {
-        Input::Trace(_) => Arrival::Trace,
+        Input::Trace(_) => recorded.unwrap_or(Arrival::Trace),
         Input::Workload(_) => Arrival::Closed { think_ns: 0 },
     });
-    let input_desc = describe_input(&input)?;
+    let arrival_origin = match (args.arrival, &input, recorded) {
+        (None, Input::Trace(_), Some(_)) => " (recorded in the trace)",
+        _ => "",
+    };
 
     // Every sweep point's config is built before anything runs, so a bad
     // value fails at once.
@@ -225,7 +234,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
             &args.device,
             &base_cfg,
             &input,
-            arrival,
+            &format!("{arrival}{arrival_origin}"),
             args.warmup,
             swept,
         )?;
@@ -243,6 +252,17 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         } else {
             result?
         };
+        if let Some(note) = &result.note {
+            let name = if swept {
+                format!(" ({})", point_name(params))
+            } else {
+                String::new()
+            };
+            eprintln!(
+                "{}",
+                coalescing_warning(note, &input, args.arrival.is_some(), &name)
+            );
+        }
         if args.json {
             let record = JsonRecord {
                 params: swept.then_some(Params(params)),
@@ -253,6 +273,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
                 report: &result.report,
                 sim_accesses_per_sec: (!args.reproducible)
                     .then(|| result.accesses_per_sec().round() as u64),
+                coalescing_warning: result.note.as_ref(),
             };
             serde_json::to_writer(&mut out, &record)?;
             writeln!(out)?;
@@ -314,24 +335,47 @@ fn cartesian(sweep: &[(String, Vec<String>)]) -> Vec<Vec<(String, String)>> {
     points
 }
 
-fn describe_input(input: &Input) -> Result<InputDesc> {
+/// The warning printed (on stderr) with a [`CoalescingNote`].
+fn coalescing_warning(
+    note: &CoalescingNote,
+    input: &Input,
+    arrival_given: bool,
+    point: &str,
+) -> String {
+    let advice = match (input, arrival_given) {
+        (Input::Trace(_), false) => {
+            "; if the trace's times are not real arrival times, replay it with \
+             --arrival closed (one access outstanding), or regenerate it with \
+             `cxlfs trace gen`, which records its arrival mode"
+        }
+        _ => "; --arrival closed replays one access at a time",
+    };
+    format!("warning{point}: {note}{advice}")
+}
+
+/// The input as reported, and the arrival mode a trace records.
+fn describe_input(input: &Input) -> Result<(InputDesc, Option<Arrival>)> {
     Ok(match input {
         Input::Trace(path) => {
             let reader = TraceReader::open(path)?;
-            InputDesc::Trace {
+            let desc = InputDesc::Trace {
                 trace: path.display().to_string(),
                 format: reader.format(),
-            }
+            };
+            (desc, reader.arrival())
         }
-        Input::Workload(spec) => InputDesc::Workload {
-            kind: spec.kind,
-            wss_bytes: spec.wss_bytes,
-            accesses: spec.total_accesses(),
-            seed: spec.seed,
-            write_ratio: spec.write_ratio,
-            access_size: spec.access_size,
-            base_addr: spec.base_addr,
-        },
+        Input::Workload(spec) => (
+            InputDesc::Workload {
+                kind: spec.kind,
+                wss_bytes: spec.wss_bytes,
+                accesses: spec.total_accesses(),
+                seed: spec.seed,
+                write_ratio: spec.write_ratio,
+                access_size: spec.access_size,
+                base_addr: spec.base_addr,
+            },
+            None,
+        ),
     })
 }
 
@@ -390,37 +434,21 @@ fn rate(state: &ProgressState, out: &mut dyn std::fmt::Write) {
     let _ = write!(out, "{:.2} M/s", state.per_sec() / 1e6);
 }
 
-enum DriveError<E> {
-    Input(E),
-    Replay(ReplayError),
+/// The CLI's side of [`Replayer::drive`]: the progress bar and the clock.
+struct Clock<'a> {
+    progress: &'a Progress,
+    /// When the measured part started.
+    start: Instant,
 }
 
-/// Feeds `accesses` to the replayer; resets the statistics after `warmup`
-/// accesses; returns the wall time of the measured part and the accesses fed.
-fn drive<I, E>(
-    replayer: &mut Replayer<'_>,
-    accesses: I,
-    warmup: u64,
-    progress: &Progress,
-) -> Result<(Duration, u64), DriveError<E>>
-where
-    I: Iterator<Item = Result<Access, E>>,
-{
-    let mut fed = 0u64;
-    let mut start = Instant::now();
-    for item in accesses {
-        let access = item.map_err(DriveError::Input)?;
-        replayer.feed(access).map_err(DriveError::Replay)?;
-        fed += 1;
-        if fed & (PROGRESS_EVERY - 1) == 0 {
-            progress.set(fed);
-        }
-        if fed == warmup {
-            replayer.reset_stats();
-            start = Instant::now();
-        }
+impl ReplayObserver for Clock<'_> {
+    fn measuring(&mut self) {
+        self.start = Instant::now();
     }
-    Ok((start.elapsed(), fed))
+
+    fn progress(&mut self, fed: u64) {
+        self.progress.set(fed);
+    }
 }
 
 fn run_point(
@@ -446,13 +474,17 @@ fn run_point(
                 );
             }
             let progress = Progress::new(progress_label, Some(spec.total_accesses()));
+            let mut clock = Clock {
+                progress: &progress,
+                start: Instant::now(),
+            };
             let accesses = spec.generate()?.map(Ok::<Access, Infallible>);
-            let result = drive(&mut replayer, accesses, warmup, &progress);
+            let result = replayer.drive(accesses, warmup, &mut clock);
             progress.finish();
             match result {
-                Ok(done) => done,
-                Err(DriveError::Input(never)) => match never {},
-                Err(DriveError::Replay(e)) => {
+                Ok(fed) => (clock.start.elapsed(), fed),
+                Err(RunError::Input { error, .. }) => match error {},
+                Err(RunError::Replay(e)) => {
                     return Err(anyhow::Error::new(e).context("workload"));
                 }
             }
@@ -460,13 +492,18 @@ fn run_point(
         Input::Trace(path) => {
             let mut reader = TraceReader::open(path)?;
             let progress = Progress::new(progress_label, reader.declared_records());
-            let result = drive(&mut replayer, reader.by_ref(), warmup, &progress);
+            let mut clock = Clock {
+                progress: &progress,
+                start: Instant::now(),
+            };
+            let result = replayer.drive(reader.by_ref(), warmup, &mut clock);
             progress.finish();
             match result {
-                Ok(done) => done,
-                Err(DriveError::Input(e)) => return Err(e.into()),
-                Err(DriveError::Replay(e)) => {
-                    return Err(anyhow::Error::new(e).context(reader.location()));
+                Ok(fed) => (clock.start.elapsed(), fed),
+                Err(RunError::Input { error, .. }) => return Err(error.into()),
+                Err(RunError::Replay(e)) => {
+                    let at = reader.location_of(e.index());
+                    return Err(anyhow::Error::new(e).context(at));
                 }
             }
         }
@@ -477,6 +514,7 @@ fn run_point(
     Ok(PointResult {
         report: replayer.report(),
         wall,
+        note: replayer.coalescing_note(),
     })
 }
 
@@ -485,7 +523,7 @@ fn print_header(
     device: &DeviceArgs,
     cfg: &DeviceConfig,
     input: &Input,
-    arrival: Arrival,
+    arrival: &str,
     warmup: u64,
     swept: bool,
 ) -> Result<()> {

@@ -2,8 +2,9 @@
 
 use crate::trace_io::{TraceFormat, TraceReader, TraceWriter};
 use crate::workload_args::{kind_arg, WorkloadArgs};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use cxlfs_device_model::replay::Arrival;
 use cxlfs_device_model::units::parse_duration_ns;
 use cxlfs_device_model::workload::WorkloadKind;
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use std::path::PathBuf;
 /// `cxlfs trace ...`
 #[derive(Debug, Clone, Subcommand)]
 pub enum TraceCommand {
-    /// Convert a trace between CSV and binary (streaming).
+    /// Convert a trace between CSV and binary (streaming; the arrival mode it records is kept).
     Convert(ConvertArgs),
     /// Write a synthetic workload as a trace file.
     Gen(GenArgs),
@@ -45,10 +46,16 @@ pub struct GenArgs {
     /// Output format [default: csv for *.csv / *.txt, else bin].
     #[arg(long, value_name = "FORMAT")]
     format: Option<TraceFormat>,
-    /// Time between accesses written into the trace (units ok: 100ns, 1us);
-    /// 0 puts every access at time 0.
-    #[arg(long, value_name = "NS", default_value = "0", value_parser = duration_arg)]
-    interval: u64,
+    /// How the accesses arrive, recorded in the trace so that `cxlfs replay
+    /// --trace` replays with it (unless given --arrival): `closed[:THINK]`
+    /// (one outstanding, dependent loads; every time is written as 0 and
+    /// means nothing) or `fixed:INTERVAL` (access i at i × INTERVAL, the
+    /// times written) [default: closed].
+    #[arg(long, value_name = "MODE", conflicts_with = "interval")]
+    arrival: Option<Arrival>,
+    /// Same as --arrival fixed:NS (units ok: 100ns, 1us).
+    #[arg(long, value_name = "NS", value_parser = duration_arg)]
+    interval: Option<u64>,
 }
 
 fn duration_arg(s: &str) -> Result<u64, String> {
@@ -69,7 +76,7 @@ fn convert(args: &ConvertArgs) -> Result<()> {
         TraceFormat::Csv => TraceFormat::Bin,
         TraceFormat::Bin => TraceFormat::Csv,
     });
-    let mut writer = TraceWriter::create(&args.output, to)?;
+    let mut writer = TraceWriter::create(&args.output, to, reader.arrival())?;
     for access in reader {
         writer.write(&access?)?;
     }
@@ -83,21 +90,34 @@ fn convert(args: &ConvertArgs) -> Result<()> {
 }
 
 fn gen(args: &GenArgs) -> Result<()> {
+    let arrival = match (args.arrival, args.interval) {
+        (Some(Arrival::Trace), _) => bail!(
+            "--arrival trace: a generated workload has no times of its own; \
+             give closed[:THINK] or fixed:INTERVAL"
+        ),
+        (Some(arrival), _) => arrival,
+        (None, Some(interval_ns)) => Arrival::Fixed { interval_ns },
+        (None, None) => Arrival::Closed { think_ns: 0 },
+    };
+    let interval = match arrival {
+        Arrival::Fixed { interval_ns } => interval_ns,
+        Arrival::Closed { .. } | Arrival::Trace => 0,
+    };
     let spec = args.shape.spec(args.workload);
     let workload = spec.generate().context("bad workload")?;
     let format = args
         .format
         .unwrap_or_else(|| TraceFormat::from_extension(&args.out));
-    let mut writer = TraceWriter::create(&args.out, format)?;
+    let mut writer = TraceWriter::create(&args.out, format, Some(arrival))?;
     let mut time_ns = 0u64;
     for mut access in workload {
         access.time_ns = time_ns;
         writer.write(&access)?;
-        time_ns = time_ns.saturating_add(args.interval);
+        time_ns = time_ns.saturating_add(interval);
     }
     let records = writer.finish()?;
     eprintln!(
-        "wrote {records} accesses ({spec}) to {} ({})",
+        "wrote {records} accesses ({spec}, arrival {arrival}) to {} ({})",
         args.out.display(),
         format.name()
     );

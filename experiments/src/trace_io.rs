@@ -1,16 +1,25 @@
 //! Streaming trace files: CSV or binary in (detected by the magic bytes),
 //! CSV or binary out. Records are read and written one at a time through
-//! large buffers, so traces of any size take constant memory.
+//! large buffers, so traces of any size take constant memory. A trace may
+//! record its arrival mode (`# arrival: MODE` in CSV, the binary header);
+//! [`TraceReader::arrival`] says what it records.
 
+use cxlfs_device_model::replay::{Arrival, ParseArrivalError, LOOKAHEAD};
 use cxlfs_device_model::trace::{
-    decode_header, decode_record, encode_header, encode_record, is_binary, parse_csv_line, Access,
-    BinaryTraceError, CsvLine, TraceLineError, BINARY_MAGIC, CSV_HEADER, HEADER_LEN, RECORD_LEN,
+    encode_record, format_csv_arrival, is_binary, parse_csv_arrival, parse_csv_line, Access,
+    BinaryReader, BinaryTraceError, CsvLine, ReadBinaryError, TraceHeader, TraceLineError,
+    BINARY_MAGIC, BINARY_MAGIC_V1, CSV_HEADER,
 };
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Seek, SeekFrom, Write};
 use std::path::Path;
 
-const BUFFER_BYTES: usize = 1 << 20;
+/// Bytes read or written per system call.
+pub const BUFFER_BYTES: usize = 1 << 20;
+
+/// CSV: the line numbers of this many of the last records are kept, so that
+/// an access the replay's look-ahead read past can still be named by line.
+const LINES_KEPT: usize = 4 * LOOKAHEAD;
 
 /// The two trace encodings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -78,6 +87,17 @@ pub enum ReadTraceError {
         #[source]
         source: TraceLineError,
     },
+    /// A malformed `# arrival:` comment.
+    #[error("{path}:{line}")]
+    Arrival {
+        /// File name as given.
+        path: String,
+        /// 1-based line number.
+        line: u64,
+        /// What is wrong with it.
+        #[source]
+        source: ParseArrivalError,
+    },
     /// A malformed binary header.
     #[error("{path}: binary header")]
     Header {
@@ -104,17 +124,19 @@ enum Source {
     Csv {
         reader: BufReader<File>,
         buf: String,
+        /// `buf` holds the first record's line, read at open, not yet parsed.
+        buffered: bool,
+        /// Line numbers of the last [`LINES_KEPT`] records, by record index.
+        lines: Box<[u64; LINES_KEPT]>,
     },
-    Bin {
-        reader: BufReader<File>,
-        declared: Option<u64>,
-    },
+    Bin(BinaryReader<BufReader<File>>),
 }
 
 /// A trace file opened for streaming; iterates over its accesses.
 pub struct TraceReader {
     path: String,
     src: Source,
+    arrival: Option<Arrival>,
     /// Records returned so far.
     records: u64,
     /// CSV: 1-based line number of the last line read.
@@ -123,7 +145,9 @@ pub struct TraceReader {
 }
 
 impl TraceReader {
-    /// Opens `path`, telling CSV from binary by the magic bytes.
+    /// Opens `path`, telling CSV from binary by the magic bytes; reads the
+    /// binary header, or the CSV lines up to the first record (for an
+    /// `# arrival:` comment).
     pub fn open(path: &Path) -> Result<TraceReader, ReadTraceError> {
         let shown = path.display().to_string();
         let file = File::open(path).map_err(|source| ReadTraceError::Open {
@@ -140,33 +164,80 @@ impl TraceReader {
         let binary = is_binary(head)
             || (!head.is_empty()
                 && head.len() < BINARY_MAGIC.len()
-                && BINARY_MAGIC.starts_with(head));
-        let src = if binary {
-            let mut header = [0u8; HEADER_LEN];
-            let got = read_full(&mut reader, &mut header).map_err(|source| ReadTraceError::Io {
-                path: shown.clone(),
+                && (BINARY_MAGIC.starts_with(head) || BINARY_MAGIC_V1.starts_with(head)));
+        let mut trace = if binary {
+            let bin = BinaryReader::new(reader).map_err(|e| bin_error(&shown, e))?;
+            TraceReader {
+                path: shown,
+                arrival: bin.header().arrival,
+                src: Source::Bin(bin),
+                records: 0,
                 line: 0,
-                source,
-            })?;
-            let declared =
-                decode_header(&header[..got]).map_err(|source| ReadTraceError::Header {
-                    path: shown.clone(),
-                    source,
-                })?;
-            Source::Bin { reader, declared }
+                done: false,
+            }
         } else {
-            Source::Csv {
-                reader,
-                buf: String::with_capacity(128),
+            TraceReader {
+                path: shown,
+                src: Source::Csv {
+                    reader,
+                    buf: String::with_capacity(128),
+                    buffered: false,
+                    lines: Box::new([0; LINES_KEPT]),
+                },
+                arrival: None,
+                records: 0,
+                line: 0,
+                done: false,
             }
         };
-        Ok(TraceReader {
-            path: shown,
-            src,
-            records: 0,
-            line: 0,
-            done: false,
-        })
+        trace.read_csv_preamble()?;
+        Ok(trace)
+    }
+
+    /// CSV: reads the lines before the first record, taking the arrival
+    /// mode from a `# arrival:` comment, and leaves the first record's line
+    /// buffered.
+    fn read_csv_preamble(&mut self) -> Result<(), ReadTraceError> {
+        let Source::Csv {
+            reader,
+            buf,
+            buffered,
+            ..
+        } = &mut self.src
+        else {
+            return Ok(());
+        };
+        loop {
+            buf.clear();
+            self.line += 1;
+            let read = reader.read_line(buf).map_err(|source| ReadTraceError::Io {
+                path: self.path.clone(),
+                line: self.line,
+                source,
+            })?;
+            if read == 0 {
+                // No records; `next` finds the end again.
+                self.line -= 1;
+                return Ok(());
+            }
+            if let Some(arrival) = parse_csv_arrival(buf) {
+                self.arrival = Some(arrival.map_err(|source| ReadTraceError::Arrival {
+                    path: self.path.clone(),
+                    line: self.line,
+                    source,
+                })?);
+                continue;
+            }
+            match parse_csv_line(buf) {
+                Ok(None) => continue,
+                // A record, or a bad line that `next` reports.
+                Ok(Some(_)) | Err(_) => {
+                    self.line -= 1;
+                    *buffered = true;
+                    return Ok(());
+                }
+            }
+        }
     }
 
     /// CSV or binary.
@@ -177,46 +248,68 @@ impl TraceReader {
         }
     }
 
+    /// The arrival mode the trace records (`None`: it records none).
+    pub fn arrival(&self) -> Option<Arrival> {
+        self.arrival
+    }
+
     /// The record count a binary header declares.
     pub fn declared_records(&self) -> Option<u64> {
-        match self.src {
-            Source::Bin { declared, .. } => declared,
+        match &self.src {
+            Source::Bin(bin) => bin.header().count,
             Source::Csv { .. } => None,
         }
     }
 
-    /// Where the last access returned came from: `trace.csv:17` or
-    /// `trace.bin: record 16`.
-    pub fn location(&self) -> String {
-        match self.src {
-            Source::Csv { .. } => format!("{}:{}", self.path, self.line),
-            Source::Bin { .. } => {
-                format!("{}: record {}", self.path, self.records.saturating_sub(1))
+    /// Where access `index` (0-based, counted from the first record) came
+    /// from: `trace.csv:17` or `trace.bin: record 16`. For CSV, the line is
+    /// known for the last few records read (more than the replay's look-ahead).
+    pub fn location_of(&self, index: u64) -> String {
+        match &self.src {
+            Source::Csv { lines, .. } => {
+                let known = index < self.records && self.records - index <= LINES_KEPT as u64;
+                if known {
+                    format!("{}:{}", self.path, lines[index as usize % LINES_KEPT])
+                } else {
+                    format!("{}: record {index}", self.path)
+                }
             }
+            Source::Bin { .. } => format!("{}: record {index}", self.path),
         }
     }
 
     fn next_csv(&mut self) -> Option<Result<Access, ReadTraceError>> {
-        let Source::Csv { reader, buf } = &mut self.src else {
+        let Source::Csv {
+            reader,
+            buf,
+            buffered,
+            lines,
+        } = &mut self.src
+        else {
             return None;
         };
         loop {
-            buf.clear();
             self.line += 1;
-            match reader.read_line(buf) {
-                Ok(0) => return None,
-                Ok(_) => {}
-                Err(source) => {
-                    return Some(Err(ReadTraceError::Io {
-                        path: self.path.clone(),
-                        line: self.line,
-                        source,
-                    }))
+            if !std::mem::take(buffered) {
+                buf.clear();
+                match reader.read_line(buf) {
+                    Ok(0) => return None,
+                    Ok(_) => {}
+                    Err(source) => {
+                        return Some(Err(ReadTraceError::Io {
+                            path: self.path.clone(),
+                            line: self.line,
+                            source,
+                        }))
+                    }
                 }
             }
             match parse_csv_line(buf) {
                 Ok(None) => continue,
-                Ok(Some(access)) => return Some(Ok(access)),
+                Ok(Some(access)) => {
+                    lines[self.records as usize % LINES_KEPT] = self.line;
+                    return Some(Ok(access));
+                }
                 Err(source) => {
                     return Some(Err(ReadTraceError::Line {
                         path: self.path.clone(),
@@ -227,52 +320,28 @@ impl TraceReader {
             }
         }
     }
+}
 
-    #[inline]
-    fn next_bin(&mut self) -> Option<Result<Access, ReadTraceError>> {
-        let Source::Bin { reader, declared } = &mut self.src else {
-            return None;
-        };
-        let index = self.records;
-        let record_err = |source| ReadTraceError::Record {
-            path: self.path.clone(),
-            index,
+/// A [`ReadBinaryError`] as a [`ReadTraceError`] naming the file.
+fn bin_error(path: &str, e: ReadBinaryError) -> ReadTraceError {
+    let path = path.to_string();
+    match e {
+        ReadBinaryError::HeaderIo(source) => ReadTraceError::Io {
+            path,
+            line: 0,
             source,
-        };
-        let io_err = |source| ReadTraceError::Io {
-            path: self.path.clone(),
+        },
+        ReadBinaryError::Header(source) => ReadTraceError::Header { path, source },
+        ReadBinaryError::Io { index, source } => ReadTraceError::Io {
+            path,
             line: index,
             source,
-        };
-        let buf = match reader.fill_buf() {
-            Ok(buf) => buf,
-            Err(e) => return Some(Err(io_err(e))),
-        };
-        let mut record = [0u8; RECORD_LEN];
-        if let Some(bytes) = buf.get(..RECORD_LEN) {
-            record.copy_from_slice(bytes);
-            reader.consume(RECORD_LEN);
-        } else if buf.is_empty() {
-            return match *declared {
-                Some(declared) if declared != index => {
-                    Some(Err(record_err(BinaryTraceError::CountMismatch {
-                        declared,
-                        found: index,
-                    })))
-                }
-                _ => None,
-            };
-        } else {
-            // A record straddling the buffer's end.
-            let got = match read_full(reader, &mut record) {
-                Ok(got) => got,
-                Err(e) => return Some(Err(io_err(e))),
-            };
-            if got < RECORD_LEN {
-                return Some(Err(record_err(BinaryTraceError::TruncatedRecord { got })));
-            }
-        }
-        Some(decode_record(&record).map_err(record_err))
+        },
+        ReadBinaryError::Record { index, source } => ReadTraceError::Record {
+            path,
+            index,
+            source,
+        },
     }
 }
 
@@ -284,9 +353,13 @@ impl Iterator for TraceReader {
         if self.done {
             return None;
         }
-        let item = match self.src {
+        let item = match &mut self.src {
+            Source::Bin(bin) => match bin.next() {
+                Some(Ok(access)) => Some(Ok(access)),
+                Some(Err(e)) => Some(Err(bin_error(&self.path, e))),
+                None => None,
+            },
             Source::Csv { .. } => self.next_csv(),
-            Source::Bin { .. } => self.next_bin(),
         };
         match &item {
             Some(Ok(_)) => self.records += 1,
@@ -294,20 +367,6 @@ impl Iterator for TraceReader {
         }
         item
     }
-}
-
-/// Reads until `buf` is full or the input ends; returns the bytes read.
-fn read_full(reader: &mut impl io::Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match reader.read(&mut buf[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
 }
 
 /// Why a trace file could not be written.
@@ -349,12 +408,18 @@ pub struct TraceWriter {
     path: String,
     format: TraceFormat,
     out: BufWriter<File>,
+    arrival: Option<Arrival>,
     records: u64,
 }
 
 impl TraceWriter {
-    /// Creates (truncates) `path` and writes the header.
-    pub fn create(path: &Path, format: TraceFormat) -> Result<TraceWriter, WriteTraceError> {
+    /// Creates (truncates) `path` and writes the header, recording the
+    /// arrival mode `arrival` (`None`: none; replay then uses the times).
+    pub fn create(
+        path: &Path,
+        format: TraceFormat,
+        arrival: Option<Arrival>,
+    ) -> Result<TraceWriter, WriteTraceError> {
         let shown = path.display().to_string();
         let file = File::create(path).map_err(|source| WriteTraceError::Create {
             path: shown.clone(),
@@ -362,10 +427,18 @@ impl TraceWriter {
         })?;
         let mut out = BufWriter::with_capacity(BUFFER_BYTES, file);
         let header = match format {
-            TraceFormat::Csv => out
-                .write_all(CSV_HEADER.as_bytes())
-                .and_then(|()| out.write_all(b"\n")),
-            TraceFormat::Bin => out.write_all(&encode_header(None)),
+            TraceFormat::Csv => match arrival {
+                Some(arrival) => writeln!(out, "{}", format_csv_arrival(arrival)),
+                None => Ok(()),
+            }
+            .and_then(|()| writeln!(out, "{CSV_HEADER}")),
+            TraceFormat::Bin => out.write_all(
+                &TraceHeader {
+                    count: None,
+                    arrival,
+                }
+                .encode(),
+            ),
         };
         header.map_err(|source| WriteTraceError::Io {
             path: shown.clone(),
@@ -375,6 +448,7 @@ impl TraceWriter {
             path: shown,
             format,
             out,
+            arrival,
             records: 0,
         })
     }
@@ -412,8 +486,11 @@ impl TraceWriter {
         let mut file = self.out.into_inner().map_err(|e| io_err(e.into_error()))?;
         if self.format == TraceFormat::Bin {
             file.seek(SeekFrom::Start(0)).map_err(io_err)?;
-            file.write_all(&encode_header(Some(self.records)))
-                .map_err(io_err)?;
+            let header = TraceHeader {
+                count: Some(self.records),
+                arrival: self.arrival,
+            };
+            file.write_all(&header.encode()).map_err(io_err)?;
         }
         Ok(self.records)
     }

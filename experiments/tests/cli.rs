@@ -268,8 +268,14 @@ fn trace_convert_round_trip_is_identical_and_replays_the_same() {
     ok(&["trace", "convert", path_str(&bin), path_str(&back)]);
     let original = std::fs::read(&csv).unwrap();
     assert_eq!(original, std::fs::read(&back).unwrap());
-    assert_eq!(std::fs::read(&bin).unwrap().len(), 16 + 20 * 5000);
-    assert_eq!(String::from_utf8(original).unwrap().lines().count(), 5001);
+    assert_eq!(std::fs::read(&bin).unwrap().len(), 32 + 20 * 5000);
+    // `# arrival: fixed:100` (what --interval records), the header, the records.
+    let text = String::from_utf8(original).unwrap();
+    assert_eq!(text.lines().count(), 5002);
+    assert!(
+        text.starts_with("# arrival: fixed:100\ntime_ns,op,addr,len\n"),
+        "{text:.60}"
+    );
     let a = json(&["--trace", path_str(&csv), "--reproducible"]);
     let b = json(&["--trace", path_str(&bin), "--reproducible"]);
     assert_eq!(a["accesses"], 5000);
@@ -279,6 +285,8 @@ fn trace_convert_round_trip_is_identical_and_replays_the_same() {
     }
     assert_eq!(a["workload"]["format"], "csv");
     assert_eq!(b["workload"]["format"], "bin");
+    assert_eq!(a["arrival"], "fixed:100");
+    assert_eq!(b["arrival"], "fixed:100");
     // --to forces the format (csv -> csv normalises).
     let copy = dir.path().join("copy.csv");
     ok(&[
