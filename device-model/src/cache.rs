@@ -10,11 +10,12 @@
 //! hidden from the policy, so it never picks one as a victim.
 //!
 //! Ghosts: the page table also points into the policies' ghost FIFOs (see
-//! [`crate::policy`]). An entry is 0 (unknown page), `slot + 1` (resident),
-//! or `capacity + 1 + n` for a page held by node `n` of the ghost pool.
-//! A page pushed out of a full ghost FIFO keeps its entry (clearing it would
-//! cost a random write per eviction); the look-up asks the pool whether
-//! node `n` still holds that page, so a stale entry reads as unknown.
+//! [`crate::policy`] and [`crate::policy::ghost`]). An entry is 0 (unknown
+//! page), `slot + 1` (resident), or `capacity + 1 + n` for a page held at
+//! position `n` of the ghost rings. A page pushed out of a full ghost FIFO
+//! keeps its entry (clearing it would cost a random write per eviction);
+//! the look-up asks the rings whether position `n` still holds that page,
+//! so a stale entry reads as unknown.
 
 use crate::config::{CacheConfig, PolicyKind, PolicyParams};
 use crate::policy::ghost::{self, GhostQueues};
@@ -200,7 +201,7 @@ pub struct Cache {
     set_mask: Option<u64>,
     /// `slot >> shift` is the set when `ways` is a power of two.
     ways_shift: Option<u32>,
-    /// Page → 0, slot + 1 or `capacity + 1` + ghost node (see the module docs).
+    /// Page → 0, slot + 1 or `capacity + 1` + ghost position (see the module docs).
     table: PageMap,
     slots: Vec<Slot>,
     /// `F_*` bits per slot (0: free).
@@ -285,14 +286,18 @@ impl Cache {
 
     /// A hint that `page` will be accessed very soon, issued after
     /// [`Cache::prefetch_lookup`] had time to bring its table entry in: if it
-    /// is resident, starts loading its slot record and policy state.
+    /// is resident, starts loading its slot record and policy state; if it
+    /// looks like a ghost, the ghost entry that the miss will remove.
     #[inline]
     pub fn prefetch_slot_of(&self, page: u64) {
-        if let Some(slot) = self.lookup(page) {
+        let entry = self.table.get(page);
+        if let Some(slot) = Self::resident_slot(entry, self.slots.len()) {
             if let Some(record) = self.slots.get(slot as usize) {
                 prefetch_read(record);
             }
             self.policy.prefetch_slot(slot);
+        } else if let Some(pos) = entry.checked_sub(self.slots.len() as u32 + 1) {
+            self.ghosts.prefetch(pos);
         }
     }
 
@@ -363,9 +368,9 @@ impl Cache {
         }
         // A ghost hit removes the ghost before the eviction that makes room
         // (which may push a new one), as libCacheSim's find-then-evict does.
-        let from_ghost = match self.ghost_node(page, entry) {
-            Some(node) => {
-                self.ghosts.remove(set, node);
+        let from_ghost = match self.ghost_position(page, entry) {
+            Some(pos) => {
+                self.ghosts.remove(set, pos);
                 true
             }
             None => false,
@@ -421,37 +426,46 @@ impl Cache {
         }
     }
 
-    /// Ghost nodes per set for `policy`: its wish, capped so that every node
-    /// number fits a page-table entry above the slots.
+    /// Ghost entries per set for `policy`: its wish, capped so that every
+    /// ring position fits a page-table entry above the slots.
     fn ghosts_per_set(policy: &Policy, sets: u32, capacity: u32) -> u32 {
-        let room = (u64::from(u32::MAX - 1 - capacity)).min(ghost::MAX_NODES) / u64::from(sets);
-        // `room / sets` fits a u32 because `room` does.
-        policy.ghost_capacity().min(room as u32)
+        let room = u64::from(u32::MAX - 1 - capacity).min(ghost::MAX_POSITIONS);
+        let wish = policy.ghost_capacity();
+        if GhostQueues::positions(sets, wish) <= room {
+            wish
+        } else {
+            // Below `wish`, a u32.
+            (room / 2 / u64::from(sets)) as u32
+        }
     }
 
-    /// The ghost node holding `page`, whose table entry is `entry`, if any.
+    /// The ghost position holding `page`, whose table entry is `entry`, if any.
     #[inline]
-    fn ghost_node(&self, page: u64, entry: u32) -> Option<u32> {
-        let node = entry.checked_sub(self.slots.len() as u32 + 1)?;
-        self.ghosts.holds(node, page).then_some(node)
+    fn ghost_position(&self, page: u64, entry: u32) -> Option<u32> {
+        let pos = entry.checked_sub(self.slots.len() as u32 + 1)?;
+        self.ghosts.holds(pos, page).then_some(pos)
     }
 
     /// Remembers `page` (a victim of `set`) in the set's ghost FIFO; returns
     /// its page-table entry (0 when the policy keeps no ghosts).
     #[inline]
     fn push_ghost(&mut self, set: u32, page: u64) -> u32 {
-        let Some((node, pushed_out)) = self.ghosts.push(set, page) else {
+        let first = self.slots.len() as u32 + 1;
+        let table = &mut self.table;
+        let pushed = self
+            .ghosts
+            .push(set, page, |moved, pos| table.set(moved, first + pos));
+        let Some((pos, pushed_out)) = pushed else {
             return 0;
         };
-        let entry = self.slots.len() as u32 + 1 + node;
         // Stale entries are harmless in the table but would pile up in the
         // overflow map: drop those.
-        if let Some(old) = pushed_out.filter(|&p| p >= TABLE_LIMIT_PAGES) {
-            if self.table.get(old) == entry {
+        if let Some((old, old_pos)) = pushed_out.filter(|&(p, _)| p >= TABLE_LIMIT_PAGES) {
+            if self.table.get(old) == first + old_pos {
                 self.table.set(old, 0);
             }
         }
-        entry
+        first + pos
     }
 
     /// Marks a slot dirty.
@@ -553,26 +567,22 @@ impl Cache {
             }
         }
         let old_ghosts = std::mem::replace(&mut self.ghosts, GhostQueues::new(self.sets, per_set));
-        if old_ghosts.nodes() == 0 {
+        if old_ghosts.is_empty() {
             return;
         }
+        let first = self.slots.len() as u32 + 1;
         for set in 0..self.sets {
             let entries = old_ghosts.entries(set);
             let keep = entries.len().saturating_sub(per_set as usize);
-            for &(node, page) in &entries[..keep] {
-                self.forget_ghost_entry(page, node);
+            for &(pos, page) in &entries {
+                if self.table.get(page) == first + pos {
+                    self.table.set(page, 0);
+                }
             }
             for &(_, page) in &entries[keep..] {
                 let entry = self.push_ghost(set, page);
                 self.table.set(page, entry);
             }
-        }
-    }
-
-    /// Clears `page`'s table entry if it still names ghost `node`.
-    fn forget_ghost_entry(&mut self, page: u64, node: u32) {
-        if self.table.get(page) == self.slots.len() as u32 + 1 + node {
-            self.table.set(page, 0);
         }
     }
 
@@ -724,11 +734,11 @@ impl Cache {
                     "set {set}: policy tracks {tracked} slots, {unpinned} are resident and unpinned"
                 ));
             }
-            for (node, page) in self.ghosts.entries(set) {
+            for (pos, page) in self.ghosts.entries(set) {
                 if self.set_of(page) != set {
                     return Err(format!("ghost page {page} sits in set {set}"));
                 }
-                if self.ghost_node(page, self.table.get(page)) != Some(node) {
+                if self.ghost_position(page, self.table.get(page)) != Some(pos) {
                     return Err(format!(
                         "ghost page {page} of set {set} is not mapped to it"
                     ));
@@ -912,7 +922,7 @@ mod tests {
     }
 
     fn is_ghost(c: &Cache, page: u64) -> bool {
-        c.ghost_node(page, c.table.get(page)).is_some()
+        c.ghost_position(page, c.table.get(page)).is_some()
     }
 
     #[test]
@@ -959,7 +969,7 @@ mod tests {
         trace(&mut c, &[9, 10, 11]);
         let ghosts: Vec<u64> = c.ghosts.entries(0).iter().map(|&(_, p)| p).collect();
         assert_eq!(ghosts, vec![8, 9, 10]);
-        // 5's entry still names its old node, now 8's: not a ghost.
+        // 5's entry still names its old position, now empty: not a ghost.
         assert!(c.table.get(5) > 4 && !is_ghost(&c, 5));
         c.check_invariants().unwrap();
     }

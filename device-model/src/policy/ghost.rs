@@ -3,245 +3,248 @@
 //! a capacity in objects; a ghost hit *removes* its entry, so the older
 //! entries stay longer).
 //!
-//! Entries are nodes of a pool of `sets * per_set` records, `per_set` per
-//! set; a node is 16 bytes (its page and its two links), so looking a ghost
-//! up, unlinking it and reusing it each touch one cache line. The cache
-//! stores the node number of a ghost page in its page table (see
-//! [`crate::cache`]); [`GhostQueues::holds`] confirms it, so a page-table
-//! entry left behind by a node that has since been reused for another page
-//! (a page pushed out of a full FIFO keeps its stale entry) is never taken
-//! for a ghost.
+//! Each set's FIFO is a ring of `2 * capacity` page numbers. A push appends
+//! at the tail; a ghost hit overwrites its entry with a tombstone
+//! ([`EMPTY`]); when a push finds `capacity` live entries, the oldest live
+//! one is pushed out (tombstones before it are skipped). Pushes and
+//! push-outs walk the ring in order, and a ghost hit writes one word, so a
+//! ghost costs no pointer chasing. Should tombstones fill the ring, it is
+//! compacted in place (order kept; at least `capacity` pushes pass before
+//! the next compaction).
+//!
+//! The cache stores a ghost's ring position in its page table (see
+//! [`crate::cache`]); [`GhostQueues::holds`] confirms it. Positions outside
+//! the live part of a ring are kept [`EMPTY`], so a page-table entry left
+//! behind by a page that was pushed out (or moved by a compaction, or whose
+//! position now holds another page) is never taken for a ghost.
 
-/// "No node" in links and heads.
-const NIL: u32 = u32::MAX;
-/// `prev` of a node that holds no ghost (never used, or removed).
-const DEAD: u32 = u32::MAX - 1;
+use crate::slot::prefetch_read;
 
-/// Largest number of nodes a pool may have (node numbers stay below the
-/// sentinels).
-pub(crate) const MAX_NODES: u64 = DEAD as u64;
+/// A free position (never a ghost: page `u64::MAX`, beyond any device, is
+/// not remembered).
+const EMPTY: u64 = u64::MAX;
 
-/// One ghost: a page and its links (`prev` toward newer entries, `next`
-/// toward older ones).
-#[derive(Debug, Clone, Copy)]
-struct Node {
-    page: u64,
-    prev: u32,
-    next: u32,
+/// Largest number of ring positions a [`GhostQueues`] may have.
+pub(crate) const MAX_POSITIONS: u64 = u32::MAX as u64;
+
+/// Per-set ring state.
+#[derive(Debug, Clone, Copy, Default)]
+struct Ring {
+    /// Offset of the oldest entry (live or tombstone) in the ring.
+    head: u32,
+    /// Entries from `head` on, tombstones included.
+    used: u32,
+    /// Live entries.
+    live: u32,
 }
-
-const UNUSED: Node = Node {
-    page: 0,
-    prev: DEAD,
-    next: NIL,
-};
-
-/// Per-set FIFO state.
-#[derive(Debug, Clone, Copy)]
-struct Queue {
-    /// Newest entry.
-    newest: u32,
-    /// Oldest entry (the next one pushed out).
-    oldest: u32,
-    len: u32,
-    /// Stack of removed nodes, linked through `next`.
-    free: u32,
-    /// Nodes `set * per_set .. + fresh` have been handed out at least once.
-    fresh: u32,
-}
-
-const EMPTY: Queue = Queue {
-    newest: NIL,
-    oldest: NIL,
-    len: 0,
-    free: NIL,
-    fresh: 0,
-};
 
 /// The ghost FIFOs of every set of a cache.
 #[derive(Debug, Clone)]
 pub(crate) struct GhostQueues {
-    per_set: u32,
-    nodes: Vec<Node>,
-    queues: Vec<Queue>,
+    /// Live entries per set at most.
+    capacity: u32,
+    /// Ring length per set (`2 * capacity`).
+    len: u32,
+    /// `sets * len` positions, set `s` at `s * len ..`.
+    pages: Vec<u64>,
+    rings: Vec<Ring>,
 }
 
 impl GhostQueues {
-    /// FIFOs of `per_set` entries for `sets` sets (`per_set` = 0: none; the
-    /// caller keeps `sets * per_set` within [`MAX_NODES`]).
-    pub(crate) fn new(sets: u32, per_set: u32) -> Self {
-        let total = u64::from(sets) * u64::from(per_set);
-        debug_assert!(total <= MAX_NODES, "ghost pool too large");
+    /// FIFOs of `capacity` entries for `sets` sets (0: none). The caller
+    /// keeps `sets * 2 * capacity` within [`MAX_POSITIONS`].
+    pub(crate) fn new(sets: u32, capacity: u32) -> Self {
+        let len = capacity.saturating_mul(2);
+        let total = u64::from(sets) * u64::from(len);
+        debug_assert!(total <= MAX_POSITIONS, "ghost rings too large");
         GhostQueues {
-            per_set,
-            nodes: vec![UNUSED; total as usize],
-            queues: if per_set == 0 {
+            capacity,
+            len,
+            pages: vec![EMPTY; total as usize],
+            rings: if capacity == 0 {
                 Vec::new()
             } else {
-                vec![EMPTY; sets as usize]
+                vec![Ring::default(); sets as usize]
             },
         }
     }
 
-    /// Entries per set.
+    /// Ring positions needed for `sets` sets of `capacity` entries.
+    pub(crate) fn positions(sets: u32, capacity: u32) -> u64 {
+        u64::from(sets) * 2 * u64::from(capacity)
+    }
+
+    /// Live entries per set at most.
     #[cfg(test)]
     pub(crate) fn capacity(&self) -> u32 {
-        self.per_set
+        self.capacity
     }
 
-    /// Total number of nodes (node numbers are below it).
+    /// Whether any set keeps ghosts.
     #[inline]
-    pub(crate) fn nodes(&self) -> u32 {
-        self.nodes.len() as u32
+    pub(crate) fn is_empty(&self) -> bool {
+        self.capacity == 0
     }
 
-    /// Is `node` the live ghost of `page`?
+    /// Is `page` the live ghost at position `pos`?
     #[inline]
-    pub(crate) fn holds(&self, node: u32, page: u64) -> bool {
-        self.nodes
-            .get(node as usize)
-            .is_some_and(|n| n.prev != DEAD && n.page == page)
+    pub(crate) fn holds(&self, pos: u32, page: u64) -> bool {
+        page != EMPTY && self.pages.get(pos as usize) == Some(&page)
     }
 
-    /// Entries of `set` now.
+    /// Starts loading position `pos` into the CPU cache (a hint).
+    #[inline]
+    pub(crate) fn prefetch(&self, pos: u32) {
+        if let Some(p) = self.pages.get(pos as usize) {
+            prefetch_read(p);
+        }
+    }
+
+    /// Live entries of `set` now.
     #[cfg(test)]
-    pub(crate) fn len(&self, set: u32) -> u32 {
-        self.queues.get(set as usize).map_or(0, |q| q.len)
+    pub(crate) fn live(&self, set: u32) -> u32 {
+        self.rings.get(set as usize).map_or(0, |r| r.live)
     }
 
     /// Appends `page` as the newest ghost of `set`, pushing out the oldest
-    /// one if the FIFO is full. Returns the node now holding `page` and the
-    /// page pushed out, if any; `None` when the capacity is 0.
+    /// live one if `capacity` are live. Returns the position now holding
+    /// `page` and the page pushed out with its old position, if any; `None`
+    /// when nothing is kept (capacity 0, or page `u64::MAX`). A compaction
+    /// reports each ghost it moves to `moved(page, new_position)`.
     #[inline]
-    pub(crate) fn push(&mut self, set: u32, page: u64) -> Option<(u32, Option<u64>)> {
-        if self.per_set == 0 {
+    pub(crate) fn push(
+        &mut self,
+        set: u32,
+        page: u64,
+        moved: impl FnMut(u64, u32),
+    ) -> Option<(u32, Option<(u64, u32)>)> {
+        if self.capacity == 0 || page == EMPTY {
             return None;
         }
-        let base = set * self.per_set;
-        let q = self.queues[set as usize];
-        let (node, pushed_out) = if q.len == self.per_set {
-            let old = q.oldest;
-            let pushed_out = self.nodes[old as usize].page;
-            self.unlink(set, old);
-            (old, Some(pushed_out))
-        } else if q.free != NIL {
-            let node = q.free;
-            self.queues[set as usize].free = self.nodes[node as usize].next;
-            (node, None)
-        } else {
-            self.queues[set as usize].fresh += 1;
-            (base + q.fresh, None)
-        };
-        let q = &mut self.queues[set as usize];
-        let newer_end = q.newest;
-        q.newest = node;
-        if newer_end == NIL {
-            q.oldest = node;
+        let base = set * self.len;
+        let mut pushed_out = None;
+        if self.rings[set as usize].live == self.capacity {
+            let ring = &mut self.rings[set as usize];
+            // `live > 0`: a live entry lies ahead, the loop ends there.
+            loop {
+                let pos = base + ring.head;
+                let old = std::mem::replace(&mut self.pages[pos as usize], EMPTY);
+                ring.head = if ring.head + 1 == self.len {
+                    0
+                } else {
+                    ring.head + 1
+                };
+                ring.used -= 1;
+                if old != EMPTY {
+                    ring.live -= 1;
+                    pushed_out = Some((old, pos));
+                    break;
+                }
+            }
+            self.trim(set);
         }
-        q.len += 1;
-        self.nodes[node as usize] = Node {
-            page,
-            prev: NIL,
-            next: newer_end,
-        };
-        if newer_end != NIL {
-            self.nodes[newer_end as usize].prev = node;
+        if self.rings[set as usize].used == self.len {
+            self.compact(set, moved);
         }
-        Some((node, pushed_out))
+        let ring = &mut self.rings[set as usize];
+        let pos = base + (ring.head + ring.used) % self.len;
+        self.pages[pos as usize] = page;
+        ring.used += 1;
+        ring.live += 1;
+        Some((pos, pushed_out))
     }
 
-    /// Takes the live `node` of `set` out of its FIFO (a ghost hit).
+    /// Takes the live ghost at `pos` of `set` out of its FIFO (a ghost hit).
     #[inline]
-    pub(crate) fn remove(&mut self, set: u32, node: u32) {
-        self.unlink(set, node);
-        let q = &mut self.queues[set as usize];
-        self.nodes[node as usize] = Node {
-            page: 0,
-            prev: DEAD,
-            next: q.free,
-        };
-        q.free = node;
+    pub(crate) fn remove(&mut self, set: u32, pos: u32) {
+        debug_assert!(self.pages[pos as usize] != EMPTY, "removing a dead ghost");
+        self.pages[pos as usize] = EMPTY;
+        self.rings[set as usize].live -= 1;
+        if pos == set * self.len + self.rings[set as usize].head {
+            self.trim(set);
+        }
     }
 
-    /// Unlinks the live `node` (its own links are left for the caller).
+    /// Drops the tombstones at the head of `set`'s ring.
     #[inline]
-    fn unlink(&mut self, set: u32, node: u32) {
-        let Node { prev, next, .. } = self.nodes[node as usize];
-        debug_assert!(prev != DEAD, "unlinking a dead ghost");
-        let q = &mut self.queues[set as usize];
-        q.len -= 1;
-        if prev == NIL {
-            q.newest = next;
-        } else {
-            self.nodes[prev as usize].next = next;
-        }
-        if next == NIL {
-            q.oldest = prev;
-        } else {
-            self.nodes[next as usize].prev = prev;
+    fn trim(&mut self, set: u32) {
+        let base = set * self.len;
+        let ring = &mut self.rings[set as usize];
+        while ring.used > 0 && self.pages[(base + ring.head) as usize] == EMPTY {
+            ring.head = if ring.head + 1 == self.len {
+                0
+            } else {
+                ring.head + 1
+            };
+            ring.used -= 1;
         }
     }
 
-    /// The ghosts of `set`, oldest first, with their nodes.
+    /// Moves the live entries of `set`'s ring together, in order, from the
+    /// head on; reports each moved ghost.
+    #[cold]
+    fn compact(&mut self, set: u32, mut moved: impl FnMut(u64, u32)) {
+        let base = set * self.len;
+        let ring = self.rings[set as usize];
+        let at = |i: u32| base + (ring.head + i) % self.len;
+        let mut kept = 0;
+        for i in 0..ring.used {
+            let page = self.pages[at(i) as usize];
+            if page == EMPTY {
+                continue;
+            }
+            if kept != i {
+                self.pages[at(kept) as usize] = page;
+                self.pages[at(i) as usize] = EMPTY;
+                moved(page, at(kept));
+            }
+            kept += 1;
+        }
+        let ring = &mut self.rings[set as usize];
+        ring.used = kept;
+        debug_assert_eq!(kept, ring.live);
+    }
+
+    /// The ghosts of `set`, oldest first, with their positions.
     pub(crate) fn entries(&self, set: u32) -> Vec<(u32, u64)> {
-        let mut out = Vec::new();
-        let Some(q) = self.queues.get(set as usize) else {
-            return out;
+        let Some(ring) = self.rings.get(set as usize) else {
+            return Vec::new();
         };
-        let mut cur = q.oldest;
-        while cur != NIL && out.len() <= self.per_set as usize {
-            let n = self.nodes[cur as usize];
-            out.push((cur, n.page));
-            cur = n.prev;
-        }
-        out
+        let base = set * self.len;
+        (0..ring.used)
+            .map(|i| base + (ring.head + i) % self.len)
+            .map(|pos| (pos, self.pages[pos as usize]))
+            .filter(|&(_, page)| page != EMPTY)
+            .collect()
     }
 
-    /// Checks the links of every FIFO (for tests; O(nodes)): lengths match,
-    /// both directions agree, every node lies in its set's range, and
-    /// removed nodes are dead.
+    /// Checks every ring (for tests; O(positions)): counts agree, no more
+    /// than `capacity` are live, the head is live, and every position
+    /// outside the used part is empty.
     pub(crate) fn check(&self) -> Result<(), String> {
-        for (set, q) in self.queues.iter().enumerate() {
-            let range =
-                set as u64 * u64::from(self.per_set)..(set as u64 + 1) * u64::from(self.per_set);
-            let mut n = 0u32;
-            let mut cur = q.newest;
-            let mut newer = NIL;
-            while cur != NIL {
-                if !range.contains(&u64::from(cur)) || n >= self.per_set {
-                    return Err(format!("ghost FIFO of set {set} is corrupt"));
-                }
-                let node = self.nodes[cur as usize];
-                if node.prev != newer {
-                    return Err(format!("ghost node {cur} of set {set}: bad back link"));
-                }
-                newer = cur;
-                cur = node.next;
-                n += 1;
+        for (set, ring) in self.rings.iter().enumerate() {
+            let base = set * self.len as usize;
+            if ring.used > self.len || ring.head >= self.len {
+                return Err(format!("ghost ring of set {set}: {ring:?}"));
             }
-            if n != q.len || q.oldest != newer {
+            let mut live = 0;
+            for i in 0..self.len {
+                let page = self.pages[base + ((ring.head + i) % self.len) as usize];
+                if i >= ring.used && page != EMPTY {
+                    return Err(format!(
+                        "ghost ring of set {set}: page {page} outside the used part"
+                    ));
+                }
+                live += u32::from(page != EMPTY);
+            }
+            if live != ring.live || live > self.capacity {
                 return Err(format!(
-                    "ghost FIFO of set {set}: {n} linked, length {}",
-                    q.len
+                    "ghost ring of set {set}: {live} live, counted {}, capacity {}",
+                    ring.live, self.capacity
                 ));
             }
-            let mut cur = q.free;
-            let mut freed = 0u32;
-            while cur != NIL {
-                if !range.contains(&u64::from(cur)) || freed > self.per_set {
-                    return Err(format!("ghost free list of set {set} is corrupt"));
-                }
-                if self.nodes[cur as usize].prev != DEAD {
-                    return Err(format!("free ghost node {cur} is live"));
-                }
-                freed += 1;
-                cur = self.nodes[cur as usize].next;
-            }
-            if q.len + freed != q.fresh {
-                return Err(format!(
-                    "set {set}: {} ghosts + {freed} free nodes, {} handed out",
-                    q.len, q.fresh
-                ));
+            if ring.used > 0 && self.pages[base + ring.head as usize] == EMPTY {
+                return Err(format!("ghost ring of set {set}: tombstone at the head"));
             }
         }
         Ok(())
@@ -256,51 +259,169 @@ mod tests {
         g.entries(set).into_iter().map(|(_, p)| p).collect()
     }
 
+    fn push(g: &mut GhostQueues, set: u32, page: u64) -> (u32, Option<u64>) {
+        let (pos, out) = g
+            .push(set, page, |_, _| panic!("no compaction expected"))
+            .unwrap();
+        (pos, out.map(|(p, _)| p))
+    }
+
     #[test]
     fn fifo_with_removal() {
         let mut g = GhostQueues::new(2, 3);
-        let (a, out) = g.push(0, 10).unwrap();
+        let (a, out) = push(&mut g, 0, 10);
         assert_eq!(out, None);
-        let (b, _) = g.push(0, 11).unwrap();
-        let (_, _) = g.push(0, 12).unwrap();
+        let (b, _) = push(&mut g, 0, 11);
+        push(&mut g, 0, 12);
         assert!(g.holds(a, 10) && !g.holds(a, 11));
         assert_eq!(pages(&g, 0), vec![10, 11, 12]);
-        // Full: the oldest goes, its node is reused.
-        let (d, out) = g.push(0, 13).unwrap();
-        assert_eq!((d, out), (a, Some(10)));
-        assert!(!g.holds(a, 10) && g.holds(a, 13));
+        // Full: the oldest goes (and its position is emptied).
+        assert_eq!(push(&mut g, 0, 13).1, Some(10));
+        assert!(!g.holds(a, 10));
         // A ghost hit frees room: the next push pushes nothing out.
         g.remove(0, b);
         assert!(!g.holds(b, 11));
         assert_eq!(pages(&g, 0), vec![12, 13]);
-        let (e, out) = g.push(0, 14).unwrap();
-        assert_eq!((e, out), (b, None));
+        assert_eq!(push(&mut g, 0, 14).1, None);
         assert_eq!(pages(&g, 0), vec![12, 13, 14]);
-        assert_eq!(g.push(0, 15).unwrap().1, Some(12));
+        assert_eq!(push(&mut g, 0, 15).1, Some(12));
         // The other set is separate.
-        assert_eq!(g.len(1), 0);
-        let (f, _) = g.push(1, 20).unwrap();
-        assert!((3..6).contains(&f));
+        assert_eq!(g.live(1), 0);
+        let (f, _) = push(&mut g, 1, 20);
+        assert!((6..12).contains(&f));
         g.check().unwrap();
         // Removing the newest, the oldest, the only one.
-        let nodes: Vec<_> = g.entries(0).into_iter().map(|(n, _)| n).collect();
-        g.remove(0, nodes[2]);
-        g.remove(0, nodes[0]);
+        let pos: Vec<_> = g.entries(0).into_iter().map(|(n, _)| n).collect();
+        g.remove(0, pos[2]);
+        g.remove(0, pos[0]);
         assert_eq!(pages(&g, 0), vec![14]);
-        g.remove(0, nodes[1]);
-        assert_eq!(g.len(0), 0);
         g.check().unwrap();
-        assert_eq!(g.push(0, 1).unwrap().1, None);
+        g.remove(0, pos[1]);
+        assert_eq!(g.live(0), 0);
+        g.check().unwrap();
+        assert_eq!(push(&mut g, 0, 1).1, None);
         g.check().unwrap();
     }
 
     #[test]
-    fn zero_capacity_keeps_nothing() {
+    fn tombstones_are_skipped_and_compacted() {
+        // Capacity 3, ring of 6. Keep the head live and remove the middle
+        // ones, so tombstones pile up behind it until the ring is full.
+        let mut g = GhostQueues::new(1, 3);
+        let (head, _) = push(&mut g, 0, 100);
+        for page in 200..205 {
+            let (pos, _) = push(&mut g, 0, page);
+            g.remove(0, pos);
+        }
+        // Ring: 100 and five tombstones. One more push compacts (100 stays
+        // where it is, nothing moves) and goes right after it.
+        let mut moves = Vec::new();
+        let (pos, out) = g.push(0, 300, |p, at| moves.push((p, at))).unwrap();
+        assert_eq!((out, moves.as_slice()), (None, &[][..]));
+        assert!(g.holds(head, 100) && g.holds(pos, 300));
+        g.check().unwrap();
+        // Removing the head makes the next live entry the head.
+        push(&mut g, 0, 301);
+        g.remove(0, head);
+        assert_eq!(pages(&g, 0), vec![300, 301]);
+        g.check().unwrap();
+        // 302 and 303 (301 removed meanwhile) fill to 3 live; 304 pushes out
+        // 300, and the tombstone of 301 behind it goes too.
+        push(&mut g, 0, 302);
+        let p301 = g.entries(0)[1].0;
+        g.remove(0, p301);
+        push(&mut g, 0, 303);
+        assert_eq!(push(&mut g, 0, 304).1, Some(300));
+        assert_eq!(pages(&g, 0), vec![302, 303, 304]);
+        g.check().unwrap();
+    }
+
+    #[test]
+    fn compaction_reports_moves_in_order() {
+        // Capacity 3, ring of 6: 1 _ _ _ 5 _ (tombstones at 2, 3, 4, 6):
+        // full ring, 2 live. The next push compacts: 1 stays, 5 moves next
+        // to it, and the new page follows.
+        let mut g = GhostQueues::new(1, 3);
+        for page in 1..=6 {
+            let (pos, _) = push(&mut g, 0, page);
+            if ![1, 5].contains(&page) {
+                g.remove(0, pos);
+            }
+        }
+        let mut moves = Vec::new();
+        let (pos, out) = g.push(0, 7, |p, at| moves.push((p, at))).unwrap();
+        assert_eq!((pos, out, moves), (2, None, vec![(5, 1)]));
+        assert!(g.holds(0, 1) && g.holds(1, 5) && !g.holds(4, 5));
+        assert_eq!(pages(&g, 0), vec![1, 5, 7]);
+        g.check().unwrap();
+    }
+
+    /// Random pushes and ghost hits against a plain FIFO with removal.
+    #[test]
+    fn matches_a_fifo_with_removal() {
+        use std::collections::{HashMap, VecDeque};
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut rand = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut compactions = 0;
+        for capacity in [1u32, 2, 3, 5, 8] {
+            let mut g = GhostQueues::new(2, capacity);
+            let mut model: [VecDeque<u64>; 2] = Default::default();
+            let mut at: HashMap<u64, u32> = HashMap::new();
+            let mut next = 0u64;
+            for _ in 0..20_000 {
+                let set = rand(2) as u32;
+                let fifo = &mut model[set as usize];
+                if !fifo.is_empty() && rand(100) < 45 {
+                    let page = fifo.remove(rand(fifo.len() as u64) as usize).unwrap();
+                    let pos = at.remove(&page).unwrap();
+                    assert!(g.holds(pos, page));
+                    g.remove(set, pos);
+                    assert!(!g.holds(pos, page));
+                } else {
+                    next += 1;
+                    let mut moved = false;
+                    let (pos, out) = g
+                        .push(set, next, |p, to| {
+                            moved = true;
+                            at.insert(p, to);
+                        })
+                        .unwrap();
+                    compactions += u32::from(moved);
+                    let expect =
+                        (fifo.len() == capacity as usize).then(|| fifo.pop_front().unwrap());
+                    assert_eq!(out.map(|(p, _)| p), expect);
+                    if let Some(p) = expect {
+                        at.remove(&p);
+                    }
+                    fifo.push_back(next);
+                    at.insert(next, pos);
+                }
+                let got: Vec<u64> = g.entries(set).into_iter().map(|(_, p)| p).collect();
+                assert_eq!(got, Vec::from(model[set as usize].clone()));
+            }
+            g.check().unwrap();
+            for (&page, &pos) in &at {
+                assert!(g.holds(pos, page));
+            }
+        }
+        assert!(compactions > 0, "no compaction exercised");
+    }
+
+    #[test]
+    fn zero_capacity_and_the_reserved_page() {
         let mut g = GhostQueues::new(4, 0);
-        assert_eq!(g.push(2, 5), None);
-        assert_eq!(g.nodes(), 0);
+        assert!(g.is_empty());
+        assert_eq!(g.push(2, 5, |_, _| {}), None);
         assert!(!g.holds(0, 5));
         assert!(g.entries(2).is_empty());
         g.check().unwrap();
+        let mut g = GhostQueues::new(1, 2);
+        assert_eq!(g.push(0, u64::MAX, |_, _| {}), None);
+        assert!(!g.holds(0, u64::MAX));
     }
 }
