@@ -10,7 +10,7 @@
 //! hidden from the policy, so it never picks one as a victim.
 //!
 //! Ghosts: the page table also points into the policies' ghost FIFOs (see
-//! [`crate::policy`] and [`crate::policy::ghost`]). An entry is 0 (unknown
+//! [`crate::policy`] and `policy/ghost.rs`). An entry is 0 (unknown
 //! page), `slot + 1` (resident), or `capacity + 1 + n` for a page held at
 //! position `n` of the ghost rings. A page pushed out of a full ghost FIFO
 //! keeps its entry (clearing it would cost a random write per eviction);

@@ -23,7 +23,8 @@
 //! entries behind it stay longer: libCacheSim's ghost, a `FIFO` cache of
 //! object ids from which a hit removes the id. The look-up and the removal
 //! happen before the eviction that makes room (which may push a new ghost),
-//! as in libCacheSim. See [`ghost`] for the data structure.
+//! as in libCacheSim. The data structure (a ring per set, a ghost hit
+//! leaving a tombstone) is in `policy/ghost.rs`.
 //!
 //! Against libCacheSim (object-count mode, every object of size 1) on a
 //! one-set cache, FIFO, LRU, CLOCK, S3-FIFO and 2Q give the same hit/miss
