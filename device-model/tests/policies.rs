@@ -323,6 +323,66 @@ fn lfru_evicts_privileged_when_unprivileged_is_empty() {
     assert_eq!(got, vec![M, M, H, H, E(1), E(3)]);
 }
 
+#[test]
+fn s3fifo_and_twoq_parameters_are_libcachesims() {
+    let p = PolicyParams::default();
+    assert_eq!(
+        (
+            p.s3fifo_small_ratio,
+            p.s3fifo_ghost_ratio,
+            p.s3fifo_move_to_main_threshold,
+            p.twoq_kin_ratio,
+            p.twoq_kout_ratio
+        ),
+        (0.10, 0.90, 2, 0.25, 0.50)
+    );
+    // Parameters saved before the ghost ratio existed still load.
+    let old = r#"{"s3fifo_small_ratio":0.1,"s3fifo_move_to_main_threshold":1,
+        "twoq_kin_ratio":0.25,"twoq_kout_ratio":0.5,"lfru_privileged_ratio":0.5,
+        "lfru_promote_threshold":2}"#;
+    let loaded: PolicyParams = serde_json::from_str(old).unwrap();
+    assert_eq!(loaded.s3fifo_ghost_ratio, 0.90);
+    // Ranges: the ghost may be up to 4 × the ways; the threshold is capped
+    // by the frequency counter.
+    let ok = |o: &[&str]| DeviceConfig::default().with_overrides(o).is_ok();
+    assert!(ok(&["cache.params.s3fifo_ghost_ratio=4.0"]));
+    assert!(!ok(&["cache.params.s3fifo_ghost_ratio=4.5"]));
+    assert!(!ok(&["cache.params.s3fifo_ghost_ratio=-0.1"]));
+    assert!(ok(&["cache.params.s3fifo_move_to_main_threshold=127"]));
+    assert!(!ok(&["cache.params.s3fifo_move_to_main_threshold=128"]));
+}
+
+#[test]
+fn s3fifo_ghost_ratio_sets_the_ghost_fifo() {
+    // Capacity 5, S 2, M 3, threshold 2, as in the golden; G 2 (ratio 0.4)
+    // or none (ratio 0).
+    //  1 2 → S: 2 1; 3 4 5 → M: 5 4 3
+    //  6   S's tail 1 is evicted (into G if any). S: 6 2            E(1)
+    //  1   G 2: a ghost → M, after S's tail 2 is evicted: M 1 5 4 3,
+    //      S 6. No G: a plain miss → S, S's tail 2 evicted: S 1 6   E(2)
+    //  7   G 2: |M| = 4 > 3 → M's tail 3 goes. S: 7 6               E(3)
+    //      No G: S's tail 6 goes. S: 7 1                            E(6)
+    //  1   a hit either way (in M / in S)                           H
+    //  8   G 2: S's tail 6 goes                                     E(6)
+    //      No G: S's tail 1, one hit < 2, goes                      E(1)
+    let seq = [1, 2, 3, 4, 5, 6, 1, 7, 1, 8];
+    let small = "cache.params.s3fifo_small_ratio=0.4";
+    let with = golden(
+        "s3fifo",
+        5,
+        &seq,
+        &[small, "cache.params.s3fifo_ghost_ratio=0.4"],
+    );
+    assert_eq!(with, vec![M, M, M, M, M, E(1), E(2), E(3), H, E(6)]);
+    let without = golden(
+        "s3fifo",
+        5,
+        &seq,
+        &[small, "cache.params.s3fifo_ghost_ratio=0"],
+    );
+    assert_eq!(without, vec![M, M, M, M, M, E(1), E(2), E(6), H, E(1)]);
+}
+
 // ---------------------------------------------------------------------------
 // Mechanics
 
