@@ -240,9 +240,9 @@ impl DaemonState {
         if let Err(e) = crate::sandbox::raise_file_limit() {
             tracing::warn!(error = %e, "cannot raise RLIMIT_NOFILE");
         }
-        let dax = features
-            .dax
-            .and_then(|(dir, window)| start_dax(&shared, dir, window, opts.queues.compensation));
+        let dax = features.dax.and_then(|(dir, window)| {
+            start_dax(&shared, dir, window, opts.queues.dax_compensation)
+        });
         let plane = dax.clone().map(|d| d as Arc<dyn PlaneSource>);
         let mut metrics = Metrics::new(shared.clone(), plane);
         if let Some(m) = features.memory {

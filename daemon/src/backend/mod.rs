@@ -73,9 +73,11 @@ pub struct QueueOptions {
     pub realtime_priority: Option<u8>,
     /// The virtio-fs tag in the device config space.
     pub tag: FsTag,
-    /// Latency compensation of held READ / WRITE replies (and, through
-    /// the daemon, of the residency plane's misses).
+    /// Latency compensation of held READ / WRITE replies.
     pub compensation: pace::Compensation,
+    /// Latency compensation of the residency plane's misses (DAX traps;
+    /// the daemon mounts the plane with it).
+    pub dax_compensation: pace::Compensation,
 }
 
 impl Default for QueueOptions {
@@ -86,6 +88,7 @@ impl Default for QueueOptions {
             realtime_priority: None,
             tag: FsTag::default(),
             compensation: pace::Compensation::Off,
+            dax_compensation: pace::Compensation::Off,
         }
     }
 }

@@ -62,14 +62,15 @@ pub struct Cli {
     #[arg(long, value_name = "PRIO")]
     pub realtime_priority: Option<u8>,
     /// Latency compensation: auto (default) | off | a duration (e.g.
-    /// `12us`). Held replies (DAX traps, and READ / WRITE on the FUSE
-    /// path) are released ahead of their modeled completion by the path's
-    /// own cost, so that the guest sees the modeled latency, not the
-    /// modeled latency plus the trap path. `auto` measures it (the plane:
-    /// calibration probes at start and four a second; the FUSE path: one
-    /// host thread wake-up); `off` holds every reply to the modeled
-    /// completion, as before.
-    #[arg(long, value_name = "auto|off|NS")]
+    /// `12us`), for both paths, or `dax=SPEC,fuse=SPEC` for each. Held
+    /// replies (DAX traps; READ / WRITE on the FUSE path) are released
+    /// ahead of their modeled completion by the path's own cost, so that
+    /// the guest sees the modeled latency, not the modeled latency plus
+    /// the path. `auto` measures it (the plane: calibration probes at
+    /// mount and 16 a second; the FUSE path: one host thread wake-up, a
+    /// lower bound); `off` holds every reply to its modeled completion, as
+    /// before.
+    #[arg(long, value_name = "auto|off|NS|dax=..,fuse=..")]
     pub latency_compensation: Option<String>,
     /// virtio-fs tag in the device config space (default `cxlfs`), for
     /// front-ends that read it from the back-end (VHOST_USER_GET_CONFIG,

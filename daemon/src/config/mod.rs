@@ -340,11 +340,13 @@ fn control_config(s: &Settings) -> Result<ControlConfig, LoadDaemonConfigError> 
 
 fn queue_options(s: &Settings) -> Result<QueueOptions, LoadDaemonConfigError> {
     let defaults = QueueOptions::default();
+    let compensation = latency_compensation(s)?;
     let queues = QueueOptions {
         request_queues: s.request_queues.unwrap_or(defaults.request_queues),
         queue_size: s.queue_size.unwrap_or(defaults.queue_size),
         realtime_priority: s.realtime_priority,
-        compensation: latency_compensation(s)?,
+        compensation: compensation.fuse,
+        dax_compensation: compensation.dax,
         tag: match &s.tag {
             Some(t) => t.parse().map_err(|e: crate::backend::ParseFsTagError| {
                 LoadDaemonConfigError::Invalid(e.to_string())
@@ -376,19 +378,53 @@ fn queue_options(s: &Settings) -> Result<QueueOptions, LoadDaemonConfigError> {
     Ok(queues)
 }
 
-/// `latency_compensation`: `auto` (the default), `off`, or a duration.
-fn latency_compensation(s: &Settings) -> Result<Compensation, LoadDaemonConfigError> {
-    match s.latency_compensation.as_deref().map(str::trim) {
-        None | Some("auto") => Ok(Compensation::Auto),
-        Some("off") => Ok(Compensation::Off),
-        Some(t) => cxlfs_device_model::units::parse_duration_ns(t)
+/// Latency compensation per path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PathCompensation {
+    /// The residency plane's misses.
+    dax: Compensation,
+    /// Held READ / WRITE replies on the virtio-fs queues.
+    fuse: Compensation,
+}
+
+/// `latency_compensation`: `SPEC` for both paths, or `dax=SPEC,fuse=SPEC`
+/// (either may be left out: `auto`); a SPEC is `auto` (the default),
+/// `off`, or a duration.
+fn latency_compensation(s: &Settings) -> Result<PathCompensation, LoadDaemonConfigError> {
+    let Some(text) = s.latency_compensation.as_deref() else {
+        return Ok(PathCompensation {
+            dax: Compensation::Auto,
+            fuse: Compensation::Auto,
+        });
+    };
+    let bad = |why: String| {
+        LoadDaemonConfigError::Invalid(format!(
+            "latency_compensation `{text}`: {why} (auto, off, a duration, or dax=…,fuse=…)"
+        ))
+    };
+    let spec = |t: &str| match t.trim() {
+        "auto" => Ok(Compensation::Auto),
+        "off" => Ok(Compensation::Off),
+        t => cxlfs_device_model::units::parse_duration_ns(t)
             .map(Compensation::Fixed)
-            .map_err(|e| {
-                LoadDaemonConfigError::Invalid(format!(
-                    "latency_compensation `{t}`: auto, off or a duration: {e}"
-                ))
-            }),
+            .map_err(|e| bad(e.to_string())),
+    };
+    if !text.contains('=') {
+        let c = spec(text)?;
+        return Ok(PathCompensation { dax: c, fuse: c });
     }
+    let mut out = PathCompensation {
+        dax: Compensation::Auto,
+        fuse: Compensation::Auto,
+    };
+    for part in text.split(',') {
+        match part.split_once('=').map(|(k, v)| (k.trim(), v)) {
+            Some(("dax", v)) => out.dax = spec(v)?,
+            Some(("fuse", v)) => out.fuse = spec(v)?,
+            _ => return Err(bad(format!("`{part}` is not dax=SPEC or fuse=SPEC"))),
+        }
+    }
+    Ok(out)
 }
 
 fn dax_options(s: &Settings) -> Result<DaxOptions, LoadDaemonConfigError> {
@@ -631,25 +667,45 @@ mod tests {
     #[test]
     fn latency_compensation_from_file_and_flags() {
         let base = || cli(&["--shared-dir", "/a"]);
+        let both = |c: &DaemonConfig| (c.queues.dax_compensation, c.queues.compensation);
         let c = DaemonConfig::merge(&base(), FileConfig::default()).unwrap();
-        assert_eq!(c.queues.compensation, Compensation::Auto, "default");
+        assert_eq!(
+            both(&c),
+            (Compensation::Auto, Compensation::Auto),
+            "default"
+        );
         let file: FileConfig = toml::from_str("latency_compensation = \"off\"").unwrap();
         let c = DaemonConfig::merge(&base(), file.clone()).unwrap();
-        assert_eq!(c.queues.compensation, Compensation::Off);
+        assert_eq!(both(&c), (Compensation::Off, Compensation::Off));
+        let (auto, off) = (Compensation::Auto, Compensation::Off);
         for (flag, want) in [
-            ("auto", Compensation::Auto),
-            ("12us", Compensation::Fixed(12_000)),
-            ("800", Compensation::Fixed(800)),
-            ("0", Compensation::Fixed(0)),
+            ("auto", (auto, auto)),
+            (
+                "12us",
+                (Compensation::Fixed(12_000), Compensation::Fixed(12_000)),
+            ),
+            ("800", (Compensation::Fixed(800), Compensation::Fixed(800))),
+            ("0", (Compensation::Fixed(0), Compensation::Fixed(0))),
+            ("dax=auto,fuse=60us", (auto, Compensation::Fixed(60_000))),
+            ("fuse=off", (auto, off)),
+            ("fuse=off, dax=off", (off, off)),
+            ("dax=5us", (Compensation::Fixed(5_000), auto)),
         ] {
             let c = DaemonConfig::merge(
                 &cli(&["--shared-dir", "/a", "--latency-compensation", flag]),
                 file.clone(),
             )
             .unwrap();
-            assert_eq!(c.queues.compensation, want, "{flag}");
+            assert_eq!(both(&c), want, "{flag}");
         }
-        for bad in ["on", "3 fortnights", "fast"] {
+        for bad in [
+            "on",
+            "3 fortnights",
+            "fast",
+            "dax=on",
+            "memory=off",
+            "dax=1us,",
+        ] {
             assert!(
                 DaemonConfig::merge(
                     &cli(&["--shared-dir", "/a", "--latency-compensation", bad]),

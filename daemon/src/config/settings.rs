@@ -68,7 +68,8 @@ settings! {
         max_readahead: u32,
         /// SCHED_FIFO priority of queue workers and pacers.
         realtime_priority: u8,
-        /// Latency compensation: "auto", "off" or a duration ("12us").
+        /// Latency compensation: "auto", "off" or a duration ("12us"), or
+        /// "dax=SPEC,fuse=SPEC".
         latency_compensation: String,
         /// virtio-fs tag of the device config space.
         tag: String,
