@@ -226,9 +226,14 @@ pub(crate) struct Server {
     calib: CalibStamps,
 }
 
-/// What the last `READ` of the calibration file saw (backend clock).
+/// What the last `READ` of the calibration file saw (backend clock), and
+/// how long recent misses were held.
 #[derive(Debug, Default)]
 struct CalibStamps {
+    /// Recent misses' holds (release − arrival, ns), smoothed (7/8 old):
+    /// a probe's reply is held as long, because the path's cost depends on
+    /// it (a toucher that sleeps longer wakes from a deeper idle state).
+    hold_ns: AtomicU64,
     /// When the request reached the plane.
     request_ns: AtomicU64,
     /// When its reply was about to be written.
@@ -588,11 +593,18 @@ impl Server {
             .metrics
             .floor
             .release_at(arrival_ns, reply.completes_at_ns);
+        if self.metrics.floor.mode() == Compensation::Auto {
+            let hold = release.saturating_sub(arrival_ns);
+            let old = self.calib.hold_ns.load(Ordering::Relaxed);
+            let new = (old / 8).saturating_mul(7).saturating_add(hold / 8);
+            self.calib.hold_ns.store(new, Ordering::Relaxed);
+        }
         Ok(Outcome::ReplyAt(release))
     }
 
-    /// A `READ` of the calibration file: zeros, answered now, stamped for
-    /// the calibrator (never charged, never counted as a trap).
+    /// A `READ` of the calibration file: zeros, never charged, never
+    /// counted as a trap, stamped for the calibrator, and held as long as
+    /// recent misses were (at once when they were not held).
     fn calibration_read(
         &self,
         h: &InHeader,
@@ -604,12 +616,21 @@ impl Server {
         out.resize(abi::OUT_HEADER_LEN + len, 0);
         out[abi::OUT_HEADER_LEN..].fill(0);
         finish(out, h.unique)?;
+        let hold = self.calib.hold_ns.load(Ordering::Relaxed);
+        let due = arrival_ns.saturating_add(hold);
+        let now = self.backend.now_ns();
+        // A held reply is written when due (the pacing spins for it).
+        let held = hold > 0 && due > now;
         self.calib.request_ns.store(arrival_ns, Ordering::Relaxed);
         self.calib
             .reply_ns
-            .store(self.backend.now_ns(), Ordering::Relaxed);
+            .store(if held { due } else { now }, Ordering::Relaxed);
         self.calib.reads.fetch_add(1, Ordering::Release);
-        Ok(Outcome::Reply)
+        Ok(if held {
+            Outcome::ReplyAt(due)
+        } else {
+            Outcome::Reply
+        })
     }
 
     fn write(
@@ -1691,6 +1712,59 @@ mod tests {
             ),
             Outcome::None
         );
+    }
+
+    fn read_args(offset: u64, size: u32) -> Vec<u8> {
+        let mut a = Vec::new();
+        ReadIn {
+            offset,
+            size,
+            ..ReadIn::default()
+        }
+        .encode(&mut a);
+        a
+    }
+
+    #[test]
+    fn miss_replies_are_released_ahead_by_the_floor_and_calibration_reads_are_not_traps() {
+        // Off: held to the modeled completion (5), as before.
+        let s = Server::new(Arc::new(Zero), 1 << 20);
+        let mut out = Vec::new();
+        let r = request(opcode::READ, POOL_NODEID, &read_args(0, 4096));
+        assert_eq!(s.handle(&r, 0, &mut out), Outcome::ReplyAt(5));
+        // A floor of 3: at 5 - 3; one above the modeled time: at arrival.
+        let s = Server::new(Arc::new(Zero), 1 << 20).compensating(Compensation::Fixed(3));
+        assert_eq!(s.handle(&r, 0, &mut out), Outcome::ReplyAt(2));
+        assert_eq!(s.metrics.snapshot().compensation_ns, 3);
+        let s = Server::new(Arc::new(Zero), 1 << 20).compensating(Compensation::Fixed(9));
+        assert_eq!(s.handle(&r, 1, &mut out), Outcome::ReplyAt(1));
+        // The calibration file: found by name, one page of zeros, answered
+        // at once, stamped, no trap; not listed.
+        let s = Server::new(Arc::new(Zero), 1 << 20).compensating(Compensation::Auto);
+        assert_eq!(
+            s.handle(&request(opcode::LOOKUP, 1, b"calibration\0"), 0, &mut out),
+            Outcome::Reply
+        );
+        let mut c = Cursor::new(&out[abi::OUT_HEADER_LEN..]);
+        let e: EntryOut = c.read().unwrap();
+        assert_eq!((e.nodeid, e.attr.size), (CALIB_NODEID, PAGE_SIZE));
+        let r = request(opcode::READ, CALIB_NODEID, &read_args(0, 8192));
+        assert_eq!(s.handle(&r, 7, &mut out), Outcome::Reply);
+        assert_eq!(out.len(), abi::OUT_HEADER_LEN + 4096);
+        assert!(out[abi::OUT_HEADER_LEN..].iter().all(|&b| b == 0));
+        assert_eq!(s.calib.request_ns.load(Ordering::Relaxed), 7);
+        assert_eq!(s.calib.reads.load(Ordering::Relaxed), 1);
+        assert_eq!(s.metrics.snapshot().traps, 0);
+        let mut a = Vec::new();
+        ReadIn {
+            size: 4096,
+            ..ReadIn::default()
+        }
+        .encode(&mut a);
+        s.handle(&request(opcode::READDIR, 1, &a), 0, &mut out);
+        let listing = &out[abi::OUT_HEADER_LEN..];
+        assert!(listing.windows(4).any(|w| w == b"pool"));
+        assert!(!listing.windows(11).any(|w| w == b"calibration"));
     }
 
     #[test]
