@@ -753,3 +753,35 @@ impl Drop for FsBackend {
         self.close();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn off_holds_to_the_modeled_completion_and_a_floor_releases_ahead() {
+        use pace::Compensation::{Auto, Fixed, Off};
+        assert_eq!(fuse_floor_ns(Off), 0);
+        assert_eq!(fuse_floor_ns(Fixed(7_000)), 7_000);
+        let auto = fuse_floor_ns(Auto);
+        assert!(auto > 0 && auto < 10_000_000, "{auto} ns");
+        // What `process_chain` holds a reply modeled to complete at 41 µs
+        // (arrival 1 µs) until.
+        assert_eq!(pace::release_at(1_000, 41_000, fuse_floor_ns(Off)), 41_000);
+        assert_eq!(pace::release_at(1_000, 41_000, 7_000), 34_000);
+        assert_eq!(pace::release_at(1_000, 5_000, 7_000), 1_000);
+        // The pacing error is the estimated guest-visible one.
+        let m = VmMetrics::new("vm");
+        m.record_reply_compensated(1_000, 41_000, 34_500, 7_000);
+        let (n, q) = m.pacing_summary(true);
+        assert_eq!(n, 1);
+        assert!((500..=501).contains(&q[0]), "{q:?}");
+        // A floor of 0 records what `record_reply` does.
+        let a = VmMetrics::new("a");
+        let b = VmMetrics::new("b");
+        a.record_reply_compensated(1_000, 41_000, 43_000, 0);
+        b.record_reply(1_000, Some(41_000), 43_000);
+        assert_eq!(a.pacing_summary(true), b.pacing_summary(true));
+        assert_eq!(a.pacing_summary(false), b.pacing_summary(false));
+    }
+}
