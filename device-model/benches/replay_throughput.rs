@@ -19,6 +19,11 @@
 //! the columns, and `BENCH_TRACE_DIR` where the trace files go (default the
 //! system temporary directory; removed at the end).
 //!
+//! After each rate, `cpu%` is the replaying thread's CPU time over the wall
+//! time of the measured part (from `/proc/thread-self/stat`, 10 ms ticks):
+//! well under 100 % means other work shared the core and the rate is low by
+//! about that much.
+//!
 //! A benchmark prints what it measures; it asserts nothing about speed.
 
 use cxlfs_device_model::config::PolicyKind;
@@ -30,7 +35,7 @@ use std::convert::Infallible;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 const DEVICE_PAGES: u64 = 4 << 20;
 const CACHE_PAGES: u64 = 1 << 20;
@@ -117,31 +122,57 @@ fn device(policy: PolicyKind, nand: bool) -> Device {
         .unwrap_or_else(|e| fail(format!("cannot build device: {e}")))
 }
 
-/// Starts the clock where `cxlfs replay` does.
-struct Clock(Instant);
+/// This thread's CPU time (user + system), from `/proc/thread-self/stat` in
+/// ticks of 10 ms (USER_HZ); zero where that cannot be read.
+fn thread_cpu_time() -> Duration {
+    let ticks = std::fs::read_to_string("/proc/thread-self/stat")
+        .ok()
+        .and_then(|stat| {
+            // Fields after the `(comm)`: state is field 3; utime, stime are 14, 15.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let mut fields = rest.split(' ').skip(11);
+            let utime: u64 = fields.next()?.parse().ok()?;
+            let stime: u64 = fields.next()?.parse().ok()?;
+            Some(utime + stime)
+        })
+        .unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
+/// Starts the clocks where `cxlfs replay` does.
+struct Clock {
+    wall: Instant,
+    cpu: Duration,
+}
 
 impl ReplayObserver for Clock {
     fn measuring(&mut self) {
-        self.0 = Instant::now();
+        self.wall = Instant::now();
+        self.cpu = thread_cpu_time();
     }
 }
 
-/// Replays `input` as `cxlfs replay` does (no warm-up); returns accesses/s and the report.
-fn replay<I, E>(policy: PolicyKind, nand: bool, input: I) -> (f64, ReplayReport)
+/// Replays `input` as `cxlfs replay` does (no warm-up); returns accesses/s,
+/// the share of the wall time on CPU and the report.
+fn replay<I, E>(policy: PolicyKind, nand: bool, input: I) -> (f64, f64, ReplayReport)
 where
     I: IntoIterator<Item = Result<Access, E>>,
     E: std::fmt::Display,
 {
     let mut dev = device(policy, nand);
     let mut replayer = Replayer::new(&mut dev, ARRIVAL);
-    let mut clock = Clock(Instant::now());
+    let mut clock = Clock {
+        wall: Instant::now(),
+        cpu: Duration::ZERO,
+    };
     let fed = match replayer.drive(input, 0, &mut clock) {
         Ok(fed) => fed,
         Err(RunError::Input { index, error }) => fail(format!("{policy}: input {index}: {error}")),
         Err(RunError::Replay(e)) => fail(format!("{policy}: {e}")),
     };
-    let secs = clock.0.elapsed().as_secs_f64();
-    (fed as f64 / secs / 1e6, replayer.report())
+    let secs = clock.wall.elapsed().as_secs_f64();
+    let cpu = thread_cpu_time().saturating_sub(clock.cpu).as_secs_f64();
+    (fed as f64 / secs / 1e6, cpu / secs, replayer.report())
 }
 
 fn main() {
@@ -160,7 +191,7 @@ fn main() {
     );
     let mut header = format!("{:<8} {:<10} {:<5}", "policy", "workload", "nand");
     for input in &inputs {
-        header.push_str(&format!(" {input:>9}"));
+        header.push_str(&format!(" {input:>9} {:>4}", "cpu%"));
     }
     println!("{header} {:>9} {:>7}", "hit_rate", "wa");
     for workload in selected("BENCH_WORKLOADS", &["uniform", "zipf"]) {
@@ -192,7 +223,7 @@ fn main() {
                 );
                 let mut last = None;
                 for input in &inputs {
-                    let (rate, report) = match *input {
+                    let (rate, on_cpu, report) = match *input {
                         "trace" => {
                             let file = File::open(&trace_path).unwrap_or_else(|e| fail(e));
                             let reader =
@@ -220,7 +251,7 @@ fn main() {
                             ));
                         }
                     }
-                    row.push_str(&format!(" {rate:>9.2}"));
+                    row.push_str(&format!(" {rate:>9.2} {:>4.0}", on_cpu * 100.0));
                     last = Some(report);
                 }
                 if let Some(report) = last {

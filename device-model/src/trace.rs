@@ -558,15 +558,26 @@ pub enum ReadBinaryError {
     },
 }
 
-/// Streams the accesses of a binary trace (either version) from `R`, one
-/// record at a time, in constant memory; checks the header's count at the
-/// end. `cxlfs replay --trace` and the replay benchmark read traces with it.
+/// Records [`BinaryReader`] decodes at a time.
+const BATCH: usize = 1024;
+
+/// Streams the accesses of a binary trace (either version) from `R` in
+/// constant memory, decoding [`BATCH`] records at a time so that handing
+/// out one is a copy; checks the header's count at the end.
+/// `cxlfs replay --trace` and the replay benchmark read traces with it.
 #[derive(Debug)]
 pub struct BinaryReader<R> {
     reader: R,
     header: TraceHeader,
-    records: u64,
-    done: bool,
+    /// Records decoded so far (handed out or in `batch`).
+    decoded: u64,
+    /// Decoded records; `batch[pos..]` not yet handed out.
+    batch: Vec<Access>,
+    pos: usize,
+    /// What stopped decoding, handed out after the records before it.
+    error: Option<ReadBinaryError>,
+    /// The input is exhausted (or failed).
+    ended: bool,
 }
 
 impl<R: BufRead> BinaryReader<R> {
@@ -581,8 +592,11 @@ impl<R: BufRead> BinaryReader<R> {
         Ok(BinaryReader {
             reader,
             header,
-            records: 0,
-            done: false,
+            decoded: 0,
+            batch: Vec::with_capacity(BATCH),
+            pos: 0,
+            error: None,
+            ended: false,
         })
     }
 
@@ -593,45 +607,90 @@ impl<R: BufRead> BinaryReader<R> {
 
     /// Records returned so far.
     pub fn records_read(&self) -> u64 {
-        self.records
+        self.decoded - (self.batch.len() - self.pos) as u64
     }
 
-    #[inline]
-    fn read_record(&mut self) -> Option<Result<Access, ReadBinaryError>> {
-        let index = self.records;
-        let buf = match self.reader.fill_buf() {
-            Ok(buf) => buf,
-            Err(source) => return Some(Err(ReadBinaryError::Io { index, source })),
-        };
-        let mut record = [0u8; RECORD_LEN];
-        if let Some(bytes) = buf.get(..RECORD_LEN) {
-            record.copy_from_slice(bytes);
-            self.reader.consume(RECORD_LEN);
-        } else if buf.is_empty() {
-            return match self.header.count {
-                Some(declared) if declared != index => Some(Err(ReadBinaryError::Record {
-                    index,
-                    source: BinaryTraceError::CountMismatch {
-                        declared,
-                        found: index,
-                    },
-                })),
-                _ => None,
+    /// Decodes the next batch; at the end, checks the count; keeps the first
+    /// error for after the records before it.
+    #[inline(never)]
+    fn refill(&mut self) {
+        self.batch.clear();
+        self.pos = 0;
+        while !self.ended && self.batch.len() < BATCH {
+            let index = self.decoded;
+            let buf = match self.reader.fill_buf() {
+                Ok(buf) => buf,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(source) => {
+                    self.fail(ReadBinaryError::Io { index, source });
+                    break;
+                }
             };
-        } else {
-            // A record straddling the buffer's end.
-            let got = match read_full(&mut self.reader, &mut record) {
-                Ok(got) => got,
-                Err(source) => return Some(Err(ReadBinaryError::Io { index, source })),
-            };
-            if got < RECORD_LEN {
-                return Some(Err(ReadBinaryError::Record {
-                    index,
-                    source: BinaryTraceError::TruncatedRecord { got },
-                }));
+            if buf.is_empty() {
+                self.ended = true;
+                if let Some(declared) = self.header.count.filter(|&d| d != index) {
+                    self.error = Some(ReadBinaryError::Record {
+                        index,
+                        source: BinaryTraceError::CountMismatch {
+                            declared,
+                            found: index,
+                        },
+                    });
+                }
+                break;
             }
+            let whole = (buf.len() / RECORD_LEN).min(BATCH - self.batch.len());
+            if whole == 0 {
+                // A record straddling the buffer's end.
+                let mut record = [0u8; RECORD_LEN];
+                match read_full(&mut self.reader, &mut record) {
+                    Ok(RECORD_LEN) => self.push(&record),
+                    Ok(got) => self.fail(ReadBinaryError::Record {
+                        index,
+                        source: BinaryTraceError::TruncatedRecord { got },
+                    }),
+                    Err(source) => self.fail(ReadBinaryError::Io { index, source }),
+                }
+                continue;
+            }
+            let mut used = 0;
+            for chunk in buf[..whole * RECORD_LEN].chunks_exact(RECORD_LEN) {
+                let mut record = [0u8; RECORD_LEN];
+                record.copy_from_slice(chunk);
+                match decode_record(&record) {
+                    Ok(access) => {
+                        self.batch.push(access);
+                        used += RECORD_LEN;
+                    }
+                    Err(source) => {
+                        let index = self.decoded + (used / RECORD_LEN) as u64;
+                        self.ended = true;
+                        self.error = Some(ReadBinaryError::Record { index, source });
+                        break;
+                    }
+                }
+            }
+            self.reader.consume(used);
+            self.decoded += (used / RECORD_LEN) as u64;
         }
-        Some(decode_record(&record).map_err(|source| ReadBinaryError::Record { index, source }))
+    }
+
+    fn push(&mut self, record: &[u8; RECORD_LEN]) {
+        match decode_record(record) {
+            Ok(access) => {
+                self.batch.push(access);
+                self.decoded += 1;
+            }
+            Err(source) => self.fail(ReadBinaryError::Record {
+                index: self.decoded,
+                source,
+            }),
+        }
+    }
+
+    fn fail(&mut self, error: ReadBinaryError) {
+        self.ended = true;
+        self.error = Some(error);
     }
 }
 
@@ -640,15 +699,18 @@ impl<R: BufRead> Iterator for BinaryReader<R> {
 
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
-        if self.done {
-            return None;
+        if let Some(&access) = self.batch.get(self.pos) {
+            self.pos += 1;
+            return Some(Ok(access));
         }
-        let item = self.read_record();
-        match &item {
-            Some(Ok(_)) => self.records += 1,
-            Some(Err(_)) | None => self.done = true,
+        if !self.ended {
+            self.refill();
+            if let Some(&access) = self.batch.get(self.pos) {
+                self.pos += 1;
+                return Some(Ok(access));
+            }
         }
-        item
+        self.error.take().map(Err)
     }
 }
 

@@ -248,8 +248,8 @@ fn an_input_error_stops_the_loop_after_the_accesses_before_it() {
     let mut dev = device(&[]);
     let mut r = Replayer::new(&mut dev, Arrival::Closed { think_ns: 0 });
     // Fewer accesses than the window, then more than it, before the error.
-    for (good, total) in [(3u64, 3u64), (20, 23)] {
-        let input = (0..40u64).map(|i| {
+    for (good, total) in [(3u64, 3u64), (100, 103)] {
+        let input = (0..200u64).map(|i| {
             if i == good {
                 Err(format!("bad record {i}"))
             } else {
@@ -267,7 +267,7 @@ fn an_input_error_stops_the_loop_after_the_accesses_before_it() {
         }
         assert_eq!(r.fed(), total);
     }
-    assert_eq!(r.report().accesses, 23);
+    assert_eq!(r.report().accesses, 103);
     // A device error in the window comes before a later input error.
     let mut dev = device(&[]);
     let capacity = dev.capacity_bytes();

@@ -154,6 +154,9 @@ struct JsonRecord<'a> {
 struct PointResult {
     report: ReplayReport,
     wall: Duration,
+    /// The replaying thread's CPU time over the same span (less than `wall`
+    /// when other work shares the core).
+    cpu: Duration,
     /// Most misses coalesced under open-loop arrival (see [`Replayer::coalescing_note`]).
     note: Option<CoalescingNote>,
 }
@@ -434,16 +437,44 @@ fn rate(state: &ProgressState, out: &mut dyn std::fmt::Write) {
     let _ = write!(out, "{:.2} M/s", state.per_sec() / 1e6);
 }
 
-/// The CLI's side of [`Replayer::drive`]: the progress bar and the clock.
+/// This thread's CPU time so far.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own; on failure it
+    // writes nothing and the zero stands.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(
+        u64::try_from(ts.tv_sec).unwrap_or(0),
+        u32::try_from(ts.tv_nsec).unwrap_or(0),
+    )
+}
+
+/// The CLI's side of [`Replayer::drive`]: the progress bar and the clocks.
 struct Clock<'a> {
     progress: &'a Progress,
     /// When the measured part started.
     start: Instant,
+    /// The thread's CPU time then.
+    cpu_start: Duration,
+}
+
+impl Clock<'_> {
+    /// Wall and CPU time since the measured part started.
+    fn elapsed(&self) -> (Duration, Duration) {
+        (
+            self.start.elapsed(),
+            thread_cpu_time().saturating_sub(self.cpu_start),
+        )
+    }
 }
 
 impl ReplayObserver for Clock<'_> {
     fn measuring(&mut self) {
         self.start = Instant::now();
+        self.cpu_start = thread_cpu_time();
     }
 
     fn progress(&mut self, fed: u64) {
@@ -461,7 +492,7 @@ fn run_point(
     let mut device = Device::new(cfg.clone())?;
     let capacity = device.capacity_bytes();
     let mut replayer = Replayer::new(&mut device, arrival);
-    let (wall, fed) = match input {
+    let ((wall, cpu), fed) = match input {
         Input::Workload(spec) => {
             if spec.end_addr() > capacity {
                 bail!(
@@ -477,12 +508,13 @@ fn run_point(
             let mut clock = Clock {
                 progress: &progress,
                 start: Instant::now(),
+                cpu_start: thread_cpu_time(),
             };
             let accesses = spec.generate()?.map(Ok::<Access, Infallible>);
             let result = replayer.drive(accesses, warmup, &mut clock);
             progress.finish();
             match result {
-                Ok(fed) => (clock.start.elapsed(), fed),
+                Ok(fed) => (clock.elapsed(), fed),
                 Err(RunError::Input { error, .. }) => match error {},
                 Err(RunError::Replay(e)) => {
                     return Err(anyhow::Error::new(e).context("workload"));
@@ -495,11 +527,12 @@ fn run_point(
             let mut clock = Clock {
                 progress: &progress,
                 start: Instant::now(),
+                cpu_start: thread_cpu_time(),
             };
-            let result = replayer.drive(reader.by_ref(), warmup, &mut clock);
+            let result = reader.drive(&mut replayer, warmup, &mut clock);
             progress.finish();
             match result {
-                Ok(fed) => (clock.start.elapsed(), fed),
+                Ok(fed) => (clock.elapsed(), fed),
                 Err(RunError::Input { error, .. }) => return Err(error.into()),
                 Err(RunError::Replay(e)) => {
                     let at = reader.location_of(e.index());
@@ -514,6 +547,7 @@ fn run_point(
     Ok(PointResult {
         report: replayer.report(),
         wall,
+        cpu,
         note: replayer.coalescing_note(),
     })
 }
@@ -630,10 +664,11 @@ fn print_report(out: &mut impl Write, result: &PointResult, reproducible: bool) 
     if !reproducible {
         writeln!(
             out,
-            "{:<16}{:.2} M accesses/s ({:.3} s wall)",
+            "{:<16}{:.2} M accesses/s ({:.3} s wall, {:.3} s CPU)",
             "throughput",
             result.accesses_per_sec() / 1e6,
-            result.wall.as_secs_f64()
+            result.wall.as_secs_f64(),
+            result.cpu.as_secs_f64()
         )?;
     }
     Ok(())

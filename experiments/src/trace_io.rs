@@ -4,7 +4,9 @@
 //! record its arrival mode (`# arrival: MODE` in CSV, the binary header);
 //! [`TraceReader::arrival`] says what it records.
 
-use cxlfs_device_model::replay::{Arrival, ParseArrivalError, LOOKAHEAD};
+use cxlfs_device_model::replay::{
+    Arrival, ParseArrivalError, ReplayObserver, Replayer, RunError, LOOKAHEAD,
+};
 use cxlfs_device_model::trace::{
     encode_record, format_csv_arrival, is_binary, parse_csv_arrival, parse_csv_line, Access,
     BinaryReader, BinaryTraceError, CsvLine, ReadBinaryError, TraceHeader, TraceLineError,
@@ -276,6 +278,32 @@ impl TraceReader {
             }
             Source::Bin { .. } => format!("{}: record {index}", self.path),
         }
+    }
+
+    /// Replays the rest of the trace through [`Replayer::drive`]. A binary
+    /// trace goes straight from its [`BinaryReader`] into the loop, as in
+    /// the replay benchmark; a CSV one through this reader.
+    pub fn drive(
+        &mut self,
+        replayer: &mut Replayer<'_>,
+        warmup: u64,
+        observer: &mut impl ReplayObserver,
+    ) -> Result<u64, RunError<ReadTraceError>> {
+        if self.done {
+            return Ok(0);
+        }
+        let result = match &mut self.src {
+            Source::Bin(bin) => {
+                let path = &self.path;
+                let accesses = bin.by_ref().map(|r| r.map_err(|e| bin_error(path, e)));
+                let result = replayer.drive(accesses, warmup, observer);
+                self.records = bin.records_read();
+                result
+            }
+            Source::Csv { .. } => replayer.drive(self.by_ref(), warmup, observer),
+        };
+        self.done = true;
+        result
     }
 
     fn next_csv(&mut self) -> Option<Result<Access, ReadTraceError>> {
