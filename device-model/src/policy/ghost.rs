@@ -12,8 +12,8 @@
 //! compacted in place (order kept; at least `capacity` pushes pass before
 //! the next compaction).
 //!
-//! The cache stores a ghost's ring position in its page table (see
-//! [`crate::cache`]); [`GhostQueues::holds`] confirms it. Positions outside
+//! The cache stores a ghost's ring position in its page table (the
+//! `cache` module, which uses this one); [`GhostQueues::holds`] confirms it. Positions outside
 //! the live part of a ring are kept [`EMPTY`], so a page-table entry left
 //! behind by a page that was pushed out (or moved by a compaction, or whose
 //! position now holds another page) is never taken for a ghost.
