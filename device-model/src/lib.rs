@@ -21,6 +21,7 @@
 //! assert!(again.hit);
 //! ```
 
+pub mod arrival;
 pub mod cache;
 pub mod config;
 pub mod device;

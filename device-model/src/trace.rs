@@ -54,8 +54,8 @@
 //! assert_eq!(decode_trace(&bytes).unwrap(), trace);
 //! ```
 
+use crate::arrival::{Arrival, ParseArrivalError};
 use crate::device::Op;
-use crate::replay::{Arrival, ParseArrivalError};
 use std::fmt;
 use std::io::{self, BufRead};
 
