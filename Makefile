@@ -51,9 +51,10 @@ qemu:
 ## then cxlfsd (zero device latency) against stock virtiofsd with real guests (fio
 ## 1 MiB sequential and 4 KiB random reads, one run, ratio printed) and cxlfsd's
 ## pacing error on NAND misses (daemon/bench/virtiofsd-comparison.sh, ~6 min here);
-## then the residency plane without a VM (kvm-ept/benches/pool_latency.rs, ~20 s):
+## then the residency plane without a VM (kvm-ept/benches/pool_latency.rs, ~1 min):
 ## hit latency through the pool vs a memfd page, miss-path floor, achieved vs
-## modeled miss latency, NOTIFY_STORE / NOTIFY_INVAL_INODE costs; then what
+## modeled miss latency with latency compensation off and auto side by side,
+## NOTIFY_STORE / NOTIFY_INVAL_INODE costs; then what
 ## metrics cost (daemon/benches/metrics_overhead.rs, ~1 min): 4 KiB READ
 ## throughput and daemon CPU per request, metrics on vs off, ratios printed.
 bench: toolchain

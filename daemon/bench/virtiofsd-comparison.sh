@@ -284,7 +284,7 @@ pacing_run() {
 
 if [[ -z "${BENCH_SKIP_PACING:-}" ]]; then
     echo
-    echo "== pacing error (actual - modeled release, us), data path: cxlfsd nand.read_ns=$pacing_read, 4 MiB device cache, fio 4 KiB randread O_DIRECT, ${runtime} s =="
+    echo "== pacing error (release + compensation floor - modeled, us; --latency-compensation auto), data path: cxlfsd nand.read_ns=$pacing_read, 4 MiB device cache, fio 4 KiB randread O_DIRECT, ${runtime} s =="
     printf '%-34s %8s %8s %8s %8s %9s %9s\n' "replies modeled >= 20 us" p50 p90 p99 p99.9 max count
     pacing_run default "default scheduling"
     pacing_run rt "--realtime-priority 10" --realtime-priority 10
