@@ -47,6 +47,9 @@ use std::fmt;
 /// nothing more): a memory miss here takes a few accesses' time.
 pub const LOOKAHEAD: usize = 32;
 
+/// Distinct latency values counted beside the histogram (see `Replayer::count_latency`).
+const PENDING_LATENCIES: usize = 4;
+
 /// Accesses between two [`ReplayObserver::progress`] calls in [`Replayer::drive`].
 pub const PROGRESS_EVERY: u64 = 1 << 16;
 
@@ -290,9 +293,10 @@ pub struct Replayer<'d> {
     latency_sum: u128,
     latency_min: u64,
     latency_max: u64,
-    /// A run of `run_count` equal latencies not yet in the histogram.
-    run_value: u64,
-    run_count: u64,
+    /// Counts of a few latencies not yet in the histogram: `(value, count)`.
+    pending: [(u64, u64); PENDING_LATENCIES],
+    /// The entry of `pending` the next new value replaces.
+    pending_next: usize,
     /// Arrival time of the next access in closed mode; last arrival in trace mode.
     clock_ns: u64,
     /// Fixed mode: arrival of the first access.
@@ -322,8 +326,8 @@ impl<'d> Replayer<'d> {
             latency_sum: 0,
             latency_min: u64::MAX,
             latency_max: 0,
-            run_value: 0,
-            run_count: 0,
+            pending: [(0, 0); PENDING_LATENCIES],
+            pending_next: 0,
             clock_ns: start_ns,
             fixed_origin_ns: start_ns,
             first_arrival_ns: None,
@@ -347,9 +351,26 @@ impl<'d> Replayer<'d> {
         self.device
     }
 
-    fn flush_run(&mut self) {
-        record(&mut self.histogram, self.run_value, self.run_count);
-        self.run_count = 0;
+    /// Counts one latency. A few values (a hit's, a plain miss's, with the
+    /// NAND model off) make up most accesses: they are counted here and
+    /// handed to the histogram when their entry is replaced or read.
+    #[inline(always)]
+    fn count_latency(&mut self, latency: u64) {
+        for entry in &mut self.pending {
+            if entry.0 == latency {
+                entry.1 += 1;
+                return;
+            }
+        }
+        self.replace_pending(latency);
+    }
+
+    #[inline(never)]
+    fn replace_pending(&mut self, latency: u64) {
+        let (value, count) = self.pending[self.pending_next];
+        record(&mut self.histogram, value, count);
+        self.pending[self.pending_next] = (latency, 1);
+        self.pending_next = (self.pending_next + 1) % PENDING_LATENCIES;
     }
 
     /// Feeds one access; its arrival time follows the mode.
@@ -388,15 +409,7 @@ impl<'d> Replayer<'d> {
         self.measured += 1;
         self.access_hits += u64::from(out.hit);
         let latency = out.latency_ns;
-        // Runs of equal latencies (all hits, all plain misses) are common:
-        // count them here and hand the histogram one call per run.
-        if latency == self.run_value {
-            self.run_count += 1;
-        } else {
-            self.flush_run();
-            self.run_value = latency;
-            self.run_count = 1;
-        }
+        self.count_latency(latency);
         self.latency_sum += u128::from(latency);
         self.latency_min = self.latency_min.min(latency);
         self.latency_max = self.latency_max.max(latency);
@@ -558,7 +571,9 @@ impl<'d> Replayer<'d> {
     pub fn reset_stats(&mut self) {
         self.device.reset_stats();
         self.histogram.reset();
-        self.run_count = 0;
+        for entry in &mut self.pending {
+            entry.1 = 0;
+        }
         self.measured = 0;
         self.access_hits = 0;
         self.latency_sum = 0;
@@ -570,7 +585,9 @@ impl<'d> Replayer<'d> {
     /// The measured latency distribution (per access, in ns).
     pub fn histogram(&self) -> Histogram<u64> {
         let mut h = self.histogram.clone();
-        record(&mut h, self.run_value, self.run_count);
+        for &(value, count) in &self.pending {
+            record(&mut h, value, count);
+        }
         h
     }
 
