@@ -562,7 +562,7 @@ pub enum ReadBinaryError {
 const BATCH: usize = 1024;
 
 /// Streams the accesses of a binary trace (either version) from `R` in
-/// constant memory, decoding [`BATCH`] records at a time so that handing
+/// constant memory, decoding 1024 records at a time so that handing
 /// out one is a copy; checks the header's count at the end.
 /// `cxlfs replay --trace` and the replay benchmark read traces with it.
 #[derive(Debug)]
