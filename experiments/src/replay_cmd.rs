@@ -207,9 +207,14 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         Input::Trace(_) => recorded.unwrap_or(Arrival::Trace),
         Input::Workload(_) => Arrival::Closed { think_ns: 0 },
     });
-    let arrival_origin = match (args.arrival, &input, recorded) {
-        (None, Input::Trace(_), Some(_)) => " (recorded in the trace)",
-        _ => "",
+    let arrival_source = match (args.arrival, &input, recorded) {
+        (None, Input::Trace(_), Some(_)) => ArrivalSource::Recorded,
+        (None, Input::Trace(_), None) => ArrivalSource::Times,
+        _ => ArrivalSource::Given,
+    };
+    let arrival_origin = match arrival_source {
+        ArrivalSource::Recorded => " (recorded in the trace)",
+        ArrivalSource::Given | ArrivalSource::Times => "",
     };
 
     // Every sweep point's config is built before anything runs, so a bad
@@ -261,10 +266,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
             } else {
                 String::new()
             };
-            eprintln!(
-                "{}",
-                coalescing_warning(note, &input, args.arrival.is_some(), &name)
-            );
+            eprintln!("{}", coalescing_warning(note, arrival_source, &name));
         }
         if args.json {
             let record = JsonRecord {
@@ -338,20 +340,30 @@ fn cartesian(sweep: &[(String, Vec<String>)]) -> Vec<Vec<(String, String)>> {
     points
 }
 
+/// Where the arrival mode of a replay came from.
+#[derive(Debug, Clone, Copy)]
+enum ArrivalSource {
+    /// `--arrival`, or the default for a generated workload.
+    Given,
+    /// The mode the trace records.
+    Recorded,
+    /// A trace that records none: its own times.
+    Times,
+}
+
 /// The warning printed (on stderr) with a [`CoalescingNote`].
-fn coalescing_warning(
-    note: &CoalescingNote,
-    input: &Input,
-    arrival_given: bool,
-    point: &str,
-) -> String {
-    let advice = match (input, arrival_given) {
-        (Input::Trace(_), false) => {
+fn coalescing_warning(note: &CoalescingNote, source: ArrivalSource, point: &str) -> String {
+    let advice = match source {
+        ArrivalSource::Times => {
             "; if the trace's times are not real arrival times, replay it with \
              --arrival closed (one access outstanding), or regenerate it with \
              `cxlfs trace gen`, which records its arrival mode"
         }
-        _ => "; --arrival closed replays one access at a time",
+        ArrivalSource::Recorded => {
+            "; that is the arrival mode the trace records: --arrival closed \
+             replays one access at a time"
+        }
+        ArrivalSource::Given => "; --arrival closed replays one access at a time",
     };
     format!("warning{point}: {note}{advice}")
 }

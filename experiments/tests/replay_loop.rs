@@ -243,7 +243,12 @@ fn a_trace_stamped_all_at_once_is_flagged() {
     assert_eq!(j["misses"], 2048);
     assert_eq!(j["coalesced"], 2048 - 32);
     assert!(err.starts_with("warning: 2016 of 2048 misses (98.4 %) joined a fill already in flight: all 2048 accesses arrive at t = 0 ns"), "{err}");
-    assert!(err.contains("--arrival closed"), "{err}");
+    assert!(
+        err.contains(
+            "if the trace's times are not real arrival times, replay it with --arrival closed"
+        ),
+        "{err}"
+    );
     assert_eq!(j["coalescing_warning"]["coalesced"], 2016);
     // Closed loop: no warning, and the re-accesses hit.
     let (j, err) = replay_json(&["--trace", path_str(&csv), "--arrival", "closed"]);
@@ -290,6 +295,10 @@ fn a_trace_stamped_all_at_once_is_flagged() {
     assert_eq!(err.lines().count(), 2, "{err}");
     assert!(err.contains("warning (cache.policy=lru): "), "{err}");
     assert!(err.contains("(arrival fixed:0)"), "{err}");
+    assert!(
+        err.contains("that is the arrival mode the trace records: --arrival closed"),
+        "{err}"
+    );
 }
 
 #[test]
