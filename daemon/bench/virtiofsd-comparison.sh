@@ -163,7 +163,9 @@ guest_run() {
         done
         local now
         now="$(cpu_s)"
-        awk -v a="$prev" -v b="$now" 'BEGIN {printf "%.3f\n", b - a}' >"$work/cpu-$tag-$job"
+        # virtiofsd exits when its guest goes: a sample taken after that
+        # reads 0, and the job's CPU time is unknown, not negative.
+        awk -v a="$prev" -v b="$now" 'BEGIN {if (b >= a) printf "%.3f\n", b - a; else print "nan"}' >"$work/cpu-$tag-$job"
         prev="$now"
     done
     wait "$vm_pid" || rc=$?
@@ -176,6 +178,7 @@ guest_run() {
 cpu_per_io() {
     local f="$share/results/$1-$2.json"
     [[ -s "$f" && -s "$work/cpu-$1-$2" ]] || { echo nan; return; }
+    grep -q nan "$work/cpu-$1-$2" && { echo nan; return; }
     awk -v c="$(cat "$work/cpu-$1-$2")" -v n="$(jq '.jobs[0].read.total_ios' "$f")" \
         'BEGIN {if (n > 0) printf "%.1f\n", c * 1e6 / n; else print "nan"}'
 }
@@ -221,11 +224,11 @@ if [[ -z "${BENCH_SKIP_THROUGHPUT:-}" ]]; then
         printf '%s\n' "${vals[@]}" | awk '/nan/ {bad = 1} {s += $1; n++}
             END {if (bad || n == 0) print "nan"; else printf "%.2f\n", s / n}'
     }
-    mean_cpu() { # JOB TAGS...: mean daemon CPU µs per I/O
+    mean_cpu() { # JOB TAGS...: mean daemon CPU µs per I/O over the boots sampled
         local job="$1" t
         shift
-        for t in "$@"; do cpu_per_io "$t" "$job"; done | awk '/nan/ {bad = 1} {s += $1; n++}
-            END {if (bad || n == 0) print "nan"; else printf "%.1f\n", s / n}'
+        for t in "$@"; do cpu_per_io "$t" "$job"; done | awk '/nan/ {missed++; next} {s += $1; n++}
+            END {if (n == 0) print "nan"; else printf "%.1f%s\n", s / n, missed ? " (" n " boots)" : ""}'
     }
     per_run() { # JOB TAGS...: the individual values
         local job="$1" t out=""
