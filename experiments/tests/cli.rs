@@ -3,18 +3,13 @@
 // Helpers outside #[test] fns unwrap too: a failure there is a test failure.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::{cxlfs, SMALL};
+
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output};
-
-const SMALL: [&str; 4] = ["--preset", "femu", "--set", "cache.size_bytes=4MiB"];
-
-fn cxlfs(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cxlfs"))
-        .args(args)
-        .output()
-        .expect("run cxlfs")
-}
 
 fn ok(args: &[&str]) -> String {
     let out = cxlfs(args);

@@ -7,22 +7,16 @@
 // Helpers outside #[test] fns unwrap too: a failure there is a test failure.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::{cxlfs, SMALL};
+
 use cxlfs_device_model::replay::{Arrival, ReplayReport, Replayer};
 use cxlfs_device_model::trace::{encode_record, Access, BinaryReader, BINARY_MAGIC_V1};
 use cxlfs_device_model::{Device, DeviceConfig, Op};
 use serde_json::Value;
 use std::io::BufReader;
 use std::path::Path;
-use std::process::{Command, Output};
-
-const SMALL: [&str; 4] = ["--preset", "femu", "--set", "cache.size_bytes=4MiB"];
-
-fn cxlfs(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cxlfs"))
-        .args(args)
-        .output()
-        .expect("run cxlfs")
-}
 
 /// Runs cxlfs, which must succeed; returns stdout and stderr.
 fn ok(args: &[&str]) -> (String, String) {
