@@ -12,6 +12,9 @@
 //! machine is not left with a wedged process) and fails.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::fuse_usable;
+
 use residency::{
     FusePoolPlane, Miss, MissData, MissReply, PlaneOptions, PoolBackend, ResidencyPlane,
     ServeMissError, WritebackError, PAGE_SIZE,
@@ -94,27 +97,6 @@ fn child_serves_until_killed() {
         }
         let _ = ticket.wait();
     }
-}
-
-/// A missing prerequisite: under `CI=true` the test fails (a green CI run
-/// means it ran); elsewhere it is reported and the test passes.
-fn skip_or_fail(why: &str) {
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{why}; CI=true, so this test may not be skipped (run it as root with /dev/fuse available)");
-    }
-    eprintln!("SKIPPED: {why}");
-}
-
-fn fuse_usable() -> bool {
-    if let Err(e) = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-    {
-        skip_or_fail(&format!("cannot open /dev/fuse ({e})"));
-        return false;
-    }
-    true
 }
 
 /// The fusectl directory of the connection mounted at `dir`, if visible.

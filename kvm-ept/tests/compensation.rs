@@ -6,6 +6,9 @@
 //! mount is not permitted; fails instead under `CI=true`.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::{fuse_usable, skip_or_fail};
+
 use residency::pace::Compensation;
 use residency::{
     FusePoolPlane, Miss, MissData, MissReply, PlaneOptions, PoolBackend, ReaderMode,
@@ -39,20 +42,8 @@ impl PoolBackend for Fixed {
     }
 }
 
-fn skip_or_fail(why: &str) {
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{why}; CI=true, so this test may not be skipped (run it as root with /dev/fuse available)");
-    }
-    eprintln!("SKIPPED: {why}");
-}
-
 fn mount(b: &Arc<Fixed>, compensation: Compensation) -> Option<(FusePoolPlane, tempfile::TempDir)> {
-    if let Err(e) = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-    {
-        skip_or_fail(&format!("cannot open /dev/fuse ({e})"));
+    if !fuse_usable() {
         return None;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -4,6 +4,9 @@
 //! mount is not permitted; fails instead under `CI=true`.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::{fuse_usable, skip_or_fail};
+
 use residency::{
     FusePoolPlane, MapTarget, Miss, MissData, MissReply, PlaneOptions, PoolBackend, ResidencyPlane,
     ServeMissError, WritebackError, PAGE_SIZE,
@@ -128,23 +131,9 @@ struct Fixture {
     dir: tempfile::TempDir,
 }
 
-/// A missing prerequisite: under `CI=true` the test fails (a green CI run
-/// means it ran); elsewhere it is reported and the test passes.
-fn skip_or_fail(why: &str) {
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{why}; CI=true, so this test may not be skipped (run it as root with /dev/fuse available)");
-    }
-    eprintln!("SKIPPED: {why}");
-}
-
 /// Mounts a plane on a fresh directory, or `None` (test skipped) without FUSE.
 fn plane(b: &Arc<TestBackend>) -> Option<Fixture> {
-    if let Err(e) = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-    {
-        skip_or_fail(&format!("cannot open /dev/fuse ({e})"));
+    if !fuse_usable() {
         return None;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -406,12 +395,7 @@ impl PoolBackend for GatedBackend {
 /// the slow reads were done).
 #[test]
 fn request_threads_grow_with_vms_so_slow_host_reads_hold_no_other_miss() {
-    if let Err(e) = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-    {
-        skip_or_fail(&format!("cannot open /dev/fuse ({e})"));
+    if !fuse_usable() {
         return;
     }
     let b = Arc::new(GatedBackend {

@@ -5,6 +5,9 @@
 //! mount; fails instead under `CI=true`.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::{fuse_usable, skip_or_fail};
+
 use residency::{
     FusePoolPlane, HelperCommand, MapTarget, Miss, MissData, MissReply, PlaneOptions, PoolBackend,
     ResidencyPlane, ServeMissError, WritebackError, PAGE_SIZE,
@@ -74,13 +77,6 @@ fn memfd(len: u64) -> File {
     f
 }
 
-fn skip_or_fail(why: &str) {
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{why}; CI=true, so this test may not be skipped (run it as root with /dev/fuse available)");
-    }
-    eprintln!("SKIPPED: {why}");
-}
-
 struct Fixture {
     p: FusePoolPlane,
     b: Arc<StoreBackend>,
@@ -88,12 +84,7 @@ struct Fixture {
 }
 
 fn split_plane() -> Option<Fixture> {
-    if let Err(e) = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-    {
-        skip_or_fail(&format!("cannot open /dev/fuse ({e})"));
+    if !fuse_usable() {
         return None;
     }
     let store = Arc::new(memfd(POOL));
