@@ -5,9 +5,12 @@
 //! set `p % sets` (a fully associative cache is one set of `capacity` ways, so
 //! a one-set set-associative cache is exactly a fully associative one). The
 //! page → slot map is a lazily allocated two-level table (chunks of 65 536
-//! entries, allocated on the first insert into the chunk); slot metadata is a
-//! flat array; free slots form per-set intrusive stacks. Pinned slots are
-//! hidden from the policy, so it never picks one as a victim.
+//! entries, allocated on the first insert into the chunk); slot metadata is
+//! one flat array of [`Frame`]s, each holding the cache's record of the slot
+//! and the policy's (list links, bits) together, so that a miss touches one
+//! record per slot it involves; free slots form per-set intrusive stacks
+//! through the frames' `next` links. Pinned slots are hidden from the
+//! policy, so it never picks one as a victim.
 //!
 //! Ghosts: the page table also points into the policies' ghost FIFOs (see
 //! [`crate::policy`] and `policy/ghost.rs`). An entry is 0 (unknown
@@ -20,8 +23,8 @@
 use crate::config::{CacheConfig, PolicyKind, PolicyParams};
 use crate::policy::ghost::{self, GhostQueues};
 use crate::policy::{EvictionPolicy, Policy};
-use crate::slot::prefetch_read;
 pub use crate::slot::SlotId;
+use crate::slot::{prefetch_frame, prefetch_read, Frame, NIL};
 use rustc_hash::FxHashMap;
 use std::fmt;
 
@@ -72,8 +75,6 @@ const CHUNK_MASK: u64 = (1 << CHUNK_SHIFT) - 1;
 /// Pages at or above this live in an overflow hash map instead of the chunks
 /// (keeps the first level of a [`PageMap`] at most 2^18 entries).
 const TABLE_LIMIT_PAGES: u64 = 1 << 34;
-/// "None" in free lists.
-const NONE: u32 = u32::MAX;
 
 /// A map from page numbers to non-zero `u32` values (0 = absent) with O(1),
 /// hash-free look-ups: a two-level table whose chunks of 65 536 entries are
@@ -181,18 +182,6 @@ const F_DIRTY: u8 = 2;
 const F_PINNED: u8 = 4;
 const F_PREFETCHED: u8 = 8;
 
-/// The parts of a slot read on a hit and on an eviction, one 16-byte record.
-#[derive(Debug, Clone, Copy)]
-struct Slot {
-    page: u64,
-    ready_at_ns: u64,
-}
-
-const EMPTY_SLOT: Slot = Slot {
-    page: 0,
-    ready_at_ns: 0,
-};
-
 /// DRAM cache of 4 KiB pages.
 pub struct Cache {
     sets: u32,
@@ -203,12 +192,10 @@ pub struct Cache {
     ways_shift: Option<u32>,
     /// Page → 0, slot + 1 or `capacity + 1` + ghost position (see the module docs).
     table: PageMap,
-    slots: Vec<Slot>,
-    /// `F_*` bits per slot (0: free).
-    flags: Vec<u8>,
-    /// Next free slot of the same set ([`NONE`]: last).
-    free_next: Vec<u32>,
-    /// First free slot of each set.
+    /// Per slot: page, fill time, `F_*` flags (0: free), the policy's links
+    /// and bits; a free slot's `next` is the next free slot of its set.
+    frames: Vec<Frame>,
+    /// First free slot of each set ([`NIL`]: none).
     free_head: Vec<u32>,
     policy: Policy,
     /// The ghost FIFOs, as many entries per set as the policy asks for
@@ -249,11 +236,11 @@ impl Cache {
         let capacity = sets * ways;
 
         // Each set's free list starts as its slots in ascending order.
-        let free_next: Vec<u32> = (1..=capacity)
-            .map(|next| if next % ways == 0 { NONE } else { next })
+        let frames: Vec<Frame> = (1..=capacity)
+            .map(|next| Frame::free(if next % ways == 0 { NIL } else { next }))
             .collect();
         let free_head: Vec<u32> = (0..sets)
-            .map(|set| if ways == 0 { NONE } else { set * ways })
+            .map(|set| if ways == 0 { NIL } else { set * ways })
             .collect();
 
         let policy = Policy::new(cfg.policy, &cfg.params, sets, ways);
@@ -264,9 +251,7 @@ impl Cache {
             set_mask: sets.is_power_of_two().then(|| u64::from(sets) - 1),
             ways_shift: ways.is_power_of_two().then(|| ways.trailing_zeros()),
             table: PageMap::new(device_pages, capacity),
-            slots: vec![EMPTY_SLOT; capacity as usize],
-            flags: vec![0; capacity as usize],
-            free_next,
+            frames,
             free_head,
             ghosts,
             policy,
@@ -291,12 +276,9 @@ impl Cache {
     #[inline]
     pub fn prefetch_slot_of(&self, page: u64) {
         let entry = self.table.get(page);
-        if let Some(slot) = Self::resident_slot(entry, self.slots.len()) {
-            if let Some(record) = self.slots.get(slot as usize) {
-                prefetch_read(record);
-            }
-            self.policy.prefetch_slot(slot);
-        } else if let Some(pos) = entry.checked_sub(self.slots.len() as u32 + 1) {
+        if let Some(slot) = Self::resident_slot(entry, self.frames.len()) {
+            prefetch_frame(&self.frames, slot);
+        } else if let Some(pos) = entry.checked_sub(self.frames.len() as u32 + 1) {
             self.ghosts.prefetch(pos);
         }
     }
@@ -304,7 +286,7 @@ impl Cache {
     /// Slot holding `page`, if resident.
     #[inline]
     pub fn lookup(&self, page: u64) -> Option<SlotId> {
-        Self::resident_slot(self.table.get(page), self.slots.len())
+        Self::resident_slot(self.table.get(page), self.frames.len())
     }
 
     /// The slot a page-table entry names, if it names one (0 wraps around
@@ -321,11 +303,11 @@ impl Cache {
     /// If `slot` is not below [`Cache::capacity_pages`].
     #[inline]
     pub fn state(&self, slot: SlotId) -> SlotState {
-        let s = self.slots[slot as usize];
-        let flags = self.flags[slot as usize];
+        let frame = self.frames[slot as usize];
+        let flags = frame.flags;
         SlotState {
-            page: s.page,
-            ready_at_ns: s.ready_at_ns,
+            page: frame.page,
+            ready_at_ns: frame.ready_at_ns,
             dirty: flags & F_DIRTY != 0,
             pinned: flags & F_PINNED != 0,
             prefetched_unused: flags & F_PREFETCHED != 0,
@@ -337,10 +319,10 @@ impl Cache {
     /// A pinned or free slot is outside the policy's view: nothing happens.
     #[inline]
     pub fn record_hit(&mut self, slot: SlotId) {
-        let flags = self.flags.get(slot as usize).copied().unwrap_or(0);
+        let flags = self.frames.get(slot as usize).map_or(0, |f| f.flags);
         if flags & (F_RESIDENT | F_PINNED) == F_RESIDENT {
             let set = self.set_of_slot(slot);
-            self.policy.on_hit(set, slot);
+            self.policy.on_hit(&mut self.frames, set, slot);
         }
     }
 
@@ -351,7 +333,7 @@ impl Cache {
     /// returned and `dirty` is OR-ed into its state.
     pub fn insert(&mut self, page: u64, ready_at_ns: u64, dirty: bool, prefetched: bool) -> Insert {
         let entry = self.table.get(page);
-        if let Some(slot) = Self::resident_slot(entry, self.slots.len()) {
+        if let Some(slot) = Self::resident_slot(entry, self.frames.len()) {
             if dirty {
                 self.set_dirty(slot, true);
             }
@@ -362,7 +344,7 @@ impl Cache {
         }
         let set = self.set_of(page);
         let head = self.free_head[set as usize];
-        if head == NONE && self.policy.tracked(set) == 0 {
+        if head == NIL && self.policy.tracked(set) == 0 {
             // Every way pinned: the page is not placed and its ghost stays.
             return Insert::SetFullyPinned;
         }
@@ -375,15 +357,15 @@ impl Cache {
             }
             None => false,
         };
-        let (slot, evicted) = if head != NONE {
-            self.free_head[set as usize] = self.free_next[head as usize];
+        let (slot, evicted) = if head != NIL {
+            self.free_head[set as usize] = self.frames[head as usize].next;
             (head, None)
         } else {
-            let Some(victim) = self.policy.evict(set) else {
+            let Some(victim) = self.policy.evict(&mut self.frames, set) else {
                 return Insert::SetFullyPinned;
             };
             let ghost = if victim.remember {
-                let page = self.slots[victim.slot as usize].page;
+                let page = self.frames[victim.slot as usize].page;
                 self.push_ghost(set, page)
             } else {
                 0
@@ -400,29 +382,29 @@ impl Cache {
         if prefetched {
             flags |= F_PREFETCHED;
         }
-        self.slots[slot as usize] = Slot { page, ready_at_ns };
-        self.flags[slot as usize] = flags;
+        let frame = &mut self.frames[slot as usize];
+        frame.page = page;
+        frame.ready_at_ns = ready_at_ns;
+        frame.flags = flags;
         self.resident += 1;
         self.table.set(page, slot + 1);
-        self.policy.on_insert(set, slot, page, from_ghost);
+        self.policy
+            .on_insert(&mut self.frames, set, slot, page, from_ghost);
         Insert::Placed { slot, evicted }
     }
 
     /// Under a stream of misses the next victims are predictable: start
     /// loading what evicting them will touch (the first one's page-table
-    /// entry, the second one's slot record and policy links), so that the
-    /// next evictions do not each stall on memory. Only a hint.
+    /// entry, the second one's frame), so that the next evictions do not
+    /// each stall on memory. Only a hint.
     #[inline]
     fn prefetch_upcoming_victims(&self, set: u32) {
-        let [first, second] = self.policy.upcoming_victims(set);
+        let [first, second] = self.policy.upcoming_victims(&self.frames, set);
         if let Some(slot) = second {
-            self.policy.prefetch_slot(slot);
-            if let Some(record) = self.slots.get(slot as usize) {
-                prefetch_read(record);
-            }
+            prefetch_frame(&self.frames, slot);
         }
-        if let Some(record) = first.and_then(|slot| self.slots.get(slot as usize)) {
-            self.table.prefetch(record.page);
+        if let Some(frame) = first.and_then(|slot| self.frames.get(slot as usize)) {
+            self.table.prefetch(frame.page);
         }
     }
 
@@ -442,7 +424,7 @@ impl Cache {
     /// The ghost position holding `page`, whose table entry is `entry`, if any.
     #[inline]
     fn ghost_position(&self, page: u64, entry: u32) -> Option<u32> {
-        let pos = entry.checked_sub(self.slots.len() as u32 + 1)?;
+        let pos = entry.checked_sub(self.frames.len() as u32 + 1)?;
         self.ghosts.holds(pos, page).then_some(pos)
     }
 
@@ -450,7 +432,7 @@ impl Cache {
     /// its page-table entry (0 when the policy keeps no ghosts).
     #[inline]
     fn push_ghost(&mut self, set: u32, page: u64) -> u32 {
-        let first = self.slots.len() as u32 + 1;
+        let first = self.frames.len() as u32 + 1;
         let table = &mut self.table;
         let pushed = self
             .ghosts
@@ -473,17 +455,18 @@ impl Cache {
     /// No effect on a free slot.
     #[inline]
     pub fn set_dirty(&mut self, slot: SlotId, dirty: bool) {
-        let Some(f) = self.flags.get_mut(slot as usize) else {
+        let Some(frame) = self.frames.get_mut(slot as usize) else {
             return;
         };
-        if *f & F_RESIDENT == 0 || (*f & F_DIRTY != 0) == dirty {
+        let f = frame.flags;
+        if f & F_RESIDENT == 0 || (f & F_DIRTY != 0) == dirty {
             return;
         }
         if dirty {
-            *f |= F_DIRTY;
+            frame.flags = f | F_DIRTY;
             self.dirty += 1;
         } else {
-            *f &= !F_DIRTY;
+            frame.flags = f & !F_DIRTY;
             self.dirty -= 1;
         }
     }
@@ -491,8 +474,8 @@ impl Cache {
     /// Clears the prefetched-unused flag (first demand use).
     #[inline]
     pub fn mark_used(&mut self, slot: SlotId) {
-        if let Some(f) = self.flags.get_mut(slot as usize) {
-            *f &= !F_PREFETCHED;
+        if let Some(frame) = self.frames.get_mut(slot as usize) {
+            frame.flags &= !F_PREFETCHED;
         }
     }
 
@@ -500,33 +483,34 @@ impl Cache {
     ///
     /// No effect on a free or already pinned slot.
     pub fn pin(&mut self, slot: SlotId) {
-        let Some(f) = self.flags.get_mut(slot as usize) else {
+        let Some(frame) = self.frames.get_mut(slot as usize) else {
             return;
         };
-        if *f & (F_RESIDENT | F_PINNED) != F_RESIDENT {
+        if frame.flags & (F_RESIDENT | F_PINNED) != F_RESIDENT {
             return;
         }
-        *f |= F_PINNED;
+        frame.flags |= F_PINNED;
         self.pinned += 1;
         let set = self.set_of_slot(slot);
-        self.policy.on_remove(set, slot);
+        self.policy.on_remove(&mut self.frames, set, slot);
     }
 
     /// Unpins a slot (hands it back to the policy as a fresh insertion).
     ///
     /// No effect on a free or unpinned slot.
     pub fn unpin(&mut self, slot: SlotId) {
-        let Some(f) = self.flags.get_mut(slot as usize) else {
+        let Some(frame) = self.frames.get_mut(slot as usize) else {
             return;
         };
-        if *f & (F_RESIDENT | F_PINNED) != F_RESIDENT | F_PINNED {
+        if frame.flags & (F_RESIDENT | F_PINNED) != F_RESIDENT | F_PINNED {
             return;
         }
-        *f &= !F_PINNED;
+        frame.flags &= !F_PINNED;
+        let page = frame.page;
         self.pinned -= 1;
         let set = self.set_of_slot(slot);
-        let page = self.slots[slot as usize].page;
-        self.policy.on_insert(set, slot, page, false);
+        self.policy
+            .on_insert(&mut self.frames, set, slot, page, false);
     }
 
     /// Removes `page` (explicit eviction), pinned or not.
@@ -535,11 +519,11 @@ impl Cache {
     pub fn remove(&mut self, page: u64) -> Option<Evicted> {
         let slot = self.lookup(page)?;
         let set = self.set_of_slot(slot);
-        if self.flags[slot as usize] & F_PINNED == 0 {
-            self.policy.on_remove(set, slot);
+        if self.frames[slot as usize].flags & F_PINNED == 0 {
+            self.policy.on_remove(&mut self.frames, set, slot);
         }
         let evicted = self.release(slot, 0);
-        self.free_next[slot as usize] = self.free_head[set as usize];
+        self.frames[slot as usize].next = self.free_head[set as usize];
         self.free_head[set as usize] = slot;
         Some(evicted)
     }
@@ -555,22 +539,25 @@ impl Cache {
     /// O(capacity + ghosts).
     pub fn set_policy(&mut self, kind: PolicyKind, params: &PolicyParams) {
         let new = Policy::new(kind, params, self.sets, self.ways);
-        let per_set = Self::ghosts_per_set(&new, self.sets, self.slots.len() as u32);
+        let per_set = Self::ghosts_per_set(&new, self.sets, self.frames.len() as u32);
         let mut old = std::mem::replace(&mut self.policy, new);
         let mut order = Vec::with_capacity(self.ways as usize);
+        // Set by set: the old policy's links of the other sets stay intact
+        // in the shared frames until their turn.
         for set in 0..self.sets {
             order.clear();
-            old.drain_set(set, &mut order);
+            old.drain_set(&mut self.frames, set, &mut order);
             for &slot in &order {
-                let page = self.slots[slot as usize].page;
-                self.policy.on_insert(set, slot, page, false);
+                let page = self.frames[slot as usize].page;
+                self.policy
+                    .on_insert(&mut self.frames, set, slot, page, false);
             }
         }
         let old_ghosts = std::mem::replace(&mut self.ghosts, GhostQueues::new(self.sets, per_set));
         if old_ghosts.is_empty() {
             return;
         }
-        let first = self.slots.len() as u32 + 1;
+        let first = self.frames.len() as u32 + 1;
         for set in 0..self.sets {
             let entries = old_ghosts.entries(set);
             let keep = entries.len().saturating_sub(per_set as usize);
@@ -652,16 +639,16 @@ impl Cache {
     /// Every resident page, in slot order.
     pub fn resident_page_list(&self) -> Vec<u64> {
         self.slots_with(F_RESIDENT)
-            .map(|s| self.slots[s as usize].page)
+            .map(|s| self.frames[s as usize].page)
             .collect()
     }
 
     /// Slots whose flags include all of `mask`, in slot order.
     fn slots_with(&self, mask: u8) -> impl Iterator<Item = SlotId> + '_ {
-        self.flags
+        self.frames
             .iter()
             .enumerate()
-            .filter(move |(_, &f)| f & mask == mask)
+            .filter(move |(_, f)| f.flags & mask == mask)
             .map(|(i, _)| i as SlotId)
     }
 
@@ -673,7 +660,8 @@ impl Cache {
     /// table entry names it. Returns what is wrong.
     pub fn check_invariants(&self) -> Result<(), String> {
         let (mut resident, mut pinned, mut dirty) = (0u64, 0u64, 0u64);
-        for (i, (s, &f)) in self.slots.iter().zip(&self.flags).enumerate() {
+        for (i, s) in self.frames.iter().enumerate() {
+            let (f, page) = (s.flags, s.page);
             if f & F_RESIDENT == 0 {
                 if f != 0 {
                     return Err(format!("free slot {i} has flags {f:#x}"));
@@ -683,15 +671,14 @@ impl Cache {
             resident += 1;
             pinned += u64::from(f & F_PINNED != 0);
             dirty += u64::from(f & F_DIRTY != 0);
-            if self.lookup(s.page) != Some(i as SlotId) {
+            if self.lookup(page) != Some(i as SlotId) {
                 return Err(format!(
-                    "page {} of slot {i} maps to {:?}",
-                    s.page,
-                    self.lookup(s.page)
+                    "page {page} of slot {i} maps to {:?}",
+                    self.lookup(page)
                 ));
             }
-            if self.set_of(s.page) != self.set_of_slot(i as SlotId) {
-                return Err(format!("page {} sits in slot {i} of the wrong set", s.page));
+            if self.set_of(page) != self.set_of_slot(i as SlotId) {
+                return Err(format!("page {page} sits in slot {i} of the wrong set"));
             }
         }
         if (resident, pinned, dirty) != (self.resident, self.pinned, self.dirty) {
@@ -707,23 +694,23 @@ impl Cache {
         }
         for set in 0..self.sets {
             let first = set as usize * self.ways as usize;
-            let flags = &self.flags[first..first + self.ways as usize];
-            let free = flags.iter().filter(|&&f| f & F_RESIDENT == 0).count();
-            let unpinned = flags
+            let frames = &self.frames[first..first + self.ways as usize];
+            let free = frames.iter().filter(|f| f.flags & F_RESIDENT == 0).count();
+            let unpinned = frames
                 .iter()
-                .filter(|&&f| f & (F_RESIDENT | F_PINNED) == F_RESIDENT)
+                .filter(|f| f.flags & (F_RESIDENT | F_PINNED) == F_RESIDENT)
                 .count();
             let mut listed = 0;
             let mut cur = self.free_head[set as usize];
-            while cur != NONE {
+            while cur != NIL {
                 if listed > free || self.set_of_slot(cur) != set {
                     return Err(format!("free list of set {set} is corrupt"));
                 }
-                if self.flags[cur as usize] & F_RESIDENT != 0 {
+                if self.frames[cur as usize].flags & F_RESIDENT != 0 {
                     return Err(format!("resident slot {cur} is on the free list"));
                 }
                 listed += 1;
-                cur = self.free_next[cur as usize];
+                cur = self.frames[cur as usize].next;
             }
             if listed != free {
                 return Err(format!("set {set}: {free} free slots, {listed} listed"));
@@ -753,8 +740,9 @@ impl Cache {
     /// policy's view and decides where it goes.
     #[inline]
     fn release(&mut self, slot: SlotId, entry: u32) -> Evicted {
-        let page = self.slots[slot as usize].page;
-        let flags = std::mem::replace(&mut self.flags[slot as usize], 0);
+        let frame = &mut self.frames[slot as usize];
+        let (page, flags) = (frame.page, frame.flags);
+        frame.flags = 0;
         debug_assert!(flags & F_RESIDENT != 0, "releasing a free slot");
         self.resident -= 1;
         if flags & F_DIRTY != 0 {

@@ -3,7 +3,10 @@
 use super::list::SlotLists;
 use super::PolicyKind;
 use super::{EvictionPolicy, Victim};
-use crate::slot::SlotId;
+use crate::slot::{Frame, SlotId};
+
+/// `policy_bits` of a referenced slot.
+const REFERENCED: u8 = 1;
 
 /// CLOCK / second chance with one reference bit per slot (libCacheSim
 /// `Clock` with a 1-bit counter). Slots sit on a per-set FIFO standing in for
@@ -13,16 +16,13 @@ use crate::slot::SlotId;
 #[derive(Debug, Clone)]
 pub struct Clock {
     lists: SlotLists,
-    referenced: Vec<bool>,
 }
 
 impl Clock {
     /// Empty CLOCK for `sets` sets of `ways` slots.
-    pub fn new(sets: u32, ways: u32) -> Self {
-        let slots = sets as usize * ways as usize;
+    pub fn new(sets: u32, _ways: u32) -> Self {
         Clock {
-            lists: SlotLists::new(slots, sets as usize),
-            referenced: vec![false; slots],
+            lists: SlotLists::new(sets as usize),
         }
     }
 }
@@ -32,40 +32,43 @@ impl EvictionPolicy for Clock {
         PolicyKind::Clock
     }
     #[inline]
-    fn on_insert(&mut self, set: u32, slot: SlotId, _page: u64, _from_ghost: bool) {
-        self.referenced[slot as usize] = false;
-        self.lists.push_front(set as usize, slot);
+    fn on_insert(
+        &mut self,
+        frames: &mut [Frame],
+        set: u32,
+        slot: SlotId,
+        _page: u64,
+        _from_ghost: bool,
+    ) {
+        frames[slot as usize].policy_bits = 0;
+        self.lists.push_front(frames, set as usize, slot);
     }
     #[inline]
-    fn on_hit(&mut self, _set: u32, slot: SlotId) {
-        self.referenced[slot as usize] = true;
+    fn on_hit(&mut self, frames: &mut [Frame], _set: u32, slot: SlotId) {
+        frames[slot as usize].policy_bits = REFERENCED;
     }
     #[inline]
-    fn on_remove(&mut self, set: u32, slot: SlotId) {
-        self.lists.unlink(set as usize, slot);
+    fn on_remove(&mut self, frames: &mut [Frame], set: u32, slot: SlotId) {
+        self.lists.unlink(frames, set as usize, slot);
     }
-    fn evict(&mut self, set: u32) -> Option<Victim> {
+    fn evict(&mut self, frames: &mut [Frame], set: u32) -> Option<Victim> {
         let list = set as usize;
         // Terminates: every pass either evicts or clears one bit.
         loop {
             let slot = self.lists.back(list)?;
-            let r = &mut self.referenced[slot as usize];
-            if *r {
-                *r = false;
-                self.lists.move_to_front(list, slot);
+            let frame = &mut frames[slot as usize];
+            if frame.policy_bits == REFERENCED {
+                frame.policy_bits = 0;
+                self.lists.move_to_front(frames, list, slot);
             } else {
-                self.lists.unlink(list, slot);
+                self.lists.unlink(frames, list, slot);
                 return Some(Victim::plain(slot));
             }
         }
     }
     #[inline]
-    fn upcoming_victims(&self, set: u32) -> [Option<SlotId>; 2] {
-        self.lists.back_two(set as usize)
-    }
-    #[inline]
-    fn prefetch_slot(&self, slot: SlotId) {
-        self.lists.prefetch_link(slot);
+    fn upcoming_victims(&self, frames: &[Frame], set: u32) -> [Option<SlotId>; 2] {
+        self.lists.back_two(frames, set as usize)
     }
     fn tracked(&self, set: u32) -> u32 {
         self.lists.len(set as usize)

@@ -3,13 +3,13 @@
 use super::list::SlotLists;
 use super::{share, EvictionPolicy, Victim};
 use super::{PolicyKind, PolicyParams};
-use crate::slot::SlotId;
+use crate::slot::{Frame, SlotId};
 
 /// Highest frequency bucket of the unprivileged partition.
 const FREQ_MAX: u8 = 7;
 /// Lists per set: index 0 is the privileged LRU, 1..=7 the frequency buckets.
 const LISTS: usize = 1 + FREQ_MAX as usize;
-/// `state` value of a privileged slot.
+/// `policy_bits` of a privileged slot.
 const PRIVILEGED: u8 = 0;
 
 /// LFRU (Bilal & Kang; as in CXL-SSD-Sim and Wikipedia's "least frequently
@@ -31,9 +31,9 @@ const PRIVILEGED: u8 = 0;
 #[derive(Debug, Clone)]
 pub struct Lfru {
     /// Lists `LISTS * set + k`, see [`LISTS`].
+    /// Per slot (`policy_bits`): [`PRIVILEGED`] or the unprivileged
+    /// frequency (1..=7).
     lists: SlotLists,
-    /// Per slot: [`PRIVILEGED`] or the unprivileged frequency (1..=7).
-    state: Vec<u8>,
     privileged_target: u32,
     promote_threshold: u8,
 }
@@ -41,10 +41,8 @@ pub struct Lfru {
 impl Lfru {
     /// Empty LFRU for `sets` sets of `ways` slots.
     pub fn new(sets: u32, ways: u32, params: &PolicyParams) -> Self {
-        let slots = sets as usize * ways as usize;
         Lfru {
-            lists: SlotLists::new(slots, LISTS * sets as usize),
-            state: vec![1; slots],
+            lists: SlotLists::new(LISTS * sets as usize),
             privileged_target: share(ways, params.lfru_privileged_ratio, 0),
             promote_threshold: params.lfru_promote_threshold,
         }
@@ -62,47 +60,60 @@ impl EvictionPolicy for Lfru {
     }
 
     #[inline]
-    fn on_insert(&mut self, set: u32, slot: SlotId, _page: u64, _from_ghost: bool) {
-        self.state[slot as usize] = 1;
-        self.lists.push_front(Self::list(set, 1), slot);
+    fn on_insert(
+        &mut self,
+        frames: &mut [Frame],
+        set: u32,
+        slot: SlotId,
+        _page: u64,
+        _from_ghost: bool,
+    ) {
+        frames[slot as usize].policy_bits = 1;
+        self.lists.push_front(frames, Self::list(set, 1), slot);
     }
 
-    fn on_hit(&mut self, set: u32, slot: SlotId) {
-        let f = self.state[slot as usize];
+    fn on_hit(&mut self, frames: &mut [Frame], set: u32, slot: SlotId) {
+        let f = frames[slot as usize].policy_bits;
         if f == PRIVILEGED {
-            self.lists.move_to_front(Self::list(set, PRIVILEGED), slot);
+            self.lists
+                .move_to_front(frames, Self::list(set, PRIVILEGED), slot);
             return;
         }
         let nf = (f + 1).min(FREQ_MAX);
         if nf >= self.promote_threshold {
-            self.lists.unlink(Self::list(set, f), slot);
+            self.lists.unlink(frames, Self::list(set, f), slot);
             let privileged = Self::list(set, PRIVILEGED);
-            self.state[slot as usize] = PRIVILEGED;
-            self.lists.push_front(privileged, slot);
+            frames[slot as usize].policy_bits = PRIVILEGED;
+            self.lists.push_front(frames, privileged, slot);
             if self.lists.len(privileged) > self.privileged_target {
-                if let Some(demoted) = self.lists.pop_back(privileged) {
-                    self.state[demoted as usize] = 1;
-                    self.lists.push_front(Self::list(set, 1), demoted);
+                if let Some(demoted) = self.lists.pop_back(frames, privileged) {
+                    frames[demoted as usize].policy_bits = 1;
+                    self.lists.push_front(frames, Self::list(set, 1), demoted);
                 }
             }
         } else if nf != f {
-            self.lists.unlink(Self::list(set, f), slot);
-            self.state[slot as usize] = nf;
-            self.lists.push_front(Self::list(set, nf), slot);
+            self.lists.unlink(frames, Self::list(set, f), slot);
+            frames[slot as usize].policy_bits = nf;
+            self.lists.push_front(frames, Self::list(set, nf), slot);
         }
     }
 
     #[inline]
-    fn on_remove(&mut self, set: u32, slot: SlotId) {
-        let f = self.state[slot as usize];
-        self.lists.unlink(Self::list(set, f), slot);
+    fn on_remove(&mut self, frames: &mut [Frame], set: u32, slot: SlotId) {
+        let f = frames[slot as usize].policy_bits;
+        self.lists.unlink(frames, Self::list(set, f), slot);
     }
 
-    fn evict(&mut self, set: u32) -> Option<Victim> {
+    fn evict(&mut self, frames: &mut [Frame], set: u32) -> Option<Victim> {
         (1..=FREQ_MAX)
             .chain(std::iter::once(PRIVILEGED))
-            .find_map(|k| self.lists.pop_back(Self::list(set, k)))
+            .find_map(|k| self.lists.pop_back(frames, Self::list(set, k)))
             .map(Victim::plain)
+    }
+
+    #[inline]
+    fn relinks_on_hit(&self) -> bool {
+        true
     }
 
     fn tracked(&self, set: u32) -> u32 {

@@ -1,22 +1,13 @@
 //! Intrusive doubly linked lists over slot ids, the building block of every
-//! policy. Links live in one flat array indexed by slot (a slot is on at most
-//! one list of a given [`SlotLists`]); list heads live in another flat array
-//! indexed by list id (policies use `set * lists_per_set + k`).
+//! policy. Links live in the slots' [`Frame`]s, next to the cache's own
+//! record of the slot (a slot is on at most one list); list heads live in a
+//! flat array indexed by list id (policies use `set * lists_per_set + k`).
 //!
 //! Orientation: the *front* holds the newest / most recently used slot, the
 //! *back* the oldest / least recently used one. `prev` points toward the
 //! front, `next` toward the back.
 
-use crate::slot::{prefetch_read, SlotId};
-
-/// "No slot" in links and heads.
-pub(crate) const NIL: u32 = u32::MAX;
-
-#[derive(Debug, Clone, Copy)]
-struct Link {
-    prev: u32,
-    next: u32,
-}
+use crate::slot::{Frame, SlotId, NIL};
 
 #[derive(Debug, Clone, Copy)]
 struct Head {
@@ -31,24 +22,17 @@ const EMPTY_HEAD: Head = Head {
     len: 0,
 };
 
-/// Many intrusive lists sharing one link array.
+/// The heads of many intrusive lists whose links live in the slots'
+/// [`Frame`]s (passed to every call).
 #[derive(Debug, Clone)]
 pub(crate) struct SlotLists {
-    links: Vec<Link>,
     heads: Vec<Head>,
 }
 
 impl SlotLists {
-    /// `slots` slots, `lists` (initially empty) lists.
-    pub(crate) fn new(slots: usize, lists: usize) -> Self {
+    /// `lists` (initially empty) lists.
+    pub(crate) fn new(lists: usize) -> Self {
         SlotLists {
-            links: vec![
-                Link {
-                    prev: NIL,
-                    next: NIL
-                };
-                slots
-            ],
             heads: vec![EMPTY_HEAD; lists],
         }
     }
@@ -75,34 +59,26 @@ impl SlotLists {
 
     /// The slot before `slot` going toward the front of its list.
     #[cfg(test)]
-    pub(crate) fn toward_front(&self, slot: SlotId) -> Option<SlotId> {
-        let p = self.links[slot as usize].prev;
+    pub(crate) fn toward_front(frames: &[Frame], slot: SlotId) -> Option<SlotId> {
+        let p = frames[slot as usize].prev;
         (p != NIL).then_some(p)
     }
 
     /// The oldest slot of `list` and the one before it (the next two
     /// `pop_back`s if nothing changes in between).
     #[inline]
-    pub(crate) fn back_two(&self, list: usize) -> [Option<SlotId>; 2] {
+    pub(crate) fn back_two(&self, frames: &[Frame], list: usize) -> [Option<SlotId>; 2] {
         let back = self.heads[list].back;
-        if back == NIL {
+        let Some(frame) = frames.get(back as usize) else {
             return [None, None];
-        }
-        let before = self.links[back as usize].prev;
+        };
+        let before = frame.prev;
         [Some(back), (before != NIL).then_some(before)]
-    }
-
-    /// Starts loading the links of `slot` into the CPU cache.
-    #[inline]
-    pub(crate) fn prefetch_link(&self, slot: SlotId) {
-        if let Some(link) = self.links.get(slot as usize) {
-            prefetch_read(link);
-        }
     }
 
     /// Links `slot` (on no list) at the front of `list`.
     #[inline]
-    pub(crate) fn push_front(&mut self, list: usize, slot: SlotId) {
+    pub(crate) fn push_front(&mut self, frames: &mut [Frame], list: usize, slot: SlotId) {
         let head = &mut self.heads[list];
         let old = head.front;
         head.front = slot;
@@ -110,67 +86,69 @@ impl SlotLists {
             head.back = slot;
         }
         head.len += 1;
-        self.links[slot as usize] = Link {
-            prev: NIL,
-            next: old,
-        };
+        let frame = &mut frames[slot as usize];
+        frame.prev = NIL;
+        frame.next = old;
         if old != NIL {
-            self.links[old as usize].prev = slot;
+            frames[old as usize].prev = slot;
         }
     }
 
     /// Unlinks `slot`, which must be on `list`.
     #[inline]
-    pub(crate) fn unlink(&mut self, list: usize, slot: SlotId) {
-        let Link { prev, next } = self.links[slot as usize];
+    pub(crate) fn unlink(&mut self, frames: &mut [Frame], list: usize, slot: SlotId) {
+        let frame = &mut frames[slot as usize];
+        let (prev, next) = (frame.prev, frame.next);
+        frame.prev = NIL;
+        frame.next = NIL;
         let head = &mut self.heads[list];
         debug_assert!(head.len > 0, "unlink from an empty list");
         head.len -= 1;
         if prev == NIL {
             head.front = next;
         } else {
-            self.links[prev as usize].next = next;
+            frames[prev as usize].next = next;
         }
         if next == NIL {
             head.back = prev;
         } else {
-            self.links[next as usize].prev = prev;
+            frames[next as usize].prev = prev;
         }
-        self.links[slot as usize] = Link {
-            prev: NIL,
-            next: NIL,
-        };
     }
 
     /// Moves `slot`, which is on `list`, to its front.
     #[inline]
-    pub(crate) fn move_to_front(&mut self, list: usize, slot: SlotId) {
+    pub(crate) fn move_to_front(&mut self, frames: &mut [Frame], list: usize, slot: SlotId) {
         if self.heads[list].front != slot {
-            self.unlink(list, slot);
-            self.push_front(list, slot);
+            self.unlink(frames, list, slot);
+            self.push_front(frames, list, slot);
         }
     }
 
     /// Unlinks and returns the oldest slot of `list`.
     #[inline]
-    pub(crate) fn pop_back(&mut self, list: usize) -> Option<SlotId> {
+    pub(crate) fn pop_back(&mut self, frames: &mut [Frame], list: usize) -> Option<SlotId> {
         let b = self.back(list)?;
-        self.unlink(list, b);
+        self.unlink(frames, list, b);
         Some(b)
     }
 
     /// Unlinks and returns the newest slot of `list`.
     #[inline]
-    pub(crate) fn pop_front(&mut self, list: usize) -> Option<SlotId> {
+    pub(crate) fn pop_front(&mut self, frames: &mut [Frame], list: usize) -> Option<SlotId> {
         let f = self.front(list)?;
-        self.unlink(list, f);
+        self.unlink(frames, list, f);
         Some(f)
     }
 
     /// Slots of `list` from the back (oldest) to the front (newest).
     #[cfg(test)]
-    pub(crate) fn iter_from_back(&self, list: usize) -> impl Iterator<Item = SlotId> + '_ {
-        std::iter::successors(self.back(list), move |&s| self.toward_front(s))
+    pub(crate) fn iter_from_back<'a>(
+        &'a self,
+        frames: &'a [Frame],
+        list: usize,
+    ) -> impl Iterator<Item = SlotId> + 'a {
+        std::iter::successors(self.back(list), move |&s| Self::toward_front(frames, s))
     }
 }
 
@@ -180,21 +158,22 @@ mod tests {
 
     #[test]
     fn push_pop_unlink() {
-        let mut l = SlotLists::new(8, 2);
+        let mut l = SlotLists::new(2);
+        let f = &mut vec![Frame::free(NIL); 8][..];
         for s in 0..4 {
-            l.push_front(0, s);
+            l.push_front(f, 0, s);
         }
-        l.push_front(1, 7);
-        assert_eq!(l.iter_from_back(0).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
-        l.unlink(0, 2);
-        assert_eq!(l.iter_from_back(0).collect::<Vec<_>>(), vec![0, 1, 3]);
-        l.move_to_front(0, 0);
-        assert_eq!(l.iter_from_back(0).collect::<Vec<_>>(), vec![1, 3, 0]);
-        assert_eq!(l.pop_back(0), Some(1));
-        assert_eq!(l.pop_front(0), Some(0));
+        l.push_front(f, 1, 7);
+        assert_eq!(l.iter_from_back(f, 0).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+        l.unlink(f, 0, 2);
+        assert_eq!(l.iter_from_back(f, 0).collect::<Vec<_>>(), vec![0, 1, 3]);
+        l.move_to_front(f, 0, 0);
+        assert_eq!(l.iter_from_back(f, 0).collect::<Vec<_>>(), vec![1, 3, 0]);
+        assert_eq!(l.pop_back(f, 0), Some(1));
+        assert_eq!(l.pop_front(f, 0), Some(0));
         assert_eq!(l.len(0), 1);
-        assert_eq!(l.pop_back(0), Some(3));
-        assert_eq!(l.pop_back(0), None);
+        assert_eq!(l.pop_back(f, 0), Some(3));
+        assert_eq!(l.pop_back(f, 0), None);
         assert_eq!(l.front(0), None);
         assert_eq!(l.len(1), 1);
         assert_eq!(l.back(1), Some(7));

@@ -4,9 +4,11 @@
 //! A policy sees only the slots the cache hands it: every resident, unpinned
 //! slot is *tracked* by exactly one policy list; pinned slots are removed from
 //! its view ([`EvictionPolicy::on_remove`]) and come back as fresh insertions
-//! when unpinned. Per-slot state lives in flat arrays over all slots of the
-//! cache, per-set state in flat arrays over sets, so nothing allocates on the
-//! access path; [`Policy`] dispatches statically over the concrete policies.
+//! when unpinned. Per-slot state (list links, a few bits) lives in the
+//! cache's [`Frame`] of the slot, which the cache passes to every call, so
+//! that a miss touches one record per slot; per-set state lives in flat
+//! arrays over sets, so nothing allocates on the access path; [`Policy`]
+//! dispatches statically over the concrete policies.
 //!
 //! The cache calls, for one access:
 //! * hit: [`EvictionPolicy::on_hit`] (only when hits are visible);
@@ -48,7 +50,7 @@ pub use ordered::{Fifo, Lifo, Lru, Ordered};
 pub use s3fifo::S3Fifo;
 pub use twoq::TwoQ;
 
-pub use crate::slot::SlotId;
+pub use crate::slot::{Frame, SlotId};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -96,18 +98,25 @@ pub trait EvictionPolicy {
     /// `slot` now holds `page` and enters the policy's view. `from_ghost`:
     /// the page was in the set's ghost FIFO when the miss happened (always
     /// false for unpinned slots and when switching policies).
-    fn on_insert(&mut self, set: u32, slot: SlotId, page: u64, from_ghost: bool);
+    fn on_insert(
+        &mut self,
+        frames: &mut [Frame],
+        set: u32,
+        slot: SlotId,
+        page: u64,
+        from_ghost: bool,
+    );
 
     /// A (visible) hit on the tracked `slot`.
-    fn on_hit(&mut self, set: u32, slot: SlotId);
+    fn on_hit(&mut self, frames: &mut [Frame], set: u32, slot: SlotId);
 
     /// The tracked `slot` leaves the policy's view without being chosen as a
     /// victim (explicit eviction, pin).
-    fn on_remove(&mut self, set: u32, slot: SlotId);
+    fn on_remove(&mut self, frames: &mut [Frame], set: u32, slot: SlotId);
 
     /// Chooses a victim in `set` and unlinks it (`None`: the policy tracks
     /// no slot of `set`).
-    fn evict(&mut self, set: u32) -> Option<Victim>;
+    fn evict(&mut self, frames: &mut [Frame], set: u32) -> Option<Victim>;
 
     /// Number of slots of `set` the policy tracks.
     fn tracked(&self, set: u32) -> u32;
@@ -116,18 +125,21 @@ pub trait EvictionPolicy {
     /// used only to prefetch their metadata; it may be wrong or empty. Must
     /// read only state that a recent eviction already brought into the CPU
     /// cache (the back of a list and its neighbour).
-    fn upcoming_victims(&self, _set: u32) -> [Option<SlotId>; 2] {
+    fn upcoming_victims(&self, _frames: &[Frame], _set: u32) -> [Option<SlotId>; 2] {
         [None, None]
     }
 
-    /// Starts loading the policy's per-slot state of `slot` into the CPU cache.
-    fn prefetch_slot(&self, _slot: SlotId) {}
+    /// Whether a hit may relink the slot, touching its list neighbours'
+    /// frames too (worth prefetching them).
+    fn relinks_on_hit(&self) -> bool {
+        false
+    }
 
     /// Empties `set`, appending its slots to `out` in eviction order (first
     /// victim first), by evicting until nothing is left: exact, but it
     /// destroys the policy's state for that set. Used when switching policies.
-    fn drain_set(&mut self, set: u32, out: &mut Vec<SlotId>) {
-        while let Some(v) = self.evict(set) {
+    fn drain_set(&mut self, frames: &mut [Frame], set: u32, out: &mut Vec<SlotId>) {
+        while let Some(v) = self.evict(frames, set) {
             out.push(v.slot);
         }
     }
@@ -211,35 +223,44 @@ macro_rules! policies {
                 match self { $(Policy::$variant(p) => p.ghost_capacity(),)* }
             }
             #[inline]
-            fn on_insert(&mut self, set: u32, slot: SlotId, page: u64, from_ghost: bool) {
-                match self { $(Policy::$variant(p) => p.on_insert(set, slot, page, from_ghost),)* }
+            fn on_insert(
+                &mut self,
+                frames: &mut [Frame],
+                set: u32,
+                slot: SlotId,
+                page: u64,
+                from_ghost: bool,
+            ) {
+                match self {
+                    $(Policy::$variant(p) => p.on_insert(frames, set, slot, page, from_ghost),)*
+                }
             }
             #[inline]
-            fn on_hit(&mut self, set: u32, slot: SlotId) {
-                match self { $(Policy::$variant(p) => p.on_hit(set, slot),)* }
+            fn on_hit(&mut self, frames: &mut [Frame], set: u32, slot: SlotId) {
+                match self { $(Policy::$variant(p) => p.on_hit(frames, set, slot),)* }
             }
             #[inline]
-            fn on_remove(&mut self, set: u32, slot: SlotId) {
-                match self { $(Policy::$variant(p) => p.on_remove(set, slot),)* }
+            fn on_remove(&mut self, frames: &mut [Frame], set: u32, slot: SlotId) {
+                match self { $(Policy::$variant(p) => p.on_remove(frames, set, slot),)* }
             }
             #[inline]
-            fn evict(&mut self, set: u32) -> Option<Victim> {
-                match self { $(Policy::$variant(p) => p.evict(set),)* }
+            fn evict(&mut self, frames: &mut [Frame], set: u32) -> Option<Victim> {
+                match self { $(Policy::$variant(p) => p.evict(frames, set),)* }
             }
             #[inline]
             fn tracked(&self, set: u32) -> u32 {
                 match self { $(Policy::$variant(p) => p.tracked(set),)* }
             }
-            fn drain_set(&mut self, set: u32, out: &mut Vec<SlotId>) {
-                match self { $(Policy::$variant(p) => p.drain_set(set, out),)* }
+            fn drain_set(&mut self, frames: &mut [Frame], set: u32, out: &mut Vec<SlotId>) {
+                match self { $(Policy::$variant(p) => p.drain_set(frames, set, out),)* }
             }
             #[inline]
-            fn upcoming_victims(&self, set: u32) -> [Option<SlotId>; 2] {
-                match self { $(Policy::$variant(p) => p.upcoming_victims(set),)* }
+            fn upcoming_victims(&self, frames: &[Frame], set: u32) -> [Option<SlotId>; 2] {
+                match self { $(Policy::$variant(p) => p.upcoming_victims(frames, set),)* }
             }
             #[inline]
-            fn prefetch_slot(&self, slot: SlotId) {
-                match self { $(Policy::$variant(p) => p.prefetch_slot(slot),)* }
+            fn relinks_on_hit(&self) -> bool {
+                match self { $(Policy::$variant(p) => p.relinks_on_hit(),)* }
             }
         }
     };
@@ -285,28 +306,29 @@ mod tests {
         for kind in PolicyKind::ALL {
             let (sets, ways) = (3u32, 5u32);
             let mut p = Policy::new(kind, &params, sets, ways);
+            let f = &mut vec![Frame::free(crate::slot::NIL); (sets * ways) as usize][..];
             assert_eq!(p.kind(), kind);
             for set in 0..sets {
                 for w in 0..ways {
                     let slot = set * ways + w;
-                    p.on_insert(set, slot, u64::from(slot), w == 3);
+                    p.on_insert(f, set, slot, u64::from(slot), w == 3);
                     if w % 2 == 0 {
-                        p.on_hit(set, slot);
-                        p.on_hit(set, slot);
+                        p.on_hit(f, set, slot);
+                        p.on_hit(f, set, slot);
                     }
                 }
                 assert_eq!(p.tracked(set), ways);
             }
-            p.on_remove(1, 7);
+            p.on_remove(f, 1, 7);
             assert_eq!(p.tracked(1), ways - 1);
-            let v = p.evict(2).unwrap();
+            let v = p.evict(f, 2).unwrap();
             assert!((10..15).contains(&v.slot), "{kind}: {v:?}");
             let mut out = Vec::new();
-            p.drain_set(1, &mut out);
+            p.drain_set(f, 1, &mut out);
             out.sort_unstable();
             assert_eq!(out, vec![5, 6, 8, 9], "{kind}");
             assert_eq!(p.tracked(1), 0);
-            assert_eq!(p.evict(1), None);
+            assert_eq!(p.evict(f, 1), None);
         }
     }
 }

@@ -5,7 +5,7 @@
 use super::list::SlotLists;
 use super::PolicyKind;
 use super::{EvictionPolicy, Victim};
-use crate::slot::SlotId;
+use crate::slot::{Frame, SlotId};
 
 /// Discipline of an [`Ordered`] policy.
 const FIFO: u8 = 0;
@@ -30,9 +30,9 @@ pub type Lru = Ordered<LRU>;
 
 impl<const DISCIPLINE: u8> Ordered<DISCIPLINE> {
     /// An empty policy for `sets` sets of `ways` slots.
-    pub fn new(sets: u32, ways: u32) -> Self {
+    pub fn new(sets: u32, _ways: u32) -> Self {
         Ordered {
-            lists: SlotLists::new(sets as usize * ways as usize, sets as usize),
+            lists: SlotLists::new(sets as usize),
         }
     }
 }
@@ -46,40 +46,47 @@ impl<const DISCIPLINE: u8> EvictionPolicy for Ordered<DISCIPLINE> {
         }
     }
     #[inline]
-    fn on_insert(&mut self, set: u32, slot: SlotId, _page: u64, _from_ghost: bool) {
-        self.lists.push_front(set as usize, slot);
+    fn on_insert(
+        &mut self,
+        frames: &mut [Frame],
+        set: u32,
+        slot: SlotId,
+        _page: u64,
+        _from_ghost: bool,
+    ) {
+        self.lists.push_front(frames, set as usize, slot);
     }
     #[inline]
-    fn on_hit(&mut self, set: u32, slot: SlotId) {
+    fn on_hit(&mut self, frames: &mut [Frame], set: u32, slot: SlotId) {
         if DISCIPLINE == LRU {
-            self.lists.move_to_front(set as usize, slot);
+            self.lists.move_to_front(frames, set as usize, slot);
         }
     }
     #[inline]
-    fn on_remove(&mut self, set: u32, slot: SlotId) {
-        self.lists.unlink(set as usize, slot);
+    fn on_remove(&mut self, frames: &mut [Frame], set: u32, slot: SlotId) {
+        self.lists.unlink(frames, set as usize, slot);
     }
     #[inline]
-    fn evict(&mut self, set: u32) -> Option<Victim> {
+    fn evict(&mut self, frames: &mut [Frame], set: u32) -> Option<Victim> {
         let victim = if DISCIPLINE == LIFO {
-            self.lists.pop_front(set as usize)
+            self.lists.pop_front(frames, set as usize)
         } else {
-            self.lists.pop_back(set as usize)
+            self.lists.pop_back(frames, set as usize)
         };
         victim.map(Victim::plain)
     }
     #[inline]
-    fn upcoming_victims(&self, set: u32) -> [Option<SlotId>; 2] {
+    fn upcoming_victims(&self, frames: &[Frame], set: u32) -> [Option<SlotId>; 2] {
         // LIFO's victims are the newest slots, already in the CPU cache.
         if DISCIPLINE == LIFO {
             [None, None]
         } else {
-            self.lists.back_two(set as usize)
+            self.lists.back_two(frames, set as usize)
         }
     }
     #[inline]
-    fn prefetch_slot(&self, slot: SlotId) {
-        self.lists.prefetch_link(slot);
+    fn relinks_on_hit(&self) -> bool {
+        DISCIPLINE == LRU
     }
     fn tracked(&self, set: u32) -> u32 {
         self.lists.len(set as usize)

@@ -4,9 +4,9 @@
 use super::list::SlotLists;
 use super::{share, EvictionPolicy, Victim};
 use super::{PolicyKind, PolicyParams};
-use crate::slot::SlotId;
+use crate::slot::{Frame, SlotId};
 
-/// Frequency bits of a slot's state (saturating at [`FREQ_MAX`]).
+/// Frequency bits of a slot's `policy_bits` (saturating at [`FREQ_MAX`]).
 const FREQ_MASK: u8 = 0x7f;
 /// Saturation point of the frequency: above any threshold the config
 /// accepts, so a saturated counter compares as libCacheSim's unbounded one.
@@ -37,9 +37,8 @@ const IN_MAIN: u8 = 0x80;
 #[derive(Debug, Clone)]
 pub struct S3Fifo {
     /// Lists `2 * set` (small) and `2 * set + 1` (main).
+    /// Per slot (`policy_bits`): frequency in [`FREQ_MASK`], [`IN_MAIN`].
     lists: SlotLists,
-    /// Per slot: frequency in [`FREQ_MASK`], [`IN_MAIN`].
-    state: Vec<u8>,
     /// Per set: has evicted at least once (libCacheSim's `has_evicted`).
     has_evicted: Vec<bool>,
     small_capacity: u32,
@@ -51,11 +50,9 @@ pub struct S3Fifo {
 impl S3Fifo {
     /// Empty S3-FIFO for `sets` sets of `ways` slots.
     pub fn new(sets: u32, ways: u32, params: &PolicyParams) -> Self {
-        let slots = sets as usize * ways as usize;
         let small_capacity = share(ways, params.s3fifo_small_ratio, 1);
         S3Fifo {
-            lists: SlotLists::new(slots, 2 * sets as usize),
-            state: vec![0; slots],
+            lists: SlotLists::new(2 * sets as usize),
             has_evicted: vec![false; sets as usize],
             small_capacity,
             main_capacity: ways - small_capacity,
@@ -75,8 +72,8 @@ impl S3Fifo {
     }
 
     #[inline]
-    fn list_of(&self, set: u32, slot: SlotId) -> usize {
-        if self.state[slot as usize] & IN_MAIN != 0 {
+    fn list_of(frames: &[Frame], set: u32, slot: SlotId) -> usize {
+        if frames[slot as usize].policy_bits & IN_MAIN != 0 {
             Self::main(set)
         } else {
             Self::small(set)
@@ -112,34 +109,41 @@ impl EvictionPolicy for S3Fifo {
     }
 
     #[inline]
-    fn on_insert(&mut self, set: u32, slot: SlotId, _page: u64, from_ghost: bool) {
+    fn on_insert(
+        &mut self,
+        frames: &mut [Frame],
+        set: u32,
+        slot: SlotId,
+        _page: u64,
+        from_ghost: bool,
+    ) {
         let small = Self::small(set);
         let to_main = from_ghost
             || (!self.has_evicted[set as usize] && self.lists.len(small) >= self.small_capacity);
         if to_main {
-            self.state[slot as usize] = IN_MAIN;
-            self.lists.push_front(Self::main(set), slot);
+            frames[slot as usize].policy_bits = IN_MAIN;
+            self.lists.push_front(frames, Self::main(set), slot);
         } else {
-            self.state[slot as usize] = 0;
-            self.lists.push_front(small, slot);
+            frames[slot as usize].policy_bits = 0;
+            self.lists.push_front(frames, small, slot);
         }
     }
 
     #[inline]
-    fn on_hit(&mut self, _set: u32, slot: SlotId) {
-        let s = &mut self.state[slot as usize];
-        if *s & FREQ_MASK < FREQ_MAX {
-            *s += 1;
+    fn on_hit(&mut self, frames: &mut [Frame], _set: u32, slot: SlotId) {
+        let frame = &mut frames[slot as usize];
+        if frame.policy_bits & FREQ_MASK < FREQ_MAX {
+            frame.policy_bits += 1;
         }
     }
 
     #[inline]
-    fn on_remove(&mut self, set: u32, slot: SlotId) {
-        let list = self.list_of(set, slot);
-        self.lists.unlink(list, slot);
+    fn on_remove(&mut self, frames: &mut [Frame], set: u32, slot: SlotId) {
+        let list = Self::list_of(frames, set, slot);
+        self.lists.unlink(frames, list, slot);
     }
 
-    fn evict(&mut self, set: u32) -> Option<Victim> {
+    fn evict(&mut self, frames: &mut [Frame], set: u32) -> Option<Victim> {
         let (small, main) = (Self::small(set), Self::main(set));
         self.has_evicted[set as usize] = true;
         // Terminates: each pass evicts, moves one slot from S to M (S only
@@ -147,24 +151,24 @@ impl EvictionPolicy for S3Fifo {
         loop {
             if self.evicts_from_main(set) {
                 let slot = self.lists.back(main)?;
-                let st = &mut self.state[slot as usize];
-                let freq = *st & FREQ_MASK;
+                let frame = &mut frames[slot as usize];
+                let freq = frame.policy_bits & FREQ_MASK;
                 if freq > 0 {
-                    *st = IN_MAIN | (freq.min(3) - 1);
-                    self.lists.move_to_front(main, slot);
+                    frame.policy_bits = IN_MAIN | (freq.min(3) - 1);
+                    self.lists.move_to_front(frames, main, slot);
                 } else {
-                    self.lists.unlink(main, slot);
+                    self.lists.unlink(frames, main, slot);
                     return Some(Victim::plain(slot));
                 }
             } else {
                 // Once S is chosen, S's tail is worked until one page is
                 // evicted or S is empty, however long M grows meanwhile.
                 while let Some(slot) = self.lists.back(small) {
-                    self.lists.unlink(small, slot);
-                    let st = &mut self.state[slot as usize];
-                    if *st & FREQ_MASK >= self.threshold {
-                        *st = IN_MAIN;
-                        self.lists.push_front(main, slot);
+                    self.lists.unlink(frames, small, slot);
+                    let frame = &mut frames[slot as usize];
+                    if frame.policy_bits & FREQ_MASK >= self.threshold {
+                        frame.policy_bits = IN_MAIN;
+                        self.lists.push_front(frames, main, slot);
                     } else {
                         return Some(Victim::with_ghost(slot));
                     }
@@ -174,20 +178,13 @@ impl EvictionPolicy for S3Fifo {
     }
 
     #[inline]
-    fn upcoming_victims(&self, set: u32) -> [Option<SlotId>; 2] {
+    fn upcoming_victims(&self, frames: &[Frame], set: u32) -> [Option<SlotId>; 2] {
         let list = if self.evicts_from_main(set) {
             Self::main(set)
         } else {
             Self::small(set)
         };
-        self.lists.back_two(list)
-    }
-    #[inline]
-    fn prefetch_slot(&self, slot: SlotId) {
-        self.lists.prefetch_link(slot);
-        if let Some(st) = self.state.get(slot as usize) {
-            crate::slot::prefetch_read(st);
-        }
+        self.lists.back_two(frames, list)
     }
     fn tracked(&self, set: u32) -> u32 {
         self.lists.len(Self::small(set)) + self.lists.len(Self::main(set))

@@ -4,7 +4,10 @@
 use super::list::SlotLists;
 use super::{share, EvictionPolicy, Victim};
 use super::{PolicyKind, PolicyParams};
-use crate::slot::SlotId;
+use crate::slot::{Frame, SlotId};
+
+/// `policy_bits` of a slot in Am.
+const IN_AM: u8 = 1;
 
 /// 2Q, per set: A1in, a FIFO of first-time pages (Kin = ⌊ways ×
 /// `twoq_kin_ratio`⌋, at least 1); A1out, a ghost FIFO of pages evicted from
@@ -26,8 +29,8 @@ use crate::slot::SlotId;
 #[derive(Debug, Clone)]
 pub struct TwoQ {
     /// Lists `2 * set` (A1in) and `2 * set + 1` (Am).
+    /// Per slot (`policy_bits`): [`IN_AM`] or 0 (in A1in).
     lists: SlotLists,
-    in_am: Vec<bool>,
     kin: u32,
     kout: u32,
 }
@@ -35,10 +38,8 @@ pub struct TwoQ {
 impl TwoQ {
     /// Empty 2Q for `sets` sets of `ways` slots.
     pub fn new(sets: u32, ways: u32, params: &PolicyParams) -> Self {
-        let slots = sets as usize * ways as usize;
         TwoQ {
-            lists: SlotLists::new(slots, 2 * sets as usize),
-            in_am: vec![false; slots],
+            lists: SlotLists::new(2 * sets as usize),
             kin: share(ways, params.twoq_kin_ratio, 1),
             kout: share(ways, params.twoq_kout_ratio, 0),
         }
@@ -65,52 +66,60 @@ impl EvictionPolicy for TwoQ {
     }
 
     #[inline]
-    fn on_insert(&mut self, set: u32, slot: SlotId, _page: u64, from_ghost: bool) {
+    fn on_insert(
+        &mut self,
+        frames: &mut [Frame],
+        set: u32,
+        slot: SlotId,
+        _page: u64,
+        from_ghost: bool,
+    ) {
         if from_ghost {
-            self.lists.push_front(Self::am(set), slot);
+            self.lists.push_front(frames, Self::am(set), slot);
         } else {
-            self.lists.push_front(Self::a1in(set), slot);
+            self.lists.push_front(frames, Self::a1in(set), slot);
         }
-        self.in_am[slot as usize] = from_ghost;
+        frames[slot as usize].policy_bits = if from_ghost { IN_AM } else { 0 };
     }
 
     #[inline]
-    fn on_hit(&mut self, set: u32, slot: SlotId) {
-        if self.in_am[slot as usize] {
-            self.lists.move_to_front(Self::am(set), slot);
+    fn on_hit(&mut self, frames: &mut [Frame], set: u32, slot: SlotId) {
+        if frames[slot as usize].policy_bits == IN_AM {
+            self.lists.move_to_front(frames, Self::am(set), slot);
         }
     }
 
     #[inline]
-    fn on_remove(&mut self, set: u32, slot: SlotId) {
-        let list = if self.in_am[slot as usize] {
+    fn on_remove(&mut self, frames: &mut [Frame], set: u32, slot: SlotId) {
+        let list = if frames[slot as usize].policy_bits == IN_AM {
             Self::am(set)
         } else {
             Self::a1in(set)
         };
-        self.lists.unlink(list, slot);
+        self.lists.unlink(frames, list, slot);
     }
 
-    fn evict(&mut self, set: u32) -> Option<Victim> {
+    fn evict(&mut self, frames: &mut [Frame], set: u32) -> Option<Victim> {
         let (a1in, am) = (Self::a1in(set), Self::am(set));
         let in_len = self.lists.len(a1in);
         if in_len > 0 && (in_len > self.kin || self.lists.len(am) == 0) {
-            self.lists.pop_back(a1in).map(Victim::with_ghost)
+            self.lists.pop_back(frames, a1in).map(Victim::with_ghost)
         } else {
-            self.lists.pop_back(am).map(Victim::plain)
+            self.lists.pop_back(frames, am).map(Victim::plain)
         }
     }
 
     #[inline]
-    fn upcoming_victims(&self, set: u32) -> [Option<SlotId>; 2] {
+    fn upcoming_victims(&self, frames: &[Frame], set: u32) -> [Option<SlotId>; 2] {
         let (a1in, am) = (Self::a1in(set), Self::am(set));
         let in_len = self.lists.len(a1in);
         let from_a1in = in_len > 0 && (in_len > self.kin || self.lists.len(am) == 0);
-        self.lists.back_two(if from_a1in { a1in } else { am })
+        self.lists
+            .back_two(frames, if from_a1in { a1in } else { am })
     }
     #[inline]
-    fn prefetch_slot(&self, slot: SlotId) {
-        self.lists.prefetch_link(slot);
+    fn relinks_on_hit(&self) -> bool {
+        true
     }
     fn tracked(&self, set: u32) -> u32 {
         self.lists.len(Self::a1in(set)) + self.lists.len(Self::am(set))
