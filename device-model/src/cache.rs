@@ -283,6 +283,24 @@ impl Cache {
         }
     }
 
+    /// A third hint, issued after [`Cache::prefetch_slot_of`] had time to
+    /// bring the frame in: when the policy relinks a slot on a hit (LRU and
+    /// kin), starts loading the frames of its list neighbours, which the
+    /// relinking writes.
+    #[inline]
+    pub fn prefetch_neighbours_of(&self, page: u64) {
+        if !self.policy.relinks_on_hit() {
+            return;
+        }
+        let frame = self
+            .lookup(page)
+            .and_then(|slot| self.frames.get(slot as usize));
+        if let Some(frame) = frame {
+            prefetch_frame(&self.frames, frame.prev);
+            prefetch_frame(&self.frames, frame.next);
+        }
+    }
+
     /// Slot holding `page`, if resident.
     #[inline]
     pub fn lookup(&self, page: u64) -> Option<SlotId> {

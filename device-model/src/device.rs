@@ -297,6 +297,13 @@ impl Device {
         self.cache.prefetch_slot_of(addr >> PAGE_SHIFT);
     }
 
+    /// A third hint, a few accesses after [`Device::hint_imminent`]: loads
+    /// what a hit will relink (see [`Cache::prefetch_neighbours_of`]).
+    #[inline]
+    pub fn hint_neighbours(&self, addr: u64) {
+        self.cache.prefetch_neighbours_of(addr >> PAGE_SHIFT);
+    }
+
     /// One host access arriving at `now_ns`.
     pub fn access(
         &mut self,

@@ -432,10 +432,11 @@ impl<'d> Replayer<'d> {
 
     /// Feeds every access of a fallible input (a trace being read); returns
     /// how many were fed. The one replay loop: it keeps a window of the next
-    /// [`LOOKAHEAD`] accesses and hints each to the device twice — its
+    /// [`LOOKAHEAD`] accesses and hints each to the device three times — its
     /// page-table entry as it enters the window, its cache metadata halfway
-    /// through — so that its look-up overlaps the accesses before it instead
-    /// of stalling on memory. The hints change nothing the model reports:
+    /// through, what a hit on it would relink at three quarters — so that
+    /// its look-up overlaps the accesses before it instead of stalling on
+    /// memory. The hints change nothing the model reports:
     /// the result is that of [`Replayer::feed`] on each access in turn.
     ///
     /// When the input fails, the accesses before the failure are fed first,
@@ -445,6 +446,7 @@ impl<'d> Replayer<'d> {
         I: IntoIterator<Item = Result<Access, E>>,
     {
         const IMMINENT: usize = LOOKAHEAD / 2;
+        const NEIGHBOURS: usize = LOOKAHEAD / 4;
         let start = self.index;
         let mut upcoming = accesses.into_iter();
         let mut failed = None;
@@ -492,6 +494,10 @@ impl<'d> Replayer<'d> {
             if pending > IMMINENT {
                 self.device
                     .hint_imminent(window[(head + IMMINENT - 1) % LOOKAHEAD].addr);
+            }
+            if pending > NEIGHBOURS {
+                self.device
+                    .hint_neighbours(window[(head + NEIGHBOURS - 1) % LOOKAHEAD].addr);
             }
             self.feed(current).map_err(RunError::Replay)?;
         }
