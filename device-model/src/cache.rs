@@ -389,7 +389,6 @@ impl Cache {
                 0
             };
             let evicted = self.release(victim.slot, ghost);
-            self.prefetch_upcoming_victims(set);
             (victim.slot, Some(evicted))
         };
         let mut flags = F_RESIDENT;
@@ -408,6 +407,11 @@ impl Cache {
         self.table.set(page, slot + 1);
         self.policy
             .on_insert(&mut self.frames, set, slot, page, from_ghost);
+        // After the insert, which may change the queue the next eviction
+        // takes from (S3-FIFO's ghost hits grow M).
+        if evicted.is_some() {
+            self.prefetch_upcoming_victims(set);
+        }
         Insert::Placed { slot, evicted }
     }
 
