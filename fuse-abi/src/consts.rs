@@ -255,6 +255,10 @@ pub mod init_flags {
     pub const SECURITY_CTX: u64 = 1 << 32;
     /// Per-inode DAX (`FUSE_ATTR_DAX`).
     pub const HAS_INODE_DAX: u64 = 1 << 33;
+    /// FUSE over io_uring (protocol 7.42; the kernel offers it only while
+    /// the `fuse` module's `enable_uring` parameter is set). See
+    /// [`crate::uring`].
+    pub const OVER_IO_URING: u64 = 1 << 41;
 }
 
 /// Server → kernel notification codes (`enum fuse_notify_code`): sent as a

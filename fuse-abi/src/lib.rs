@@ -19,7 +19,8 @@
 //! Module map: [`cursor`] ([`Cursor`], [`DecodeError`], [`EncodeError`]),
 //! [`header`] ([`InHeader`], [`OutHeader`], [`reply`]), [`ops`] (request
 //! and reply arguments), [`notifications`] (server → kernel messages),
-//! and [`consts`] (opcodes, flags, versions; re-exported at the root).
+//! [`uring`] (FUSE over io_uring: entry header and SQE command), and
+//! [`consts`] (opcodes, flags, versions; re-exported at the root).
 
 // FUSE (and virtio-fs, whose FUSE messages are little endian by the virtio
 // spec) puts every integer on the wire in the host's byte order, and this
@@ -62,6 +63,7 @@ pub mod cursor;
 pub mod header;
 pub mod notifications;
 pub mod ops;
+pub mod uring;
 
 /// The zerocopy version the structures derive from (its traits give
 /// `as_bytes`, `read_from_prefix`, `write_to_prefix`, …).
@@ -72,6 +74,7 @@ pub use cursor::{Cursor, DecodeError, EncodeError, ParseRequestError};
 pub use header::{reply, InHeader, OutHeader, IN_HEADER_LEN, OUT_HEADER_LEN};
 pub use notifications::*;
 pub use ops::*;
+pub use uring::*;
 
 /// A FUSE wire structure: plain old data whose bytes are its wire form.
 ///

@@ -596,3 +596,38 @@ fn opcode_names() {
     assert_eq!(opcode::name(opcode::MAX), "unknown");
     assert_eq!(opcode::name(7), "unknown");
 }
+
+#[test]
+fn uring_structs_match_the_kernel() {
+    // include/uapi/linux/fuse.h (7.42): fuse_uring_ent_in_out,
+    // fuse_uring_req_header, fuse_uring_cmd_req.
+    offsets!(UringEntInOut {
+        flags: 0,
+        commit_id: 8,
+        payload_sz: 16,
+        padding: 20,
+        reserved: 24
+    });
+    offsets!(UringReqHeader {
+        in_out: 0,
+        op_in: 128,
+        ring_ent_in_out: 256
+    });
+    offsets!(UringCmdReq {
+        flags: 0,
+        commit_id: 8,
+        qid: 16,
+        padding: 18
+    });
+    assert_eq!((uring_cmd::REGISTER, uring_cmd::COMMIT_AND_FETCH), (1, 2));
+    assert_eq!(init_flags::OVER_IO_URING, 1 << 41);
+    let cmd = UringCmdReq {
+        commit_id: 0x0102_0304_0506_0708,
+        qid: 3,
+        ..UringCmdReq::default()
+    };
+    let area = cmd.command_area();
+    assert_eq!(&area[8..16], &0x0102_0304_0506_0708u64.to_ne_bytes());
+    assert_eq!(&area[16..18], &3u16.to_ne_bytes());
+    assert!(area[24..].iter().all(|&b| b == 0));
+}

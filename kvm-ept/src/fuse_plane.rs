@@ -89,6 +89,9 @@ const CALIB_RUN_NS: u64 = 20_000;
 /// How long a mount waits for the first estimate.
 const CALIB_START_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long a mount waits for the kernel's INIT before it gives up on the
+/// ring (the INIT is sent at mount, so it normally comes at once).
+const INIT_TIMEOUT: Duration = Duration::from_secs(5);
 /// `max_readahead` advertised: one page, so every miss is its own READ.
 pub const MAX_READAHEAD: u32 = 4096;
 /// Largest WRITE (write-back) accepted.
@@ -117,6 +120,63 @@ pub enum ReaderMode {
     Spin,
 }
 
+/// How requests travel between the host kernel and the plane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transport {
+    /// FUSE over io_uring when the host kernel offers it
+    /// (`/sys/module/fuse/parameters/enable_uring`), else `/dev/fuse`.
+    #[default]
+    Auto,
+    /// `read(2)` / `write(2)` on `/dev/fuse` only.
+    DevFuse,
+    /// FUSE over io_uring, or no mount.
+    IoUring,
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Transport::Auto => "auto",
+            Transport::DevFuse => "dev-fuse",
+            Transport::IoUring => "io-uring",
+        })
+    }
+}
+
+/// Why a [`Transport`] could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("plane transport `{0}`: expected auto, dev-fuse or io-uring")]
+pub struct ParseTransportError(pub String);
+
+impl std::str::FromStr for Transport {
+    type Err = ParseTransportError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "auto" => Ok(Transport::Auto),
+            "dev-fuse" | "devfuse" => Ok(Transport::DevFuse),
+            "io-uring" | "io_uring" | "uring" => Ok(Transport::IoUring),
+            _ => Err(ParseTransportError(s.to_string())),
+        }
+    }
+}
+
+/// The transport a mounted plane runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActiveTransport {
+    /// `/dev/fuse` request threads.
+    DevFuse,
+    /// FUSE over io_uring.
+    IoUring {
+        /// The kernel's queues (one per possible CPU).
+        queues: usize,
+        /// Worker threads (each owns the entries of some queues).
+        workers: usize,
+        /// Workers poll their completion queues.
+        poll: bool,
+    },
+}
+
 /// Threads of a split plane that take the helper's forwarded misses.
 const SPLIT_RECEIVERS: usize = 2;
 
@@ -130,8 +190,12 @@ pub struct PlaneOptions {
     /// the plane adds one per VM registered beyond that (up to
     /// [`MAX_READERS`]): a reader does the host read of its miss itself.
     pub readers: usize,
-    /// How they wait.
+    /// How they wait. With FUSE over io_uring, [`ReaderMode::Spin`] makes
+    /// one ring worker poll its completion queue (instead of one sleeping
+    /// worker per CPU queue).
     pub mode: ReaderMode,
+    /// `/dev/fuse` or FUSE over io_uring (split planes: `/dev/fuse`).
+    pub transport: Transport,
     /// Refuse the first `READ` of every page (the kernel's readahead on a
     /// `VM_HUGEPAGE` mapping: QEMU's guest RAM) and serve the fault's own
     /// read of the refused folio, so that a trap reads only the faulting
@@ -153,6 +217,7 @@ impl Default for PlaneOptions {
         PlaneOptions {
             readers: 2,
             mode: ReaderMode::Block,
+            transport: Transport::Auto,
             refuse_readahead: false,
             detach: false,
             compensation: Compensation::Off,
@@ -193,6 +258,13 @@ pub enum MountPlaneError {
     /// The helper process of a split plane could not be started.
     #[error("cannot start the plane's helper process")]
     Helper(#[from] crate::helper_link::SpawnHelperError),
+    /// FUSE over io_uring was required but the host kernel does not offer
+    /// it (no `enable_uring`, or a kernel before 6.14).
+    #[error("FUSE over io_uring was asked for, but {0}")]
+    NoUring(&'static str),
+    /// FUSE over io_uring was required and could not be started.
+    #[error("cannot start FUSE over io_uring")]
+    Ring(#[source] crate::uring::StartRingError),
     /// The mount could not be detached once the pool was open.
     #[error("cannot detach the pool mount at {path}")]
     Detach {
@@ -224,6 +296,12 @@ pub(crate) struct Server {
     readahead: Option<crate::readahead::ReadaheadRefusals>,
     /// The last calibration READ's stamps.
     calib: CalibStamps,
+    /// INIT offers FUSE over io_uring.
+    offer_uring: bool,
+    /// The kernel offered it too (INIT answered with it).
+    uring_granted: AtomicBool,
+    /// INIT has been answered (set just before its reply is written).
+    init_answered: AtomicBool,
 }
 
 /// What the last `READ` of the calibration file saw (backend clock), and
@@ -303,6 +381,9 @@ impl Server {
             alive: AtomicUsize::new(0),
             readahead: None,
             calib: CalibStamps::default(),
+            offer_uring: false,
+            uring_granted: AtomicBool::new(false),
+            init_answered: AtomicBool::new(false),
         }
     }
 
@@ -310,6 +391,12 @@ impl Server {
     /// says (see [`PlaneOptions::compensation`]).
     pub(crate) fn compensating(mut self, mode: Compensation) -> Self {
         self.metrics = PlaneMetrics::new(self.size).with_compensation(mode);
+        self
+    }
+
+    /// Offers FUSE over io_uring in INIT.
+    pub(crate) fn offering_uring(mut self) -> Self {
+        self.offer_uring = true;
         self
     }
 
@@ -392,9 +479,14 @@ impl Server {
                     }
                     .encode(out);
                 } else {
-                    let want = init_flags::BIG_WRITES
+                    let mut want = init_flags::BIG_WRITES
                         | init_flags::MAX_PAGES
                         | init_flags::EXPLICIT_INVAL_DATA;
+                    if self.offer_uring && init.flags & init_flags::OVER_IO_URING != 0 {
+                        // flags2 is read only with INIT_EXT.
+                        want |= init_flags::OVER_IO_URING | init_flags::INIT_EXT;
+                        self.uring_granted.store(true, Ordering::Release);
+                    }
                     let mut reply = InitOut {
                         major: abi::KERNEL_VERSION,
                         minor: abi::KERNEL_MINOR_VERSION,
@@ -409,6 +501,7 @@ impl Server {
                     };
                     reply.set_flags64(init.flags & want);
                     reply.encode(out);
+                    self.init_answered.store(true, Ordering::Release);
                 }
             }
             opcode::LOOKUP => {
@@ -661,6 +754,33 @@ impl Server {
     }
 }
 
+impl crate::uring::RingServer for Server {
+    fn now_ns(&self) -> u64 {
+        self.backend.now_ns()
+    }
+
+    fn answer(&self, request: &[u8], arrival_ns: u64, out: &mut Vec<u8>) -> crate::uring::Due {
+        use crate::uring::Due;
+        match self.handle(request, arrival_ns, out) {
+            // A stop GETATTR is for `/dev/fuse` readers; a ring worker
+            // just answers it.
+            Outcome::Reply | Outcome::ReplyAndExit => Due::Now,
+            Outcome::ReplyAt(t) => Due::At(t),
+            // FORGET and INTERRUPT never come through the ring; anything
+            // else without a reply still needs one to free its entry.
+            Outcome::None => {
+                let unique = InHeader::parse(&mut Cursor::new(request)).map_or(0, |h| h.unique);
+                error_reply(out, unique, libc::EIO);
+                Due::Now
+            }
+        }
+    }
+
+    fn enter_worker(&self) {
+        REQUEST_THREAD.with(|c| c.set(true));
+    }
+}
+
 /// A reply held until its modeled completion.
 struct Held {
     deadline_ns: u64,
@@ -714,6 +834,10 @@ struct ReaderSpawner {
     dev: Arc<File>,
     pacer: Sender<Held>,
     mode: ReaderMode,
+    /// With FUSE over io_uring: readers poll `/dev/fuse` and this eventfd,
+    /// which ends them (nothing else reaches a reader once the ring takes
+    /// the requests).
+    wake: Option<Arc<File>>,
     /// Threads to keep at least.
     base: usize,
     /// VMs ever registered.
@@ -724,10 +848,11 @@ impl ReaderSpawner {
     fn spawn(&self, i: usize) -> Result<JoinHandle<()>, MountPlaneError> {
         let (s, d, tx) = (self.server.clone(), self.dev.clone(), self.pacer.clone());
         let mode = self.mode;
+        let wake = self.wake.clone();
         self.server.alive.fetch_add(1, Ordering::AcqRel);
         thread::Builder::new()
             .name(format!("pool-req{i}"))
-            .spawn(move || reader(&s, &d, tx, mode))
+            .spawn(move || reader(&s, &d, tx, mode, wake.as_deref()))
             .map_err(|e| {
                 self.server.alive.fetch_sub(1, Ordering::AcqRel);
                 MountPlaneError::Spawn(e)
@@ -761,6 +886,11 @@ struct Mounted {
     helper: Option<crate::helper_link::Helper>,
     /// Compensation `auto`: the calibration thread and the way to stop it.
     calibrator: Option<(Sender<()>, JoinHandle<()>)>,
+    /// FUSE over io_uring: the eventfd that ends the `/dev/fuse` readers.
+    wake: Option<Arc<File>>,
+    /// FUSE over io_uring: the ring workers. Last, so that their buffers
+    /// are freed only after `/dev/fuse` is closed.
+    ring: Option<std::sync::Mutex<crate::uring::RingSet>>,
 }
 
 /// The residency plane over a FUSE pool file. See the module docs.
@@ -828,6 +958,20 @@ impl FusePoolPlane {
         if size == 0 || size % PAGE_SIZE != 0 {
             return Err(MountPlaneError::BadSize(size));
         }
+        let offered = crate::uring::kernel_offers();
+        if options.transport == Transport::IoUring {
+            if split.is_some() {
+                return Err(MountPlaneError::NoUring(
+                    "a split plane's helper reads /dev/fuse",
+                ));
+            }
+            if !offered {
+                return Err(MountPlaneError::NoUring(
+                    "the host kernel does not offer it (/sys/module/fuse/parameters/enable_uring is not Y)",
+                ));
+            }
+        }
+        let plan_uring = split.is_none() && options.transport != Transport::DevFuse && offered;
         let dev = OpenOptions::new()
             .read(true)
             .write(true)
@@ -862,7 +1006,8 @@ impl FusePoolPlane {
         if rc != 0 {
             return Err(mount_err(io::Error::last_os_error()));
         }
-        if options.mode == ReaderMode::Spin {
+        if options.mode == ReaderMode::Spin || plan_uring {
+            // Spinning readers, or readers that poll beside a wake eventfd.
             // SAFETY: fcntl on an fd we own; no pointers.
             let rc = unsafe { libc::fcntl(dev.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
             if rc != 0 {
@@ -873,7 +1018,23 @@ impl FusePoolPlane {
         if options.refuse_readahead {
             server = server.refusing_readahead();
         }
+        if plan_uring {
+            server = server.offering_uring();
+        }
         let server = Arc::new(server);
+        let wake = if plan_uring {
+            // SAFETY: eventfd with valid flags; the result is checked.
+            let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+            if fd < 0 {
+                return Err(MountPlaneError::Spawn(io::Error::last_os_error()));
+            }
+            // SAFETY: a fresh descriptor that nothing else owns.
+            Some(Arc::new(unsafe {
+                <File as std::os::fd::FromRawFd>::from_raw_fd(fd)
+            }))
+        } else {
+            None
+        };
         let mut m = Mounted {
             server: server.clone(),
             _dev: dev.clone(),
@@ -891,6 +1052,8 @@ impl FusePoolPlane {
             _exit_guard: None,
             helper: None,
             calibrator: None,
+            wake: wake.clone(),
+            ring: None,
         };
         let (pace_tx, pace_rx) = mpsc::channel::<Held>();
         let (notify_tx, notify_rx) = mpsc::channel::<Notice>();
@@ -936,15 +1099,63 @@ impl FusePoolPlane {
                 server: server.clone(),
                 dev: dev.clone(),
                 pacer: pace_tx,
-                mode: options.mode,
+                // Beside a ring, one reader that sleeps in poll(2): it
+                // takes what comes before the ring is ready, then FORGET
+                // and INTERRUPT.
+                mode: if plan_uring {
+                    ReaderMode::Block
+                } else {
+                    options.mode
+                },
+                wake,
                 base: options.readers.max(1),
                 vms: std::collections::HashSet::new(),
             };
-            for i in 0..spawner.base {
+            let initial = if plan_uring { 1 } else { spawner.base };
+            for i in 0..initial {
                 let h = spawner.spawn(i)?;
                 lock(&m.threads.readers).push(h);
             }
             *lock(&m.spawner) = Some(spawner);
+        }
+        if plan_uring {
+            // Once INIT grants the ring, the kernel holds every request
+            // until each queue has an entry: start the ring before the
+            // first request (no path may be touched before).
+            let waited = Instant::now();
+            while !server.init_answered.load(Ordering::Acquire) && waited.elapsed() < INIT_TIMEOUT {
+                thread::sleep(Duration::from_micros(200));
+            }
+            let granted = server.uring_granted.load(Ordering::Acquire);
+            let started = if granted {
+                let queues = crate::uring::possible_cpus();
+                let poll = options.mode == ReaderMode::Spin;
+                let config = crate::uring::RingConfig {
+                    queues,
+                    per_queue: if poll {
+                        crate::uring::POLL_QUEUE_DEPTH
+                    } else {
+                        options.readers.max(1)
+                    },
+                    payload_len: (MAX_WRITE as usize).max(abi::MIN_READ_BUFFER),
+                    poll,
+                };
+                let ring_server: Arc<dyn crate::uring::RingServer> = server.clone();
+                crate::uring::RingSet::start(&dev, ring_server, config).map(Some)
+            } else {
+                Ok(None)
+            };
+            match (started, options.transport) {
+                (Ok(Some(r)), _) => m.ring = Some(std::sync::Mutex::new(r)),
+                (Ok(None), Transport::IoUring) => {
+                    return Err(MountPlaneError::NoUring(
+                        "the kernel's INIT did not offer it",
+                    ))
+                }
+                (Err(e), Transport::IoUring) => return Err(MountPlaneError::Ring(e)),
+                (Ok(None), _) => tracing::info!("the kernel's INIT did not offer FUSE over io_uring; the pool stays on /dev/fuse"),
+                (Err(e), _) => tracing::warn!(error = %e, "FUSE over io_uring did not start; the pool stays on /dev/fuse"),
+            }
         }
         m.root = Some(
             OpenOptions::new()
@@ -1002,6 +1213,7 @@ impl FusePoolPlane {
             size,
             detached = options.detach,
             compensation = %options.compensation,
+            transport = ?m.ring.as_ref().map(|r| lock(r).config()),
             floor_ns = server.metrics.floor.current_ns(),
             "pool plane mounted"
         );
@@ -1025,6 +1237,27 @@ impl FusePoolPlane {
         self.m.helper.as_ref().map(|h| h.child.id())
     }
 
+    /// What carries the requests: `/dev/fuse`, or FUSE over io_uring.
+    pub fn transport(&self) -> ActiveTransport {
+        match &self.m.ring {
+            Some(r) => {
+                let r = lock(r);
+                let c = r.config();
+                ActiveTransport::IoUring {
+                    queues: c.queues,
+                    workers: r.workers(),
+                    poll: c.poll,
+                }
+            }
+            None => ActiveTransport::DevFuse,
+        }
+    }
+
+    /// Requests answered through the io_uring so far (0 on `/dev/fuse`).
+    pub fn ring_requests(&self) -> u64 {
+        self.m.ring.as_ref().map_or(0, |r| lock(r).served())
+    }
+
     /// Request threads started so far.
     pub fn readers(&self) -> usize {
         lock(&self.m.threads.readers).len()
@@ -1037,10 +1270,18 @@ impl FusePoolPlane {
         let mut g = lock(&self.m.spawner);
         let Some(sp) = g.as_mut() else { return };
         sp.vms.insert(vm);
+        let want = sp.base.max(sp.vms.len() + 1).min(MAX_READERS);
+        if let Some(r) = &self.m.ring {
+            // Per queue, as many sleeping ring workers.
+            if let Err(e) = lock(r).grow_to(want) {
+                tracing::warn!(error = %e, "cannot start more ring workers");
+            }
+            return;
+        }
+        // Spinning readers do not grow.
         if sp.mode != ReaderMode::Block {
             return;
         }
-        let want = sp.base.max(sp.vms.len() + 1).min(MAX_READERS);
         let mut readers = lock(&self.m.threads.readers);
         while readers.len() < want {
             match sp.spawn(readers.len()) {
@@ -1154,11 +1395,47 @@ impl ResidencyPlane for FusePoolPlane {
     }
 }
 
-fn reader(server: &Server, dev: &File, pacer: Sender<Held>, mode: ReaderMode) {
+/// Waits until `dev` has a request (`true`) or `wake` fires (`false`).
+fn wait_for_request(dev: &File, wake: &File) -> bool {
+    let mut fds = [
+        libc::pollfd {
+            fd: dev.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: wake.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    loop {
+        // SAFETY: `fds` is a valid array of two pollfds for the call.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if rc < 0 {
+            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return false;
+        }
+        if fds[1].revents != 0 {
+            return false;
+        }
+        // POLLERR / POLLHUP on the device: the read says what happened.
+        return true;
+    }
+}
+
+fn reader(server: &Server, dev: &File, pacer: Sender<Held>, mode: ReaderMode, wake: Option<&File>) {
     REQUEST_THREAD.with(|c| c.set(true));
     let mut buf = vec![0u8; (MAX_WRITE as usize + 4096).max(abi::MIN_READ_BUFFER)];
     let mut out: Vec<u8> = Vec::with_capacity(abi::OUT_HEADER_LEN + MAX_WRITE as usize);
     loop {
+        if let Some(w) = wake {
+            if !wait_for_request(dev, w) {
+                break;
+            }
+        }
         let n = match (&*dev).read(&mut buf) {
             Ok(n) => n,
             Err(e) => match e.raw_os_error() {
@@ -1166,7 +1443,9 @@ fn reader(server: &Server, dev: &File, pacer: Sender<Held>, mode: ReaderMode) {
                     if server.stop.load(Ordering::Acquire) {
                         break;
                     }
-                    std::hint::spin_loop();
+                    if wake.is_none() {
+                        std::hint::spin_loop();
+                    }
                     continue;
                 }
                 // Interrupted, or a request that went away before we read it.
@@ -1543,7 +1822,16 @@ impl Drop for Mounted {
         //    other way to leave read(2)); spinning ones see the flag.
         self.server.stop_tid.store(gettid(), Ordering::Release);
         self.server.stop.store(true, Ordering::Release);
-        if self.mode == ReaderMode::Block {
+        // The ring's workers stop on their eventfd; its buffers stay until
+        // the connection is closed (the `ring` field drops last).
+        if let Some(r) = &self.ring {
+            lock(r).stop();
+        }
+        if let Some(w) = &self.wake {
+            if let Err(e) = (&**w).write(&1u64.to_ne_bytes()) {
+                tracing::warn!(error = %e, "cannot wake the pool's /dev/fuse readers");
+            }
+        } else if self.mode == ReaderMode::Block {
             if let Some(root) = &self.root {
                 while self.server.alive.load(Ordering::Acquire) > 0 {
                     // SAFETY: `st` is a valid out buffer; the path is a valid empty C string.

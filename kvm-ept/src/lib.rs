@@ -47,9 +47,12 @@ pub mod metrics;
 pub mod pace;
 mod readahead;
 pub mod split;
+pub mod uring;
 pub mod vm;
 
-pub use fuse_plane::{FusePoolPlane, MountPlaneError, PlaneOptions, ReaderMode};
+pub use fuse_plane::{
+    ActiveTransport, FusePoolPlane, MountPlaneError, PlaneOptions, ReaderMode, Transport,
+};
 pub use metrics::{PlaneMetrics, PlaneMetricsSnapshot};
 pub use split::{helper_main_if_requested, HelperCommand};
 pub use vm::{VmId, VmResolver};

@@ -8,8 +8,8 @@ mod common;
 use common::{fuse_usable, skip_or_fail};
 
 use residency::{
-    FusePoolPlane, MapTarget, Miss, MissData, MissReply, PlaneOptions, PoolBackend, ResidencyPlane,
-    ServeMissError, WritebackError, PAGE_SIZE,
+    ActiveTransport, FusePoolPlane, MapTarget, Miss, MissData, MissReply, PlaneOptions,
+    PoolBackend, ReaderMode, ResidencyPlane, ServeMissError, Transport, WritebackError, PAGE_SIZE,
 };
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
@@ -132,13 +132,23 @@ struct Fixture {
 }
 
 /// Mounts a plane on a fresh directory, or `None` (test skipped) without FUSE.
-fn plane(b: &Arc<TestBackend>) -> Option<Fixture> {
-    if !fuse_usable() {
+/// A plane on transport `t` (`IoUring`: the test fails under `CI=true`
+/// if the kernel cannot give it).
+fn plane(b: &Arc<TestBackend>, t: Transport) -> Option<Fixture> {
+    if !fuse_usable() || (t == Transport::IoUring && !uring_usable()) {
         return None;
     }
     let dir = tempfile::tempdir().unwrap();
-    match FusePoolPlane::mount(dir.path(), POOL, b.clone(), PlaneOptions::default()) {
-        Ok(p) => Some(Fixture { p, dir }),
+    let opts = PlaneOptions {
+        transport: t,
+        ..PlaneOptions::default()
+    };
+    match FusePoolPlane::mount(dir.path(), POOL, b.clone(), opts) {
+        Ok(p) => {
+            let on_ring = matches!(p.transport(), ActiveTransport::IoUring { .. });
+            assert_eq!(on_ring, t == Transport::IoUring, "{:?}", p.transport());
+            Some(Fixture { p, dir })
+        }
         Err(residency::MountPlaneError::Mount { source, .. })
             if source.raw_os_error() == Some(libc::EPERM) =>
         {
@@ -149,15 +159,32 @@ fn plane(b: &Arc<TestBackend>) -> Option<Fixture> {
     }
 }
 
+/// Whether the kernel offers FUSE over io_uring to new connections. As
+/// root, a test turns the `fuse` module's switch on (it only lets servers
+/// that ask for the ring use it); else [`skip_or_fail`] says why not.
+pub fn uring_usable() -> bool {
+    if residency::uring::kernel_offers() {
+        return true;
+    }
+    let _ = std::fs::write(residency::uring::ENABLE_PARAM, "Y");
+    if residency::uring::kernel_offers() {
+        return true;
+    }
+    skip_or_fail(&format!(
+        "the kernel does not offer FUSE over io_uring ({} is not Y; Linux >= 6.14 with CONFIG_FUSE_IO_URING, as root)",
+        residency::uring::ENABLE_PARAM
+    ));
+    false
+}
+
 fn gettid() -> u32 {
     // SAFETY: no preconditions.
     unsafe { libc::gettid() as u32 }
 }
 
-#[test]
-fn first_touch_traps_once_per_page_with_the_right_data() {
+fn first_touch_traps_once_per_page_with_the_right_data(t: Transport) {
     let b = TestBackend::new();
-    let Some(fx) = plane(&b) else { return };
+    let Some(fx) = plane(&b, t) else { return };
     let p = &fx.p;
     p.register_vmm(3, std::process::id());
     let m = Mapping::new(p.map_target());
@@ -204,10 +231,9 @@ fn first_touch_traps_once_per_page_with_the_right_data() {
     assert_eq!(b.misses().len() as u64, PAGES);
 }
 
-#[test]
-fn evicted_pages_trap_again() {
+fn evicted_pages_trap_again(t: Transport) {
     let b = TestBackend::new();
-    let Some(fx) = plane(&b) else { return };
+    let Some(fx) = plane(&b, t) else { return };
     let p = &fx.p;
     let m = Mapping::new(p.map_target());
     for page in 0..16 {
@@ -233,10 +259,9 @@ fn evicted_pages_trap_again() {
     assert!(p.evict(0, POOL + PAGE_SIZE).is_err());
 }
 
-#[test]
-fn stored_pages_do_not_trap() {
+fn stored_pages_do_not_trap(t: Transport) {
     let b = TestBackend::new();
-    let Some(fx) = plane(&b) else { return };
+    let Some(fx) = plane(&b, t) else { return };
     let p = &fx.p;
     let m = Mapping::new(p.map_target());
     let page = vec![0x5a; 2 * PAGE_SIZE as usize];
@@ -258,10 +283,9 @@ fn stored_pages_do_not_trap() {
     assert_eq!(s.resident_bytes, 3 * PAGE_SIZE);
 }
 
-#[test]
-fn dirty_pages_are_written_back_on_evict_and_msync() {
+fn dirty_pages_are_written_back_on_evict_and_msync(t: Transport) {
     let b = TestBackend::new();
-    let Some(fx) = plane(&b) else { return };
+    let Some(fx) = plane(&b, t) else { return };
     let p = &fx.p;
     let m = Mapping::new(p.map_target());
     m.write(2 * PAGE_SIZE + 10, 0xee);
@@ -290,10 +314,9 @@ fn dirty_pages_are_written_back_on_evict_and_msync() {
     assert_eq!(p.metrics().writebacks, 2);
 }
 
-#[test]
-fn odd_requests_get_errors_and_the_server_stays_up() {
+fn odd_requests_get_errors_and_the_server_stays_up(t: Transport) {
     let b = TestBackend::new();
-    let Some(fx) = plane(&b) else { return };
+    let Some(fx) = plane(&b, t) else { return };
     let (p, dir) = (&fx.p, &fx.dir);
     let path = &p.map_target().path;
     let names: Vec<_> = std::fs::read_dir(dir.path())
@@ -339,10 +362,9 @@ fn odd_requests_get_errors_and_the_server_stays_up() {
     assert_eq!(p.metrics().traps, 1);
 }
 
-#[test]
-fn drop_unmounts_and_stops() {
+fn drop_unmounts_and_stops(t: Transport) {
     let b = TestBackend::new();
-    let Some(Fixture { p, dir }) = plane(&b) else {
+    let Some(Fixture { p, dir }) = plane(&b, t) else {
         return;
     };
     let mountpoint = dir.path().to_path_buf();
@@ -393,9 +415,8 @@ impl PoolBackend for GatedBackend {
 /// with two VMs, two misses stuck in slow host reads still leave a thread
 /// for a third miss (with the two fixed threads of before, it waited until
 /// the slow reads were done).
-#[test]
-fn request_threads_grow_with_vms_so_slow_host_reads_hold_no_other_miss() {
-    if !fuse_usable() {
+fn request_threads_grow_with_vms_so_slow_host_reads_hold_no_other_miss(t: Transport) {
+    if !fuse_usable() || (t == Transport::IoUring && !uring_usable()) {
         return;
     }
     let b = Arc::new(GatedBackend {
@@ -406,6 +427,7 @@ fn request_threads_grow_with_vms_so_slow_host_reads_hold_no_other_miss() {
     let dir = tempfile::tempdir().unwrap();
     let opts = PlaneOptions {
         readers: 2,
+        transport: t,
         ..PlaneOptions::default()
     };
     let p = match FusePoolPlane::mount(dir.path(), POOL, b.clone(), opts) {
@@ -418,11 +440,18 @@ fn request_threads_grow_with_vms_so_slow_host_reads_hold_no_other_miss() {
         }
         Err(e) => panic!("mount: {e:?}"),
     };
-    assert_eq!(p.readers(), 2);
+    // Request threads, or ring workers per CPU queue.
+    let threads = |p: &FusePoolPlane| match p.transport() {
+        ActiveTransport::DevFuse => p.readers(),
+        ActiveTransport::IoUring {
+            queues, workers, ..
+        } => workers / queues,
+    };
+    assert_eq!(threads(&p), 2);
     p.register_vmm(0, 1_000_001);
     p.register_vmm(1, 1_000_002);
     p.register_vmm(1, 1_000_003); // the same VM again: no new thread
-    assert_eq!(p.readers(), 3, "one more than the VMs");
+    assert_eq!(threads(&p), 3, "one more than the VMs");
     // Two misses stuck in slow host reads (pages 0 and 1), each on a thread
     // of its own, as two vCPUs of one VM would be.
     let target = p.map_target().clone();
@@ -458,4 +487,87 @@ fn request_threads_grow_with_vms_so_slow_host_reads_hold_no_other_miss() {
     }
     drop(p);
     drop(dir);
+}
+
+/// Each scenario above, on `/dev/fuse` and on FUSE over io_uring.
+macro_rules! on_both_transports {
+    ($($name:ident),* $(,)?) => {
+        mod dev_fuse {
+            $(#[test]
+            fn $name() {
+                super::$name(residency::Transport::DevFuse)
+            })*
+        }
+        mod io_uring {
+            $(#[test]
+            fn $name() {
+                super::$name(residency::Transport::IoUring)
+            })*
+        }
+    };
+}
+
+on_both_transports!(
+    first_touch_traps_once_per_page_with_the_right_data,
+    evicted_pages_trap_again,
+    stored_pages_do_not_trap,
+    dirty_pages_are_written_back_on_evict_and_msync,
+    odd_requests_get_errors_and_the_server_stays_up,
+    drop_unmounts_and_stops,
+    request_threads_grow_with_vms_so_slow_host_reads_hold_no_other_miss,
+);
+
+/// Misses, write-backs and the plane's own requests travel through the
+/// ring, not `/dev/fuse`, once it is up; a polling worker serves them too.
+#[test]
+fn io_uring_carries_the_misses() {
+    if !fuse_usable() || !uring_usable() {
+        return;
+    }
+    for mode in [ReaderMode::Block, ReaderMode::Spin] {
+        let b = TestBackend::new();
+        let dir = tempfile::tempdir().unwrap();
+        let opts = PlaneOptions {
+            transport: Transport::IoUring,
+            mode,
+            ..PlaneOptions::default()
+        };
+        let p = FusePoolPlane::mount(dir.path(), POOL, b.clone(), opts).expect("mount");
+        let ActiveTransport::IoUring {
+            queues,
+            workers,
+            poll,
+        } = p.transport()
+        else {
+            panic!("not on the ring: {:?}", p.transport());
+        };
+        assert_eq!(poll, mode == ReaderMode::Spin);
+        assert!(queues >= 1);
+        assert!(workers >= 1);
+        let before = p.ring_requests();
+        let m = Mapping::new(p.map_target());
+        for page in 0..32 {
+            assert_eq!(m.read(page * PAGE_SIZE), b.byte(page * PAGE_SIZE));
+        }
+        m.write(40 * PAGE_SIZE, 9);
+        m.msync();
+        let served = p.ring_requests() - before;
+        assert!(
+            served >= 33,
+            "{mode:?}: {served} requests through the ring for 33 misses and a write-back"
+        );
+        assert_eq!(b.misses().len(), 33);
+        assert_eq!(b.writebacks.lock().unwrap().len(), 1);
+        drop(m);
+        drop(p);
+    }
+}
+
+#[test]
+fn transports_parse_and_print() {
+    for t in [Transport::Auto, Transport::DevFuse, Transport::IoUring] {
+        assert_eq!(t.to_string().parse::<Transport>(), Ok(t));
+    }
+    assert!("ring".parse::<Transport>().is_err());
+    assert_eq!(PlaneOptions::default().transport, Transport::Auto);
 }
