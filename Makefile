@@ -5,7 +5,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 CXLFS := $(TARGET_DIR)/release/cxlfs
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test bench fuzz lint unit e2e image qemu toolchain fonts build clean
+.PHONY: demo test bench fuzz lint unit e2e image qemu toolchain fonts build clean fuse-uring
 
 ## The main job: the virtiofs-on-CXL ratio sweep, small (experiments/demo.toml):
 ## cxlfsd with a DAX window, two guests sharing four files, fio zipf random reads,
@@ -14,14 +14,14 @@ export CARGO_TERM_COLOR ?= never
 ## for DAX: ~5 min cold, cached after), then prints the results table; the
 ## results directory (CSV, JSON, plots, logs, provenance) is $(DEMO_OUT).
 DEMO_OUT ?= results/demo
-demo: build fonts image qemu
+demo: build fonts image qemu fuse-uring
 	$(CARGO) build --release --locked -p cxlfsd
 	$(CXLFS) run experiments/demo.toml --out $(DEMO_OUT) --force
 
 ## Every test: formatting, clippy with -D warnings, unit, property, golden and CLI tests,
 ## the fuzz targets' seeds and regressions replayed on stable (fuzz/README.md),
 ## then the end-to-end tests with real QEMU guests (tests/, see tests/README.md).
-test: toolchain lint unit e2e
+test: toolchain fuse-uring lint unit e2e
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -37,6 +37,17 @@ unit: fonts
 e2e: toolchain image qemu fonts
 	$(CARGO) build --release --locked -p cxlfsd
 	$(CARGO) test --locked -p cxlfs-e2e -- --test-threads=1
+
+## FUSE over io_uring for the residency plane (Linux >= 6.14, kvm-ept/README.md):
+## turns on the fuse module's switch where it exists and we may (root). It only
+## lets a FUSE server that asks for the ring use it. Elsewhere the plane stays on
+## /dev/fuse, and the io_uring tests say why (and fail under CI=true).
+fuse-uring:
+	@p=/sys/module/fuse/parameters/enable_uring; \
+	if [ -e $$p ] && [ "$$(cat $$p)" != Y ]; then \
+		if (echo Y > $$p) 2>/dev/null; then echo "fuse: enable_uring=Y"; \
+		else echo "fuse: cannot set $$p (not root?); the pool plane stays on /dev/fuse"; fi; \
+	fi
 
 ## The test-guest image (kernel + initramfs with fio, busybox), cached by content hash.
 image:
@@ -57,7 +68,7 @@ qemu:
 ## NOTIFY_STORE / NOTIFY_INVAL_INODE costs; then what
 ## metrics cost (daemon/benches/metrics_overhead.rs, ~1 min): 4 KiB READ
 ## throughput and daemon CPU per request, metrics on vs off, ratios printed.
-bench: toolchain
+bench: toolchain fuse-uring
 	$(CARGO) bench --locked -p cxlfs-device-model --bench replay_throughput
 	daemon/bench/virtiofsd-comparison.sh
 	$(CARGO) bench --locked -p cxlfs-residency --bench pool_latency

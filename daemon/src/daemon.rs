@@ -116,7 +116,7 @@ fn mount_plane(
     dir: Option<&Path>,
     size: u64,
     backend: Arc<dyn PoolBackend>,
-    compensation: residency::pace::Compensation,
+    options: PlaneOptions,
 ) -> Result<Arc<dyn ResidencyPlane>, StartDaxError> {
     let dir = dir.map_or_else(crate::dax::default_pool_dir, Path::to_path_buf);
     let created = CreatedDir((!dir.exists()).then(|| dir.clone()));
@@ -133,8 +133,7 @@ fn mount_plane(
     // (the plane's, and the ones VMMs get over vhost-user), never by path.
     let options = PlaneOptions {
         detach: true,
-        compensation,
-        ..PlaneOptions::default()
+        ..options
     };
     let plane = FusePoolPlane::mount(&dir, size, backend, options)?;
     // Nothing is mounted on it any more.
@@ -240,9 +239,9 @@ impl DaemonState {
         if let Err(e) = crate::sandbox::raise_file_limit() {
             tracing::warn!(error = %e, "cannot raise RLIMIT_NOFILE");
         }
-        let dax = features.dax.and_then(|(dir, window)| {
-            start_dax(&shared, dir, window, opts.queues.dax_compensation)
-        });
+        let dax = features
+            .dax
+            .and_then(|(dir, window)| start_dax(&shared, dir, window, &opts.queues));
         let plane = dax.clone().map(|d| d as Arc<dyn PlaneSource>);
         let mut metrics = Metrics::new(shared.clone(), plane);
         if let Some(m) = features.memory {
@@ -583,9 +582,19 @@ fn start_dax(
     shared: &Arc<SharedDevice>,
     dir: Option<&Path>,
     window: u64,
-    compensation: residency::pace::Compensation,
+    queues: &crate::backend::QueueOptions,
 ) -> Option<Arc<DaxPlane>> {
-    let mount = |size, backend| mount_plane(dir, size, backend, compensation);
+    let options = PlaneOptions {
+        compensation: queues.dax_compensation,
+        transport: queues.plane_transport,
+        mode: if queues.plane_poll {
+            residency::ReaderMode::Spin
+        } else {
+            residency::ReaderMode::Block
+        },
+        ..PlaneOptions::default()
+    };
+    let mount = |size, backend| mount_plane(dir, size, backend, options);
     match DaxPlane::start(shared.clone(), window, mount) {
         Ok(d) => {
             tracing::info!(window, plane = ?d, "DAX window on: guests may mount with -o dax");

@@ -18,7 +18,7 @@
 use residency::pace::Compensation;
 use residency::{
     FusePoolPlane, Miss, MissData, MissReply, PlaneOptions, PoolBackend, ReaderMode,
-    ResidencyPlane, ServeMissError, WritebackError, PAGE_SIZE,
+    ResidencyPlane, ServeMissError, Transport, WritebackError, PAGE_SIZE,
 };
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -156,22 +156,51 @@ struct Fixture {
 }
 
 /// How the plane reads its requests: threads of this process (blocking or
-/// polling), or a helper process (a split plane, as memory mode uses).
-#[derive(Debug, Clone, Copy)]
+/// polling) on `/dev/fuse` or on FUSE over io_uring, or a helper process
+/// (a split plane, as memory mode uses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Readers {
     Local(ReaderMode),
+    Ring(ReaderMode),
     Split,
 }
 
-const READERS: [Readers; 3] = [
-    Readers::Local(ReaderMode::Block),
-    Readers::Local(ReaderMode::Spin),
-    Readers::Split,
-];
+impl std::fmt::Display for Readers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Readers::Local(ReaderMode::Block) => f.write_str("dev-fuse block"),
+            Readers::Local(ReaderMode::Spin) => f.write_str("dev-fuse spin"),
+            Readers::Ring(ReaderMode::Block) => f.write_str("io-uring block"),
+            Readers::Ring(ReaderMode::Spin) => f.write_str("io-uring poll"),
+            Readers::Split => f.write_str("split (helper)"),
+        }
+    }
+}
+
+/// Every way to read requests this host offers (the io_uring ones only
+/// where the kernel offers FUSE over io_uring; said so otherwise).
+fn readers() -> Vec<Readers> {
+    let mut r = vec![
+        Readers::Local(ReaderMode::Block),
+        Readers::Local(ReaderMode::Spin),
+    ];
+    if residency::uring::kernel_offers() {
+        r.push(Readers::Ring(ReaderMode::Block));
+        r.push(Readers::Ring(ReaderMode::Spin));
+    } else {
+        println!(
+            "    (FUSE over io_uring: not offered by this kernel, {} is not Y; io-uring rows skipped)",
+            residency::uring::ENABLE_PARAM
+        );
+    }
+    r.push(Readers::Split);
+    r
+}
 
 fn mount_as(b: &Arc<BenchBackend>, r: Readers, compensation: Compensation) -> Fixture {
     match r {
-        Readers::Local(mode) => mount(b, mode, compensation),
+        Readers::Local(mode) => mount(b, mode, Transport::DevFuse, compensation),
+        Readers::Ring(mode) => mount(b, mode, Transport::IoUring, compensation),
         Readers::Split => {
             let dir = tempfile::tempdir().unwrap();
             let store = tempfile::tempfile().unwrap();
@@ -197,7 +226,12 @@ fn mount_as(b: &Arc<BenchBackend>, r: Readers, compensation: Compensation) -> Fi
     }
 }
 
-fn mount(b: &Arc<BenchBackend>, mode: ReaderMode, compensation: Compensation) -> Fixture {
+fn mount(
+    b: &Arc<BenchBackend>,
+    mode: ReaderMode,
+    transport: Transport,
+    compensation: Compensation,
+) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let readers = if mode == ReaderMode::Spin { 1 } else { 2 };
     let p = FusePoolPlane::mount(
@@ -207,6 +241,7 @@ fn mount(b: &Arc<BenchBackend>, mode: ReaderMode, compensation: Compensation) ->
         PlaneOptions {
             readers,
             mode,
+            transport,
             compensation,
             ..PlaneOptions::default()
         },
@@ -217,7 +252,7 @@ fn mount(b: &Arc<BenchBackend>, mode: ReaderMode, compensation: Compensation) ->
 
 fn hits(b: &Arc<BenchBackend>) {
     println!("(a) hit latency: pointer chase, one random cache line per page, random page order");
-    let fx = mount(b, ReaderMode::Block, Compensation::Off);
+    let fx = mount(b, ReaderMode::Block, Transport::DevFuse, Compensation::Off);
     let p = &fx.p;
     let pool = Map::new(
         p.map_target().file.as_raw_fd(),
@@ -325,30 +360,62 @@ fn touch_fresh(b: &Arc<BenchBackend>, p: &FusePoolPlane, n: usize, seed: u64) ->
     s
 }
 
+/// Interleaved rounds of each section that takes them
+/// (`POOL_LATENCY_ROUNDS`, default 3).
+fn rounds() -> usize {
+    std::env::var("POOL_LATENCY_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3)
+        .max(1)
+}
+
 fn misses(b: &Arc<BenchBackend>) {
-    println!("(b) miss-path floor, modeled latency 0: first touch -> FUSE_READ -> mapped");
-    for mode in READERS {
-        let fx = mount_as(b, mode, Compensation::Off);
-        let p = &fx.p;
-        b.latency_ns.store(0, Ordering::Relaxed);
-        let _ = touch_fresh(b, p, 500, 1); // warm-up
-        let mut s = touch_fresh(b, p, 20_000, 2);
-        let traps = p.metrics().traps;
-        println!(
-            "    {:<28} median {:>9}  p99 {:>9}   ({} traps)",
-            format!("{mode:?} reader(s):"),
-            us(pct(&mut s.total, 0.5)),
-            us(pct(&mut s.total, 0.99)),
-            traps
-        );
-        if !s.server.is_empty() {
-            println!(
-                "      split (medians): fault -> server read {}, server {}, reply -> mapped {}",
-                us(pct(&mut s.to_server, 0.5)),
-                us(pct(&mut s.server, 0.5)),
-                us(pct(&mut s.back, 0.5)),
-            );
+    let rounds = rounds();
+    println!(
+        "(b) miss-path floor, modeled latency 0: first touch -> FUSE_READ -> mapped; every transport side by side, {rounds} interleaved rounds of 10000 misses, medians over rounds; loadavg {}",
+        loadavg()
+    );
+    let modes = readers();
+    // per mode: per round (median, p99, to_server, server, back)
+    let mut got = vec![Vec::<[u64; 5]>::new(); modes.len()];
+    for round in 0..rounds {
+        for (mi, &mode) in modes.iter().enumerate() {
+            let fx = mount_as(b, mode, Compensation::Off);
+            let p = &fx.p;
+            b.latency_ns.store(0, Ordering::Relaxed);
+            let _ = touch_fresh(b, p, 500, 1 + round as u64); // warm-up
+            let mut s = touch_fresh(b, p, 10_000, 2 + 10 * round as u64);
+            let split = |v: &mut Vec<u64>| if v.is_empty() { 0 } else { pct(v, 0.5) };
+            got[mi].push([
+                pct(&mut s.total, 0.5),
+                pct(&mut s.total, 0.99),
+                split(&mut s.to_server),
+                split(&mut s.server),
+                split(&mut s.back),
+            ]);
         }
+    }
+    let base = got
+        .first()
+        .map(|r| pct(&mut r.iter().map(|x| x[0]).collect::<Vec<_>>(), 0.5));
+    for (mode, rs) in modes.iter().zip(&got) {
+        let med = |i: usize| pct(&mut rs.iter().map(|x| x[i]).collect::<Vec<_>>(), 0.5);
+        let per_round: Vec<String> = rs.iter().map(|x| us(x[0])).collect();
+        println!(
+            "    {:<16} median {:>9}  p99 {:>9}  ({:.2}x dev-fuse block; rounds {})",
+            mode.to_string(),
+            us(med(0)),
+            us(med(1)),
+            base.map_or(f64::NAN, |b| med(0) as f64 / b.max(1) as f64),
+            per_round.join(" "),
+        );
+        println!(
+            "      split (medians): fault -> server {}, server {}, reply -> mapped {}",
+            us(med(2)),
+            us(med(3)),
+            us(med(4)),
+        );
     }
     compensated(b);
 }
@@ -380,17 +447,13 @@ fn compensations() -> Vec<Compensation> {
 fn compensated(b: &Arc<BenchBackend>) {
     const LATS: [u64; 3] = [3, 20, 40];
     let comps = compensations();
-    let rounds: usize = std::env::var("POOL_LATENCY_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(3)
-        .max(1);
+    let rounds = rounds();
     println!(
         "(c) achieved vs modeled miss latency (achieved: first touch -> mapped, as the toucher sees it); compensation {} side by side, {rounds} interleaved rounds of 5000 misses, medians over rounds; loadavg {}",
         comps.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(" / "),
         loadavg()
     );
-    for mode in READERS {
+    for mode in readers() {
         // cells[comp][lat][round]
         let mut cells = vec![vec![Vec::<Cell>::new(); LATS.len()]; comps.len()];
         let mut loads = Vec::new();
@@ -432,8 +495,8 @@ fn compensated(b: &Arc<BenchBackend>) {
                 let meds = |f: fn(&Cell) -> i64| pct(&mut c.iter().map(f).collect::<Vec<_>>(), 0.5);
                 let rounds_over: Vec<String> = c.iter().map(|x| sus(x.over_p50)).collect();
                 println!(
-                    "    {:<6} {:<5} NAND {:>2} µs: achieved median {:>9} p99 {:>9}; achieved-modeled median {:>10} p99 {:>10} (rounds: {}); (arrival->mapped)-modeled median {:>10}; floor {}",
-                    format!("{mode:?}"),
+                    "    {:<15} {:<5} NAND {:>2} µs: achieved median {:>9} p99 {:>9}; achieved-modeled median {:>10} p99 {:>10} (rounds: {}); (arrival->mapped)-modeled median {:>10}; floor {}",
+                    mode.to_string(),
                     comp.to_string(),
                     lat_us,
                     us(med(|x| x.achieved_p50)),
@@ -452,7 +515,7 @@ fn compensated(b: &Arc<BenchBackend>) {
 
 fn notifies(b: &Arc<BenchBackend>) {
     println!("(d) notifications (time of the write to /dev/fuse, on the notifier thread)");
-    let fx = mount(b, ReaderMode::Block, Compensation::Off);
+    let fx = mount(b, ReaderMode::Block, Transport::DevFuse, Compensation::Off);
     let p = &fx.p;
     let map = Map::new(
         p.map_target().file.as_raw_fd(),

@@ -761,6 +761,7 @@ impl crate::uring::RingServer for Server {
 
     fn answer(&self, request: &[u8], arrival_ns: u64, out: &mut Vec<u8>) -> crate::uring::Due {
         use crate::uring::Due;
+        self.metrics.ring_request();
         match self.handle(request, arrival_ns, out) {
             // A stop GETATTR is for `/dev/fuse` readers; a ring worker
             // just answers it.
@@ -1255,7 +1256,7 @@ impl FusePoolPlane {
 
     /// Requests answered through the io_uring so far (0 on `/dev/fuse`).
     pub fn ring_requests(&self) -> u64 {
-        self.m.ring.as_ref().map_or(0, |r| lock(r).served())
+        self.m.server.metrics.snapshot().ring_requests
     }
 
     /// Request threads started so far.

@@ -24,6 +24,7 @@ pub struct PlaneMetrics {
     writebacks: AtomicU64,
     writeback_bytes: AtomicU64,
     notify_errors: AtomicU64,
+    ring_requests: AtomicU64,
     /// One bit per pool page: set when the plane made it resident (miss
     /// reply, store), cleared on invalidation. The kernel may also drop
     /// clean pages under memory pressure, so this is an upper bound.
@@ -61,6 +62,8 @@ pub struct PlaneMetricsSnapshot {
     pub writeback_bytes: u64,
     /// Notifications the kernel refused.
     pub notify_errors: u64,
+    /// Requests answered through FUSE over io_uring (0 on `/dev/fuse`).
+    pub ring_requests: u64,
     /// Estimated resident pool bytes (an upper bound).
     pub resident_bytes: u64,
     /// The floor miss replies are released ahead of their modeled
@@ -87,6 +90,7 @@ impl PlaneMetrics {
             writebacks: AtomicU64::new(0),
             writeback_bytes: AtomicU64::new(0),
             notify_errors: AtomicU64::new(0),
+            ring_requests: AtomicU64::new(0),
             resident: (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
             resident_pages: AtomicU64::new(0),
             floor: Floor::new(Compensation::Off),
@@ -164,6 +168,10 @@ impl PlaneMetrics {
         self.notify_errors.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn ring_request(&self) {
+        self.ring_requests.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// A copy of the counters.
     pub fn snapshot(&self) -> PlaneMetricsSnapshot {
         let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -184,6 +192,7 @@ impl PlaneMetrics {
             writebacks: r(&self.writebacks),
             writeback_bytes: r(&self.writeback_bytes),
             notify_errors: r(&self.notify_errors),
+            ring_requests: r(&self.ring_requests),
             resident_bytes: r(&self.resident_pages) * PAGE_SIZE,
             compensation_ns: self.floor.current_ns(),
             calibration_probes: self.floor.samples(),

@@ -78,6 +78,10 @@ pub struct QueueOptions {
     /// Latency compensation of the residency plane's misses (DAX traps;
     /// the daemon mounts the plane with it).
     pub dax_compensation: pace::Compensation,
+    /// How the residency plane talks to the host kernel.
+    pub plane_transport: residency::Transport,
+    /// One polling plane thread (`ReaderMode::Spin`) instead of sleeping ones.
+    pub plane_poll: bool,
 }
 
 impl Default for QueueOptions {
@@ -89,6 +93,8 @@ impl Default for QueueOptions {
             tag: FsTag::default(),
             compensation: pace::Compensation::Off,
             dax_compensation: pace::Compensation::Off,
+            plane_transport: residency::Transport::Auto,
+            plane_poll: false,
         }
     }
 }

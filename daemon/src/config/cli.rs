@@ -72,6 +72,16 @@ pub struct Cli {
     /// before.
     #[arg(long, value_name = "auto|off|NS|dax=..,fuse=..")]
     pub latency_compensation: Option<String>,
+    /// How the residency plane (DAX) talks to the host kernel: auto
+    /// (default: FUSE over io_uring where the kernel offers it, i.e.
+    /// `/sys/module/fuse/parameters/enable_uring` is Y, else /dev/fuse) |
+    /// dev-fuse | io-uring (refuse to start the plane without it).
+    #[arg(long, value_name = "auto|dev-fuse|io-uring")]
+    pub plane_transport: Option<String>,
+    /// One plane thread polls for traps instead of sleeping ones: saves a
+    /// wake-up per miss, burns a core.
+    #[arg(long)]
+    pub plane_poll: bool,
     /// virtio-fs tag in the device config space (default `cxlfs`), for
     /// front-ends that read it from the back-end (VHOST_USER_GET_CONFIG,
     /// e.g. QEMU >= 11.1 `vhost-user-test-device-pci,virtio-id=26`);
@@ -196,6 +206,8 @@ impl TryFrom<&Cli> for Settings {
             max_readahead: cli.max_readahead,
             realtime_priority: cli.realtime_priority,
             latency_compensation: cli.latency_compensation.clone(),
+            plane_transport: cli.plane_transport.clone(),
+            plane_poll: cli.plane_poll.then_some(true),
             tag: cli.tag.clone(),
             dax: cli.dax,
             dax_window: cli.dax_window.clone(),

@@ -347,6 +347,15 @@ fn queue_options(s: &Settings) -> Result<QueueOptions, LoadDaemonConfigError> {
         realtime_priority: s.realtime_priority,
         compensation: compensation.fuse,
         dax_compensation: compensation.dax,
+        plane_transport: match &s.plane_transport {
+            Some(t) => t
+                .parse()
+                .map_err(|e: residency::fuse_plane::ParseTransportError| {
+                    LoadDaemonConfigError::Invalid(e.to_string())
+                })?,
+            None => residency::Transport::Auto,
+        },
+        plane_poll: s.plane_poll.unwrap_or(false),
         tag: match &s.tag {
             Some(t) => t.parse().map_err(|e: crate::backend::ParseFsTagError| {
                 LoadDaemonConfigError::Invalid(e.to_string())
@@ -665,6 +674,29 @@ mod tests {
     }
 
     #[test]
+    fn plane_transport_from_file_and_flags() {
+        use residency::Transport;
+        let pick = |c: &DaemonConfig| (c.queues.plane_transport, c.queues.plane_poll);
+        let c = DaemonConfig::merge(&cli(&["--shared-dir", "/a"]), FileConfig::default()).unwrap();
+        assert_eq!(pick(&c), (Transport::Auto, false), "default");
+        let file: FileConfig =
+            toml::from_str("plane_transport = \"dev-fuse\"\nplane_poll = true").unwrap();
+        let c = DaemonConfig::merge(&cli(&["--shared-dir", "/a"]), file.clone()).unwrap();
+        assert_eq!(pick(&c), (Transport::DevFuse, true));
+        let c = DaemonConfig::merge(
+            &cli(&["--shared-dir", "/a", "--plane-transport", "io-uring"]),
+            file,
+        )
+        .unwrap();
+        assert_eq!(pick(&c), (Transport::IoUring, true), "the flag wins");
+        assert!(DaemonConfig::merge(
+            &cli(&["--shared-dir", "/a", "--plane-transport", "rdma"]),
+            FileConfig::default(),
+        )
+        .is_err());
+    }
+
+    #[test]
     fn latency_compensation_from_file_and_flags() {
         let base = || cli(&["--shared-dir", "/a"]);
         let both = |c: &DaemonConfig| (c.queues.dax_compensation, c.queues.compensation);
@@ -922,7 +954,7 @@ mod tests {
             let flag = flag.replace('_', "-");
             assert!(longs.contains(&flag.as_str()), "no --{flag} for `{key}`");
         }
-        assert_eq!(Settings::KEYS.len(), 32);
+        assert_eq!(Settings::KEYS.len(), 34);
         // ... and `sets` is not a file key.
         assert!(toml::from_str::<FileConfig>("sets = [\"a=1\"]").is_err());
     }

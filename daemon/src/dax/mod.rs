@@ -923,6 +923,7 @@ impl PlaneSource for DaxPlane {
             resident_bytes: m.resident_bytes,
             evictions: m.invalidations,
             compensation_ns: m.compensation_ns,
+            ring_requests: m.ring_requests,
         })
     }
 

@@ -78,6 +78,8 @@ pub struct PlaneFigures {
     /// The trap path's floor that miss replies are released ahead of
     /// their modeled completion by now (ns; 0: compensation off).
     pub compensation_ns: u64,
+    /// Requests answered through FUSE over io_uring (0 on `/dev/fuse`).
+    pub ring_requests: u64,
 }
 
 /// The residency plane's figures (DAX on): attached once it is up

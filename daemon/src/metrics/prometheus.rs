@@ -10,6 +10,8 @@ use std::fmt::Write as _;
 
 /// The latency-compensation gauge (label `path`: `fuse`, `dax`).
 const COMPENSATION: &str = "cxlfs_latency_compensation_seconds";
+/// Requests the residency plane answered through FUSE over io_uring.
+const POOL_RING_REQUESTS: &str = "cxlfs_pool_ring_requests_total";
 
 fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
@@ -167,6 +169,12 @@ pub fn render_prometheus(snap: &Snapshot) -> String {
     );
     for (path, ns) in &snap.compensation_ns {
         let _ = writeln!(s, "{COMPENSATION}{{path=\"{path}\"}} {:.9}", secs(*ns));
+    }
+    if let Some(n) = snap.pool_ring_requests {
+        let _ = writeln!(
+            s,
+            "# HELP {POOL_RING_REQUESTS} Requests the residency plane answered through FUSE over io_uring (0: it runs on /dev/fuse).\n# TYPE {POOL_RING_REQUESTS} counter\n{POOL_RING_REQUESTS} {n}"
+        );
     }
     let _ = writeln!(
         s,

@@ -91,6 +91,9 @@ pub struct Snapshot {
     /// Latency compensation floors (ns) by path: `fuse` always, `dax`
     /// when the residency plane is up.
     pub compensation_ns: Vec<(&'static str, u64)>,
+    /// Requests the residency plane answered through FUSE over io_uring
+    /// (`None`: no plane).
+    pub pool_ring_requests: Option<u64>,
 }
 
 impl Snapshot {
@@ -192,7 +195,8 @@ impl Metrics {
         all.pacing_error = pacing;
         all.pacing_error_long = long;
         let mut compensation_ns = vec![("fuse", self.fuse_compensation_ns())];
-        if self.plane.as_ref().is_some_and(|p| p.figures().is_some()) {
+        let plane_up = self.plane.as_ref().is_some_and(|p| p.figures().is_some());
+        if plane_up {
             compensation_ns.push(("dax", plane.compensation_ns));
         }
         Snapshot {
@@ -201,6 +205,7 @@ impl Metrics {
             device,
             memory_regions: self.memory_regions(),
             compensation_ns,
+            pool_ring_requests: plane_up.then_some(plane.ring_requests),
         }
     }
 }

@@ -209,6 +209,14 @@ const COMMON: &[i64] = &[
     libc::SYS_fchdir,
     libc::SYS_getcwd,
     libc::SYS_umask,
+    // The pool plane's FUSE over io_uring: ring workers wait and commit in
+    // io_uring_enter; more start (setup, restrictions, pinning) as VMs
+    // register. Their rings carry only FUSE commands and polls
+    // (IORING_REGISTER_RESTRICTIONS), since seccomp does not see inside.
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    libc::SYS_sched_setaffinity,
     // The pool plane at shutdown: stopping its request threads, and the
     // lazy unmount (refused without CAP_SYS_ADMIN, harmless: the pool is
     // already detached).
