@@ -81,6 +81,16 @@ impl OutHeader {
         })
     }
 
+    /// The whole of a reply that only reports `errno` (positive; sent
+    /// negated, as the kernel expects).
+    pub fn error_only(unique: u64, errno: i32) -> Self {
+        OutHeader {
+            len: OUT_HEADER_LEN as u32,
+            error: -errno,
+            unique,
+        }
+    }
+
     /// Decodes a reply header (same as [`OutHeader::decode`]; tests,
     /// front-end drivers).
     pub fn parse(c: &mut Cursor<'_>) -> Result<Self, DecodeError> {

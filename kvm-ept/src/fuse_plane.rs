@@ -354,12 +354,7 @@ fn finish(out: &mut [u8], unique: u64) -> Result<(), i32> {
 
 fn error_reply(out: &mut Vec<u8>, unique: u64, errno: i32) -> Outcome {
     out.clear();
-    OutHeader {
-        len: abi::OUT_HEADER_LEN as u32,
-        error: -errno,
-        unique,
-    }
-    .encode(out);
+    OutHeader::error_only(unique, errno).encode(out);
     Outcome::Reply
 }
 

@@ -281,29 +281,13 @@ fn scatter_reply(e: &mut Entry, out: &[u8], unique: u64) {
         Some(h) if body.len() <= e.payload.len() && h.unique == unique => (h, body),
         _ => {
             tracing::warn!(len = out.len(), unique, "ring reply does not fit its entry");
-            let h = OutHeader {
-                len: abi::OUT_HEADER_LEN as u32,
-                error: -libc::EIO,
-                unique,
-            };
-            (h, &[][..])
+            (OutHeader::error_only(unique, libc::EIO), &[][..])
         }
     };
     e.payload[..body.len()].copy_from_slice(body);
     let bytes = fuse_abi::zerocopy::IntoBytes::as_bytes(&header);
     e.header.in_out[..bytes.len()].copy_from_slice(bytes);
     e.header.ring_ent_in_out.payload_sz = body.len() as u32;
-}
-
-/// An error reply for a request whose entry could not be decoded.
-fn error_out(out: &mut Vec<u8>, unique: u64, errno: i32) {
-    out.clear();
-    OutHeader {
-        len: abi::OUT_HEADER_LEN as u32,
-        error: -errno,
-        unique,
-    }
-    .encode(out);
 }
 
 /// Pins the calling thread to `cpu` (best effort).
@@ -678,7 +662,8 @@ impl WorkerCtx {
                     Some(_) => server.answer(&req, arrival, &mut out),
                     None => {
                         tracing::warn!(qid = e.qid, "undecodable ring request");
-                        error_out(&mut out, e.commit_id, libc::EINVAL);
+                        out.clear();
+                        OutHeader::error_only(e.commit_id, libc::EINVAL).encode(&mut out);
                         Due::Now
                     }
                 };
