@@ -924,7 +924,20 @@ impl FusePoolPlane {
         backend: Arc<dyn PoolBackend>,
         options: PlaneOptions,
     ) -> Result<Self, MountPlaneError> {
-        Self::start(mountpoint, size, backend, options, None)
+        match Self::start(mountpoint, size, backend.clone(), options, None) {
+            // The kernel granted the ring but it could not be started: that
+            // connection would hold every request, so it was closed; a
+            // `/dev/fuse` mount takes its place.
+            Err(MountPlaneError::Ring(e)) if options.transport == Transport::Auto => {
+                tracing::warn!(error = %e, "FUSE over io_uring did not start; the pool is mounted on /dev/fuse");
+                let options = PlaneOptions {
+                    transport: Transport::DevFuse,
+                    ..options
+                };
+                Self::start(mountpoint, size, backend, options, None)
+            }
+            r => r,
+        }
     }
 
     /// Mounts a pool whose requests a helper process reads (see
@@ -967,7 +980,21 @@ impl FusePoolPlane {
                 ));
             }
         }
-        let plan_uring = split.is_none() && options.transport != Transport::DevFuse && offered;
+        // A ring that cannot even be created (io_uring_disabled, seccomp,
+        // memory) must be known before INIT offers it.
+        let wanted = split.is_none() && options.transport != Transport::DevFuse && offered;
+        let plan_uring = match (wanted, wanted.then(crate::uring::probe)) {
+            (true, Some(Err(e))) if options.transport == Transport::IoUring => {
+                return Err(MountPlaneError::Ring(crate::uring::StartRingError::Setup(
+                    e,
+                )))
+            }
+            (true, Some(Err(e))) => {
+                tracing::info!(error = %e, "no io_uring here; the pool uses /dev/fuse");
+                false
+            }
+            (wanted, _) => wanted,
+        };
         let dev = OpenOptions::new()
             .read(true)
             .write(true)
@@ -1148,9 +1175,13 @@ impl FusePoolPlane {
                         "the kernel's INIT did not offer it",
                     ))
                 }
-                (Err(e), Transport::IoUring) => return Err(MountPlaneError::Ring(e)),
+                // Granted but not started: the kernel now holds every
+                // request until each queue has an entry, so this mount can
+                // only be closed (dropping `m` detaches it and closes
+                // `/dev/fuse` without a request). `mount` retries `Auto`
+                // on `/dev/fuse`.
+                (Err(e), _) => return Err(MountPlaneError::Ring(e)),
                 (Ok(None), _) => tracing::info!("the kernel's INIT did not offer FUSE over io_uring; the pool stays on /dev/fuse"),
-                (Err(e), _) => tracing::warn!(error = %e, "FUSE over io_uring did not start; the pool stays on /dev/fuse"),
             }
         }
         m.root = Some(

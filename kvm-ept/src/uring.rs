@@ -738,6 +738,13 @@ fn restricted_ring(slots: u32) -> io::Result<IoUring<squeue::Entry128, cqueue::E
     Ok(ring)
 }
 
+/// Whether a plane's ring can be created here (checked before INIT offers
+/// the ring: once the kernel grants it, a ring that cannot start leaves the
+/// connection holding every request).
+pub(crate) fn probe() -> io::Result<()> {
+    restricted_ring(2).map(drop)
+}
+
 /// Queues one SQE (submitting first if the queue is full).
 fn push(
     ring: &mut IoUring<squeue::Entry128, cqueue::Entry>,
