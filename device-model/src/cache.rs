@@ -272,14 +272,21 @@ impl Cache {
     /// A hint that `page` will be accessed very soon, issued after
     /// [`Cache::prefetch_lookup`] had time to bring its table entry in: if it
     /// is resident, starts loading its slot record and policy state; if it
-    /// looks like a ghost, the ghost entry that the miss will remove.
+    /// looks like a ghost, the ghost entry that the miss will remove; if not
+    /// resident and the cache has more than one set, the policy's state of
+    /// the set that the miss will evict from.
     #[inline]
     pub fn prefetch_slot_of(&self, page: u64) {
         let entry = self.table.get(page);
         if let Some(slot) = Self::resident_slot(entry, self.frames.len()) {
             prefetch_frame(&self.frames, slot);
-        } else if let Some(pos) = entry.checked_sub(self.frames.len() as u32 + 1) {
+            return;
+        }
+        if let Some(pos) = entry.checked_sub(self.frames.len() as u32 + 1) {
             self.ghosts.prefetch(pos);
+        }
+        if self.sets > 1 {
+            self.policy.prefetch_set(self.set_of(page));
         }
     }
 

@@ -20,10 +20,13 @@ pub struct Frame {
     pub(crate) page: u64,
     /// Cache: when the fill of the page completes.
     pub(crate) ready_at_ns: u64,
-    /// Policy: neighbour toward the front of the slot's list ([`NIL`]: none).
+    /// Policy: neighbour toward the front of the slot's list ([`NIL`]:
+    /// none); for a policy whose queues are rings (S3-FIFO), the slot's
+    /// position in its ring.
     pub(crate) prev: u32,
-    /// Policy: neighbour toward the back of the slot's list; while the slot
-    /// is free, the cache's next free slot of the set ([`NIL`]: none).
+    /// Policy: neighbour toward the back of the slot's list (unused by ring
+    /// policies); while the slot is free, the cache's next free slot of the
+    /// set ([`NIL`]: none).
     pub(crate) next: u32,
     /// Cache: residency, dirty, pinned and prefetched bits.
     pub(crate) flags: u8,

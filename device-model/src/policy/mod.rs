@@ -28,6 +28,11 @@
 //! as in libCacheSim. The data structure (a ring per set, a ghost hit
 //! leaving a tombstone) is in `policy/ghost.rs`.
 //!
+//! Most policies keep their queues as intrusive lists through the frames
+//! (`policy/list.rs`); S3-FIFO, whose S and M are only pushed and popped
+//! but for explicit removals, keeps them as rings of slot ids
+//! (`policy/ring.rs`), so that its victims can be prefetched ahead.
+//!
 //! Against libCacheSim (object-count mode, every object of size 1) on a
 //! one-set cache, FIFO, LRU, CLOCK, S3-FIFO and 2Q give the same hit/miss
 //! sequence with matched parameters (`device-model/tests/libcachesim_golden.rs`,
@@ -41,6 +46,7 @@ pub(crate) mod ghost;
 mod lfru;
 mod list;
 mod ordered;
+mod ring;
 mod s3fifo;
 mod twoq;
 
@@ -122,12 +128,20 @@ pub trait EvictionPolicy {
     fn tracked(&self, set: u32) -> u32;
 
     /// A cheap guess at the next two victims of `set` (first victim first),
-    /// used only to prefetch their metadata; it may be wrong or empty. Must
-    /// read only state that a recent eviction already brought into the CPU
-    /// cache (the back of a list and its neighbour).
+    /// used only to prefetch their metadata: the cache prefetches the first
+    /// one's page-table entry (reading its frame) and the second one's
+    /// frame. It may be wrong or empty, and may name slots further ahead
+    /// (S3-FIFO, whose queues are rings). Must read only state that a
+    /// recent eviction already brought into the CPU cache (the back of a
+    /// list and its neighbour, a ring's next entries).
     fn upcoming_victims(&self, _frames: &[Frame], _set: u32) -> [Option<SlotId>; 2] {
         [None, None]
     }
+
+    /// A hint that a miss in `set` is coming: start loading the policy's
+    /// per-set state that it will touch (in a set-associative cache each
+    /// miss lands in another set, so nothing of it is in the CPU cache).
+    fn prefetch_set(&self, _set: u32) {}
 
     /// Whether a hit may relink the slot, touching its list neighbours'
     /// frames too (worth prefetching them).
@@ -257,6 +271,10 @@ macro_rules! policies {
             #[inline]
             fn upcoming_victims(&self, frames: &[Frame], set: u32) -> [Option<SlotId>; 2] {
                 match self { $(Policy::$variant(p) => p.upcoming_victims(frames, set),)* }
+            }
+            #[inline]
+            fn prefetch_set(&self, set: u32) {
+                match self { $(Policy::$variant(p) => p.prefetch_set(set),)* }
             }
             #[inline]
             fn relinks_on_hit(&self) -> bool {
