@@ -360,13 +360,7 @@ mod tests {
     #[test]
     fn matches_a_fifo_with_removal() {
         use std::collections::{HashMap, VecDeque};
-        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-        let mut rand = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rand = crate::policy::test_rng(0x2545_f491_4f6c_dd1d_u64);
         let mut compactions = 0;
         for capacity in [1u32, 2, 3, 5, 8] {
             let mut g = GhostQueues::new(2, capacity);

@@ -301,6 +301,18 @@ policies! {
     Lfru(Lfru) = "lfru", new: Lfru::new;
 }
 
+/// A small xorshift generator for the policies' randomized tests:
+/// `rand(n)` is in `0..n`.
+#[cfg(test)]
+pub(crate) fn test_rng(mut seed: u64) -> impl FnMut(u64) -> u64 {
+    move |n| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -299,13 +299,7 @@ mod tests {
     /// Random pushes, pops and removals against a `VecDeque`.
     #[test]
     fn matches_a_fifo_with_removal() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut rand = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rand = crate::policy::test_rng(0x9e37_79b9_7f4a_7c15_u64);
         for len in [1u32, 2, 3, 7, 16] {
             let mut r = SlotRings::new(3, len);
             let f = &mut vec![Frame::free(NIL); 3 * len as usize][..];

@@ -280,13 +280,7 @@ mod tests {
     /// consistent through tombstones and compactions.
     #[test]
     fn rings_evict_as_plain_queues() {
-        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-        let mut rand = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rand = crate::policy::test_rng(0x2545_f491_4f6c_dd1d_u64);
         for (ways, small_ratio, threshold) in
             [(1u32, 0.1, 2u8), (4, 0.25, 1), (10, 0.1, 2), (33, 0.3, 3)]
         {
