@@ -63,6 +63,15 @@ pub const POLL_QUEUE_DEPTH: usize = 8;
 /// Most sleeping workers per queue a ring grows to.
 pub const MAX_PER_QUEUE: usize = 16;
 
+/// Most sleeping workers in all (a host with many CPUs gets fewer per
+/// queue): each is a thread with a 128 KiB entry.
+pub const MAX_WORKERS: usize = 512;
+
+/// Sleeping workers per queue allowed for `queues` queues.
+fn per_queue_cap(queues: usize) -> usize {
+    MAX_PER_QUEUE.min(MAX_WORKERS / queues.max(1)).max(1)
+}
+
 /// `user_data` of the stop eventfd's poll.
 const STOP_TAG: u64 = u64::MAX;
 
@@ -358,7 +367,7 @@ impl RingSet {
         let stop = unsafe { File::from_raw_fd(fd) };
         let config = RingConfig {
             queues: config.queues.clamp(1, usize::from(u16::MAX)),
-            per_queue: config.per_queue.clamp(1, MAX_PER_QUEUE),
+            per_queue: config.per_queue.clamp(1, per_queue_cap(config.queues)),
             ..config
         };
         let mut set = RingSet {
@@ -436,9 +445,10 @@ impl RingSet {
     }
 
     /// Grows sleeping workers to `per_queue` per queue (at most
-    /// [`MAX_PER_QUEUE`]; a polling ring does not grow).
+    /// [`MAX_PER_QUEUE`], and [`MAX_WORKERS`] in all; a polling ring does
+    /// not grow).
     pub(crate) fn grow_to(&mut self, per_queue: usize) -> Result<(), StartRingError> {
-        let want = per_queue.min(MAX_PER_QUEUE);
+        let want = per_queue.min(per_queue_cap(self.config.queues));
         if self.config.poll || want <= self.config.per_queue {
             return Ok(());
         }
@@ -803,6 +813,13 @@ mod tests {
             [-libc::EACCES],
             "a NOP is not allowed on a plane's ring"
         );
+    }
+
+    #[test]
+    fn many_cpus_get_fewer_workers_per_queue() {
+        assert_eq!(per_queue_cap(2), MAX_PER_QUEUE);
+        assert_eq!(per_queue_cap(64), 8);
+        assert_eq!(per_queue_cap(1024), 1);
     }
 
     #[test]
