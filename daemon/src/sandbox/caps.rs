@@ -151,7 +151,41 @@ fn drop_on_this_thread() -> bool {
             data.as_mut_ptr(),
         )
     } == 0;
-    ok
+    // A thread started by one that had already dropped inherits the
+    // dropped sets and may no longer drop (EPERM without CAP_SETPCAP):
+    // what counts is that nothing beyond `keep` is left.
+    ok || holds_only(keep)
+}
+
+/// Whether this thread's bounding, effective and permitted sets hold
+/// nothing beyond `keep`. Only system calls: it runs in a signal handler.
+fn holds_only(keep: u64) -> bool {
+    for cap in 0..=LAST_CAP.load(Ordering::Acquire).min(63) {
+        // SAFETY: prctl with integer arguments only.
+        let held = unsafe { libc::prctl(libc::PR_CAPBSET_READ, libc::c_ulong::from(cap), 0, 0, 0) };
+        if keep & (1u64 << cap) == 0 && held != 0 {
+            return false;
+        }
+    }
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: `header` and `data` are the v3 layouts the kernel writes.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_capget,
+            std::ptr::addr_of_mut!(header),
+            data.as_mut_ptr(),
+        )
+    };
+    let set = |w: fn(&CapData) -> u32| u64::from(w(&data[0])) | (u64::from(w(&data[1])) << 32);
+    rc == 0 && (set(|d| d.effective) | set(|d| d.permitted)) & !keep == 0
 }
 
 extern "C" fn on_signal(_: libc::c_int) {
@@ -276,4 +310,18 @@ pub fn drop_capabilities(extra: &[u32]) -> Result<(), DropCapabilitiesError> {
         "capabilities dropped on every thread"
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_only_checks_what_is_left_not_how_it_got_there() {
+        // Everything is within "everything".
+        assert!(holds_only(u64::MAX));
+        // This test's thread drops nothing: its bounding set (full for root,
+        // and never just the kept set) holds more than the kept set.
+        assert!(!holds_only(keep_mask()));
+    }
 }
