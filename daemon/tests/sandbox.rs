@@ -332,3 +332,31 @@ fn a_memory_region_is_reachable_only_through_the_daemons_descriptors() {
     let st = d.stop();
     assert!(st.success(), "{st}\n{}", d.log());
 }
+
+/// A stopped and continued daemon (SIGSTOP/SIGCONT, a cgroup freeze, a
+/// debugger attaching) resumes its timed sleeps through restart_syscall;
+/// the seccomp filter must let that through instead of killing it.
+#[test]
+fn a_stopped_and_continued_daemon_keeps_serving() {
+    if !root_or_skip() {
+        return;
+    }
+    let mut d = start(&[]);
+    let pid = d.pid() as i32;
+    assert_eq!(read_hello(&d.path("vm0.sock")), b"hello from the host\n");
+    for _ in 0..3 {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+        std::thread::sleep(Duration::from_millis(200));
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            d.child.try_wait().unwrap().is_none(),
+            "cxlfsd died after SIGSTOP/SIGCONT (seccomp and restart_syscall?)\n{}",
+            d.log()
+        );
+    }
+    assert_eq!(read_hello(&d.path("vm0.sock")), b"hello from the host\n");
+    assert!(d.stop().success(), "{}", d.log());
+}

@@ -91,6 +91,10 @@ const COMMON: &[i64] = &[
     libc::SYS_rt_sigaction,
     libc::SYS_rt_sigprocmask,
     libc::SYS_rt_sigreturn,
+    // The kernel resumes a sleep (nanosleep, a futex or poll with a timeout)
+    // stopped by SIGSTOP/SIGCONT, a cgroup freeze or a debugger through
+    // restart_syscall: without it such a stop killed the daemon (SIGSYS).
+    libc::SYS_restart_syscall,
     libc::SYS_rt_sigtimedwait,
     libc::SYS_sigaltstack,
     libc::SYS_tgkill,
