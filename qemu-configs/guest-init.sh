@@ -146,7 +146,20 @@ sync
 if [ "$mounted" = 1 ]; then
     mkdir -p /mnt/.cxlfs && echo "$status" >"/mnt/.cxlfs/exit-$vm"
     sync
+    # A umount that does not return is a daemon that stopped answering: after
+    # 60 s put the blocked tasks' stacks on the console, so the host sees where.
+    # (The mount leaves /proc/mounts before the superblock is shut down, so
+    # a marker file says when umount has returned.)
+    (
+        sleep 60
+        if [ ! -e /tmp/cxlfs-umounted ]; then
+            dmesg -n 8 2>/dev/null
+            say "cxlfs-init: umount /mnt blocked for 60 s; blocked tasks follow"
+            echo w >/proc/sysrq-trigger
+        fi
+    ) &
     umount /mnt || umount -l /mnt
+    : >/tmp/cxlfs-umounted
 fi
 say "CXLFS-EXIT=$status"
 poweroff -f

@@ -192,6 +192,18 @@ else
     accel_args=(-accel "tcg,thread=multi" -cpu "${cpu:-qemu64}")
 fi
 
+# One vCPU under TCG still gets maxcpus=2. QEMU translates a guest's memory
+# barriers (mfence, lock-prefixed ops) into host barriers only when more than
+# one vCPU may exist; with maxcpus=1 they vanish, and the virtqueue handshake
+# with the vhost-user back-end (another process on another host CPU: the guest
+# stores avail.idx, then reads avail_event) can reorder on the host and lose
+# a kick. Seen as a guest umount stuck in virtio_fs_drain_queue with FORGETs
+# on the avail ring that the daemon was never told about (DESIGN.md).
+smp_arg="$smp" max_cpus="$smp"
+if [[ "$accel" == tcg && "$smp" == 1 ]]; then
+    smp_arg="1,maxcpus=2" max_cpus=2
+fi
+
 # ---------------------------------------------------------- command line
 kargs="console=ttyS0 panic=-1 quiet mitigations=off cxlfs.vm=$name"
 if [[ -n "$socket" ]]; then kargs+=" cxlfs.tag=$tag"; else kargs+=" cxlfs.tag=none"; fi
@@ -209,7 +221,7 @@ else
     # be the sum of the nodes. Commas in mem-path are doubled (QEMU's escaping).
     mem_args=(-m "$((mem_mib + cxl_mib))M"
         -object "memory-backend-memfd,id=mem,size=$mem,share=on"
-        -numa "node,nodeid=0,cpus=0-$((smp - 1)),memdev=mem"
+        -numa "node,nodeid=0,cpus=0-$((max_cpus - 1)),memdev=mem"
         -object "memory-backend-file,id=cxlmem,mem-path=${cxl_backing//,/,,},size=$cxl_mem,share=on"
         -numa "node,nodeid=1,memdev=cxlmem"
         -numa "dist,src=0,dst=1,val=50")
@@ -221,9 +233,17 @@ else
         machine="q35,max-ram-below-4g=${mem_mib}M"
     fi
 fi
-args=("$qemu" -name "$name" -machine "$machine" "${accel_args[@]}" -smp "$smp" "${mem_args[@]}"
+args=("$qemu" -name "$name" -machine "$machine" "${accel_args[@]}" -smp "$smp_arg" "${mem_args[@]}"
     -kernel "$kernel" -initrd "$initrd" -append "$kargs"
     -nodefaults -nographic -monitor none -serial "file:$serial" -no-reboot)
+# A QMP socket beside the serial log: what a stuck guest's virtqueues hold
+# (x-query-virtio-queue-element shows avail.idx and used.idx) is read there.
+# Not x-query-virtio-vhost-queue-status: it sends GET_VRING_BASE, which stops
+# the back-end's rings.
+qmp="${serial%.serial.log}.qmp"
+if ((${#qmp} < 100)); then
+    args+=(-qmp "unix:$qmp,server=on,wait=off")
+fi
 if [[ -n "$socket" ]]; then
     fs_dev="vhost-user-fs-pci,chardev=char0,tag=$tag,queue-size=1024"
     [[ -z "$cache_size" ]] || fs_dev+=",cache-size=$cache_size"

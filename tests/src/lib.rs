@@ -502,6 +502,9 @@ impl Daemon {
             };
             let _ = writeln!(s, "---- {name} (last {n} lines)\n{}", tail(&p, n));
         }
+        if let Some(c) = &self.child {
+            s.push_str(&thread_dump(c.id()));
+        }
         s
     }
 }
@@ -781,6 +784,53 @@ pub fn handshake<T>(d: &Daemon, vm: &mut Vm, n: u32, f: impl FnOnce() -> T) -> T
     fs::write(d.share().join(format!(".cxlfs/go-{}-{n}", vm.name())), b"")
         .expect("write the go mark");
     r
+}
+
+/// What a daemon's threads are doing (name, state, wait channel, kernel
+/// stack where readable) and how many requests each FUSE connection on the
+/// host holds: a hung guest is most often a daemon thread stuck in a fault
+/// on the pool, and this says where.
+fn thread_dump(pid: u32) -> String {
+    let mut s = format!("---- cxlfsd (pid {pid}) threads\n");
+    let dir = PathBuf::from(format!("/proc/{pid}/task"));
+    let mut tids: Vec<PathBuf> = fs::read_dir(&dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    tids.sort();
+    for t in tids {
+        let read = |f: &str| fs::read_to_string(t.join(f)).unwrap_or_default();
+        let state = read("status")
+            .lines()
+            .find(|l| l.starts_with("State:"))
+            .map(|l| l.trim_start_matches("State:").trim().to_string())
+            .unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "{} {} [{}] wchan={}",
+            t.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            read("comm").trim(),
+            state,
+            read("wchan").trim()
+        );
+        for l in read("stack").lines().take(12) {
+            let _ = writeln!(s, "    {l}");
+        }
+    }
+    let conns = Path::new("/sys/fs/fuse/connections");
+    for c in fs::read_dir(conns).into_iter().flatten().flatten() {
+        let waiting = fs::read_to_string(c.path().join("waiting")).unwrap_or_default();
+        if waiting.trim() != "0" {
+            let _ = writeln!(
+                s,
+                "fuse connection {}: waiting {}",
+                c.file_name().to_string_lossy(),
+                waiting.trim()
+            );
+        }
+    }
+    s
 }
 
 #[cfg(test)]

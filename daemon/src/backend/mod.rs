@@ -736,16 +736,22 @@ impl VhostUserBackend for FsBackend {
         device_event: u16,
         evset: EventSet,
         vrings: &[Vring],
-        _thread_id: usize,
+        thread_id: usize,
     ) -> io::Result<()> {
         let _ = evset;
-        if usize::from(device_event) >= self.num_queues() {
+        // `device_event` indexes this thread's own vrings (always 0 here);
+        // with one queue per thread (`queues_per_thread`) the thread's
+        // index is the queue's. The pacer tells rings apart by it.
+        let Ok(queue) = u16::try_from(thread_id) else {
+            return Ok(());
+        };
+        if usize::from(device_event) >= vrings.len() || usize::from(queue) >= self.num_queues() {
             return Ok(());
         }
         make_realtime(self.queues.realtime_priority);
         // One queue per thread: this thread's slice holds exactly that vring.
         for vring in vrings {
-            if let Err(e) = self.process_queue(device_event, vring) {
+            if let Err(e) = self.process_queue(queue, vring) {
                 // Never let a guest error end the worker: log it and go on.
                 tracing::warn!(vm = %&self.metrics.name, error = %e, "queue processing failed");
             }
