@@ -1046,15 +1046,9 @@ impl FusePoolPlane {
         }
         let server = Arc::new(server);
         let wake = if plan_uring {
-            // SAFETY: eventfd with valid flags; the result is checked.
-            let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-            if fd < 0 {
-                return Err(MountPlaneError::Spawn(io::Error::last_os_error()));
-            }
-            // SAFETY: a fresh descriptor that nothing else owns.
-            Some(Arc::new(unsafe {
-                <File as std::os::fd::FromRawFd>::from_raw_fd(fd)
-            }))
+            Some(Arc::new(
+                crate::uring::new_eventfd().map_err(MountPlaneError::Spawn)?,
+            ))
         } else {
             None
         };

@@ -46,7 +46,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -347,6 +347,14 @@ struct WorkerSpec {
     pin: Option<usize>,
 }
 
+/// A close-on-exec eventfd that wakes (or stops) a thread sleeping in
+/// poll(2) or a ring wait beside it.
+pub(crate) fn new_eventfd() -> io::Result<File> {
+    rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC)
+        .map(File::from)
+        .map_err(io::Error::from)
+}
+
 impl RingSet {
     /// Starts the workers `config` asks for and registers their entries on
     /// `dev` (a connection whose INIT reply offered
@@ -358,13 +366,7 @@ impl RingSet {
         server: Arc<dyn RingServer>,
         config: RingConfig,
     ) -> Result<Self, StartRingError> {
-        // SAFETY: eventfd with valid flags; the result is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(StartRingError::EventFd(io::Error::last_os_error()));
-        }
-        // SAFETY: a fresh descriptor that nothing else owns.
-        let stop = unsafe { File::from_raw_fd(fd) };
+        let stop = new_eventfd().map_err(StartRingError::EventFd)?;
         let config = RingConfig {
             queues: config.queues.clamp(1, usize::from(u16::MAX)),
             per_queue: config.per_queue.clamp(1, per_queue_cap(config.queues)),
