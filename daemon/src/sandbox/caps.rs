@@ -69,6 +69,35 @@ static KEEP_HI: AtomicU32 = AtomicU32::new(0);
 static LAST_CAP: AtomicU32 = AtomicU32::new(40);
 static DONE: AtomicUsize = AtomicUsize::new(0);
 static FAILED: AtomicUsize = AtomicUsize::new(0);
+/// The threads that answered, in order (the first [`MAX_ACKS`]): a thread
+/// signalled but gone before its handler ran never answers, and holds
+/// nothing either; the wait tells it from one that is late by this list.
+const MAX_ACKS: usize = 1024;
+static ACKED: [AtomicU32; MAX_ACKS] = [const { AtomicU32::new(0) }; MAX_ACKS];
+
+/// Counts one answer from `tid`. Only atomics: it runs in a signal handler.
+fn ack(tid: u32) {
+    let i = DONE.fetch_add(1, Ordering::AcqRel);
+    if let Some(slot) = ACKED.get(i) {
+        slot.store(tid, Ordering::Release);
+    }
+}
+
+/// Whether every thread in `visited` answered or has exited.
+fn all_answered_or_gone(visited: &HashSet<u32>) -> io::Result<bool> {
+    let done = DONE.load(Ordering::Acquire);
+    if done > MAX_ACKS {
+        // Too many to tell apart: only the count says.
+        return Ok(false);
+    }
+    let acked: HashSet<u32> = ACKED[..done]
+        .iter()
+        .map(|a| a.load(Ordering::Acquire))
+        .collect();
+    Ok(tids()?
+        .into_iter()
+        .all(|t| !visited.contains(&t) || acked.contains(&t)))
+}
 
 /// `struct __user_cap_header_struct` (linux/capability.h).
 #[repr(C)]
@@ -192,7 +221,9 @@ extern "C" fn on_signal(_: libc::c_int) {
     if !drop_on_this_thread() {
         FAILED.fetch_add(1, Ordering::AcqRel);
     }
-    DONE.fetch_add(1, Ordering::AcqRel);
+    // SAFETY: no preconditions; async-signal-safe.
+    let tid = unsafe { libc::gettid() };
+    ack(tid as u32);
 }
 
 fn signal() -> libc::c_int {
@@ -279,11 +310,17 @@ pub fn drop_capabilities(extra: &[u32]) -> Result<(), DropCapabilitiesError> {
             let rc = unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, signal()) };
             if rc != 0 {
                 // Exited meanwhile: nothing to drop.
-                DONE.fetch_add(1, Ordering::AcqRel);
+                ack(tid);
             }
         }
         let deadline = Instant::now() + Duration::from_secs(2);
         while DONE.load(Ordering::Acquire) < sent {
+            // A short-lived thread may take the signal to its exit and
+            // never run the handler: once every thread still listed has
+            // answered, the rest are gone.
+            if all_answered_or_gone(&visited).map_err(DropCapabilitiesError::Threads)? {
+                break;
+            }
             if Instant::now() > deadline {
                 return Err(DropCapabilitiesError::Timeout(
                     sent - DONE.load(Ordering::Acquire),
