@@ -236,13 +236,16 @@ fi
 args=("$qemu" -name "$name" -machine "$machine" "${accel_args[@]}" -smp "$smp_arg" "${mem_args[@]}"
     -kernel "$kernel" -initrd "$initrd" -append "$kargs"
     -nodefaults -nographic -monitor none -serial "file:$serial" -no-reboot)
-# A QMP socket beside the serial log: what a stuck guest's virtqueues hold
-# (x-query-virtio-queue-element shows avail.idx and used.idx) is read there.
-# Not x-query-virtio-vhost-queue-status: it sends GET_VRING_BASE, which stops
-# the back-end's rings.
-qmp="${serial%.serial.log}.qmp"
-if ((${#qmp} < 100)); then
-    args+=(-qmp "unix:$qmp,server=on,wait=off")
+# A QMP socket beside the vhost-user socket (NAME.qmp; not in a results
+# folder): what a stuck guest's virtqueues hold (x-query-virtio-queue-element
+# shows avail.idx and used.idx) is read there. Not
+# x-query-virtio-vhost-queue-status: it sends GET_VRING_BASE, which stops the
+# back-end's rings. QEMU removes the socket when it exits.
+if [[ -n "$socket" ]]; then
+    qmp="$(dirname "$socket")/$name.qmp"
+    if ((${#qmp} < 100)) && [[ ! -e "$qmp" ]]; then
+        args+=(-qmp "unix:$qmp,server=on,wait=off")
+    fi
 fi
 if [[ -n "$socket" ]]; then
     fs_dev="vhost-user-fs-pci,chardev=char0,tag=$tag,queue-size=1024"
