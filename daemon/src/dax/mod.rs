@@ -1001,10 +1001,10 @@ mod tests {
     /// counts below cannot tell from the operation's own.
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-    struct Rig {
+    pub(super) struct Rig {
         _one: MutexGuard<'static, ()>,
         fs: TimedFs<PassthroughFs>,
-        dax: Arc<DaxPlane>,
+        pub(super) dax: Arc<DaxPlane>,
         shared: Arc<SharedDevice>,
         share: tempfile::TempDir,
         _mnt: tempfile::TempDir,
@@ -1021,7 +1021,7 @@ mod tests {
 
     /// The plane mounted over a fresh device; `None` (the test is skipped)
     /// without root or /dev/fuse, outside CI.
-    fn rig() -> Option<Rig> {
+    pub(super) fn rig() -> Option<Rig> {
         let one = lock(&ONE_AT_A_TIME);
         let mnt = tempfile::tempdir().unwrap();
         let share = tempfile::tempdir().unwrap();

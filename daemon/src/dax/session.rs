@@ -10,6 +10,12 @@
 //! reply-ack at most [`DaxPlane::reply_timeout`], holding no lock. A
 //! front-end that does not answer in time gets its connection dropped
 //! (only its VM stalls, and only until then); the daemon serves the others.
+//!
+//! A request for a slot whose mapping or removal is still in flight (on
+//! another queue's thread) waits for it to settle, at most as long as that
+//! operation may itself take (two channel round trips), holding no lock
+//! meanwhile; it is refused only if the slot never settles (the front-end
+//! stopped answering) or if the guest names a range it does not hold.
 
 use super::{lock, DaxPlane, MAP_ALIGNMENT_SHIFT, SLOT_SIZE};
 use crate::abi::{setupmapping_flags, RemoveMappingOne, SetupMappingIn};
@@ -24,8 +30,8 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender, SyncSender};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 use vhost::vhost_user::message::{VhostUserMMap, VhostUserMMapFlags};
 use vhost::vhost_user::{Backend, VhostUserFrontendReqHandler};
 
@@ -97,6 +103,11 @@ fn run_channel(backend: &Backend, jobs: &mpsc::Receiver<ChannelJob>) {
     }
 }
 
+/// How often a SETUPMAPPING waits for its slot to settle before it is
+/// refused (each wait is bounded; only a guest racing itself on one slot
+/// needs more than one).
+const MAX_SETTLE_TRIES: u32 = 8;
+
 /// Called once when the front-end stops answering: drops its connection.
 pub type DisconnectHook = Box<dyn Fn() + Send + Sync>;
 
@@ -112,6 +123,11 @@ pub struct DaxSession {
     disconnect: Mutex<Option<DisconnectHook>>,
     next_id: AtomicU64,
     pub(super) slots: Mutex<BTreeMap<u64, Slot>>,
+    /// Signalled whenever a slot settles (see [`DaxSession::settle`]).
+    settled: Condvar,
+    /// The file range each window offset held last (for window pressure:
+    /// a slot mapped again for another range was taken from that one).
+    last_held: Mutex<BTreeMap<u64, (FileKey, u64)>>,
     /// Pool extents this session ever mapped writable (its guest's stores
     /// may sit there): written back when the VM goes.
     stored: Mutex<std::collections::BTreeSet<u64>>,
@@ -139,6 +155,8 @@ impl DaxSession {
             disconnect: Mutex::new(None),
             next_id: AtomicU64::new(0),
             slots: Mutex::new(BTreeMap::new()),
+            settled: Condvar::new(),
+            last_held: Mutex::new(BTreeMap::new()),
             stored: Mutex::new(std::collections::BTreeSet::new()),
         }
     }
@@ -244,6 +262,9 @@ impl DaxSession {
             return Err(Errno::NOSYS);
         }
         let bad = |why: &str| {
+            self.metrics
+                .dax_map_refusals
+                .fetch_add(1, Ordering::Relaxed);
             tracing::debug!(vm = %self.metrics.name, ?m, why, "SETUPMAPPING refused");
             Errno::INVAL
         };
@@ -273,7 +294,10 @@ impl DaxSession {
         let key = file.key;
         let chunk = m.foffset / SLOT_SIZE;
         if let Some(old) = lock(&self.slots).get(&m.moffset).copied() {
-            if (old.key, old.foffset, old.len) != (key, m.foffset, m.len) {
+            // (One in flight is judged once it settles, below.)
+            if old.state == SlotState::Live
+                && (old.key, old.foffset, old.len) != (key, m.foffset, m.len)
+            {
                 return Err(bad("overlaps a live slot"));
             }
         }
@@ -302,17 +326,25 @@ impl DaxSession {
         // guard, so every plane fill of the extent either finished before or
         // sees it and stays off (see `DaxPlane::fill_from_file`). Neither
         // the guard nor the table is held while the front-end answers.
-        let replaced = {
+        // A slot still in flight on another queue's thread is waited for
+        // first, holding nothing; if another claim slips in before the
+        // guard is taken, it is waited for again (a bounded number of times).
+        let mut tries = 0u32;
+        let replaced = loop {
+            drop(self.settled_slots(m.moffset)?);
             let _fill_guard = writable.then(|| self.dax.change_guard(key));
             let mut slots = lock(&self.slots);
             let old = slots.get(&m.moffset).copied();
             match old {
+                Some(o) if o.state != SlotState::Live => {
+                    tries += 1;
+                    if tries < MAX_SETTLE_TRIES {
+                        continue;
+                    }
+                    return Err(self.refuse_in_flight(m.moffset));
+                }
                 Some(o) if (o.key, o.foffset, o.len) != (key, m.foffset, m.len) => {
                     return Err(bad("overlaps a live slot"));
-                }
-                Some(o) if o.state != SlotState::Live => {
-                    tracing::debug!(vm = %self.metrics.name, moffset = m.moffset, "SETUPMAPPING of a slot in flight");
-                    return Err(Errno::BUSY);
                 }
                 _ => {}
             }
@@ -320,7 +352,7 @@ impl DaxSession {
             // in the table until it is replaced.
             let writable = writable || old.is_some_and(|o| o.writable);
             slots.insert(m.moffset, Slot { writable, ..slot });
-            old
+            break old;
         };
         if writable {
             lock(&self.stored).insert(extent);
@@ -362,6 +394,10 @@ impl DaxSession {
             }),
         );
         self.metrics.dax_maps.fetch_add(1, Ordering::Relaxed);
+        let before = lock(&self.last_held).insert(m.moffset, (key, m.foffset));
+        if before.is_some_and(|b| b != (key, m.foffset)) {
+            self.metrics.dax_slot_reuses.fetch_add(1, Ordering::Relaxed);
+        }
         tracing::trace!(vm = %self.metrics.name, moffset = m.moffset, foffset = m.foffset, extent, writable, "DAX slot mapped");
         Ok(())
     }
@@ -380,6 +416,47 @@ impl DaxSession {
                 }
             }
         }
+        drop(slots);
+        self.settled.notify_all();
+    }
+
+    /// Locks the slot table once the slot at `moffset` is not in flight
+    /// (absent or live). A mapping or removal of it still running on
+    /// another queue's thread is waited for, at most as long as it may
+    /// take itself (two channel round trips: an upgrade unmaps, then maps).
+    /// A slot still in flight after that is refused with EIO: its
+    /// front-end stopped answering, and its connection is being dropped.
+    fn settled_slots(&self, moffset: u64) -> Result<MutexGuard<'_, BTreeMap<u64, Slot>>, Errno> {
+        let in_flight =
+            |t: &BTreeMap<u64, Slot>| t.get(&moffset).is_some_and(|s| s.state != SlotState::Live);
+        let mut slots = lock(&self.slots);
+        if !in_flight(&slots) {
+            return Ok(slots);
+        }
+        self.metrics.dax_map_waits.fetch_add(1, Ordering::Relaxed);
+        let bound = self.dax.reply_timeout().saturating_mul(2);
+        let deadline = Instant::now().checked_add(bound);
+        while in_flight(&slots) {
+            let left = deadline.map_or(bound, |d| d.saturating_duration_since(Instant::now()));
+            if left.is_zero() {
+                drop(slots);
+                return Err(self.refuse_in_flight(moffset));
+            }
+            slots = match self.settled.wait_timeout(slots, left) {
+                Ok((g, _)) => g,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+        Ok(slots)
+    }
+
+    /// A request for a slot that never settled: counted, logged, EIO.
+    fn refuse_in_flight(&self, moffset: u64) -> Errno {
+        self.metrics
+            .dax_map_refusals
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(vm = %self.metrics.name, moffset, "a DAX window slot stayed in flight; request refused");
+        Errno::IO
     }
 
     /// SHMEM_UNMAP of `(moffset, len)`, acknowledged.
@@ -412,18 +489,26 @@ impl DaxSession {
             let (moffset, len) = (r.moffset, r.len);
             // Marked, not removed, until the front-end acknowledges: a
             // writable slot keeps plane fills off its extent until then.
-            let claimed = {
-                let mut slots = lock(&self.slots);
-                match slots.get_mut(&moffset) {
-                    Some(s) if s.len == len && s.state == SlotState::Live => {
+            // A slot whose mapping is still in flight (on another queue's
+            // thread) is waited for, like in SETUPMAPPING.
+            let claimed = match self.settled_slots(moffset) {
+                Err(e) => Err(e),
+                Ok(mut slots) => match slots.get_mut(&moffset) {
+                    Some(s) if s.len == len => {
                         s.state = SlotState::Unmapping;
-                        Some(*s)
+                        Ok(*s)
                     }
-                    _ => None,
-                }
+                    _ => {
+                        self.metrics
+                            .dax_map_refusals
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(vm = %self.metrics.name, moffset, len, "REMOVEMAPPING of no slot");
+                        Err(Errno::INVAL)
+                    }
+                },
             };
             let r = match claimed {
-                Some(s) => match self.unmap(moffset, len) {
+                Ok(s) => match self.unmap(moffset, len) {
                     Ok(()) => {
                         self.settle(moffset, s.id, None);
                         self.metrics.dax_unmaps.fetch_add(1, Ordering::Relaxed);
@@ -435,10 +520,7 @@ impl DaxSession {
                         Err(e)
                     }
                 },
-                None => {
-                    tracing::debug!(vm = %self.metrics.name, moffset, len, "REMOVEMAPPING of no slot");
-                    Err(Errno::INVAL)
-                }
+                Err(e) => Err(e),
             };
             if result.is_ok() {
                 result = r;
@@ -486,6 +568,7 @@ impl DaxSession {
     /// the slots without a message.
     pub fn forget_all(&self) {
         lock(&self.slots).clear();
+        self.settled.notify_all();
     }
 
     /// Writable slots (for tests and logs).
@@ -539,5 +622,69 @@ impl CacheWindow for DaxSession {
 
     fn forget_all(&self) {
         DaxSession::forget_all(self);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A slot of `key` 1 at window offset 0, in `state`.
+    fn slot(id: u64, state: SlotState) -> Slot {
+        Slot {
+            key: FileKey { dev: 1, ino: 1 },
+            foffset: 0,
+            len: SLOT_SIZE,
+            writable: false,
+            extent: 0,
+            state,
+            id,
+        }
+    }
+
+    /// A request for a slot in flight on another thread waits until that
+    /// thread settles it, then goes on; one that never settles is refused
+    /// with EIO after two reply timeouts. Both are counted.
+    #[test]
+    fn a_slot_in_flight_is_waited_for_and_refused_only_if_it_never_settles() {
+        let Some(rig) = super::super::tests::rig() else {
+            return;
+        };
+        rig.dax.set_reply_timeout(Duration::from_millis(150));
+        let metrics = Arc::new(VmMetrics::new("w"));
+        let s = Arc::new(DaxSession::new(rig.dax.clone(), metrics.clone()));
+        lock(&s.slots).insert(0, slot(7, SlotState::Mapping));
+        let other = {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                s.settle(0, 7, Some(slot(7, SlotState::Live)));
+            })
+        };
+        let t = Instant::now();
+        let live = s.settled_slots(0).map(|t| t.get(&0).map(|s| s.state));
+        let waited = t.elapsed();
+        other.join().unwrap();
+        assert_eq!(live, Ok(Some(SlotState::Live)));
+        assert!(waited >= Duration::from_millis(90), "waited {waited:?}");
+        assert_eq!(metrics.dax_map_waits.load(Ordering::Relaxed), 1);
+        assert_eq!(metrics.dax_map_refusals.load(Ordering::Relaxed), 0);
+
+        // Never settled: refused after two reply timeouts.
+        lock(&s.slots).insert(0, slot(8, SlotState::Unmapping));
+        let t = Instant::now();
+        let r = s.settled_slots(0).map(|_| ());
+        let waited = t.elapsed();
+        assert_eq!(r, Err(Errno::IO));
+        assert!(
+            waited >= Duration::from_millis(290) && waited < Duration::from_secs(5),
+            "refused after {waited:?}"
+        );
+        assert_eq!(metrics.dax_map_waits.load(Ordering::Relaxed), 2);
+        assert_eq!(metrics.dax_map_refusals.load(Ordering::Relaxed), 1);
+        // A live or absent slot is not waited for.
+        lock(&s.slots).clear();
+        assert!(s.settled_slots(0).is_ok());
+        assert_eq!(metrics.dax_map_waits.load(Ordering::Relaxed), 2);
     }
 }

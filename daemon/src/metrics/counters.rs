@@ -175,6 +175,9 @@ vm_counters! {
     prefetch_used => "cxlfs_vm_prefetch_used_total", all device(prefetch_used), help "Prefetched pages the VM used.";
     dax_maps => "cxlfs_dax_maps_total", help "DAX window slots mapped (VHOST_USER_BACKEND_SHMEM_MAP).";
     dax_unmaps => "cxlfs_dax_unmaps_total", help "DAX window slots unmapped (VHOST_USER_BACKEND_SHMEM_UNMAP).";
+    dax_map_waits => "cxlfs_dax_map_waits_total", help "SETUPMAPPING/REMOVEMAPPING requests that waited for an in-flight mapping or removal of the same window slot.";
+    dax_map_refusals => "cxlfs_dax_map_refusals_total", help "SETUPMAPPING/REMOVEMAPPING requests refused: a range the guest does not hold, bad arguments, or a slot still in flight after the front-end's reply timeout.";
+    dax_slot_reuses => "cxlfs_dax_slot_reuses_total", help "Window slots mapped for another file range than they held last (the guest took the range back from one file for another: window pressure).";
     backend_timeouts => "cxlfs_backend_channel_timeouts_total", help "Back-end channel requests the front-end did not acknowledge in time (the connection was dropped).";
     bad_chains => "cxlfs_bad_descriptor_chains_total", json "bad_descriptor_chains", help "Descriptor chains dropped as malformed.";
     connections => "cxlfs_vm_connections_total", help "vhost-user connections accepted.";
