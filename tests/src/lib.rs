@@ -203,6 +203,15 @@ pub fn run_experiment(spec: &Path, out: &Path, extra: &[&OsStr]) -> std::process
     run
 }
 
+/// A test knob from the environment: `name` parsed, else `default` (unset
+/// or unparsable).
+pub fn env_knob<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Options of one guest (see `qemu-configs/run-vm.sh`).
 #[derive(Debug, Clone)]
 pub struct VmOptions {

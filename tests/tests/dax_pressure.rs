@@ -24,7 +24,7 @@
 //! guest prints its blocked tasks and the first reclaim failures.
 #![allow(clippy::unwrap_used)]
 
-use cxlfs_e2e::{exclusive, sha256_hex, Daemon, VmOptions, GUEST_PRELUDE};
+use cxlfs_e2e::{env_knob, exclusive, sha256_hex, Daemon, VmOptions, GUEST_PRELUDE};
 use std::time::{Duration, Instant};
 
 /// Operations per exerciser (`CXLFS_PRESSURE_OPS` overrides). 5 000 each,
@@ -42,14 +42,8 @@ const WATCHDOG_S: u64 = 300;
 fn four_writers_share_a_small_window() {
     let _serial = exclusive();
     let t = Instant::now();
-    let ops: u64 = std::env::var("CXLFS_PRESSURE_OPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(OPS);
-    let watchdog_s: u64 = std::env::var("CXLFS_PRESSURE_WATCHDOG_S")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(WATCHDOG_S);
+    let ops: u64 = env_knob("CXLFS_PRESSURE_OPS", OPS);
+    let watchdog_s: u64 = env_knob("CXLFS_PRESSURE_WATCHDOG_S", WATCHDOG_S);
     // The guest kernel's own range reclaim cannot take back a range whose
     // file was written through mmap (see the module docs): mmap is off
     // unless CXLFS_PRESSURE_MMAP=1 asks to show that.

@@ -22,7 +22,7 @@
 //!   VM0 lets go.
 #![allow(clippy::unwrap_used)]
 
-use cxlfs_e2e::{exclusive, Daemon, GuestRun, VmOptions, GUEST_PRELUDE};
+use cxlfs_e2e::{env_knob, exclusive, Daemon, GuestRun, VmOptions, GUEST_PRELUDE};
 use std::ffi::CString;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -74,14 +74,8 @@ const FSX_MAXLEN: u64 = 8 << 20;
 fn fsx_dax_small_cache() {
     let _serial = exclusive();
     let t = Instant::now();
-    let ops: u64 = std::env::var("CXLFS_FSX_OPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(FSX_OPS);
-    let seed: u64 = std::env::var("CXLFS_FSX_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
+    let ops: u64 = env_knob("CXLFS_FSX_OPS", FSX_OPS);
+    let seed: u64 = env_knob("CXLFS_FSX_SEED", 1);
     let mut d = Daemon::start(
         &["vm0"],
         &[
