@@ -29,7 +29,9 @@
 #
 # The image directory is printed as the LAST line of stdout; everything else
 # (progress) goes to stderr. Nothing is installed into the host's root file
-# system except the build tools below: the image's files come from .deb files
+# system except the build tools below and, for a kernel whose fuse is a module,
+# its linux-headers package (to rebuild fuse with ../guest-kernel-patches/):
+# the image's files come from .deb files
 # fetched with `apt-get download` and unpacked with `dpkg-deb -x`, so the image
 # does not depend on what the host has installed.
 #
@@ -46,7 +48,7 @@
 #
 # The cache key is a SHA-256 over this script, lib.sh, guest-init.sh, the cxlfs-hint
 # sources (../hint/cxlfs-hint.c, ../hint/include/cxlfs_hint.h), the probe sources,
-# the settings above (the package list sorted) and the candidate versions
+# the guest kernel patch, the settings above (the package list sorted) and the candidate versions
 # (apt-cache policy) of the kernel, busybox-static, fio, numactl, the extra
 # packages and every package in their dependency closures. A rebuild happens
 # only when one of these changes; each package list has its own image.
@@ -57,6 +59,8 @@ init_script="$here/guest-init.sh"
 hint_src="$here/../hint/cxlfs-hint.c"
 hint_hdr="$here/../hint/include/cxlfs_hint.h"
 probes=(cxlfs-memlat cxlfs-membw cxlfs-numa cxlfs-fsx cxlfs-posix)   # probes/<name>.c, static, in /usr/bin
+# Applied to the guest kernel's fuse module (see patch_fuse_modules below).
+fuse_patch="$here/../guest-kernel-patches/fuse-dax-reclaim.patch"
 self="$here/$(basename "${BASH_SOURCE[0]}")"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$here/lib.sh"
@@ -68,6 +72,7 @@ parse_build_args "$@"
 [[ -f "$init_script" ]] || die "missing $init_script"
 [[ -f "$hint_src" && -f "$hint_hdr" ]] || die "missing the cxlfs-hint sources ($hint_src, $hint_hdr)"
 for pr in "${probes[@]}"; do [[ -f "$here/probes/$pr.c" ]] || die "missing $here/probes/$pr.c"; done
+[[ -f "$fuse_patch" ]] || die "missing $fuse_patch"
 require_x86_64
 
 # Extra packages: sorted and unique, so that the same set is the same image.
@@ -92,7 +97,7 @@ modules+=($extra_modules)
 ensure_host_tools() {
     local -A want=([cpio]=cpio [gzip]=gzip [lz4]=lz4 [xz]=xz-utils [depmod]=kmod [readelf]=binutils
         [apt-get]=apt [dpkg-deb]=dpkg [sha256sum]=coreutils [ldconfig]=libc-bin
-        [qemu-system-x86_64]=qemu-system-x86 [gcc]=gcc)
+        [qemu-system-x86_64]=qemu-system-x86 [gcc]=gcc [make]=make [patch]=patch [strip]=binutils)
     local -a need=()
     local t
     for t in "${!want[@]}"; do
@@ -159,6 +164,7 @@ quick_key() {
         sha256sum <"$hint_hdr"
         for pr in "${probes[@]}"; do sha256sum <"$here/probes/$pr.c"; done
         sha256sum <"$here/probes/cxlfs-probe.h"
+        sha256sum <"$fuse_patch"
         echo "kernel=$kernel_choice modules=${modules[*]} extra_bins=$extra_bins packages=${extra_pkgs[*]}"
         stat -c '%n %s %Y' /var/lib/apt/lists/*_Packages* 2>/dev/null | sort
     } | sha256sum | cut -c1-16
@@ -222,6 +228,7 @@ key="$( {
     sha256sum <"$hint_hdr"
     for pr in "${probes[@]}"; do sha256sum <"$here/probes/$pr.c"; done
     sha256sum <"$here/probes/cxlfs-probe.h"
+    sha256sum <"$fuse_patch"
     echo "kernel=$kernel_pkg modules=${modules[*]} extra_bins=$extra_bins packages=${extra_pkgs[*]}"
     echo "$versions"
 } | sha256sum | cut -c1-16)"
@@ -589,6 +596,55 @@ for n in "${load_order[@]}"; do
     echo "/lib/modules/$kver/$rel" >>"$root/etc/cxlfs/modules"
 done
 
+# ------------------------------------------ the fuse module, patched
+# The guest kernel's FUSE DAX range reclaim can fail for good on a range whose
+# file was written through mmap (../guest-kernel-patches/fuse-dax-reclaim.patch
+# says how): read()/write() then get EBUSY and faults wait forever once the
+# window runs short. Where fuse is a module, it and virtiofs are rebuilt from
+# fs/fuse of the kernel's own source package (linux-source-X.Y, same version)
+# with the patch, against the same version's headers (installed on the host
+# with apt-get: linux-headers-<release>, which brings kbuild and the
+# compiler). The rebuilt modules are unsigned: the guest kernel loads them
+# and notes a taint. A kernel with fuse built in keeps its own.
+fuse_patched="not applied"
+patch_fuse_modules() {
+    local ver="${fetched[$kernel_pkg]}" mm src deb hdr="/usr/src/linux-headers-$kver" bdir m
+    mm="$(sed -E 's/^([0-9]+\.[0-9]+).*/\1/' <<<"$kver")"
+    src="linux-source-$mm"
+    if [[ ! -f "$hdr/Makefile" ]] || [[ "$(dpkg-query -W -f '${Version}' "linux-headers-$kver" 2>/dev/null)" != "$ver" ]]; then
+        log "apt-get install linux-headers-$kver=$ver (to build the patched fuse module)"
+        need_root "install linux-headers-$kver"
+        if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q "linux-headers-$kver=$ver" >&2; then
+            apt_update_once
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -q "linux-headers-$kver=$ver" >&2 \
+                || die "cannot install linux-headers-$kver=$ver"
+        fi
+    fi
+    deb="$(cached_deb "$src" "$ver")" || { log "apt-get download $src=$ver"; apt_dl "$src=$ver"; deb="$(cached_deb "$src" "$ver")"; } \
+        || die "cannot download $src=$ver"
+    bdir="$work/fuse-src"
+    mkdir -p "$bdir"
+    dpkg-deb --fsys-tarfile "$deb" | tar -xO "./usr/src/$src.tar.xz" \
+        | tar -xJ -C "$bdir" --strip-components=1 "$src/fs/fuse" \
+        || die "cannot unpack fs/fuse from $src=$ver"
+    patch -p1 -d "$bdir" --quiet <"$fuse_patch" || die "$fuse_patch does not apply to $src=$ver"
+    make -s -C "$hdr" M="$bdir/fs/fuse" modules >"$work/fuse-build.log" 2>&1 \
+        || { tail -n 30 "$work/fuse-build.log" >&2; die "building the patched fuse module failed"; }
+    for m in fuse virtiofs; do
+        [[ -n "${mod_path[$m]:-}" ]] || continue
+        strip --strip-debug -o "$root/lib/modules/$kver/${mod_path[$m]%.ko*}.ko" "$bdir/fs/fuse/$m.ko" \
+            || die "cannot install the patched $m.ko"
+    done
+    fuse_patched="$(basename "$fuse_patch") ($src=$ver)"
+}
+if [[ -n "${mod_path[fuse]:-}" && " ${load_order[*]} " == *" fuse "* ]]; then
+    patch_fuse_modules
+    log "fuse and virtiofs modules rebuilt with $fuse_patched"
+else
+    fuse_patched="not applied: fuse is built into $kernel_pkg"
+    log "fuse is built into $kernel_pkg: its DAX range reclaim stays unpatched (guest-kernel-patches/README.md)"
+fi
+
 install -m 0755 "$init_script" "$root/init"
 
 # manifest
@@ -598,6 +654,7 @@ install -m 0755 "$init_script" "$root/init"
     echo "kernel_release=$kver"
     echo "modules=${load_order[*]}"
     echo "modules_skipped=${skipped_modules[*]}"
+    echo "fuse_patch=$fuse_patched"
     echo "fio=$fio_version"
     echo "numactl=${fetched[numactl]} (numactl --show runs from the image's libraries)"
     echo "cxlfs-hint=$(sha256sum <"$hint_src" | cut -c1-16) (hint/cxlfs-hint.c)"
