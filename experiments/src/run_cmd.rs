@@ -24,6 +24,7 @@ use crate::spec::{
 use crate::template::TemplateValue;
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use cxlfs::guest_log::kernel_crash;
 use cxlfs::procs::{http_get, signal, tail, terminate_tree, wait_timeout};
 use cxlfs_device_model::units::parse_duration_ns;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -552,6 +553,15 @@ impl Guest {
     }
 
     fn describe_end(&self) -> String {
+        if let Some(crash) = fs::read(&self.serial)
+            .ok()
+            .and_then(|b| kernel_crash(&String::from_utf8_lossy(&b)))
+        {
+            return format!(
+                "{} stopped (run-vm.sh status {:?}): guest kernel crashed: {crash}",
+                self.name, self.status
+            );
+        }
         format!(
             "{} stopped (run-vm.sh status {:?}); serial: {}",
             self.name,
@@ -742,6 +752,10 @@ fn execute(plan: &RunPlan, tools: &Tools, run_dir: &Path, stop: &AtomicBool) -> 
         if out.guest_versions.is_none() {
             out.guest_versions = fs::read_to_string(dir.join("versions.txt")).ok();
         }
+        // A guest whose kernel died never ran its phases: say so, and how.
+        let crash = fs::read(run_dir.join(format!("{vm}.serial.log")))
+            .ok()
+            .and_then(|b| kernel_crash(&String::from_utf8_lossy(&b)));
         let mut results = Vec::new();
         for (k, phase) in plan.spec.phases.iter().enumerate() {
             let src = dir.join(k.to_string());
@@ -755,7 +769,7 @@ fn execute(plan: &RunPlan, tools: &Tools, run_dir: &Path, stop: &AtomicBool) -> 
                 src.join("stderr"),
                 fio_dir.join(format!("{vm}-{}.log", phase.name)),
             );
-            results.push(read_phase(plan, phase, &kept, vm));
+            results.push(read_phase(plan, phase, &kept, vm, crash.as_deref()));
         }
         out.phases.insert(vm.clone(), results);
     }
@@ -778,8 +792,15 @@ fn copy_dir(src: &Path, dst: &Path) -> std::io::Result<()> {
 }
 
 /// What guest `vm` left for `phase` in `dir` (a copy of its `$out/K/`):
-/// fio's JSON, or a command's outputs; never fails, errors go into the result.
-fn read_phase(plan: &RunPlan, phase: &PhaseSpec, dir: &Path, vm: &str) -> PhaseResult {
+/// fio's JSON, or a command's outputs; never fails, errors go into the result
+/// (`crash`: the guest kernel's crash, named when the phase never ran).
+fn read_phase(
+    plan: &RunPlan,
+    phase: &PhaseSpec,
+    dir: &Path,
+    vm: &str,
+    crash: Option<&str>,
+) -> PhaseResult {
     let mut r = PhaseResult::default();
     let what = if phase.command.is_some() {
         "command"
@@ -799,7 +820,12 @@ fn read_phase(plan: &RunPlan, phase: &PhaseSpec, dir: &Path, vm: &str) -> PhaseR
     };
     match rc {
         None => {
-            r.error = Some(format!("{vm} {name}: the {what} did not run"));
+            r.error = Some(match crash {
+                Some(c) => {
+                    format!("{vm} {name}: the {what} did not run: guest kernel crashed: {c}")
+                }
+                None => format!("{vm} {name}: the {what} did not run"),
+            });
             return r;
         }
         Some(0) => {}

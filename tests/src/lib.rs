@@ -572,11 +572,15 @@ impl GuestRun {
         self.code == Some(0) && self.serial.contains("CXLFS-EXIT=0")
     }
 
-    /// A description for failure messages: status, run-vm output, serial tail.
+    /// A description for failure messages: status, the guest kernel's crash
+    /// if it had one, run-vm output, serial tail.
     pub fn describe(&self) -> String {
         let serial: Vec<&str> = self.serial.lines().collect();
+        let crash = cxlfs::guest_log::kernel_crash(&self.serial)
+            .map(|c| format!(" (guest kernel crashed: {c})"))
+            .unwrap_or_default();
         format!(
-            "guest {}: status {:?} after {:.1?}\n---- run-vm.sh\n{}\n---- {}.serial.log (last 60 lines)\n{}",
+            "guest {}: status {:?} after {:.1?}{crash}\n---- run-vm.sh\n{}\n---- {}.serial.log (last 60 lines)\n{}",
             self.name,
             self.code,
             self.elapsed,
