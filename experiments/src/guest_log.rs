@@ -16,13 +16,25 @@ const CRASH_DETAILS: &[&str] = &["RIP:", "Kernel panic - not syncing", "Comm:"];
 /// At most this many characters of summary.
 const MAX_SUMMARY: usize = 400;
 
-/// The line without the kernel's `[   12.345678] ` timestamp.
+/// The message after the kernel's `[   12.345678] ` timestamp, wherever it
+/// stands in the line (the console may have glued firmware output before
+/// it); the whole line when it has none.
 fn strip_stamp(line: &str) -> &str {
-    let t = line.trim_start();
-    match (t.strip_prefix('['), t.find(']')) {
-        (Some(_), Some(end)) => t[end + 1..].trim_start(),
-        _ => t,
+    let mut from = 0;
+    while let Some(open) = line[from..].find('[').map(|i| from + i) {
+        let rest = &line[open + 1..];
+        if let Some(close) = rest.find(']') {
+            let stamp = rest[..close].trim();
+            let is_stamp = !stamp.is_empty()
+                && stamp.contains('.')
+                && stamp.chars().all(|c| c.is_ascii_digit() || c == '.');
+            if is_stamp {
+                return rest[close + 1..].trim_start();
+            }
+        }
+        from = open + 1;
     }
+    line.trim_start()
 }
 
 /// The first kernel crash in `serial` (a guest's console log), as its first
@@ -86,6 +98,15 @@ mod tests {
         assert_eq!(
             kernel_crash("[ 0.5] Kernel panic - not syncing: VFS: Unable to mount root fs\n"),
             Some("Kernel panic - not syncing: VFS: Unable to mount root fs".to_string())
+        );
+    }
+
+    #[test]
+    fn a_panic_glued_to_firmware_output_is_found() {
+        let serial = "Booting from ROM..[    1.497422] Kernel panic - not syncing: VFS: Unable to mount root fs on unknown-block(0,0)\n[    1.5] Kernel Offset: disabled\n";
+        assert_eq!(
+            kernel_crash(serial).as_deref(),
+            Some("Kernel panic - not syncing: VFS: Unable to mount root fs on unknown-block(0,0)")
         );
     }
 
