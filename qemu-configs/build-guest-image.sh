@@ -620,8 +620,11 @@ patch_fuse_modules() {
                 || die "cannot install linux-headers-$kver=$ver"
         fi
     fi
-    deb="$(cached_deb "$src" "$ver")" || { log "apt-get download $src=$ver"; apt_dl "$src=$ver"; deb="$(cached_deb "$src" "$ver")"; } \
-        || die "cannot download $src=$ver"
+    if ! deb="$(cached_deb "$src" "$ver")"; then
+        log "apt-get download $src=$ver (about 140 MB, once)"
+        apt_dl "$src=$ver" || { apt_update_once; apt_dl "$src=$ver"; } || die "cannot download $src=$ver"
+        deb="$(cached_deb "$src" "$ver")" || die "cannot find the .deb of $src=$ver in $debs"
+    fi
     bdir="$work/fuse-src"
     mkdir -p "$bdir"
     dpkg-deb --fsys-tarfile "$deb" | tar -xO "./usr/src/$src.tar.xz" \
