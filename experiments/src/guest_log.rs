@@ -66,6 +66,13 @@ pub fn kernel_crash(serial: &str) -> Option<String> {
     Some(s)
 }
 
+/// [`kernel_crash`] of the serial log at `path`; `None` when it cannot be
+/// read or holds no crash.
+pub fn kernel_crash_in(path: &std::path::Path) -> Option<String> {
+    let bytes = std::fs::read(path).ok()?;
+    kernel_crash(&String::from_utf8_lossy(&bytes))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

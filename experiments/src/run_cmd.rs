@@ -24,7 +24,7 @@ use crate::spec::{
 use crate::template::TemplateValue;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use cxlfs::guest_log::kernel_crash;
+use cxlfs::guest_log::kernel_crash_in;
 use cxlfs::procs::{http_get, signal, tail, terminate_tree, wait_timeout};
 use cxlfs_device_model::units::parse_duration_ns;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -553,10 +553,7 @@ impl Guest {
     }
 
     fn describe_end(&self) -> String {
-        if let Some(crash) = fs::read(&self.serial)
-            .ok()
-            .and_then(|b| kernel_crash(&String::from_utf8_lossy(&b)))
-        {
+        if let Some(crash) = kernel_crash_in(&self.serial) {
             return format!(
                 "{} stopped (run-vm.sh status {:?}): guest kernel crashed: {crash}",
                 self.name, self.status
@@ -752,10 +749,7 @@ fn execute(plan: &RunPlan, tools: &Tools, run_dir: &Path, stop: &AtomicBool) -> 
         if out.guest_versions.is_none() {
             out.guest_versions = fs::read_to_string(dir.join("versions.txt")).ok();
         }
-        // A guest whose kernel died never ran its phases: say so, and how.
-        let crash = fs::read(run_dir.join(format!("{vm}.serial.log")))
-            .ok()
-            .and_then(|b| kernel_crash(&String::from_utf8_lossy(&b)));
+        let serial = run_dir.join(format!("{vm}.serial.log"));
         let mut results = Vec::new();
         for (k, phase) in plan.spec.phases.iter().enumerate() {
             let src = dir.join(k.to_string());
@@ -769,7 +763,7 @@ fn execute(plan: &RunPlan, tools: &Tools, run_dir: &Path, stop: &AtomicBool) -> 
                 src.join("stderr"),
                 fio_dir.join(format!("{vm}-{}.log", phase.name)),
             );
-            results.push(read_phase(plan, phase, &kept, vm, crash.as_deref()));
+            results.push(read_phase(plan, phase, &kept, vm, &serial));
         }
         out.phases.insert(vm.clone(), results);
     }
@@ -793,13 +787,13 @@ fn copy_dir(src: &Path, dst: &Path) -> std::io::Result<()> {
 
 /// What guest `vm` left for `phase` in `dir` (a copy of its `$out/K/`):
 /// fio's JSON, or a command's outputs; never fails, errors go into the result
-/// (`crash`: the guest kernel's crash, named when the phase never ran).
+/// (a phase that never ran names the guest kernel's crash in `serial`, if any).
 fn read_phase(
     plan: &RunPlan,
     phase: &PhaseSpec,
     dir: &Path,
     vm: &str,
-    crash: Option<&str>,
+    serial: &Path,
 ) -> PhaseResult {
     let mut r = PhaseResult::default();
     let what = if phase.command.is_some() {
@@ -820,7 +814,7 @@ fn read_phase(
     };
     match rc {
         None => {
-            r.error = Some(match crash {
+            r.error = Some(match kernel_crash_in(serial) {
                 Some(c) => {
                     format!("{vm} {name}: the {what} did not run: guest kernel crashed: {c}")
                 }
