@@ -491,9 +491,9 @@ impl DaxSession {
             // writable slot keeps plane fills off its extent until then.
             // A slot whose mapping is still in flight (on another queue's
             // thread) is waited for, like in SETUPMAPPING.
-            let claimed = match self.settled_slots(moffset) {
-                Err(e) => Err(e),
-                Ok(mut slots) => match slots.get_mut(&moffset) {
+            let claimed = self
+                .settled_slots(moffset)
+                .and_then(|mut slots| match slots.get_mut(&moffset) {
                     Some(s) if s.len == len => {
                         s.state = SlotState::Unmapping;
                         Ok(*s)
@@ -505,23 +505,19 @@ impl DaxSession {
                         tracing::debug!(vm = %self.metrics.name, moffset, len, "REMOVEMAPPING of no slot");
                         Err(Errno::INVAL)
                     }
-                },
-            };
-            let r = match claimed {
-                Ok(s) => match self.unmap(moffset, len) {
-                    Ok(()) => {
-                        self.settle(moffset, s.id, None);
-                        self.metrics.dax_unmaps.fetch_add(1, Ordering::Relaxed);
-                        Ok(())
-                    }
-                    Err(e) => {
-                        // Still mapped as far as we know.
-                        self.settle(moffset, s.id, Some(s_live(s)));
-                        Err(e)
-                    }
-                },
-                Err(e) => Err(e),
-            };
+                });
+            let r = claimed.and_then(|s| match self.unmap(moffset, len) {
+                Ok(()) => {
+                    self.settle(moffset, s.id, None);
+                    self.metrics.dax_unmaps.fetch_add(1, Ordering::Relaxed);
+                    Ok(())
+                }
+                Err(e) => {
+                    // Still mapped as far as we know.
+                    self.settle(moffset, s.id, Some(s_live(s)));
+                    Err(e)
+                }
+            });
             if result.is_ok() {
                 result = r;
             }
