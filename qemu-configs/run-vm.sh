@@ -42,6 +42,13 @@
 #                     it runs syscall-heavy guest work about 2x faster than max)
 #   --accel MODE      auto (default), kvm or tcg. auto uses KVM only when a test
 #                     boot under KVM succeeded on this host (verdict cached)
+#   --tcg-thread T    auto (default), single or multi: TCG's vCPU threading.
+#                     auto is single for the image's bookworm-backports kernel
+#                     (6.12), multi otherwise. Under multi-threaded TCG on this
+#                     QEMU that kernel oopses at boot now and then (`Oops:
+#                     int3` inside code it is live-patching: 2 boots in 200 in
+#                     memory mode); single-threaded, 0 in 400 (the loop:
+#                     qemu-configs/boot-loop.sh, docs in qemu-configs/README.md)
 #   --timeout SECS    kill the guest after SECS (default: 600)
 #   --socket-wait S   wait up to S seconds for --socket to appear (default: 10)
 #   --follow          copy the serial log to stderr while the guest runs
@@ -53,6 +60,7 @@
 #   CXLFS_CACHE_DIR   cache root (as in build-guest-image.sh); the KVM verdict is
 #                     kept there as kvm-verdict-<hash>
 #   CXLFS_KVM_PROBE_TIMEOUT  seconds for the KVM test boot (default: 30)
+#   CXLFS_TCG_THREAD  the default of --tcg-thread
 #
 # Exit status: the guest command's status (the CXLFS-EXIT=<n> line on the
 # serial console); 124 if the guest timed out; 125 if QEMU stopped without a
@@ -66,7 +74,7 @@ die() { log "error: $*"; exit 125; }
 qemu="${QEMU:-qemu-system-x86_64}"
 cache_root="${CXLFS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cxlfs}"
 image="" socket="" tag=cxlfs mountopts="" cache_size="" mem=1G smp=2 name=vm0 serial="" cmd=""
-append="" accel=auto cpu="" timeout_s=600 socket_wait=10 follow=0 print_only=0
+append="" accel=auto tcg_thread="${CXLFS_TCG_THREAD:-auto}" cpu="" timeout_s=600 socket_wait=10 follow=0 print_only=0
 have_cmd=0 compat=0 cxl_mem="" cxl_fd="" cxl_path=""
 extra=()
 while (($#)); do
@@ -86,6 +94,7 @@ while (($#)); do
         --cmd) cmd="$2"; have_cmd=1; shift 2 ;;
         --append) append="$2"; shift 2 ;;
         --accel) accel="$2"; shift 2 ;;
+        --tcg-thread) tcg_thread="$2"; shift 2 ;;
         --cpu) cpu="$2"; shift 2 ;;
         --timeout) timeout_s="$2"; shift 2 ;;
         --socket-wait) socket_wait="$2"; shift 2 ;;
@@ -186,10 +195,21 @@ case "$accel" in
     kvm | tcg) ;;
     *) die "--accel must be auto, kvm or tcg" ;;
 esac
+[[ "$tcg_thread" =~ ^(auto|single|multi)$ ]] || die "--tcg-thread must be auto, single or multi (got '$tcg_thread')"
+accel_desc="$accel"
 if [[ "$accel" == kvm ]]; then
     accel_args=(-accel kvm -cpu "${cpu:-host}")
 else
-    accel_args=(-accel "tcg,thread=multi" -cpu "${cpu:-qemu64}")
+    if [[ "$tcg_thread" == auto ]]; then
+        # The image builder writes the kernel's package and version.
+        if grep -q '^kernel_package=.*~bpo' "$image/manifest.txt" 2>/dev/null; then
+            tcg_thread=single
+        else
+            tcg_thread=multi
+        fi
+    fi
+    accel_args=(-accel "tcg,thread=$tcg_thread" -cpu "${cpu:-qemu64}")
+    accel_desc="tcg (thread=$tcg_thread)"
 fi
 
 # One vCPU under TCG still gets maxcpus=2. QEMU translates a guest's memory
@@ -283,7 +303,7 @@ if ((follow)); then
     tail -n +1 -f "$serial" >&2 &
     follower=$!
 fi
-log "$name: $accel, $smp vCPU, $mem${cxl_mem:+ + CXL node 1 $cxl_mem ($cxl_backing)}, serial $serial${socket:+, socket $socket}"
+log "$name: $accel_desc, $smp vCPU, $mem${cxl_mem:+ + CXL node 1 $cxl_mem ($cxl_backing)}, serial $serial${socket:+, socket $socket}"
 start=$(date +%s.%N)
 set +e
 timeout -k 10 "$timeout_s" "${args[@]}" </dev/null

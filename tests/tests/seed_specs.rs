@@ -169,9 +169,25 @@ fn cylon_latency_is_bimodal_and_matches_the_replay() {
         fits_median <= 1.5 * dram_fits_median,
         "CXL hits {fits_median:.0} ns vs DRAM {dram_fits_median:.0} ns"
     );
+    // No traps once the set is resident: loads at NAND time (>= tR) are as
+    // rare as on DRAM at the same size (host preemptions of the vCPU
+    // thread), within 0.5 % of the loads. A set that thrashed would trap
+    // each page once a lap: 1 load in 64 (1.6 %) at one load per line.
+    // (Loads of 4-10 us, about 1 % on either node here, are the emulator's
+    // and the host's, not the device's: they are not counted.)
+    let fits_loads = count(&fits, 0.0, f64::MAX);
+    let (fits_slow, dram_fits_slow) = (
+        count(&fits, NAND_READ_NS, f64::MAX),
+        count(&dram_fits, NAND_READ_NS, f64::MAX),
+    );
+    eprintln!(
+        "loads >= tR with the set in the cache: CXL {fits_slow} vs DRAM {dram_fits_slow} \
+         of {fits_loads}"
+    );
     assert!(
-        count(&fits, SPLIT_NS, f64::MAX) < 0.01 * count(&fits, 0.0, f64::MAX),
-        "a working set that fits the cache still trapped"
+        fits_slow <= dram_fits_slow + 0.005 * fits_loads,
+        "a working set that fits the cache still trapped: {fits_slow} loads >= tR \
+         (DRAM at the same size: {dram_fits_slow}) of {fits_loads}"
     );
     assert!(
         miss_mode >= NAND_READ_NS,
@@ -191,8 +207,16 @@ fn cylon_latency_is_bimodal_and_matches_the_replay() {
         hit_mode * 10.0 < miss_mode,
         "modes {hit_mode:.0} / {miss_mode:.0} ns"
     );
-    // DRAM: no NAND-time loads to speak of.
-    assert!(count(&dram, SPLIT_NS, f64::MAX) < 0.01 * count(&dram, 0.0, f64::MAX));
+    // DRAM: no NAND-time loads to speak of (host preemptions only: 0.1-0.3 %
+    // here, against 45 % on the CXL node).
+    let (dram_slow, dram_loads) = (
+        count(&dram, NAND_READ_NS, f64::MAX),
+        count(&dram, 0.0, f64::MAX),
+    );
+    assert!(
+        dram_slow < 0.01 * dram_loads,
+        "{dram_slow} of {dram_loads} DRAM loads at NAND time"
+    );
 
     let cxl_row = of(&rows, "vm0", "cxl");
     let r = cxl_row.first().unwrap();
