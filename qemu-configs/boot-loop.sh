@@ -4,7 +4,7 @@
 #
 #   qemu-configs/boot-loop.sh [--boots N] [--kernel default|backports]
 #                             [--smp N] [--mem SIZE] [--cxl-memory SIZE]
-#                             [--out DIR]
+#                             [--tcg-thread auto|single|multi] [--out DIR]
 #
 #   --boots N          boots (default 200)
 #   --kernel K         the image's kernel, as build-guest-image.sh --kernel
@@ -14,6 +14,7 @@
 #   --cxl-memory SIZE  memory mode (SIZE in QEMU syntax, e.g. 512M): a cxlfsd with a CXL region for
 #                      the guest, passed through `cxlfs ctl memory-fd` as
 #                      node 1 (`movable_node`), as `cxlfs run` does
+#   --tcg-thread T     run-vm.sh's --tcg-thread (default: auto)
 #   --out DIR          where the crashed boots' serial logs are kept
 #                      (default: a new directory under /tmp)
 #
@@ -26,8 +27,8 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
-boots=200 kernel=default smp=2 mem=1G cxl="" out=""
-usage() { sed -n '2,24p' "$0" >&2; exit 2; }
+boots=200 kernel=default smp=2 mem=1G cxl="" out="" tcg_thread=auto
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' >&2; exit 2; }
 while (($#)); do
     case "$1" in
         --boots) boots="$2"; shift 2 ;;
@@ -36,6 +37,7 @@ while (($#)); do
         --mem) mem="$2"; shift 2 ;;
         --cxl-memory) cxl="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
+        --tcg-thread) tcg_thread="$2"; shift 2 ;;
         -h | --help) usage ;;
         *) echo "boot-loop: unknown argument $1" >&2; usage ;;
     esac
@@ -63,13 +65,15 @@ fi
 ok=0 crashed=0 other=0
 for i in $(seq 1 "$boots"); do
     serial="$out/serial-$i.log"
-    vm=("$here/run-vm.sh" --image "$image" --smp "$smp" --mem "$mem" --timeout 120 --serial "$serial" --cmd true)
+    vm=("$here/run-vm.sh" --image "$image" --smp "$smp" --mem "$mem" --timeout 120 --serial "$serial" --cmd true
+        --tcg-thread "$tcg_thread")
     if [[ -n "$cxl" ]]; then
         vm=("$bin/cxlfs" ctl --socket "$out/control.sock" memory-fd vm0 -- "${vm[@]}"
             --socket "$out/vm0.sock" --cxl-memory "$cxl" --cxl-memory-fd '{fd}' --append movable_node)
     fi
-    rc=0
+    rc=0 t0=$(date +%s%N)
     timeout 300 "${vm[@]}" >"$out/run-$i.log" 2>&1 || rc=$?
+    echo $((($(date +%s%N) - t0) / 1000000)) >>"$out/boot-ms.txt"
     if grep -aq -e 'Oops' -e 'Kernel panic' -e 'BUG:' -e 'general protection fault' "$serial" 2>/dev/null; then
         crashed=$((crashed + 1))
         grep -a -m1 -e 'Oops' -e 'Kernel panic' -e 'BUG:' -e 'general protection fault' "$serial" | sed "s/^/boot-loop: boot $i crashed: /" >&2
@@ -81,5 +85,7 @@ for i in $(seq 1 "$boots"); do
     fi
     ((i % 20)) || echo "boot-loop: $i boots: ok=$ok crashed=$crashed other=$other" >&2
 done
+sort -n "$out/boot-ms.txt" | awk '{a[NR] = $1} END {
+    printf "boot-loop: boot to exit (run-vm.sh wall time): median %.2f s, p90 %.2f s\n", a[int((NR + 1) / 2)] / 1000, a[int(NR * 0.9 + 0.5)] / 1000 }'
 echo "boot-loop: $boots boots: ok=$ok crashed=$crashed other=$other"
 ((crashed == 0))
