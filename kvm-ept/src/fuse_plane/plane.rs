@@ -1,0 +1,200 @@
+//! [`FusePoolPlane`]: what a mounted plane is, what it tells about itself,
+//! and the [`ResidencyPlane`] the daemon drives (fills, evictions and
+//! syncs queued to the notifier; VMs registered for attribution).
+
+use super::mounted::Mounted;
+use super::workers::{on_request_thread, Notice, NoticeKind};
+use super::{lock, ActiveTransport, ReaderMode, MAX_READERS};
+use crate::metrics::PlaneMetrics;
+use crate::vm::VmId;
+use crate::{
+    MapTarget, NotifyTicket, PlaneMetricsSnapshot, ResidencyPlane, SendNotifyError, PAGE_SIZE,
+};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::mpsc;
+
+/// The residency plane over a FUSE pool file. See the module docs.
+pub struct FusePoolPlane {
+    pub(super) target: MapTarget,
+    pub(super) m: Mounted,
+}
+
+impl std::fmt::Debug for FusePoolPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FusePoolPlane")
+            .field("mountpoint", &self.m.mountpoint)
+            .field("size", &self.target.size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FusePoolPlane {
+    /// The mountpoint.
+    pub fn mountpoint(&self) -> &Path {
+        &self.m.mountpoint
+    }
+
+    /// A split plane's helper process (`None`: requests are read here).
+    pub fn helper_pid(&self) -> Option<u32> {
+        self.m.helper.as_ref().map(|h| h.child.id())
+    }
+
+    /// What carries the requests: `/dev/fuse`, or FUSE over io_uring.
+    pub fn transport(&self) -> ActiveTransport {
+        match &self.m.ring {
+            Some(r) => {
+                let r = lock(r);
+                let c = r.config();
+                ActiveTransport::IoUring {
+                    queues: c.queues,
+                    workers: r.workers(),
+                    poll: c.poll,
+                }
+            }
+            None => ActiveTransport::DevFuse,
+        }
+    }
+
+    /// Requests answered through the io_uring so far (0 on `/dev/fuse`).
+    pub fn ring_requests(&self) -> u64 {
+        self.m.server.metrics.snapshot().ring_requests
+    }
+
+    /// Request threads started so far.
+    pub fn readers(&self) -> usize {
+        lock(&self.m.threads.readers).len()
+    }
+
+    /// A VM registered: in [`ReaderMode::Block`], keeps one request thread
+    /// more than the VMs seen (each reader does its miss's host read
+    /// itself, blocking; spinning readers each burn a core and do not grow).
+    fn grow_readers(&self, vm: VmId) {
+        let mut g = lock(&self.m.spawner);
+        let Some(sp) = g.as_mut() else { return };
+        sp.vms.insert(vm);
+        let want = sp.base.max(sp.vms.len() + 1).min(MAX_READERS);
+        if let Some(r) = &self.m.ring {
+            // Per queue, as many sleeping ring workers.
+            if let Err(e) = lock(r).grow_to(want) {
+                tracing::warn!(error = %e, "cannot start more ring workers");
+            }
+            return;
+        }
+        // Spinning readers do not grow.
+        if sp.mode != ReaderMode::Block {
+            return;
+        }
+        let mut readers = lock(&self.m.threads.readers);
+        while readers.len() < want {
+            match sp.spawn(readers.len()) {
+                Ok(h) => readers.push(h),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot start another pool request thread");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The floor miss replies are released ahead of their modeled
+    /// completion by now (ns; 0: none).
+    pub fn compensation_ns(&self) -> u64 {
+        self.m.server.metrics.floor.current_ns()
+    }
+
+    /// The live counters.
+    pub fn live_metrics(&self) -> &PlaneMetrics {
+        &self.m.server.metrics
+    }
+
+    fn check_range(&self, offset: u64, len: u64) -> Result<(), SendNotifyError> {
+        let ok = offset % PAGE_SIZE == 0
+            && len % PAGE_SIZE == 0
+            && len > 0
+            && offset
+                .checked_add(len)
+                .is_some_and(|e| e <= self.target.size);
+        if ok {
+            Ok(())
+        } else {
+            Err(SendNotifyError::BadRange { offset, len })
+        }
+    }
+
+    fn queue(&self, kind: NoticeKind) -> Result<NotifyTicket, SendNotifyError> {
+        let (done, rx) = mpsc::sync_channel(1);
+        self.m
+            .notify_tx
+            .as_ref()
+            .ok_or(SendNotifyError::Closed)?
+            .send(Notice { kind, done })
+            .map_err(|_| SendNotifyError::Closed)?;
+        Ok(NotifyTicket::new(rx))
+    }
+}
+
+impl ResidencyPlane for FusePoolPlane {
+    fn map_target(&self) -> &MapTarget {
+        &self.target
+    }
+
+    fn fill(&self, pool_offset: u64, data: Vec<u8>) -> Result<NotifyTicket, SendNotifyError> {
+        self.check_range(pool_offset, data.len() as u64)?;
+        if data.len() > u32::MAX as usize {
+            return Err(SendNotifyError::BadRange {
+                offset: pool_offset,
+                len: data.len() as u64,
+            });
+        }
+        self.queue(NoticeKind::Store {
+            offset: pool_offset,
+            data,
+        })
+    }
+
+    fn evict(&self, pool_offset: u64, len: u64) -> Result<NotifyTicket, SendNotifyError> {
+        self.check_range(pool_offset, len)?;
+        self.queue(NoticeKind::Inval {
+            offset: pool_offset,
+            len,
+        })
+    }
+
+    fn sync(&self, pool_offset: u64, len: u64) -> Result<(), SendNotifyError> {
+        self.check_range(pool_offset, len)?;
+        if on_request_thread() {
+            return Err(SendNotifyError::WouldDeadlock);
+        }
+        let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+            | libc::SYNC_FILE_RANGE_WRITE
+            | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+        // SAFETY: a plain system call on an fd this plane owns.
+        let rc = unsafe {
+            libc::sync_file_range(
+                self.target.file.as_raw_fd(),
+                pool_offset as libc::off64_t,
+                len as libc::off64_t,
+                flags,
+            )
+        };
+        if rc != 0 {
+            return Err(SendNotifyError::Kernel(io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    fn register_vmm(&self, vm: VmId, pid: u32) {
+        self.m.server.vms.register(vm, pid);
+        self.grow_readers(vm);
+    }
+
+    fn unregister_vmm(&self, vm: VmId) {
+        self.m.server.vms.unregister(vm);
+    }
+
+    fn metrics(&self) -> PlaneMetricsSnapshot {
+        self.m.server.metrics.snapshot()
+    }
+}

@@ -1,0 +1,164 @@
+//! `READ` and `WRITE`: a pool miss timed by the backend, a calibration
+//! read stamped for the calibrator, and a write-back charged as NAND
+//! programs.
+
+use super::{finish, Outcome, Server};
+use crate::fuse_plane::{CALIB_NODEID, POOL_NODEID};
+use crate::pace::Compensation;
+use crate::{Miss, MissData, PAGE_SIZE};
+use fuse_abi::{self as abi, encode_write_out, Cursor, InHeader, ReadIn, WriteIn};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::Ordering;
+
+impl Server {
+    /// `READ`: of the pool, a miss timed by the backend, released at its
+    /// modeled completion less the floor; of the calibration file, see
+    /// [`Server::calibration_read`].
+    pub(super) fn read(
+        &self,
+        h: &InHeader,
+        args: &mut Cursor<'_>,
+        arrival_ns: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<Outcome, i32> {
+        let r: ReadIn = args.read().map_err(|_| libc::EINVAL)?;
+        match h.nodeid {
+            POOL_NODEID => {}
+            CALIB_NODEID => return self.calibration_read(h, &r, arrival_ns, out),
+            abi::ROOT_ID => return Err(libc::EISDIR),
+            _ => return Err(libc::ENOENT),
+        }
+        let len = u64::from(r.size).min(self.size.saturating_sub(r.offset)) as usize;
+        out.resize(abi::OUT_HEADER_LEN + len, 0);
+        if len == 0 {
+            finish(out, h.unique)?;
+            return Ok(Outcome::Reply);
+        }
+        if self
+            .readahead
+            .as_ref()
+            .is_some_and(|g| g.refuse(r.offset, len as u64))
+        {
+            self.metrics.readahead_refused();
+            return Err(libc::EIO);
+        }
+        let vm = self.vms.resolve(h.pid);
+        let miss = Miss {
+            pool_offset: r.offset,
+            len: len as u32,
+            pid: h.pid,
+            vm,
+            arrival_ns,
+        };
+        let dst = &mut out[abi::OUT_HEADER_LEN..];
+        let reply = match self.backend.on_miss(&miss, dst) {
+            Ok(reply) => reply,
+            Err(e) => {
+                tracing::warn!(offset = r.offset, len, error = %e, "pool miss failed");
+                self.metrics.trap_error();
+                return Err(libc::EIO);
+            }
+        };
+        match reply.data {
+            MissData::InPlace { len: n } => dst[n.min(len)..].fill(0),
+            MissData::Bytes(b) => {
+                let n = b.len().min(len);
+                dst[..n].copy_from_slice(&b[..n]);
+                dst[n..].fill(0);
+            }
+            MissData::Zeros => dst.fill(0),
+            MissData::File { file, offset } => {
+                let mut done = 0;
+                while done < len {
+                    match file.read_at(&mut dst[done..], offset + done as u64) {
+                        Ok(0) => break,
+                        Ok(n) => done += n,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            tracing::warn!(offset = r.offset, error = %e, "reading pool data failed");
+                            self.metrics.trap_error();
+                            return Err(e.raw_os_error().unwrap_or(libc::EIO));
+                        }
+                    }
+                }
+                dst[done..].fill(0);
+            }
+        }
+        self.metrics.trap(vm, r.offset, len as u64);
+        finish(out, h.unique)?;
+        // Ahead of the modeled completion by the trap path's own cost
+        // (the deadline itself with compensation off).
+        let release = self
+            .metrics
+            .floor
+            .release_at(arrival_ns, reply.completes_at_ns);
+        if self.metrics.floor.mode() == Compensation::Auto {
+            let hold = release.saturating_sub(arrival_ns);
+            let old = self.calib.hold_ns.load(Ordering::Relaxed);
+            let new = (old / 8).saturating_mul(7).saturating_add(hold / 8);
+            self.calib.hold_ns.store(new, Ordering::Relaxed);
+        }
+        Ok(Outcome::ReplyAt(release))
+    }
+
+    /// A `READ` of the calibration file: zeros, never charged, never
+    /// counted as a trap, stamped for the calibrator, and held as long as
+    /// recent misses were (at once when they were not held).
+    fn calibration_read(
+        &self,
+        h: &InHeader,
+        r: &ReadIn,
+        arrival_ns: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<Outcome, i32> {
+        let len = u64::from(r.size).min(PAGE_SIZE.saturating_sub(r.offset)) as usize;
+        out.resize(abi::OUT_HEADER_LEN + len, 0);
+        out[abi::OUT_HEADER_LEN..].fill(0);
+        finish(out, h.unique)?;
+        let hold = self.calib.hold_ns.load(Ordering::Relaxed);
+        let due = arrival_ns.saturating_add(hold);
+        let now = self.backend.now_ns();
+        // A held reply is written when due (the pacing spins for it).
+        let held = hold > 0 && due > now;
+        self.calib.request_ns.store(arrival_ns, Ordering::Relaxed);
+        self.calib
+            .reply_ns
+            .store(if held { due } else { now }, Ordering::Relaxed);
+        self.calib.reads.fetch_add(1, Ordering::Release);
+        Ok(if held {
+            Outcome::ReplyAt(due)
+        } else {
+            Outcome::Reply
+        })
+    }
+
+    /// `WRITE` of the pool: a write-back, answered when the backend says
+    /// it is done.
+    pub(super) fn write(
+        &self,
+        h: &InHeader,
+        args: &mut Cursor<'_>,
+        arrival_ns: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<Outcome, i32> {
+        let (w, data) = WriteIn::parse_with_data(args).map_err(|_| libc::EINVAL)?;
+        if h.nodeid != POOL_NODEID {
+            return Err(libc::EBADF);
+        }
+        if !matches!(w.offset.checked_add(data.len() as u64), Some(e) if e <= self.size) {
+            return Err(libc::EFBIG);
+        }
+        let done = match self.backend.on_writeback(w.offset, data, h.pid, arrival_ns) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(offset = w.offset, len = data.len(), error = %e, "pool write-back failed");
+                return Err(libc::EIO);
+            }
+        };
+        self.metrics.writeback(data.len() as u64);
+        encode_write_out(w.size, out);
+        finish(out, h.unique)?;
+        Ok(Outcome::ReplyAt(done))
+    }
+}

@@ -1,0 +1,352 @@
+//! The plane's thread bodies: `/dev/fuse` request readers, a split plane's
+//! receivers of forwarded misses, the pacer that writes held replies when
+//! due, and the notifier that alone writes `NOTIFY_STORE` /
+//! `NOTIFY_INVAL_INODE`; also the ring workers' entry into the server, and
+//! the mark that tells a request thread (which must never wait for a
+//! notification).
+
+use super::server::{error_reply, Outcome, Server};
+use super::{ReaderMode, CALIB_NODEID, MAX_WRITE, POOL_NODEID};
+use crate::pace::{self, INLINE_SPIN_NS};
+use crate::PAGE_SIZE;
+use fuse_abi::{self as abi, Cursor, InHeader};
+use std::cell::Cell;
+use std::fs::File;
+use std::io::{self, IoSlice, Read, Write};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::time::{Duration, Instant};
+
+thread_local! {
+    static REQUEST_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread answers FUSE requests for a plane (it must
+/// never wait for a notification).
+pub fn on_request_thread() -> bool {
+    REQUEST_THREAD.with(Cell::get)
+}
+
+/// Ring workers answer through the same server as `/dev/fuse` readers and
+/// are request threads too.
+impl crate::uring::RingServer for Server {
+    fn now_ns(&self) -> u64 {
+        self.backend.now_ns()
+    }
+
+    fn answer(&self, request: &[u8], arrival_ns: u64, out: &mut Vec<u8>) -> crate::uring::Due {
+        use crate::uring::Due;
+        self.metrics.ring_request();
+        match self.handle(request, arrival_ns, out) {
+            // A stop GETATTR is for `/dev/fuse` readers; a ring worker
+            // just answers it.
+            Outcome::Reply | Outcome::ReplyAndExit => Due::Now,
+            Outcome::ReplyAt(t) => Due::At(t),
+            // FORGET and INTERRUPT never come through the ring; anything
+            // else without a reply still needs one to free its entry.
+            Outcome::None => {
+                let unique = InHeader::parse(&mut Cursor::new(request)).map_or(0, |h| h.unique);
+                error_reply(out, unique, libc::EIO);
+                Due::Now
+            }
+        }
+    }
+
+    fn enter_worker(&self) {
+        REQUEST_THREAD.with(|c| c.set(true));
+    }
+}
+
+/// A reply held until its modeled completion.
+pub(super) struct Held {
+    deadline_ns: u64,
+    reply: Vec<u8>,
+}
+
+impl pace::Deadline for Held {
+    fn deadline_ns(&self) -> u64 {
+        self.deadline_ns
+    }
+}
+
+/// A notification the notifier writes.
+pub(super) enum NoticeKind {
+    Store {
+        offset: u64,
+        data: Vec<u8>,
+    },
+    Inval {
+        offset: u64,
+        len: u64,
+    },
+    /// Drop the calibration file's page (and its mappings).
+    InvalCalib,
+}
+
+/// A notification queued for the notifier, and where its result goes
+/// (how long the write took, or why the kernel refused it).
+pub(super) struct Notice {
+    pub(super) kind: NoticeKind,
+    pub(super) done: SyncSender<Result<Duration, io::Error>>,
+}
+
+/// Writes one whole message to `/dev/fuse`; `ENOENT` (the request was
+/// interrupted and is gone) is not an error.
+pub(crate) fn write_reply(dev: &File, reply: &[u8]) {
+    match (&*dev).write(reply) {
+        Ok(n) if n == reply.len() => {}
+        Ok(n) => tracing::warn!(n, len = reply.len(), "short FUSE reply write"),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot write a FUSE reply"),
+    }
+}
+
+/// Waits until `dev` has a request (`true`) or `wake` fires (`false`).
+fn wait_for_request(dev: &File, wake: &File) -> bool {
+    let mut fds = [
+        libc::pollfd {
+            fd: dev.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: wake.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    loop {
+        // SAFETY: `fds` is a valid array of two pollfds for the call.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if rc < 0 {
+            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return false;
+        }
+        if fds[1].revents != 0 {
+            return false;
+        }
+        // POLLERR / POLLHUP on the device: the read says what happened.
+        return true;
+    }
+}
+
+/// A request thread on `/dev/fuse`: reads, answers and delivers requests
+/// until the connection ends, its stop GETATTR comes, or (spinning, or
+/// beside a ring with `wake`) the plane stops.
+pub(super) fn reader(
+    server: &Server,
+    dev: &File,
+    pacer: Sender<Held>,
+    mode: ReaderMode,
+    wake: Option<&File>,
+) {
+    REQUEST_THREAD.with(|c| c.set(true));
+    let mut buf = vec![0u8; (MAX_WRITE as usize + 4096).max(abi::MIN_READ_BUFFER)];
+    let mut out: Vec<u8> = Vec::with_capacity(abi::OUT_HEADER_LEN + MAX_WRITE as usize);
+    loop {
+        if let Some(w) = wake {
+            if !wait_for_request(dev, w) {
+                break;
+            }
+        }
+        let n = match (&*dev).read(&mut buf) {
+            Ok(n) => n,
+            Err(e) => match e.raw_os_error() {
+                Some(libc::EAGAIN) => {
+                    if server.stop.load(Ordering::Acquire) {
+                        break;
+                    }
+                    if wake.is_none() {
+                        std::hint::spin_loop();
+                    }
+                    continue;
+                }
+                // Interrupted, or a request that went away before we read it.
+                Some(libc::EINTR) | Some(libc::ENOENT) => continue,
+                // The connection ended (unmounted, aborted).
+                Some(libc::ENODEV) => break,
+                _ => {
+                    tracing::warn!(error = %e, "reading /dev/fuse failed; request thread ends");
+                    break;
+                }
+            },
+        };
+        let arrival = server.backend.now_ns();
+        let outcome = server.handle(&buf[..n], arrival, &mut out);
+        if outcome == Outcome::ReplyAndExit {
+            // Counted out before the reply: whoever waits on it sees it.
+            server.alive.fetch_sub(1, Ordering::AcqRel);
+            write_reply(dev, &out);
+            return;
+        }
+        deliver(server, dev, &pacer, &mut out, outcome);
+        if mode == ReaderMode::Spin && server.stop.load(Ordering::Acquire) {
+            break;
+        }
+    }
+    server.alive.fetch_sub(1, Ordering::AcqRel);
+}
+
+/// Writes a handled request's reply now, or when it is due: spun for here
+/// if due within [`INLINE_SPIN_NS`], else handed to the pacer.
+fn deliver(server: &Server, dev: &File, pacer: &Sender<Held>, out: &mut Vec<u8>, outcome: Outcome) {
+    match outcome {
+        Outcome::None => {}
+        Outcome::Reply | Outcome::ReplyAndExit => write_reply(dev, out),
+        Outcome::ReplyAt(deadline) => {
+            let now = server.backend.now_ns();
+            if deadline <= now.saturating_add(INLINE_SPIN_NS) {
+                pace::wait_until(|| server.backend.now_ns(), deadline);
+                write_reply(dev, out);
+            } else {
+                let reply = std::mem::replace(
+                    out,
+                    Vec::with_capacity(abi::OUT_HEADER_LEN + MAX_WRITE as usize),
+                );
+                let held = Held {
+                    deadline_ns: deadline,
+                    reply,
+                };
+                if let Err(mpsc::SendError(h)) = pacer.send(held) {
+                    pace::wait_until(|| server.backend.now_ns(), h.deadline_ns);
+                    write_reply(dev, &h.reply);
+                }
+            }
+        }
+    }
+}
+
+/// Daemon threads of a split plane: misses and stored write-backs that
+/// the helper forwards. A miss is answered exactly as a local reader
+/// would (same server, same pacing); the reply goes to this process's
+/// descriptor of the connection. If the helper goes away while the plane
+/// is up, nothing could answer write-backs any more: the connection is
+/// aborted (every waiter gets an error) rather than left to hang.
+pub(super) fn forwarded(
+    server: &Server,
+    dev: &File,
+    sock: &File,
+    pacer: Sender<Held>,
+    abort: Option<&Path>,
+) {
+    use crate::helper_link::{ForwardKind, FORWARD_LEN};
+    REQUEST_THREAD.with(|c| c.set(true));
+    let mut buf = vec![0u8; crate::helper_link::MAX_FORWARD];
+    let mut out: Vec<u8> = Vec::with_capacity(abi::OUT_HEADER_LEN + MAX_WRITE as usize);
+    while let Some((f, n)) = crate::helper_link::recv_forward(sock, &mut buf) {
+        // The helper stamped the arrival on the monotonic clock.
+        let age = crate::helper_link::monotonic_ns().saturating_sub(f.mono_ns);
+        let arrival = server.backend.now_ns().saturating_sub(age);
+        if f.kind == ForwardKind::Read as u32 {
+            let outcome = server.handle(&buf[FORWARD_LEN..n], arrival, &mut out);
+            deliver(server, dev, &pacer, &mut out, outcome);
+        } else if f.kind == ForwardKind::Stored as u32 {
+            match server
+                .backend
+                .on_stored_writeback(f.offset, f.len, f.pid, arrival)
+            {
+                Ok(_) => server.metrics.writeback(f.len),
+                Err(e) => {
+                    tracing::warn!(offset = f.offset, len = f.len, error = %e, "cannot charge a stored write-back")
+                }
+            }
+        } else {
+            tracing::warn!(kind = f.kind, "unknown message from the plane helper");
+        }
+    }
+    if server.stop.load(Ordering::Acquire) {
+        return;
+    }
+    tracing::error!("the pool plane helper went away: aborting its connection");
+    if let Some(p) = abort {
+        if let Err(e) = std::fs::write(p, b"1") {
+            tracing::error!(error = %e, path = %p.display(), "cannot abort the plane's connection");
+        }
+    }
+}
+
+/// The pacer: writes each held reply when it is due.
+pub(super) fn pacer(server: &Server, dev: &File, rx: Receiver<Held>) {
+    REQUEST_THREAD.with(|c| c.set(true));
+    // Sleep precision matters: the default timer slack (50 µs) would make
+    // every reply handed here late by up to that much.
+    // SAFETY: a plain prctl with integer arguments, on this thread only.
+    if unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) } != 0 {
+        tracing::debug!(error = %io::Error::last_os_error(), "cannot set the pacer's timer slack");
+    }
+    pace::run_pacer(
+        &rx,
+        || server.backend.now_ns(),
+        |due| {
+            for h in due {
+                write_reply(dev, &h.reply);
+            }
+        },
+    );
+}
+
+/// Writes one `NOTIFY_STORE` of `data` at `offset` (header in `head`, data
+/// as a second `writev` segment).
+fn send_store(dev: &File, head: &mut Vec<u8>, offset: u64, data: &[u8]) -> io::Result<()> {
+    let size = u32::try_from(data.len()).map_err(io::Error::other)?;
+    abi::encode_notify_store(POOL_NODEID, offset, size, head).map_err(io::Error::other)?;
+    let want = head.len() + data.len();
+    let w = (&*dev).write_vectored(&[IoSlice::new(head), IoSlice::new(data)])?;
+    if w == want {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "short notify write {w} of {want}"
+        )))
+    }
+}
+
+/// The notifier: writes each queued notification, counts it, and reports
+/// its result; ends when every sender is gone.
+pub(super) fn notifier(server: &Server, dev: &File, rx: Receiver<Notice>) {
+    let mut head = Vec::with_capacity(64);
+    for n in rx {
+        head.clear();
+        let start = Instant::now();
+        let res = match &n.kind {
+            NoticeKind::Store { offset, data } => send_store(dev, &mut head, *offset, data),
+            NoticeKind::Inval { offset, len } => {
+                abi::encode_notify_inval_inode(POOL_NODEID, *offset as i64, *len as i64, &mut head);
+                (&*dev).write(&head).map(|_| ())
+            }
+            NoticeKind::InvalCalib => {
+                abi::encode_notify_inval_inode(CALIB_NODEID, 0, PAGE_SIZE as i64, &mut head);
+                (&*dev).write(&head).map(|_| ())
+            }
+        };
+        let took = start.elapsed();
+        let res = match res {
+            Ok(()) => {
+                match &n.kind {
+                    NoticeKind::Store { offset, data } => {
+                        server.metrics.store(*offset, data.len() as u64)
+                    }
+                    NoticeKind::Inval { offset, len } => {
+                        // The kernel dropped those folios: holes again.
+                        if let Some(r) = &server.readahead {
+                            r.forget(*offset, *len);
+                        }
+                        server.metrics.invalidation(*offset, *len)
+                    }
+                    NoticeKind::InvalCalib => {}
+                }
+                Ok(took)
+            }
+            Err(e) => {
+                server.metrics.notify_error();
+                tracing::warn!(error = %e, "pool notification refused");
+                Err(e)
+            }
+        };
+        let _ = n.done.send(res);
+    }
+}
