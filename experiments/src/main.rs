@@ -21,6 +21,7 @@ mod image_cmd;
 mod phase_output;
 mod plot;
 mod plot_axis;
+mod plot_cmd;
 mod plot_data;
 mod plot_spec;
 mod replay_check;
@@ -28,6 +29,7 @@ mod replay_cmd;
 mod results;
 mod run_cmd;
 mod spec;
+mod table_cmd;
 mod template;
 mod trace_cmd;
 mod trace_io;
@@ -67,9 +69,9 @@ enum Command {
     /// Run an experiment: cxlfsd + N guests running fio, over a sweep; write a results directory.
     Run(Box<run_cmd::RunArgs>),
     /// Re-draw the PNG plots of a results directory.
-    Plot(run_cmd::ResultsDirArgs),
+    Plot(results::ResultsDirArgs),
     /// Print a results directory as a text table.
-    Table(run_cmd::ResultsDirArgs),
+    Table(results::ResultsDirArgs),
 }
 
 fn list_presets() -> anyhow::Result<()> {
@@ -114,8 +116,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Image(cmd) => Ok(image_cmd::run(&cmd)?),
         Command::Ctl(args) => ctl_cmd::run(&args),
         Command::Run(args) => run_cmd::run(&args),
-        Command::Plot(args) => run_cmd::plot_cmd(&args),
-        Command::Table(args) => run_cmd::table_cmd(&args),
+        Command::Plot(args) => plot_cmd::run(&args),
+        Command::Table(args) => table_cmd::run(&args),
         Command::Config(args) => {
             let (cfg, _) = args.load(&[])?;
             std::io::stdout()

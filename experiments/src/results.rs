@@ -1,13 +1,23 @@
 //! The results of `cxlfs run`: rows (one per run, phase and VM, plus `vm =
 //! all`), written as `results.csv` and `results.json` after every run (so
 //! an interrupted sweep keeps what it measured), and read back by `cxlfs
-//! plot` / `cxlfs table`.
+//! plot` / `cxlfs table` (whose argument, the directory, is
+//! [`ResultsDirArgs`]).
 
+use clap::Args;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::fmt::Write as _;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// `cxlfs plot` / `cxlfs table` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct ResultsDirArgs {
+    /// A results directory written by `cxlfs run`.
+    #[arg(value_name = "RESULTS_DIR")]
+    pub dir: PathBuf,
+}
 
 /// One row: column → cell (`null` = empty).
 pub type Row = Map<String, Value>;

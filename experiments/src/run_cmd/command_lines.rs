@@ -1,0 +1,184 @@
+//! What a run plan turns into on the command line: the `cxlfsd` arguments,
+//! the `run-vm.sh` arguments of a guest, the template variables its guests
+//! share, and what each phase runs (as text).
+
+use super::tools::Tools;
+use crate::guest_script;
+use crate::spec::{PhaseSpec, RunPlan, DEFAULT_PRESET};
+use crate::template::TemplateValue;
+use anyhow::Result;
+use cxlfs_device_model::units::parse_duration_ns;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The `cxlfsd` arguments of a run (besides `--shared-dir`, `--vm`, `--metrics-addr`).
+pub(super) fn daemon_args(
+    plan: &RunPlan,
+    tools: Option<&Tools>,
+    metrics_file: &Path,
+) -> Vec<String> {
+    let d = &plan.spec.daemon;
+    let mut a = vec![
+        "--preset".to_string(),
+        d.preset
+            .clone()
+            .unwrap_or_else(|| DEFAULT_PRESET.to_string()),
+    ];
+    for s in &plan.device_sets {
+        a.push("--set".into());
+        a.push(s.clone());
+    }
+    a.extend(["--cache".to_string(), d.cache.clone()]);
+    if let Some(r) = d.cxl_ratio {
+        a.extend(["--cxl-ratio".to_string(), r.to_string()]);
+    }
+    if d.dax {
+        a.extend(["--dax".to_string(), "on".to_string()]);
+    }
+    if let Some(m) = d.cxl_memory_bytes() {
+        for i in 0..plan.spec.vms.count {
+            a.extend(["--cxl-memory".to_string(), format!("vm{i}={m}")]);
+        }
+    }
+    if tools.map_or(true, |t| t.metrics_file) {
+        a.push("--metrics-file".into());
+        a.push(metrics_file.display().to_string());
+        a.push("--metrics-interval".into());
+        a.push(d.metrics_interval.clone());
+    }
+    a.extend(d.args.iter().cloned());
+    a
+}
+
+/// The `run-vm.sh` arguments of guest `vm` (besides image, socket, serial).
+pub(super) fn vm_args(plan: &RunPlan, vm: &str) -> Vec<String> {
+    let v = &plan.spec.vms;
+    let timeout_s = parse_duration_ns(&v.timeout).unwrap_or(600_000_000_000) / 1_000_000_000;
+    let mut a = vec![
+        "--name".to_string(),
+        vm.to_string(),
+        "--smp".into(),
+        v.smp.to_string(),
+        "--mem".into(),
+        v.memory.clone(),
+        "--timeout".into(),
+        timeout_s.max(1).to_string(),
+    ];
+    let mountopts = v
+        .mountopts
+        .clone()
+        .or_else(|| plan.spec.daemon.dax.then(|| "dax=always".to_string()));
+    if let Some(m) = mountopts.filter(|m| !m.is_empty()) {
+        a.extend(["--mountopts".to_string(), m]);
+    }
+    if plan.spec.daemon.dax {
+        a.extend(["--cache-size".to_string(), v.dax_window.clone()]);
+    }
+    if plan.spec.daemon.cxl_memory.is_some() {
+        // `cxlfs ctl memory-fd` fills in the region's size and descriptor.
+        a.extend(
+            [
+                "--cxl-memory",
+                "{size}",
+                "--cxl-memory-fd",
+                "{fd}",
+                "--append",
+                "movable_node",
+            ]
+            .map(String::from),
+        );
+    }
+    a
+}
+
+/// The template variables every guest of a run shares: the spec's `vars`,
+/// the device cache size (`cache_bytes`), the CXL memory region size
+/// (`cxl_memory_bytes`, 0 without one).
+pub(super) fn template_base(plan: &RunPlan) -> BTreeMap<String, TemplateValue> {
+    let mut v: BTreeMap<String, TemplateValue> = plan
+        .spec
+        .vars
+        .iter()
+        .map(|(k, x)| (k.clone(), TemplateValue::of_toml(x)))
+        .collect();
+    v.insert(
+        "cache_bytes".into(),
+        TemplateValue::Number(plan.device.cache.size_bytes as f64),
+    );
+    let region = plan.spec.daemon.cxl_memory_bytes().unwrap_or(0);
+    v.insert(
+        "cxl_memory_bytes".into(),
+        TemplateValue::Number(region as f64),
+    );
+    v
+}
+
+/// What a phase runs in vm0, as text: the rendered command, the job file,
+/// or fio's arguments.
+pub(super) fn phase_text(plan: &RunPlan, phase: &PhaseSpec) -> Result<String> {
+    let vars = guest_script::vm_vars(&template_base(plan), "vm0", 0, plan.spec.vms.count);
+    if let Some(c) = guest_script::command_line(phase, &vars)? {
+        return Ok(format!("sh -c {}", guest_script::sh_quote(&c)));
+    }
+    if let Some(j) = guest_script::job_file(&plan.spec, phase) {
+        return Ok(format!("fio {j} (job file, verbatim)"));
+    }
+    Ok(format!(
+        "fio {}",
+        guest_script::fio_args(&plan.spec, phase, "vm0", 0).join(" ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::run_cmd::test_spec::SPEC;
+    use crate::spec::load_str;
+
+    #[test]
+    fn daemon_and_vm_arguments_follow_the_spec() {
+        let plans = load_str("t.toml", SPEC, &[])
+            .unwrap()
+            .expand(false)
+            .unwrap();
+        let a = daemon_args(&plans[0], None, Path::new("m.jsonl"));
+        assert_eq!(
+            a,
+            [
+                "--preset",
+                "femu",
+                "--set",
+                "cache.size_bytes=8MiB",
+                "--cache",
+                "never",
+                "--cxl-ratio",
+                "0",
+                "--dax",
+                "on",
+                "--metrics-file",
+                "m.jsonl",
+                "--metrics-interval",
+                "1s"
+            ]
+        );
+        let v = vm_args(&plans[1], "vm1");
+        assert_eq!(
+            v,
+            [
+                "--name",
+                "vm1",
+                "--smp",
+                "1",
+                "--mem",
+                "1G",
+                "--timeout",
+                "600",
+                "--mountopts",
+                "dax=always",
+                "--cache-size",
+                "64M"
+            ]
+        );
+    }
+}
