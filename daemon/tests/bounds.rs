@@ -232,7 +232,7 @@ impl Rig {
     }
 
     fn extents(&self) -> u64 {
-        self.state.shared.pool().allocated_extents()
+        self.state.shared.read(|p, _| p.allocated_extents())
     }
 }
 
@@ -389,13 +389,13 @@ fn truncation_o_trunc_the_last_forget_and_a_short_pool_return_extents() {
     assert_eq!(again, h.nodeid);
     r.forget(h.nodeid, 1);
     assert!(
-        r.state.shared.pool().oldest_idle().is_none(),
+        r.state.shared.read(|p, _| p.oldest_idle()).is_none(),
         "one lookup left"
     );
     r.forget(h.nodeid, 1);
     assert_eq!(r.extents(), 2, "idle, kept for a reopen");
-    assert!(r.state.shared.pool().oldest_idle().is_some());
-    let cap = r.state.shared.pool().capacity_extents();
+    assert!(r.state.shared.read(|p, _| p.oldest_idle()).is_some());
+    let cap = r.state.shared.read(|p, _| p.capacity_extents());
     r.state.shared.make_room(cap);
     assert_eq!(r.extents(), 0, "a short pool reclaims idle files");
     // The last FORGET of a deleted file gives its extents back at once.
@@ -511,23 +511,23 @@ fn a_disconnect_returns_the_sessions_extents_and_fds() {
         g.read(n, fh, 0, 4096);
         g.read(n, fh, 2 << 20, 4096);
     }
-    assert_eq!(state.shared.pool().allocated_extents(), 4);
+    assert_eq!(state.shared.read(|p, _| p.allocated_extents()), 4);
     // Deleted on the host while the guest holds it: its fds and disk space
     // live on until the session lets go.
     std::fs::remove_file(share.path().join("gone.bin")).unwrap();
     assert!(fds_on(&share.path().join("gone.bin")) > 0);
     drop(g);
     eventually("the deleted file's extents come back", || {
-        state.shared.pool().allocated_extents() == 2
+        state.shared.read(|p, _| p.allocated_extents()) == 2
     });
     eventually("the deleted file's fds are closed", || {
         fds_on(&share.path().join("gone.bin")) == 0
     });
     // The file that still exists is idle: no reference holds its extents.
-    assert!(state.shared.pool().oldest_idle().is_some());
-    let cap = state.shared.pool().capacity_extents();
+    assert!(state.shared.read(|p, _| p.oldest_idle()).is_some());
+    let cap = state.shared.read(|p, _| p.capacity_extents());
     state.shared.make_room(cap);
-    assert_eq!(state.shared.pool().allocated_extents(), 0);
+    assert_eq!(state.shared.read(|p, _| p.allocated_extents()), 0);
     // A new connection works as before.
     let mut g = Guest::connect(&sockets.path().join("a.sock"));
     g.init();
@@ -555,7 +555,7 @@ fn a_disconnect_returns_extents_a_dax_window_still_mapped() {
     }
     assert_eq!(g.call(opcode::SETUPMAPPING, n, &a).0.error, 0);
     assert_eq!(window.read(0, 4), vec![5u8; 4]);
-    assert_eq!(d.state.shared.pool().allocated_extents(), 1);
+    assert_eq!(d.state.shared.read(|p, _| p.allocated_extents()), 1);
     // The file is deleted on the host, and the guest forgets it but keeps
     // the slot (a misbehaving guest): the mapped extent must not go back to
     // the pool yet.
@@ -566,14 +566,14 @@ fn a_disconnect_returns_extents_a_dax_window_still_mapped() {
     g.submit_only(&req);
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(
-        d.state.shared.pool().allocated_extents(),
+        d.state.shared.read(|p, _| p.allocated_extents()),
         1,
         "a mapped extent stays with its file"
     );
     drop(g);
     eventually(
         "the window's extent comes back after the disconnect",
-        || d.state.shared.pool().allocated_extents() == 0,
+        || d.state.shared.read(|p, _| p.allocated_extents()) == 0,
     );
     d.shutdown();
 }

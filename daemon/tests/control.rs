@@ -638,7 +638,7 @@ fn set_policy_under_load_keeps_data_and_residency() {
         json!({"cmd": "set_prefetch", "degree": 1, "stride": 0}),
         "bad_request",
     );
-    assert_eq!(r.state.shared.device().config().prefetch.degree, 4);
+    assert_eq!(r.state.shared.read(|_, d| d.config().prefetch.degree), 4);
 }
 
 #[test]

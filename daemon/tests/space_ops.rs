@@ -150,7 +150,7 @@ fn a_hard_link_reaches_the_same_pool_pages() {
         (4, 0),
         "the other name's pages are device-cache hits"
     );
-    assert_eq!(r.shared.pool().allocated_extents(), 1);
+    assert_eq!(r.shared.read(|p, _| p.allocated_extents()), 1);
 }
 
 #[test]
@@ -227,7 +227,11 @@ fn allocation_is_not_charged() {
         (st.accesses, st.nand.reads(), st.nand.programs()),
         (0, 0, 0)
     );
-    assert_eq!(r.shared.pool().allocated_extents(), 0, "no extent for it");
+    assert_eq!(
+        r.shared.read(|p, _| p.allocated_extents()),
+        0,
+        "no extent for it"
+    );
 }
 
 #[test]
@@ -236,7 +240,7 @@ fn a_truncated_tail_leaves_the_device_cache_unwritten() {
     let f = r.create("f");
     r.write(&at(0), f, 0, &[5u8; 8 * P as usize]);
     r.write(&at(0), f, 2 * EXTENT_SIZE, &[5u8; P as usize]);
-    assert_eq!(r.shared.pool().allocated_extents(), 2);
+    assert_eq!(r.shared.read(|p, _| p.allocated_extents()), 2);
     let attr = SetattrIn {
         valid: fattr::SIZE,
         size: 2 * P + 1,
@@ -245,7 +249,7 @@ fn a_truncated_tail_leaves_the_device_cache_unwritten() {
     r.fs.setattr(&at(0), f.0, &attr).unwrap();
     // Pages 3..8 of chunk 0 and chunk 2's extent went unwritten.
     assert_eq!(r.shared.stats().discarded, 6);
-    assert_eq!(r.shared.pool().allocated_extents(), 1);
+    assert_eq!(r.shared.read(|p, _| p.allocated_extents()), 1);
     let before = r.host_programs();
     r.shared.flush().unwrap();
     assert_eq!(r.host_programs() - before, 3, "pages 0..=2 only");

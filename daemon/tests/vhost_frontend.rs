@@ -296,7 +296,7 @@ fn dax_window_maps_the_pool_and_refuses_bad_mappings() {
         dev: std::os::unix::fs::MetadataExt::dev(&md),
         ino: std::os::unix::fs::MetadataExt::ino(&md),
     };
-    let extent = state.shared.pool().extent_of(key, 0).unwrap();
+    let extent = state.shared.read(|p, _| p.extent_of(key, 0)).unwrap();
     let plane = dax.plane().unwrap();
     residency::ResidencyPlane::evict(&*plane, extent * MIB2, MIB2)
         .unwrap()
@@ -459,7 +459,7 @@ fn dram_tier_pages_under_dax_are_uncharged_and_ratio_changes_move_them() {
         dev: meta.dev(),
         ino: meta.ino(),
     };
-    let extent = state.shared.pool().extent_of(key, 0).unwrap();
+    let extent = state.shared.read(|p, _| p.extent_of(key, 0)).unwrap();
     let first = extent * MIB2 / 4096;
     let cxl_at = |r: u8| {
         (first..first + pages as u64)
@@ -476,7 +476,7 @@ fn dram_tier_pages_under_dax_are_uncharged_and_ratio_changes_move_them() {
     let (misses, hits) = (m.device_misses.load(Relaxed), m.device_hits.load(Relaxed));
     assert_eq!(misses + hits, cxl);
     assert_eq!(m.dram_pages.load(Relaxed), pages as u64 - cxl);
-    let resident = state.shared.device().resident_page_list();
+    let resident = state.shared.read(|_, d| d.resident_page_list());
     assert!(resident.len() as u64 >= cxl);
     for p in resident {
         assert_eq!(

@@ -5,6 +5,7 @@
 
 use super::range::{ResolvedFile, Target};
 use super::{bad, ControlCommandError, Controller, Principal, SetCxlRatioError};
+use crate::device::Publish;
 use crate::ids::FileKey;
 use crate::passthrough::check_name;
 use cxlfs_api::control::{
@@ -12,7 +13,7 @@ use cxlfs_api::control::{
     Request, ResetStatsResult, SetPolicyResult, StatsResult, PROTOCOL_VERSION,
 };
 use cxlfs_device_model::config::PolicyParams;
-use cxlfs_device_model::{PolicyKind, PAGE_SIZE};
+use cxlfs_device_model::{Device, PolicyKind, PAGE_SIZE};
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 use serde::Serialize;
@@ -282,21 +283,26 @@ impl Controller {
         params: Map<String, Value>,
     ) -> Result<SetPolicyResult, ControlCommandError> {
         let kind: PolicyKind = name.parse().map_err(bad)?;
-        let mut dev = self.shared.device();
-        let previous = dev.config().cache.policy;
-        let mut merged =
-            serde_json::to_value(&dev.config().cache.params).map_err(|e| bad(e.to_string()))?;
-        for (k, v) in params {
-            let slot = merged
-                .get_mut(&k)
-                .ok_or_else(|| bad(format!("unknown policy parameter `{k}`")))?;
-            *slot = v;
-        }
-        let params: PolicyParams =
-            serde_json::from_value(merged).map_err(|e| bad(format!("policy parameters: {e}")))?;
-        dev.set_policy_with_params(kind, params.clone())
-            .map_err(|e| bad(e.to_string()))?;
-        drop(dev);
+        let switch = |dev: &mut Device| -> Result<_, ControlCommandError> {
+            let previous = dev.config().cache.policy;
+            let mut merged =
+                serde_json::to_value(&dev.config().cache.params).map_err(|e| bad(e.to_string()))?;
+            for (k, v) in params {
+                let slot = merged
+                    .get_mut(&k)
+                    .ok_or_else(|| bad(format!("unknown policy parameter `{k}`")))?;
+                *slot = v;
+            }
+            let params: PolicyParams = serde_json::from_value(merged)
+                .map_err(|e| bad(format!("policy parameters: {e}")))?;
+            dev.set_policy_with_params(kind, params.clone())
+                .map_err(|e| bad(e.to_string()))?;
+            Ok((previous, params))
+        };
+        let (previous, params) = self
+            .shared
+            .transact(Publish::Wait, |_, dev| switch(dev))
+            .0?;
         tracing::info!(from = %previous, to = %kind, "eviction policy switched");
         Ok(SetPolicyResult {
             policy: kind.name().to_string(),
@@ -310,17 +316,21 @@ impl Controller {
         degree: u32,
         stride: Option<u32>,
     ) -> Result<PrefetchSettings, ControlCommandError> {
-        let mut dev = self.shared.device();
-        let stride = stride.unwrap_or(dev.config().prefetch.stride_pages);
-        let mut cfg = dev.config().clone();
-        cfg.prefetch.degree = degree;
-        cfg.prefetch.stride_pages = stride;
-        if stride == 0 {
-            return Err(bad("stride must be at least 1 page"));
-        }
-        cfg.validate().map_err(|e| bad(e.to_string()))?;
-        dev.set_prefetch(degree, stride);
-        drop(dev);
+        let stride = self
+            .shared
+            .transact(Publish::Hand, |_, dev| {
+                let stride = stride.unwrap_or(dev.config().prefetch.stride_pages);
+                let mut cfg = dev.config().clone();
+                cfg.prefetch.degree = degree;
+                cfg.prefetch.stride_pages = stride;
+                if stride == 0 {
+                    return Err(bad("stride must be at least 1 page"));
+                }
+                cfg.validate().map_err(|e| bad(e.to_string()))?;
+                dev.set_prefetch(degree, stride);
+                Ok(stride)
+            })
+            .0?;
         tracing::info!(degree, stride, "prefetcher changed");
         Ok(PrefetchSettings { degree, stride })
     }
@@ -339,7 +349,7 @@ impl Controller {
             None => self.metrics.vm_names(),
         };
         let st = self.shared.stats();
-        let cfg = self.shared.device().config().prefetch.clone();
+        let cfg = self.shared.read(|_, dev| dev.config().prefetch.clone());
         let vms: BTreeMap<String, Counters> = names
             .into_iter()
             .map(|n| (n.clone(), self.vm_stats(&n)))
@@ -364,19 +374,22 @@ impl Controller {
     }
 
     fn reset_stats(&self) -> ResetStatsResult {
-        self.shared.device().reset_stats();
+        self.shared
+            .transact(Publish::Hand, |_, dev| dev.reset_stats());
         self.metrics.reset_device_counters();
         tracing::info!("statistics reset");
         ResetStatsResult { reset: true }
     }
 
     fn get_config(&self) -> ConfigResult {
-        let dev = self.shared.device();
+        let (device, device_toml) = self
+            .shared
+            .read(|_, dev| (encode(dev.config()), dev.config().to_toml_string()));
         ConfigResult {
             daemon: self.daemon.clone(),
             protocol_version: PROTOCOL_VERSION,
-            device: encode(dev.config()),
-            device_toml: dev.config().to_toml_string(),
+            device,
+            device_toml,
             pin_quota_bytes: self.opts.pin_quota_bytes,
             guest_device_control: self.opts.guest_device_control,
             dax: self.dax_on(),

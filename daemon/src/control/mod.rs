@@ -323,13 +323,14 @@ impl Controller {
 
     /// The eviction policy and prefetcher (degree, stride) in force.
     pub fn policy_and_prefetch(&self) -> (String, u32, u32) {
-        let dev = self.shared.device();
-        let c = dev.config();
-        (
-            c.cache.policy.name().to_string(),
-            c.prefetch.degree,
-            c.prefetch.stride_pages,
-        )
+        self.shared.read(|_, dev| {
+            let c = dev.config();
+            (
+                c.cache.policy.name().to_string(),
+                c.prefetch.degree,
+                c.prefetch.stride_pages,
+            )
+        })
     }
 
     /// The host file the pool keeps open for the plane, if any.

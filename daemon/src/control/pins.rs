@@ -4,8 +4,9 @@
 
 use super::range::{pages_of, Target};
 use super::{lock, ControlCommandError, Controller, Principal};
+use crate::device::Publish;
 use cxlfs_api::control::RangeResult;
-use cxlfs_device_model::PAGE_SIZE;
+use cxlfs_device_model::{Device, PAGE_SIZE};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Pins held per device page: who holds them.
@@ -35,8 +36,9 @@ impl Controller {
     }
 
     fn prune(&self, pins: &mut PinTable) {
-        let dev = self.shared.device();
-        pins.holders.retain(|&p, _| dev.is_pinned(p * PAGE_SIZE));
+        self.shared.read(|_, dev| {
+            pins.holders.retain(|&p, _| dev.is_pinned(p * PAGE_SIZE));
+        });
     }
 
     /// Pins the pages of `segs` for `who`, within its quota; all or
@@ -72,48 +74,48 @@ impl Controller {
             }
         }
         // Pin page by page so that a refusal can be rolled back exactly;
-        // the device lock is taken per 2 MiB segment, so the data path of
+        // one device transaction per 2 MiB segment, so the data path of
         // other VMs waits for one segment at most.
         let mut newly_pinned = Vec::new();
         let mut fresh = Vec::new();
         let mut failure = None;
-        let mut evicted = Vec::new();
         let is_new: BTreeSet<u64> = new.iter().copied().collect();
-        'segs: for &(a, l) in segs {
-            let mut dev = self.shared.device();
-            for p in pages_of(a, l).filter(|p| is_new.contains(p)) {
-                let addr = p * PAGE_SIZE;
-                if dev.is_pinned(addr) {
-                    continue;
-                }
-                let resident = dev.is_resident(addr);
-                match dev.pin(now, addr, PAGE_SIZE) {
-                    Ok(o) => {
-                        newly_pinned.push(p);
-                        if !resident {
-                            fresh.push(p);
+        for &(a, l) in segs {
+            self.shared.transact(Publish::Hand, |_, dev| {
+                for p in pages_of(a, l).filter(|p| is_new.contains(p)) {
+                    let addr = p * PAGE_SIZE;
+                    if dev.is_pinned(addr) {
+                        continue;
+                    }
+                    let resident = dev.is_resident(addr);
+                    match dev.pin(now, addr, PAGE_SIZE) {
+                        Ok(o) => {
+                            newly_pinned.push(p);
+                            if !resident {
+                                fresh.push(p);
+                            }
+                            r.completes_at_ns = r.completes_at_ns.max(o.completes_at_ns);
                         }
-                        r.completes_at_ns = r.completes_at_ns.max(o.completes_at_ns);
-                    }
-                    Err(e) => {
-                        failure = Some(e);
-                        evicted.extend(dev.drain_evictions());
-                        break 'segs;
+                        Err(e) => {
+                            failure = Some(e);
+                            return;
+                        }
                     }
                 }
+            });
+            if failure.is_some() {
+                break;
             }
-            evicted.extend(dev.drain_evictions());
         }
         if failure.is_some() {
             for chunk in newly_pinned.chunks(512) {
-                let mut dev = self.shared.device();
-                for &p in chunk {
-                    let _ = dev.unpin(p * PAGE_SIZE, PAGE_SIZE);
-                }
-                evicted.extend(dev.drain_evictions());
+                self.shared.transact(Publish::Hand, |_, dev| {
+                    for &p in chunk {
+                        let _ = dev.unpin(p * PAGE_SIZE, PAGE_SIZE);
+                    }
+                });
             }
         }
-        self.mirror(evicted, false);
         if let Some(e) = failure {
             return Err(e.into());
         }
@@ -138,33 +140,50 @@ impl Controller {
     ) -> Result<(), ControlCommandError> {
         let mut pins = lock(&self.pins);
         for &(addr, len) in segs {
-            let mut dev = self.shared.device();
-            for p in pages_of(addr, len) {
-                r.pages += 1;
-                let release = match pins.holders.get_mut(&p) {
-                    Some(h) if *who == Principal::Host => {
-                        h.clear();
-                        true
-                    }
-                    Some(h) => {
-                        if h.remove(who) {
-                            r.changed += 1;
-                        } else {
-                            r.skipped += 1;
-                        }
-                        h.is_empty()
-                    }
-                    None => *who == Principal::Host,
-                };
-                if release {
-                    pins.holders.remove(&p);
-                    let was = dev.unpin(p * PAGE_SIZE, PAGE_SIZE)?;
-                    if *who == Principal::Host {
-                        r.changed += was;
-                    }
-                }
-            }
+            self.shared
+                .transact(Publish::Hand, |_, dev| {
+                    unpin_pages(&mut pins, dev, who, addr, len, r)
+                })
+                .0?;
         }
         Ok(())
     }
+}
+
+/// Releases `who`'s pins on the pages of `[addr, addr + len)` in `pins`;
+/// a page leaves the device's pinned set when nobody holds it.
+fn unpin_pages(
+    pins: &mut PinTable,
+    dev: &mut Device,
+    who: &Principal,
+    addr: u64,
+    len: u64,
+    r: &mut RangeResult,
+) -> Result<(), ControlCommandError> {
+    for p in pages_of(addr, len) {
+        r.pages += 1;
+        let release = match pins.holders.get_mut(&p) {
+            Some(h) if *who == Principal::Host => {
+                h.clear();
+                true
+            }
+            Some(h) => {
+                if h.remove(who) {
+                    r.changed += 1;
+                } else {
+                    r.skipped += 1;
+                }
+                h.is_empty()
+            }
+            None => *who == Principal::Host,
+        };
+        if release {
+            pins.holders.remove(&p);
+            let was = dev.unpin(p * PAGE_SIZE, PAGE_SIZE)?;
+            if *who == Principal::Host {
+                r.changed += was;
+            }
+        }
+    }
+    Ok(())
 }

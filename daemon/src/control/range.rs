@@ -13,9 +13,10 @@
 //! prefetch budget.
 
 use super::{bad, ControlCommandError, Controller, Principal};
-use crate::device::{page_runs, EXTENT_SIZE};
+use crate::device::{page_runs, Publish, EXTENT_SIZE};
 use crate::ids::FileKey;
 use cxlfs_api::control::{RangeOp, RangeResult};
+use cxlfs_device_model::AccessError;
 use cxlfs_device_model::PAGE_SIZE;
 use rustix::fs::SeekFrom;
 use rustix::io::Errno;
@@ -178,12 +179,14 @@ impl Controller {
                     .map(|&(a, b)| (b - a).div_ceil(EXTENT_SIZE) + 1)
                     .sum();
                 self.shared.make_room(want);
-                let mut pool = self.shared.pool();
-                Ok(spans
-                    .iter()
-                    .flat_map(|&(a, b)| pool.segments(file.key, a, b - a))
-                    .map(|s| (s.addr, u64::from(s.len)))
-                    .collect())
+                let segments = self.shared.transact(Publish::Hand, |pool, _| {
+                    spans
+                        .iter()
+                        .flat_map(|&(a, b)| pool.segments(file.key, a, b - a))
+                        .map(|s| (s.addr, u64::from(s.len)))
+                        .collect()
+                });
+                Ok(segments.0)
             }
             &Target::Pool { offset, len } | &Target::Memory { offset, len } => {
                 if *who != Principal::Host {
@@ -191,7 +194,7 @@ impl Controller {
                         "guests may only name file ranges".into(),
                     ));
                 }
-                let cap = self.shared.pool().capacity_extents() * EXTENT_SIZE;
+                let cap = self.shared.read(|p, _| p.capacity_extents()) * EXTENT_SIZE;
                 let in_pool = matches!(target, Target::Pool { .. });
                 if in_pool && (len == 0 || offset.checked_add(len).map_or(true, |e| e > cap)) {
                     return Err(bad(format!(
@@ -218,7 +221,7 @@ impl Controller {
     /// already owns (nothing is allocated: unpin and evict have nothing to
     /// do elsewhere). Work is bounded by the file's extents, not the range.
     fn owned_segments(&self, key: FileKey, start: u64, end: u64) -> Vec<(u64, u64)> {
-        let own = self.shared.pool().own_extents(key);
+        let own = self.shared.read(|p, _| p.own_extents(key));
         own.into_iter()
             .filter_map(|(chunk, extent)| {
                 let lo = chunk.checked_mul(EXTENT_SIZE)?.max(start);
@@ -237,19 +240,19 @@ impl Controller {
     ) -> Result<(), ControlCommandError> {
         let mut fresh = Vec::new();
         for &(addr, len) in segs {
-            let mut dev = self.shared.device();
-            let before: Vec<u64> = pages_of(addr, len)
-                .filter(|&p| !dev.is_resident(p * PAGE_SIZE))
-                .collect();
-            let o = dev.prefetch(now, addr, len)?;
-            fresh.extend(
-                before
-                    .into_iter()
-                    .filter(|&p| dev.is_resident(p * PAGE_SIZE)),
-            );
-            let evicted = dev.drain_evictions();
-            drop(dev);
-            self.mirror(evicted, false);
+            let (o, _) = self.shared.transact(Publish::Hand, |_, dev| {
+                let before: Vec<u64> = pages_of(addr, len)
+                    .filter(|&p| !dev.is_resident(p * PAGE_SIZE))
+                    .collect();
+                let o = dev.prefetch(now, addr, len)?;
+                fresh.extend(
+                    before
+                        .into_iter()
+                        .filter(|&p| dev.is_resident(p * PAGE_SIZE)),
+                );
+                Ok::<_, AccessError>(o)
+            });
+            let o = o?;
             r.pages += o.pages;
             r.changed += o.filled;
             r.completes_at_ns = r.completes_at_ns.max(o.completes_at_ns);
@@ -264,33 +267,21 @@ impl Controller {
         now: u64,
         r: &mut RangeResult,
     ) -> Result<(), ControlCommandError> {
-        let mut evicted = Vec::new();
         for &(addr, len) in segs {
-            let mut dev = self.shared.device();
-            let o = dev.evict(now, addr, len)?;
-            evicted.extend(dev.drain_evictions());
-            drop(dev);
+            // Waits until the residency plane dropped the pages (dirty ones
+            // written back): when the command returns, no window maps them.
+            let (o, published) = self
+                .shared
+                .transact(Publish::Wait, |_, dev| dev.evict(now, addr, len));
+            let o = o?;
+            r.plane_evicted += published.dropped_pages;
             r.pages += pages_of(addr, len).count() as u64;
             r.changed += o.evicted;
             r.skipped += o.skipped_pinned;
             r.written_back += o.written_back;
             r.completes_at_ns = r.completes_at_ns.max(o.completes_at_ns);
         }
-        r.plane_evicted = self.mirror(evicted, true);
         Ok(())
-    }
-
-    /// Drops evicted pages (of DAX-mapped extents) from the residency
-    /// plane; `wait`: until the kernel has done it (dirty pages written
-    /// back). Returns the pages handed over.
-    pub(super) fn mirror(&self, evicted: Vec<u64>, wait: bool) -> u64 {
-        if let Some(m) = &self.memory {
-            // Region pages the device dropped leave the page cache too.
-            crate::device::DeviceObserver::evicted(&**m, evicted.clone());
-        }
-        self.dax
-            .as_ref()
-            .map_or(0, |d| d.evict_pages(evicted, wait))
     }
 
     /// DAX on: stores `pages` (device pages a prefetch or pin just brought
@@ -316,14 +307,13 @@ impl Controller {
         // Device page -> the file chunk its extent holds (the pool's owner
         // table), then each chunk gets its DAX extent.
         let extents: BTreeSet<u64> = sorted.iter().map(|p| p / per_extent).collect();
-        let chunks: Vec<u64> = {
-            let pool = self.shared.pool();
+        let chunks: Vec<u64> = self.shared.read(|pool, _| {
             extents
                 .iter()
                 .filter_map(|&e| pool.owner_of(e).filter(|o| o.key == f.key))
                 .map(|o| o.chunk)
                 .collect()
-        };
+        });
         let windowed: BTreeSet<u64> = chunks
             .into_iter()
             .filter_map(|c| dax.window_extent_of(f.key, c, host_file))

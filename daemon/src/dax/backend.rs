@@ -184,7 +184,10 @@ mod tests {
             .unwrap();
         let shared = Arc::new(SharedDevice::new(Device::new(cfg).unwrap()));
         let state = Arc::new(PlaneState::default());
-        let extent = shared.pool().own_extent(key, 0).unwrap();
+        let extent = shared
+            .transact(crate::device::Publish::Hand, |p, _| p.own_extent(key, 0))
+            .0
+            .unwrap();
         {
             let mut w = lock(&state.windows);
             w.files.insert(key, Arc::new(file.try_clone().unwrap()));

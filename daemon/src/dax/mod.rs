@@ -24,7 +24,9 @@ pub mod session;
 pub use session::DaxSession;
 
 use crate::device::placement::{self, Tier};
-use crate::device::{page_runs, DeviceObserver, PrefetchedPages, SharedDevice, EXTENT_SIZE, PAGE};
+use crate::device::{
+    page_runs, DeviceObserver, PrefetchedPages, Publish, SharedDevice, EXTENT_SIZE, PAGE,
+};
 use crate::ids::{FileKey, VmId};
 use crate::metrics::{PlaneFigures, PlaneSource, PlaneVmId, VmMetrics};
 use crate::timing::{Coherence, DiscardId, FileGuard, FileLocks, SyncAllError, SyncPoolError};
@@ -269,7 +271,7 @@ impl Discards {
 impl PlaneState {
     /// The host file and file offset behind pool offset `pool_offset`.
     fn file_at(&self, shared: &SharedDevice, pool_offset: u64) -> Option<(Arc<File>, u64)> {
-        let owner = shared.pool().owner_of(pool_offset / EXTENT_SIZE)?;
+        let owner = shared.read(|p, _| p.owner_of(pool_offset / EXTENT_SIZE))?;
         let file = lock(&self.windows).files.get(&owner.key).cloned()?;
         Some((file, owner.chunk * EXTENT_SIZE + pool_offset % EXTENT_SIZE))
     }
@@ -321,7 +323,7 @@ impl DaxPlane {
         if window == 0 || window % SLOT_SIZE != 0 {
             return Err(StartDaxError::BadWindow(window));
         }
-        let size = shared.pool().capacity_extents() * EXTENT_SIZE;
+        let size = shared.read(|p, _| p.capacity_extents()) * EXTENT_SIZE;
         let state = Arc::new(PlaneState::default());
         let backend = Arc::new(DaemonPoolBackend {
             shared: shared.clone(),
@@ -432,7 +434,7 @@ impl DaxPlane {
         if count == 0 || (first_page + count - 1) * page / EXTENT_SIZE != extent {
             return 0;
         }
-        let Some(owner) = self.shared.pool().owner_of(extent) else {
+        let Some(owner) = self.shared.read(|p, _| p.owner_of(extent)) else {
             return 0;
         };
         let _guard = self.change_guard(owner.key);
@@ -441,7 +443,7 @@ impl DaxPlane {
         }
         let pool_off = first_page * page;
         // Under the guard: the extent must still be that file's.
-        if self.shared.pool().owner_of(extent).map(|o| o.key) != Some(owner.key) {
+        if self.shared.read(|p, _| p.owner_of(extent)).map(|o| o.key) != Some(owner.key) {
             return 0;
         }
         let Some((file, file_off)) = self.state.file_at(&self.shared, pool_off) else {
@@ -466,8 +468,7 @@ impl DaxPlane {
         // dropped.
         let mut tickets = Vec::new();
         let mut stored = 0;
-        {
-            let dev = self.shared.device();
+        self.shared.read(|_, dev| {
             let mut p = first_page;
             while p < first_page + count {
                 let held = |p: u64| {
@@ -492,7 +493,7 @@ impl DaxPlane {
                 }
                 p = q;
             }
-        }
+        });
         for t in tickets {
             if let Err(e) = t.wait() {
                 tracing::warn!(error = %e, "plane fill failed");
@@ -645,7 +646,10 @@ impl DaxPlane {
 
     /// [`DaxPlane::window_extent`] with the host file already open.
     pub fn window_extent_of(&self, key: FileKey, chunk: u64, file: &Arc<File>) -> Option<u64> {
-        let extent = self.shared.pool().own_extent(key, chunk)?;
+        let extent = self
+            .shared
+            .transact(Publish::Hand, |p, _| p.own_extent(key, chunk))
+            .0?;
         let mut w = lock(&self.state.windows);
         w.files.entry(key).or_insert_with(|| file.clone());
         w.extents.insert(extent);
@@ -695,7 +699,7 @@ impl DaxPlane {
             .saturating_add(len)
             .div_ceil(PAGE)
             .saturating_mul(PAGE);
-        let own = self.shared.pool().own_extents(key);
+        let own = self.shared.read(|p, _| p.own_extents(key));
         let windows = lock(&self.state.windows);
         own.into_iter()
             .filter(|&(chunk, e)| {
@@ -744,6 +748,10 @@ impl DaxPlane {
 impl DeviceObserver for DaxPlane {
     fn evicted(&self, pages: Vec<u64>) {
         self.evict_pages(pages, false);
+    }
+
+    fn evicted_wait(&self, pages: Vec<u64>) -> u64 {
+        self.evict_pages(pages, true)
     }
 
     fn prefetched(&self, pages: Vec<(u64, u64)>) {
@@ -1140,6 +1148,36 @@ mod tests {
             length,
             mode: (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE) as u32,
         }
+    }
+
+    /// A device eviction run the way a control command runs it (a
+    /// transaction that waits for the observers) leaves no page of it in
+    /// the window: the next load traps again, and a store made through the
+    /// window reached the host file before the page was dropped.
+    #[test]
+    fn an_eviction_through_the_device_leaves_the_window() {
+        let Some(r) = rig() else { return };
+        let f = r.file("ev", 4, 0x11, libc::O_RDWR);
+        assert_eq!(f.map.load(0), 0x11);
+        f.map.store(1, 0x22);
+        let misses = r.shared.stats().misses;
+        assert_eq!(f.map.load(0), 0x11);
+        assert_eq!(r.shared.stats().misses, misses, "a resident page trapped");
+        let base = r.shared.read(|p, _| p.extent_of(f.key, 0)).unwrap() * EXTENT_SIZE;
+        let now = r.shared.now_ns();
+        let (o, done) = r
+            .shared
+            .transact(Publish::Wait, |_, dev| dev.evict(now, base, 4 * P).unwrap());
+        assert_eq!(o.evicted, 2, "{o:?}");
+        assert_eq!(done.evicted_pages, 2);
+        assert_eq!(done.dropped_pages, 2, "the window kept evicted pages");
+        assert_eq!(r.host_pages("ev", 2), [0x11, 0x22], "the store was lost");
+        assert_eq!((f.map.load(0), f.map.load(1)), (0x11, 0x22));
+        assert_eq!(
+            r.shared.stats().misses,
+            misses + 2,
+            "an evicted page was still mapped"
+        );
     }
 
     #[test]

@@ -18,6 +18,14 @@ pub trait DeviceObserver: Send + Sync {
     /// wait: it runs on data-path threads, plane threads included.
     fn evicted(&self, pages: Vec<u64>);
 
+    /// As [`evicted`](DeviceObserver::evicted), but returns once the pages
+    /// are gone from what the observer mirrors (dirty ones written back):
+    /// the pages it dropped. May wait; never called on a plane thread.
+    fn evicted_wait(&self, pages: Vec<u64>) -> u64 {
+        self.evicted(pages);
+        0
+    }
+
     /// Pool pages the prefetcher filled, each with the device time it is
     /// ready at. Must not wait.
     fn prefetched(&self, pages: Vec<(u64, u64)>);
@@ -71,6 +79,18 @@ impl Observers {
         for o in self.live() {
             o.evicted(pages.clone());
         }
+    }
+
+    /// [`DeviceObserver::evicted_wait`] of every live observer: the pages
+    /// they dropped, summed.
+    pub(super) fn evicted_wait(&self, pages: Vec<u64>) -> u64 {
+        if pages.is_empty() {
+            return 0;
+        }
+        self.live()
+            .iter()
+            .map(|o| o.evicted_wait(pages.clone()))
+            .sum()
     }
 
     pub(super) fn prefetched(&self, pages: Vec<(u64, u64)>) {

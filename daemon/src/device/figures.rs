@@ -27,16 +27,16 @@ impl DeviceSource for SharedDevice {
     fn totals(&self) -> DeviceTotals {
         let st = self.stats();
         let cxl_ratio = self.cxl_ratio();
-        let (placed_dram_pages, placed_cxl_pages, pool_allocated_bytes, pool_aliased_extents) = {
-            let pool = self.pool();
-            let (d, c) = pool.placed_pages(cxl_ratio);
-            (
-                d,
-                c,
-                pool.allocated_extents() * EXTENT_SIZE,
-                pool.aliased_chunks(),
-            )
-        };
+        let (placed_dram_pages, placed_cxl_pages, pool_allocated_bytes, pool_aliased_extents) =
+            self.read(|pool, _| {
+                let (d, c) = pool.placed_pages(cxl_ratio);
+                (
+                    d,
+                    c,
+                    pool.allocated_extents() * EXTENT_SIZE,
+                    pool.aliased_chunks(),
+                )
+            });
         DeviceTotals {
             hits: st.hits,
             misses: st.misses,

@@ -8,6 +8,15 @@
 //! charges take the arrival time from the caller, and only the daemon's
 //! threads sleep or spin. Nothing here knows the residency plane; the DAX
 //! plane subscribes to the device's events instead.
+//!
+//! The device is sealed: the model and the pool sit behind one lock that
+//! never leaves this module. Callers run closures on them through
+//! [`SharedDevice::transact`] (which hands every eviction and prefetch the
+//! closure caused to the observers once the lock is released) or
+//! [`SharedDevice::read`]. One lock means no order to keep between the
+//! pool and the device; it is a leaf: closures run under it get the pool
+//! and the device, not the `SharedDevice`, and a transaction started from
+//! inside another one panics instead of deadlocking.
 
 pub mod clock;
 pub mod events;
@@ -24,6 +33,7 @@ use cxlfs_device_model::nand::NandStats;
 use cxlfs_device_model::{AccessError, Device, DeviceStats, Op, PageFilter};
 use events::Observers;
 use placement::{Placement, SetCxlRatioError, Tier};
+use std::cell::Cell;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// What the device did during some accesses (counter deltas), so that
@@ -126,8 +136,7 @@ pub type PrefetchedPages = Vec<(u64, u64)>;
 /// prefetch fills, freed extents, pages moved to the CXL tier) goes to the
 /// [`DeviceObserver`]s that subscribed.
 pub struct SharedDevice {
-    device: Mutex<Device>,
-    pool: Mutex<Pool>,
+    state: Mutex<Locked>,
     clock: Clock,
     /// DRAM / CXL placement of pool pages. Read under the device lock on
     /// the data path and changed under it, so an access is classified by
@@ -138,6 +147,62 @@ pub struct SharedDevice {
     /// file extents is `[0, memory_base)`, regions `[memory_base,
     /// capacity)`. Region pages are always CXL-tier.
     memory_base: u64,
+}
+
+/// What the one lock of a [`SharedDevice`] guards: the device model and
+/// the pool of file extents, always together.
+struct Locked {
+    device: Device,
+    pool: Pool,
+}
+
+thread_local! {
+    /// Whether this thread holds a [`SharedDevice`]'s lock.
+    static HOLDS_DEVICE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The locked device and pool; marks the thread as holding them.
+struct StateGuard<'a>(MutexGuard<'a, Locked>);
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        HOLDS_DEVICE.with(|h| h.set(false));
+    }
+}
+
+impl std::ops::Deref for StateGuard<'_> {
+    type Target = Locked;
+    fn deref(&self) -> &Locked {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Locked {
+        &mut self.0
+    }
+}
+
+/// How the evictions a [`SharedDevice::transact`] caused reach the
+/// observers (after the lock is released, always).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Publish {
+    /// Hand them over and go on (the data path, plane threads).
+    Hand,
+    /// Wait until the observers have dropped them (control commands;
+    /// never on a plane thread).
+    Wait,
+}
+
+/// What a [`SharedDevice::transact`] handed to the observers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Published {
+    /// Pages the device evicted.
+    pub evicted_pages: u64,
+    /// Of those, the pages the observers dropped ([`Publish::Wait`] only).
+    pub dropped_pages: u64,
+    /// Pages the prefetcher filled.
+    pub prefetched_pages: u64,
 }
 
 /// Why device address space could not be set aside for memory regions.
@@ -236,8 +301,7 @@ impl SharedDevice {
             page < first_region_page && p.tier(page) == Tier::Dram
         }))));
         SharedDevice {
-            device: Mutex::new(device),
-            pool: Mutex::new(pool),
+            state: Mutex::new(Locked { device, pool }),
             clock: Clock::new(),
             placement,
             observers: Observers::default(),
@@ -260,7 +324,7 @@ impl SharedDevice {
         addr: u64,
         len: u32,
     ) -> Result<Charge, ChargeAccessError> {
-        self.charged(now_ns, |dev, _, charge| {
+        self.charged(now_ns, |_, dev, _, charge| {
             charge.add(&dev.access(now_ns, op, addr, len)?);
             Ok(())
         })
@@ -274,7 +338,7 @@ impl SharedDevice {
         addr: u64,
         len: u64,
     ) -> Result<Charge, ChargeAccessError> {
-        self.charged(now_ns, |dev, _, charge| {
+        self.charged(now_ns, |_, dev, _, charge| {
             let done = dev.write_back(now_ns, addr, len)?;
             charge.completes_at_ns = charge.completes_at_ns.max(done);
             Ok(())
@@ -285,7 +349,8 @@ impl SharedDevice {
     /// them anywhere (a region released with its VM). Returns the pages
     /// dropped.
     pub fn discard_memory(&self, addr: u64, len: u64) -> Result<u64, AccessError> {
-        self.device().discard(addr, len)
+        self.transact(Publish::Hand, |_, dev| dev.discard(addr, len))
+            .0
     }
 
     /// The placement (read-only; change it with [`SharedDevice::set_cxl_ratio`]).
@@ -314,7 +379,8 @@ impl SharedDevice {
             ..RatioChange::default()
         };
         {
-            let mut dev = self.device();
+            let mut state = self.state();
+            let dev = &mut state.device;
             change.old = self.placement.swap(cxl_ratio)?;
             if cxl_ratio < change.old {
                 let first_region_page = self.memory_base / PAGE;
@@ -353,7 +419,7 @@ impl SharedDevice {
     /// Pool pages placed so far, `(dram, cxl)` at the current ratio.
     pub fn placed_pages(&self) -> (u64, u64) {
         let ratio = self.cxl_ratio();
-        self.pool().placed_pages(ratio)
+        self.read(|pool, _| pool.placed_pages(ratio))
     }
 
     /// Monotonic nanoseconds since the daemon started (device time).
@@ -366,19 +432,63 @@ impl SharedDevice {
         &self.clock
     }
 
-    /// The pool (locked).
-    pub fn pool(&self) -> MutexGuard<'_, Pool> {
-        lock(&self.pool)
+    /// The lock of the device and the pool. Panics if this thread holds
+    /// it already (a transaction started inside another one).
+    fn state(&self) -> StateGuard<'_> {
+        assert!(
+            !HOLDS_DEVICE.with(Cell::get),
+            "a device transaction started inside another one"
+        );
+        let guard = StateGuard(lock(&self.state));
+        HOLDS_DEVICE.with(|h| h.set(true));
+        guard
     }
 
-    /// The device (locked).
-    pub fn device(&self) -> MutexGuard<'_, Device> {
-        lock(&self.device)
+    /// Runs `f` on the locked pool and device, then (the lock released)
+    /// hands the evictions and prefetch fills it caused to the observers:
+    /// with [`Publish::Wait`], returns once they have dropped the evicted
+    /// pages. Every change to the device or the pool goes through here, so
+    /// none of them leaves a page mapped that the device evicted. `f` must
+    /// not wait: the data path of every VM waits for it.
+    pub fn transact<R>(
+        &self,
+        publish: Publish,
+        f: impl FnOnce(&mut Pool, &mut Device) -> R,
+    ) -> (R, Published) {
+        let (r, evicted, prefetched) = {
+            let mut state = self.state();
+            let Locked { device, pool } = &mut *state;
+            let r = f(pool, device);
+            (r, device.drain_evictions(), device.drain_prefetches())
+        };
+        let mut done = Published {
+            evicted_pages: evicted.len() as u64,
+            prefetched_pages: prefetched.len() as u64,
+            ..Published::default()
+        };
+        match publish {
+            Publish::Hand => self.observers.evicted(evicted),
+            Publish::Wait => done.dropped_pages = self.observers.evicted_wait(evicted),
+        }
+        self.observers.prefetched(prefetched);
+        (r, done)
+    }
+
+    /// Runs `f` on the locked pool and device, read-only (lookups, counters,
+    /// the resident set). `f` must not wait.
+    pub fn read<R>(&self, f: impl FnOnce(&Pool, &Device) -> R) -> R {
+        let state = self.state();
+        f(&state.pool, &state.device)
+    }
+
+    /// Runs `f` on the locked pool (pool changes cause no device events).
+    fn with_pool<R>(&self, f: impl FnOnce(&mut Pool) -> R) -> R {
+        self.transact(Publish::Hand, |pool, _| f(pool)).0
     }
 
     /// Device counters.
     pub fn stats(&self) -> DeviceStats {
-        self.device().stats()
+        self.read(|_, dev| dev.stats())
     }
 
     /// Subscribes `observer` to the device's events (see
@@ -387,16 +497,9 @@ impl SharedDevice {
     /// dropped from the list.
     pub fn subscribe(&self, observer: Weak<dyn DeviceObserver>) {
         self.observers.add(observer);
-        let mut dev = self.device();
-        dev.log_evictions(true);
-        dev.log_prefetches(true);
-    }
-
-    /// Hands pages the caller drained from the device's eviction log
-    /// ([`Device::drain_evictions`]) to the observers, as the data path
-    /// does (control commands that run the device directly).
-    pub fn mirror_evicted_pages(&self, evicted: Vec<u64>) {
-        self.observers.evicted(evicted);
+        let mut state = self.state();
+        state.device.log_evictions(true);
+        state.device.log_prefetches(true);
     }
 
     /// Runs `f` on the locked device (with the ratio in force), puts the
@@ -405,21 +508,19 @@ impl SharedDevice {
     fn charged(
         &self,
         now_ns: u64,
-        f: impl FnOnce(&mut Device, u8, &mut Charge) -> Result<(), AccessError>,
+        f: impl FnOnce(&mut Pool, &mut Device, u8, &mut Charge) -> Result<(), AccessError>,
     ) -> Result<Charge, ChargeAccessError> {
         let mut charge = Charge {
             completes_at_ns: now_ns,
             ..Charge::default()
         };
-        let (evicted, prefetched) = {
-            let mut dev = self.device();
-            let before = DeviceActivity::read(&dev);
-            f(&mut dev, self.placement.cxl_ratio(), &mut charge)?;
-            charge.activity = DeviceActivity::between(&before, &DeviceActivity::read(&dev));
-            (dev.drain_evictions(), dev.drain_prefetches())
-        };
-        self.observers.evicted(evicted);
-        self.observers.prefetched(prefetched);
+        self.transact(Publish::Hand, |pool, dev| {
+            let before = DeviceActivity::read(dev);
+            f(pool, dev, self.placement.cxl_ratio(), &mut charge)?;
+            charge.activity = DeviceActivity::between(&before, &DeviceActivity::read(dev));
+            Ok::<_, AccessError>(())
+        })
+        .0?;
         Ok(charge)
     }
 
@@ -433,8 +534,8 @@ impl SharedDevice {
         addr: u64,
         len: u32,
     ) -> Result<Charge, ChargeAccessError> {
-        self.pool().touch(addr, u64::from(len));
-        self.charged(now_ns, |dev, ratio, charge| {
+        self.charged(now_ns, |pool, dev, ratio, charge| {
+            pool.touch(addr, u64::from(len));
             charge_locked(dev, ratio, now_ns, op, addr, u64::from(len), charge)
         })
     }
@@ -450,7 +551,7 @@ impl SharedDevice {
         addr: u64,
         len: u64,
     ) -> Result<Charge, ChargeAccessError> {
-        self.charged(now_ns, |dev, ratio, charge| {
+        self.charged(now_ns, |_, dev, ratio, charge| {
             if len == 0 {
                 return Ok(());
             }
@@ -485,23 +586,14 @@ impl SharedDevice {
                 ..Charge::default()
             });
         }
-        let segments = {
-            let mut pool = self.pool();
-            // Short of extents: reclaim idle files first (outside the lock).
-            let want = len.div_ceil(EXTENT_SIZE) + 1;
-            if pool.free_count() < want && pool.oldest_idle().is_some() {
-                drop(pool);
-                self.make_room(want);
-                pool = self.pool();
-            }
-            let segments = pool.segments(key, offset, len);
-            for s in &segments {
+        // Short of extents: reclaim idle files first (outside the lock).
+        let want = len.div_ceil(EXTENT_SIZE) + 1;
+        if self.read(|pool, _| pool.free_count() < want && pool.oldest_idle().is_some()) {
+            self.make_room(want);
+        }
+        self.charged(now_ns, |pool, dev, ratio, charge| {
+            for s in pool.segments(key, offset, len) {
                 pool.touch(s.addr, u64::from(s.len));
-            }
-            segments
-        };
-        self.charged(now_ns, |dev, ratio, charge| {
-            for s in segments {
                 charge_locked(dev, ratio, now_ns, op, s.addr, u64::from(s.len), charge)?;
             }
             Ok(())
@@ -526,8 +618,7 @@ impl SharedDevice {
             return 0;
         }
         let ranges: Vec<(u64, u64)> = self
-            .pool()
-            .own_extents(key)
+            .read(|pool, _| pool.own_extents(key))
             .into_iter()
             .filter_map(|(chunk, extent)| {
                 let lo = chunk.checked_mul(EXTENT_SIZE)?.max(first);
@@ -538,7 +629,10 @@ impl SharedDevice {
         let mut dropped = 0;
         for (addr, n) in ranges {
             // One extent per lock: the data path waits for one at most.
-            match self.device().discard(addr, n) {
+            match self
+                .transact(Publish::Hand, |_, dev| dev.discard(addr, n))
+                .0
+            {
                 Ok(k) => dropped += k,
                 Err(e) => tracing::warn!(error = %e, addr, len = n, "cannot discard file pages"),
             }
@@ -548,7 +642,7 @@ impl SharedDevice {
 
     /// Takes one reference on a file (a VM session registered it).
     pub fn acquire_file(&self, key: FileKey) {
-        self.pool().acquire(key);
+        self.with_pool(|pool| pool.acquire(key));
     }
 
     /// Drops one reference on a file (`deleted`: the host file has no links
@@ -556,7 +650,7 @@ impl SharedDevice {
     /// pool at once; a file that still exists keeps them on the idle list
     /// (see `pool`), reclaimed when the pool runs short.
     pub fn release_file(&self, key: FileKey, deleted: bool) {
-        if self.pool().release(key, deleted) == 0 && deleted {
+        if self.with_pool(|pool| pool.release(key, deleted)) == 0 && deleted {
             self.reclaim_where(key, 0, true);
         }
     }
@@ -568,18 +662,14 @@ impl SharedDevice {
     /// device lock.
     pub fn make_room(&self, want: u64) {
         for _ in 0..MAKE_ROOM_FILES {
-            let key = {
-                let pool = self.pool();
-                if pool.free_count() >= want {
-                    return;
-                }
-                match pool.oldest_idle() {
-                    Some(k) => k,
-                    None => return,
-                }
-            };
+            let next = self.read(|pool, _| {
+                (pool.free_count() < want)
+                    .then(|| pool.oldest_idle())
+                    .flatten()
+            });
+            let Some(key) = next else { return };
             if self.reclaim_where(key, 0, true) == 0 {
-                self.pool().requeue_idle(key);
+                self.with_pool(|pool| pool.requeue_idle(key));
             }
         }
     }
@@ -601,12 +691,13 @@ impl SharedDevice {
         let mut freed = Vec::new();
         let mut gone = false;
         self.observers.with_mapped(&mut |mapped| {
-            let mut pool = self.pool();
-            if unreferenced && pool.refs(key) > 0 {
-                return;
-            }
-            freed = pool.take(key, from_chunk, mapped);
-            gone = !pool.knows(key);
+            self.with_pool(|pool| {
+                if unreferenced && pool.refs(key) > 0 {
+                    return;
+                }
+                freed = pool.take(key, from_chunk, mapped);
+                gone = !pool.knows(key);
+            });
         });
         if freed.is_empty() {
             if gone {
@@ -616,12 +707,15 @@ impl SharedDevice {
         }
         for &extent in &freed {
             // One extent per lock: the data path waits for one at most.
-            if let Err(e) = self.device().discard(extent * EXTENT_SIZE, EXTENT_SIZE) {
+            let discarded = self.transact(Publish::Hand, |_, dev| {
+                dev.discard(extent * EXTENT_SIZE, EXTENT_SIZE)
+            });
+            if let Err(e) = discarded.0 {
                 tracing::warn!(error = %e, extent, "cannot discard a reclaimed pool extent");
             }
         }
         self.observers.released(key, &freed, gone);
-        self.pool().free_extents(&freed);
+        self.with_pool(|pool| pool.free_extents(&freed));
         tracing::debug!(
             ?key,
             from_chunk,
@@ -635,7 +729,7 @@ impl SharedDevice {
     /// disconnected: extents its window kept are unmapped now). Returns the
     /// extents reclaimed.
     pub fn reclaim_deleted_idle(&self) -> u64 {
-        let keys = self.pool().idle_deleted();
+        let keys = self.with_pool(|pool| pool.idle_deleted());
         keys.into_iter()
             .map(|k| self.reclaim_where(k, 0, true))
             .sum()
@@ -644,7 +738,7 @@ impl SharedDevice {
     /// Writes every dirty device page back; returns when that is durable.
     pub fn flush(&self) -> Result<u64, AccessError> {
         let now = self.now_ns();
-        self.device().flush(now)
+        self.transact(Publish::Hand, |_, dev| dev.flush(now)).0
     }
 }
 
@@ -652,6 +746,131 @@ impl SharedDevice {
 mod tests {
     use super::placement;
     use super::*;
+    use std::collections::BTreeSet;
+
+    /// An observer that records what it was handed.
+    #[derive(Default)]
+    struct Recorder {
+        evicted: Mutex<Vec<u64>>,
+        waited: Mutex<u64>,
+        prefetched: Mutex<BTreeSet<u64>>,
+    }
+
+    impl DeviceObserver for Recorder {
+        fn evicted(&self, pages: Vec<u64>) {
+            lock(&self.evicted).extend(pages);
+        }
+        fn evicted_wait(&self, pages: Vec<u64>) -> u64 {
+            *lock(&self.waited) += pages.len() as u64;
+            self.evicted(pages);
+            0
+        }
+        fn prefetched(&self, pages: Vec<(u64, u64)>) {
+            lock(&self.prefetched).extend(pages.into_iter().map(|(p, _)| p));
+        }
+        fn released(&self, _: FileKey, _: &[u64], _: bool) {}
+        fn moved_to_cxl(&self, _: u8, _: u8) -> u64 {
+            0
+        }
+    }
+
+    /// Every way of changing the device publishes what it evicted: after
+    /// each operation the observer was handed one page per eviction the
+    /// device counted, among them every page resident before and gone
+    /// after, and the device's own log is empty. An operation added without going
+    /// through `transact` leaves pages in the log and fails here.
+    #[test]
+    fn every_operation_hands_its_evictions_to_the_observers() {
+        let cfg = cxlfs_device_model::DeviceConfig::default()
+            .with_overrides(&["cache.size_bytes=1MiB", "prefetch.degree=2"])
+            .unwrap();
+        let shared =
+            SharedDevice::with_memory(Device::new(cfg).unwrap(), Placement::default(), EXTENT_SIZE)
+                .unwrap();
+        let rec = Arc::new(Recorder::default());
+        let weak: Weak<dyn DeviceObserver> =
+            Arc::downgrade(&(rec.clone() as Arc<dyn DeviceObserver>));
+        shared.subscribe(weak);
+        shared.with_pool(|p| p.acquire(K));
+        let region = shared.memory_base();
+        let resident = || -> BTreeSet<u64> {
+            shared
+                .read(|_, dev| dev.resident_page_list())
+                .into_iter()
+                .collect()
+        };
+        let mut t = 0;
+        let mut step = |what: &str, op: &dyn Fn(u64)| {
+            let (before, counted) = (resident(), shared.stats().evictions);
+            lock(&rec.evicted).clear();
+            op(t);
+            t += 1_000_000;
+            let evictions = shared.stats().evictions - counted;
+            assert!(
+                evictions > 0,
+                "{what}: evicted nothing (the test is too weak)"
+            );
+            let handed = lock(&rec.evicted).clone();
+            assert_eq!(
+                handed.len() as u64,
+                evictions,
+                "{what}: evictions not handed over"
+            );
+            let handed: BTreeSet<u64> = handed.into_iter().collect();
+            let after = resident();
+            assert!(
+                before.difference(&after).all(|p| handed.contains(p)),
+                "{what}: a page left the cache unannounced"
+            );
+            let undrained = shared.state().device.drain_evictions();
+            assert!(
+                undrained.is_empty(),
+                "{what}: {} pages left in the log",
+                undrained.len()
+            );
+        };
+        // Each step goes through more than the 256-page cache.
+        step("charge", &|t| {
+            shared.charge(t, Op::Read, K, 0, 2 * EXTENT_SIZE).unwrap();
+        });
+        step("charge_pool", &|t| {
+            for a in (0..2 * EXTENT_SIZE).step_by(PAGE as usize) {
+                shared
+                    .charge_pool(t, Op::Write, a + EXTENT_SIZE, PAGE as u32)
+                    .unwrap();
+            }
+        });
+        step("charge_memory", &|t| {
+            for a in (0..EXTENT_SIZE / 2).step_by(PAGE as usize) {
+                shared
+                    .charge_memory(t, Op::Write, region + a, PAGE as u32)
+                    .unwrap();
+            }
+        });
+        step("transact: evict", &|t| {
+            let (o, done) =
+                shared.transact(Publish::Wait, |_, dev| dev.evict(t, 0, region).unwrap());
+            assert_eq!(done.evicted_pages, o.evicted);
+        });
+        assert!(*lock(&rec.waited) > 0, "evict waited for nobody");
+        step("transact: pin", &|t| {
+            shared.transact(Publish::Hand, |_, dev| dev.pin(t, 0, 128 * PAGE).unwrap());
+            shared.transact(Publish::Hand, |_, dev| {
+                dev.prefetch(t, 2 * EXTENT_SIZE, 200 * PAGE).unwrap()
+            });
+        });
+        assert!(
+            !lock(&rec.prefetched).is_empty(),
+            "no prefetch fill handed over"
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "a device transaction started inside another one")]
+    fn a_transaction_inside_another_panics_instead_of_deadlocking() {
+        let shared = SharedDevice::new(Device::new(Default::default()).unwrap());
+        shared.read(|_, _| shared.stats());
+    }
 
     const K: FileKey = FileKey { dev: 1, ino: 2 };
 
@@ -662,8 +881,8 @@ mod tests {
             .unwrap();
         let shared = SharedDevice::new(Device::new(cfg).unwrap());
         // Two sessions know the file.
-        shared.pool().acquire(K);
-        shared.pool().acquire(K);
+        shared.with_pool(|p| p.acquire(K));
+        shared.with_pool(|p| p.acquire(K));
         let first = shared.charge(0, Op::Read, K, 0, 8192).unwrap();
         assert_eq!(first.page_misses, 2);
         shared.release_file(K, false);
@@ -676,20 +895,24 @@ mod tests {
         );
         shared.release_file(K, false);
         assert_eq!(
-            shared.pool().allocated_extents(),
+            shared.with_pool(|p| p.allocated_extents()),
             1,
             "an existing file stays idle with its extent"
         );
-        shared.pool().acquire(K);
+        shared.with_pool(|p| p.acquire(K));
         let third = shared
             .charge(again.completes_at_ns, Op::Read, K, 0, 8192)
             .unwrap();
         assert_eq!(third.page_hits, 2, "a reopen finds its cached pages");
         shared.release_file(K, true);
-        assert_eq!(shared.pool().allocated_extents(), 0, "deleted: reclaimed");
+        assert_eq!(
+            shared.with_pool(|p| p.allocated_extents()),
+            0,
+            "deleted: reclaimed"
+        );
         assert_eq!(shared.stats().resident_pages, 0);
         let other = FileKey { dev: 1, ino: 9 };
-        shared.pool().acquire(other);
+        shared.with_pool(|p| p.acquire(other));
         let fresh = shared
             .charge(again.completes_at_ns, Op::Read, other, 0, 8192)
             .unwrap();
@@ -702,15 +925,15 @@ mod tests {
     #[test]
     fn truncation_reclaims_the_chunks_past_the_end() {
         let shared = device_with(100, &[]);
-        shared.pool().acquire(K);
+        shared.with_pool(|p| p.acquire(K));
         shared.charge(0, Op::Write, K, 0, 5 * EXTENT_SIZE).unwrap();
-        assert_eq!(shared.pool().allocated_extents(), 5);
+        assert_eq!(shared.with_pool(|p| p.allocated_extents()), 5);
         assert_eq!(shared.reclaim(K, 2), 3);
-        assert_eq!(shared.pool().allocated_extents(), 2);
-        assert!(shared.pool().extent_of(K, 1).is_some());
-        assert!(shared.pool().extent_of(K, 2).is_none());
+        assert_eq!(shared.with_pool(|p| p.allocated_extents()), 2);
+        assert!(shared.with_pool(|p| p.extent_of(K, 1)).is_some());
+        assert!(shared.with_pool(|p| p.extent_of(K, 2)).is_none());
         shared.release_file(K, true);
-        assert_eq!(shared.pool().allocated_extents(), 0);
+        assert_eq!(shared.with_pool(|p| p.allocated_extents()), 0);
         assert_eq!(shared.stats().resident_pages, 0);
     }
 
@@ -728,30 +951,27 @@ mod tests {
             ])
             .unwrap();
         let shared = SharedDevice::new(Device::new(cfg).unwrap());
-        let cap = shared.pool().capacity_extents();
+        let cap = shared.with_pool(|p| p.capacity_extents());
         // Idle files (released, not deleted) hold every extent.
         for ino in 0..cap {
             let k = FileKey {
                 dev: 1,
                 ino: 100 + ino,
             };
-            shared.pool().acquire(k);
+            shared.with_pool(|p| p.acquire(k));
             shared.charge(0, Op::Read, k, 0, 4096).unwrap();
             shared.release_file(k, false);
         }
         // Each new file found the pool short and reclaimed the oldest idle
         // one: nothing shared an extent.
-        let (free, aliased) = {
-            let p = shared.pool();
-            (p.free_count(), p.aliased_chunks())
-        };
+        let (free, aliased) = shared.read(|p, _| (p.free_count(), p.aliased_chunks()));
         assert_eq!((free, aliased), (1, 0));
         // A referenced file gets extents of its own: idle ones are reclaimed.
-        shared.pool().acquire(K);
+        shared.with_pool(|p| p.acquire(K));
         shared.charge(0, Op::Read, K, 0, 3 * EXTENT_SIZE).unwrap();
-        assert_eq!(shared.pool().aliased_chunks(), 0);
+        assert_eq!(shared.with_pool(|p| p.aliased_chunks()), 0);
         assert_eq!(
-            shared.pool().oldest_idle(),
+            shared.with_pool(|p| p.oldest_idle()),
             Some(FileKey {
                 dev: 1,
                 ino: 100 + 4
@@ -763,7 +983,7 @@ mod tests {
     #[test]
     fn discarding_a_file_range_drops_whole_pages_of_owned_extents_and_allocates_nothing() {
         let shared = device_with(100, &[]);
-        shared.pool().acquire(K);
+        shared.with_pool(|p| p.acquire(K));
         // Chunks 0 and 2 are touched, chunk 1 is not.
         let c = shared.charge(0, Op::Write, K, 0, 8 * PAGE).unwrap();
         shared
@@ -772,16 +992,16 @@ mod tests {
         assert_eq!(shared.stats().resident_pages, 12);
         // Bytes 100..(3 pages + 5): only pages 1 and 2 are wholly inside.
         assert_eq!(shared.discard_file_range(K, 100, 3 * PAGE - 95), 2);
-        let base = shared.pool().extent_of(K, 0).unwrap() * EXTENT_SIZE;
-        let dev = shared.device();
-        assert!(dev.is_resident(base) && dev.is_resident(base + 3 * PAGE));
-        assert!(!dev.is_resident(base + PAGE) && !dev.is_resident(base + 2 * PAGE));
-        drop(dev);
+        let base = shared.with_pool(|p| p.extent_of(K, 0)).unwrap() * EXTENT_SIZE;
+        shared.read(|_, dev| {
+            assert!(dev.is_resident(base) && dev.is_resident(base + 3 * PAGE));
+            assert!(!dev.is_resident(base + PAGE) && !dev.is_resident(base + 2 * PAGE));
+        });
         // From page 6 to the end of everything: chunk 0's pages 6, 7 and
         // chunk 2's four; chunk 1 (and beyond) gets no extent.
         assert_eq!(shared.discard_file_range(K, 6 * PAGE, u64::MAX), 6);
-        assert_eq!(shared.pool().allocated_extents(), 2);
-        assert!(shared.pool().extent_of(K, 1).is_none());
+        assert_eq!(shared.with_pool(|p| p.allocated_extents()), 2);
+        assert!(shared.with_pool(|p| p.extent_of(K, 1)).is_none());
         let st = shared.stats();
         assert_eq!((st.discarded, st.resident_pages), (8, 4));
         assert_eq!(st.nand.host_programs, 0, "nothing written back");
@@ -806,7 +1026,7 @@ mod tests {
     #[test]
     fn dram_tier_pages_cost_no_device_access() {
         let shared = device_with(0, &[]);
-        shared.pool().acquire(K);
+        shared.with_pool(|p| p.acquire(K));
         let c = shared.charge(1000, Op::Read, K, 0, 256 * PAGE).unwrap();
         assert_eq!((c.page_hits, c.page_misses, c.dram_pages), (0, 0, 256));
         assert_eq!(c.completes_at_ns, 1000, "no delay");
@@ -833,25 +1053,23 @@ mod tests {
         for ratio in [1u8, 30, 50, 99] {
             // A prefetcher that would pull neighbours in.
             let shared = device_with(ratio, &["prefetch.degree=4"]);
-            shared.pool().acquire(K);
+            shared.with_pool(|p| p.acquire(K));
             let pages = 1000;
             let c = shared.charge(0, Op::Read, K, 0, pages * PAGE).unwrap();
-            let base = shared.pool().extent_of(K, 0).unwrap() * EXTENT_SIZE / PAGE;
+            let base = shared.with_pool(|p| p.extent_of(K, 0)).unwrap() * EXTENT_SIZE / PAGE;
             let want_cxl = (base..base + pages)
                 .filter(|&p| placement::tier_at(ratio, p) == Tier::Cxl)
                 .count() as u64;
             assert_eq!(c.page_misses + c.page_hits, want_cxl, "ratio {ratio}");
             assert_eq!(c.dram_pages, pages - want_cxl);
             assert!(want_cxl.abs_diff(pages * u64::from(ratio) / 100) <= 3);
-            let dev = shared.device();
-            for p in dev.resident_page_list() {
+            for p in shared.read(|_, dev| dev.resident_page_list()) {
                 assert_eq!(
                     placement::tier_at(ratio, p),
                     Tier::Cxl,
                     "page {p} at {ratio}"
                 );
             }
-            drop(dev);
             assert_eq!(shared.placed_pages(), (pages - want_cxl, want_cxl));
         }
     }
@@ -859,7 +1077,7 @@ mod tests {
     #[test]
     fn changing_the_ratio_moves_pages_between_tiers() {
         let shared = device_with(100, &[]);
-        shared.pool().acquire(K);
+        shared.with_pool(|p| p.acquire(K));
         let pages = 400;
         let first = shared.charge(0, Op::Read, K, 0, pages * PAGE).unwrap();
         assert_eq!(first.page_misses, pages);

@@ -515,7 +515,7 @@ impl DeviceObserver for MemoryRegions {
 impl MemorySource for MemoryRegions {
     fn regions(&self) -> Vec<MemoryRegionSample> {
         // One look at the device cache for every region.
-        let resident = self.shared.device().resident_page_list();
+        let resident = self.shared.read(|_, dev| dev.resident_page_list());
         self.regions.iter().map(|r| r.sample(&resident)).collect()
     }
 }

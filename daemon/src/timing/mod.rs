@@ -928,11 +928,11 @@ mod tests {
         let st = shared.stats();
         assert_eq!(st.discarded, 2);
         assert_eq!(st.resident_pages, resident - 2);
-        let base = shared.pool().extent_of(key(5), 0).unwrap() * EXTENT_SIZE;
-        let dev = shared.device();
-        assert!(dev.is_resident(base) && dev.is_resident(base + 3 * P));
-        assert!(!dev.is_resident(base + P) && !dev.is_resident(base + 2 * P));
-        drop(dev);
+        let base = shared.read(|p, _| p.extent_of(key(5), 0)).unwrap() * EXTENT_SIZE;
+        shared.read(|_, dev| {
+            assert!(dev.is_resident(base) && dev.is_resident(base + 3 * P));
+            assert!(!dev.is_resident(base + P) && !dev.is_resident(base + 2 * P));
+        });
         // Only the pages that still hold bytes are programmed on a flush.
         let before = shared.stats().nand.host_programs;
         shared.flush().unwrap();
@@ -971,7 +971,7 @@ mod tests {
             [format!("fallocate 5 {} {} {PUNCH:#x}", 2 * P, 1u64 << 40)]
         );
         assert_eq!(shared.stats().discarded, 2);
-        assert_eq!(shared.pool().allocated_extents(), 1);
+        assert_eq!(shared.read(|p, _| p.allocated_extents()), 1);
     }
 
     #[test]
@@ -997,7 +997,7 @@ mod tests {
             (st.accesses, st.nand.programs(), st.nand.reads()),
             (0, 0, 0)
         );
-        assert_eq!(shared.pool().allocated_extents(), 0);
+        assert_eq!(shared.read(|p, _| p.allocated_extents()), 0);
     }
 
     #[test]
