@@ -23,6 +23,8 @@ mod plot;
 mod plot_axis;
 mod plot_cmd;
 mod plot_data;
+mod plot_draw;
+mod plot_scale;
 mod plot_spec;
 mod replay_check;
 mod replay_cmd;

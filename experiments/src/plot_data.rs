@@ -1,7 +1,7 @@
 //! What a figure shows, independent of how it is drawn: the curves of a
 //! `[[plots]]` entry built from `results.json` (mean and min–max over
 //! repeats), `distributions.jsonl` (histogram, CDF) or one run's
-//! `metrics.jsonl` (time series). `plot.rs` draws a [`Figure`].
+//! `metrics.jsonl` (time series). `plot_draw.rs` draws a [`Figure`].
 
 use crate::daemon_metrics::parse_series;
 use crate::distributions::Distribution;

@@ -181,37 +181,9 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
             .write_all(base_cfg.to_toml_string().as_bytes())?;
         return Ok(());
     }
-    let input = match (&args.trace, args.workload) {
-        (Some(path), _) => {
-            if let Some(flag) = args.shape.first_given() {
-                bail!("{flag} describes a synthetic workload: it needs --workload, not --trace");
-            }
-            Input::Trace(path.clone())
-        }
-        (None, Some(kind)) => {
-            let spec = args.shape.spec(kind);
-            spec.validate().context("bad workload")?;
-            if args.warmup >= spec.total_accesses() && args.warmup > 0 {
-                bail!(
-                    "--warmup {} leaves nothing to measure: the workload has {} accesses",
-                    args.warmup,
-                    spec.total_accesses()
-                );
-            }
-            Input::Workload(spec)
-        }
-        (None, None) => bail!("give --trace FILE or --workload KIND"),
-    };
+    let input = input_of(args)?;
     let (input_desc, recorded) = describe_input(&input)?;
-    let arrival = args.arrival.unwrap_or(match input {
-        Input::Trace(_) => recorded.unwrap_or(Arrival::Trace),
-        Input::Workload(_) => Arrival::Closed { think_ns: 0 },
-    });
-    let arrival_source = match (args.arrival, &input, recorded) {
-        (None, Input::Trace(_), Some(_)) => ArrivalSource::Recorded,
-        (None, Input::Trace(_), None) => ArrivalSource::Times,
-        _ => ArrivalSource::Given,
-    };
+    let (arrival, arrival_source) = arrival_of(args.arrival, &input, recorded);
     let arrival_origin = match arrival_source {
         ArrivalSource::Recorded => " (recorded in the trace)",
         ArrivalSource::Given | ArrivalSource::Times => "",
@@ -221,16 +193,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     // value fails at once.
     let sweep = parse_sweeps(&args.sweeps)?;
     let points = cartesian(&sweep);
-    let mut configs = Vec::with_capacity(points.len());
-    for params in &points {
-        let extra: Vec<String> = params.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let (cfg, origin) = args
-            .device
-            .load(&extra)
-            .with_context(|| point_name(params))?;
-        let desc = ConfigDesc::new(origin, &cfg);
-        configs.push((cfg, desc));
-    }
+    let configs = point_configs(&args.device, &points)?;
 
     let progress = !args.no_progress && std::io::stderr().is_terminal();
     let stdout = std::io::stdout();
@@ -293,6 +256,66 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         print_sweep_table(&mut out, &sweep, &rows, args.reproducible)?;
     }
     Ok(())
+}
+
+/// What `args` asks to replay: the trace, or the workload (checked, with
+/// accesses left after the warm-up).
+fn input_of(args: &ReplayArgs) -> Result<Input> {
+    Ok(match (&args.trace, args.workload) {
+        (Some(path), _) => {
+            if let Some(flag) = args.shape.first_given() {
+                bail!("{flag} describes a synthetic workload: it needs --workload, not --trace");
+            }
+            Input::Trace(path.clone())
+        }
+        (None, Some(kind)) => {
+            let spec = args.shape.spec(kind);
+            spec.validate().context("bad workload")?;
+            if args.warmup >= spec.total_accesses() && args.warmup > 0 {
+                bail!(
+                    "--warmup {} leaves nothing to measure: the workload has {} accesses",
+                    args.warmup,
+                    spec.total_accesses()
+                );
+            }
+            Input::Workload(spec)
+        }
+        (None, None) => bail!("give --trace FILE or --workload KIND"),
+    })
+}
+
+/// The arrival mode (`--arrival`, else the one the trace records, else
+/// the default for the input) and where it came from.
+fn arrival_of(
+    given: Option<Arrival>,
+    input: &Input,
+    recorded: Option<Arrival>,
+) -> (Arrival, ArrivalSource) {
+    let arrival = given.unwrap_or(match input {
+        Input::Trace(_) => recorded.unwrap_or(Arrival::Trace),
+        Input::Workload(_) => Arrival::Closed { think_ns: 0 },
+    });
+    let arrival_source = match (given, input, recorded) {
+        (None, Input::Trace(_), Some(_)) => ArrivalSource::Recorded,
+        (None, Input::Trace(_), None) => ArrivalSource::Times,
+        _ => ArrivalSource::Given,
+    };
+    (arrival, arrival_source)
+}
+
+/// The device config of every sweep point (the point named on error).
+fn point_configs(
+    device: &DeviceArgs,
+    points: &[Vec<(String, String)>],
+) -> Result<Vec<(DeviceConfig, ConfigDesc)>> {
+    let mut configs = Vec::with_capacity(points.len());
+    for params in points {
+        let extra: Vec<String> = params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let (cfg, origin) = device.load(&extra).with_context(|| point_name(params))?;
+        let desc = ConfigDesc::new(origin, &cfg);
+        configs.push((cfg, desc));
+    }
+    Ok(configs)
 }
 
 fn point_name(params: &[(String, String)]) -> String {

@@ -1,0 +1,286 @@
+//! From a TOML tree to a checked [`Spec`]: deserialising it (naming the
+//! failing key) and the spec-wide checks — phase names, counts, units,
+//! files, sweep keys, the daemon's device config and CXL memory, variable
+//! names. One phase's own rules are in `check_phase.rs`.
+
+use super::check_phase::check_phase;
+use super::tree::flatten_sets;
+use super::types::{DaemonSpec, Spec};
+use super::{LoadSpecError, DEFAULT_PRESET};
+use cxlfs_device_model::presets::preset;
+use cxlfs_device_model::units::{parse_duration_ns, parse_size};
+use cxlfs_device_model::DeviceConfig;
+
+/// A failing key (dotted, relative to the spec) and what is wrong with it.
+type KeyError = (String, String);
+
+/// Deserialises a tree into a [`Spec`], naming the failing key.
+pub(super) fn parse_tree(
+    path: &str,
+    tree: &toml::Value,
+    context: &str,
+) -> Result<Spec, LoadSpecError> {
+    let spec = deserialize(path, tree, context)?;
+    let key_err = |(key, message): KeyError| LoadSpecError::Key {
+        path: path.to_string(),
+        key: format!("{key}{context}"),
+        message,
+    };
+    check_phase_names(&spec).map_err(key_err)?;
+    check_counts(&spec).map_err(key_err)?;
+    check_units(&spec).map_err(key_err)?;
+    check_files(&spec).map_err(key_err)?;
+    check_sweep_keys(&spec).map_err(key_err)?;
+    device_config(&spec.daemon).map_err(key_err)?;
+    check_cxl_memory(&spec.daemon).map_err(key_err)?;
+    check_vars(&spec).map_err(key_err)?;
+    check_image_not_swept(&spec).map_err(key_err)?;
+    for (i, p) in spec.phases.iter().enumerate() {
+        check_phase(&spec, p)
+            .map_err(|(key, message)| key_err((format!("phases.{i}.{key}"), message)))?;
+    }
+    Ok(spec)
+}
+
+/// The tree as a [`Spec`]; an unknown, missing or mistyped key is named
+/// (with `context` after it).
+fn deserialize(path: &str, tree: &toml::Value, context: &str) -> Result<Spec, LoadSpecError> {
+    serde_path_to_error::deserialize(tree.clone()).map_err(|e| {
+        let key = e.path().to_string();
+        LoadSpecError::Key {
+            path: path.to_string(),
+            key: if key == "." {
+                "(top level)".into()
+            } else {
+                key
+            } + context,
+            // toml appends "in `KEY`" lines; the key is already named.
+            message: e
+                .into_inner()
+                .to_string()
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string(),
+        }
+    })
+}
+
+/// At least one phase; phase names are plain and unique.
+fn check_phase_names(spec: &Spec) -> Result<(), KeyError> {
+    if spec.phases.is_empty() {
+        return Err(("phases".into(), "at least one [[phases]] is needed".into()));
+    }
+    for (i, p) in spec.phases.iter().enumerate() {
+        if p.name.is_empty()
+            || !p
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return Err((
+                format!("phases.{i}.name"),
+                format!("`{}`: use letters, digits, `-`, `_`, `.`", p.name),
+            ));
+        }
+        if spec.phases[..i].iter().any(|q| q.name == p.name) {
+            return Err((
+                format!("phases.{i}.name"),
+                format!("`{}` used twice", p.name),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Repeats, guests, the CXL share and the cache mode in range.
+fn check_counts(spec: &Spec) -> Result<(), KeyError> {
+    if spec.repeats == 0 {
+        return Err(("repeats".into(), "must be at least 1".into()));
+    }
+    if spec.vms.count == 0 || spec.vms.count > 16 {
+        return Err(("vms.count".into(), format!("{} (1..=16)", spec.vms.count)));
+    }
+    if let Some(r) = spec.daemon.cxl_ratio {
+        if r > 100 {
+            return Err(("daemon.cxl_ratio".into(), format!("{r} (0..=100)")));
+        }
+    }
+    if !matches!(spec.daemon.cache.as_str(), "never" | "auto" | "always") {
+        return Err((
+            "daemon.cache".into(),
+            format!("`{}`: never | auto | always", spec.daemon.cache),
+        ));
+    }
+    Ok(())
+}
+
+/// Durations and sizes that are text read with their units; the quick
+/// divisor.
+fn check_units(spec: &Spec) -> Result<(), KeyError> {
+    parse_duration_ns(&spec.vms.timeout).map_err(|e| ("vms.timeout".to_string(), e.to_string()))?;
+    parse_duration_ns(&spec.daemon.metrics_interval)
+        .map_err(|e| ("daemon.metrics_interval".to_string(), e.to_string()))?;
+    parse_size(&spec.quick.min_size).map_err(|e| ("quick.min_size".to_string(), e.to_string()))?;
+    parse_duration_ns(&spec.quick.max_runtime)
+        .map_err(|e| ("quick.max_runtime".to_string(), e.to_string()))?;
+    if spec.quick.size_divisor == 0 {
+        return Err(("quick.size_divisor".into(), "must be at least 1".into()));
+    }
+    Ok(())
+}
+
+/// Each `[[files]]` entry: a size, `{i}` when there are several, a path
+/// inside the share.
+fn check_files(spec: &Spec) -> Result<(), KeyError> {
+    for (i, f) in spec.files.iter().enumerate() {
+        size_value(&f.size).map_err(|e| (format!("files.{i}.size"), e))?;
+        if f.count > 1 && !f.path.contains("{i}") {
+            return Err((
+                format!("files.{i}.path"),
+                format!(
+                    "`{}`: count = {} needs `{{i}}` in the path",
+                    f.path, f.count
+                ),
+            ));
+        }
+        check_share_path(&f.path).map_err(|e| (format!("files.{i}.path"), e))?;
+    }
+    Ok(())
+}
+
+/// Each swept key has values and is not under `sweep` itself.
+fn check_sweep_keys(spec: &Spec) -> Result<(), KeyError> {
+    for (k, values) in &spec.sweep {
+        if values.is_empty() {
+            return Err((format!("sweep.{k}"), "no values".into()));
+        }
+        if k.starts_with("sweep") || k.is_empty() {
+            return Err((format!("sweep.{k}"), "cannot sweep this key".into()));
+        }
+    }
+    Ok(())
+}
+
+/// The CXL memory region (memory mode): at least 16 MiB, whole 2 MiB pages.
+fn check_cxl_memory(d: &DaemonSpec) -> Result<(), KeyError> {
+    if let Some(m) = &d.cxl_memory {
+        let b = size_value(m).map_err(|e| ("daemon.cxl_memory".to_string(), e))?;
+        if b < 16 << 20 || b % (2 << 20) != 0 {
+            return Err((
+                "daemon.cxl_memory".into(),
+                format!("{b} bytes: at least 16 MiB, a multiple of 2 MiB"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `[vars]` names are identifiers (phase commands write `{name}`).
+fn check_vars(spec: &Spec) -> Result<(), KeyError> {
+    for (k, _) in &spec.vars {
+        if !is_identifier(k) {
+            return Err((
+                format!("vars.{k}"),
+                "a variable name is letters, digits and `_`, not starting with a digit".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The guest image is built once per experiment: no sweep under `image`.
+fn check_image_not_swept(spec: &Spec) -> Result<(), KeyError> {
+    for k in spec.sweep.keys() {
+        if k.starts_with("image") {
+            return Err((
+                format!("sweep.{k}"),
+                "the image is one per experiment: not sweepable".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn is_identifier(k: &str) -> bool {
+    k.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// A path relative to the share that stays inside it and off `.cxlfs`.
+pub(super) fn check_share_path(p: &str) -> Result<(), String> {
+    let bad = p.is_empty()
+        || p.starts_with('/')
+        || p.split('/')
+            .any(|c| c.is_empty() || c == "." || c == ".." || c == ".cxlfs");
+    if bad {
+        Err(format!(
+            "`{p}`: a relative path inside the share (no `..`, not `.cxlfs`)"
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// A size given as a number of bytes or a string with a unit.
+pub fn size_value(v: &toml::Value) -> Result<u64, String> {
+    match v {
+        toml::Value::Integer(n) if *n >= 0 => Ok(*n as u64),
+        toml::Value::String(s) => parse_size(s).map_err(|e| e.to_string()),
+        other => Err(format!("expected a size, got {other}")),
+    }
+}
+
+/// The effective device config of a daemon spec; on error the failing key.
+pub(super) fn device_config(d: &DaemonSpec) -> Result<DeviceConfig, (String, String)> {
+    let name = d.preset.as_deref().unwrap_or(DEFAULT_PRESET);
+    let base = preset(name).map_err(|e| ("daemon.preset".to_string(), e.to_string()))?;
+    let mut sets = Vec::new();
+    flatten_sets("", &d.device, &mut sets);
+    base.with_overrides(&sets)
+        .map_err(|e| ("daemon.device".to_string(), e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use crate::spec::load_str;
+    use crate::spec::test_specs::SPEC;
+
+    #[test]
+    fn unknown_keys_are_named_with_the_file() {
+        let bad = SPEC.replace("count = 2", "count = 2\nmemry = \"1G\"");
+        let e = load_str("s.toml", &bad, &[]).unwrap_err().to_string();
+        assert!(
+            e.starts_with("s.toml: vms.memry: unknown field `memry`"),
+            "{e}"
+        );
+        let bad = SPEC.replace("repeats = 2", "repeats = 2\nsweeep = 1");
+        let e = load_str("s.toml", &bad, &[]).unwrap_err().to_string();
+        assert!(e.contains("s.toml: ") && e.contains("sweeep"), "{e}");
+        let bad = SPEC.replace("device.nand.read_ns", "device.nand.red_ns");
+        let e = load_str("s.toml", &bad, &[]).unwrap_err().to_string();
+        assert!(
+            e.starts_with("s.toml: daemon.device: ") && e.contains("red_ns"),
+            "{e}"
+        );
+        let bad = SPEC.replace("cxl_ratio = 50", "cxl_ratio = 150");
+        let e = load_str("s.toml", &bad, &[]).unwrap_err().to_string();
+        assert!(e.starts_with("s.toml: daemon.cxl_ratio: "), "{e}");
+        let e = load_str("s.toml", "name = \"x\"\n[[phases]]\nname = \"a b\"", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("s.toml: phases.0.name: "), "{e}");
+        let e = load_str("s.toml", "name = ", &[]).unwrap_err().to_string();
+        assert!(e.starts_with("s.toml: "), "{e}");
+        let e = load_str("s.toml", "name = \"x\"", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("phases"), "{e}");
+        let bad = SPEC.replace("path = \"data/f{i}.bin\"", "path = \"../f{i}.bin\"");
+        let e = load_str("s.toml", &bad, &[]).unwrap_err().to_string();
+        assert!(e.starts_with("s.toml: files.0.path: "), "{e}");
+    }
+}

@@ -1,0 +1,197 @@
+//! The tables of an experiment spec: [`Spec`] itself, `[daemon]`, `[vms]`,
+//! `[[files]]` and `[image]`, with their defaults. The phase tables are in
+//! `phase.rs`, `[quick]` in `quick.rs`.
+
+use super::check::size_value;
+use super::phase::PhaseSpec;
+use super::quick::QuickSpec;
+use crate::plot_spec::PlotSpec;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One experiment, as written (after `--set`, before the sweep).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Spec {
+    /// Short name (plot titles, the table header).
+    pub name: String,
+    /// What the experiment measures (free text).
+    #[serde(default)]
+    pub description: String,
+    /// Runs per sweep point.
+    #[serde(default = "one")]
+    pub repeats: u32,
+    /// The daemon.
+    #[serde(default)]
+    pub daemon: DaemonSpec,
+    /// The guests.
+    #[serde(default)]
+    pub vms: VmsSpec,
+    /// The guest image: extra Debian packages, the kernel.
+    #[serde(default)]
+    pub image: ImageSpec,
+    /// Free variables for phase commands (`{name}`), sweepable as `vars.NAME`.
+    #[serde(default)]
+    pub vars: toml::Table,
+    /// Files created in the share before the daemon starts.
+    #[serde(default)]
+    pub files: Vec<FileSpec>,
+    /// fio options for every job of every phase (`--KEY=VALUE`).
+    #[serde(default)]
+    pub fio: toml::Table,
+    /// The phases (a fio invocation or a shell command each), in order, in
+    /// the same boot.
+    pub phases: Vec<PhaseSpec>,
+    /// Swept keys: dotted path → values (cartesian product, keys in sorted order).
+    #[serde(default)]
+    pub sweep: BTreeMap<String, Vec<toml::Value>>,
+    /// How `--quick` shrinks the run.
+    #[serde(default)]
+    pub quick: QuickSpec,
+    /// Plots (default: every fio/daemon figure of interest against each swept key).
+    #[serde(default)]
+    pub plots: Vec<PlotSpec>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// `[daemon]`: how `cxlfsd` is started.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonSpec {
+    /// Device preset (`cxlfsd --preset`).
+    #[serde(default)]
+    pub preset: Option<String>,
+    /// Device-model keys (`cxlfsd --set KEY=VALUE`), nested or dotted:
+    /// `cache.size_bytes = "16MiB"`, `nand.read_ns = "40us"`.
+    #[serde(default)]
+    pub device: toml::Table,
+    /// Guest caching (`cxlfsd --cache`): never | auto | always.
+    #[serde(default = "default_cache")]
+    pub cache: String,
+    /// Share of file pages on the CXL-SSD tier, 0–100 (`cxlfsd --cxl-ratio`;
+    /// not passed when absent: the daemon's default, 100).
+    #[serde(default)]
+    pub cxl_ratio: Option<u8>,
+    /// DAX window (`cxlfsd --dax on`; guests get a window and mount with `dax=always`).
+    #[serde(default)]
+    pub dax: bool,
+    /// Memory mode: each VM gets a CXL memory region of this size
+    /// (`cxlfsd --cxl-memory VM=SIZE`), its CPU-less NUMA node 1.
+    #[serde(default)]
+    pub cxl_memory: Option<toml::Value>,
+    /// Daemon metrics sample interval (`--metrics-interval`), when the daemon supports it.
+    #[serde(default = "default_metrics_interval")]
+    pub metrics_interval: String,
+    /// Extra `cxlfsd` arguments, verbatim.
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+fn default_cache() -> String {
+    "never".into()
+}
+
+fn default_metrics_interval() -> String {
+    "1s".into()
+}
+
+impl DaemonSpec {
+    /// The CXL memory region size in bytes (memory mode), `None` without
+    /// one (a spec that loaded has a valid size here).
+    pub fn cxl_memory_bytes(&self) -> Option<u64> {
+        self.cxl_memory.as_ref().and_then(|m| size_value(m).ok())
+    }
+}
+
+impl Default for DaemonSpec {
+    fn default() -> Self {
+        DaemonSpec {
+            preset: None,
+            device: toml::Table::new(),
+            cache: default_cache(),
+            cxl_ratio: None,
+            dax: false,
+            cxl_memory: None,
+            metrics_interval: default_metrics_interval(),
+            args: Vec::new(),
+        }
+    }
+}
+
+/// `[vms]`: the guests, all alike, named `vm0`, `vm1`, ...
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmsSpec {
+    /// How many guests run at once.
+    #[serde(default = "one")]
+    pub count: u32,
+    /// Guest RAM (QEMU syntax).
+    #[serde(default = "default_memory")]
+    pub memory: String,
+    /// vCPUs per guest.
+    #[serde(default = "one")]
+    pub smp: u32,
+    /// Guest mount options of the share (default with DAX: `dax=always`).
+    #[serde(default)]
+    pub mountopts: Option<String>,
+    /// DAX window per guest (QEMU `cache-size`), used when `daemon.dax` is on.
+    #[serde(default = "default_dax_window")]
+    pub dax_window: String,
+    /// Guest time limit per run (the guest is killed after it).
+    #[serde(default = "default_vm_timeout")]
+    pub timeout: String,
+}
+
+fn default_memory() -> String {
+    "1G".into()
+}
+
+fn default_dax_window() -> String {
+    "64M".into()
+}
+
+fn default_vm_timeout() -> String {
+    "600s".into()
+}
+
+impl Default for VmsSpec {
+    fn default() -> Self {
+        VmsSpec {
+            count: 1,
+            memory: default_memory(),
+            smp: 1,
+            mountopts: None,
+            dax_window: default_dax_window(),
+            timeout: default_vm_timeout(),
+        }
+    }
+}
+
+/// `[[files]]`: a file in the share, filled with deterministic pseudo-random bytes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSpec {
+    /// Path in the share; with `count > 1` it must contain `{i}` (0, 1, ...).
+    pub path: String,
+    /// Size (`16MiB`, `4k`, bytes).
+    pub size: toml::Value,
+    /// How many files of this pattern.
+    #[serde(default = "one")]
+    pub count: u32,
+}
+
+/// `[image]`: what `cxlfs image build` puts in the guest image.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImageSpec {
+    /// Extra Debian packages (all their files and shared libraries).
+    #[serde(default)]
+    pub packages: Vec<String>,
+    /// Kernel: `default` (Debian 12's), `backports` (bookworm-backports:
+    /// weighted interleave needs Linux >= 6.9) or a package name.
+    #[serde(default)]
+    pub kernel: Option<String>,
+}
