@@ -26,6 +26,7 @@ use crate::memory::MemoryRegions;
 use crate::metrics::{Metrics, PlaneSource, VmMetrics};
 use crate::passthrough::{CacheMode, GuestIds, InodeObserver, OpenSharedDirError, PassthroughFs};
 use crate::server::{DaxMapper, IoctlHandler, Server, ServerOptions};
+use crate::sync::lock;
 use crate::timing::{Coherence, OpenFiles, TimedFs};
 use cxlfs_api::control::{DaemonSummary, VmEndpoint};
 use residency::{FusePoolPlane, PlaneOptions, PoolBackend, ResidencyPlane};
@@ -35,7 +36,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 use vhost::vhost_user::Listener;
@@ -171,10 +172,6 @@ impl Drop for DaemonState {
     fn drop(&mut self) {
         self.stop_dax();
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Why a VM could not be served.

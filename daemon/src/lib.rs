@@ -2,7 +2,8 @@
 //! timed by the cxlfs CXL-SSD device model.
 //!
 //! Layers, each depending only on those below it (`DESIGN.md` has the
-//! picture; `daemon/tests/module_graph.rs` fails on an import cycle):
+//! picture; `daemon/tests/module_graph.rs` fails on an import cycle, among
+//! these or among the submodules of any module):
 //! * [`daemon`] (+ `main.rs`) — the only place that knows every type: wires
 //!   the layers, one serving thread per VM, reconnects, shutdown;
 //! * [`backend`] — the vhost-user transport of one connection: vring
@@ -19,9 +20,10 @@
 //!   dispatch, encode; the `FileSystem` trait and the two seams;
 //! * [`device`] — the pool allocator, placement, the locked device and its
 //!   clock, its events;
-//! * [`metrics`] — counters, histograms, the endpoints (a leaf);
+//! * [`metrics`] — counters, histograms, the endpoints (uses only `sync`);
 //! * [`config`] — command line and `daemon.toml`, validated once;
-//! * [`ids`], [`abi`] (the FUSE ABI crate), [`signals`] — leaves.
+//! * [`ids`], [`abi`] (the FUSE ABI crate), [`signals`], `sync` (the
+//!   poison-tolerant lock every module uses) — leaves.
 
 pub mod abi;
 pub mod backend;
@@ -37,4 +39,5 @@ pub mod passthrough;
 pub mod sandbox;
 pub mod server;
 pub mod signals;
+mod sync;
 pub mod timing;

@@ -1,19 +1,33 @@
-//! The daemon's modules depend on each other in one direction only: this
-//! test reads every source file under `daemon/src`, collects the
-//! `crate::<module>` references of each top-level module — in code, unit
-//! tests and doc links alike (a doc link or a test that reaches up a layer
-//! is a dependency a reader sees) — and fails on any cycle,
-//! printing it. It also pins the few rules DESIGN.md states: `metrics`,
-//! `ids` and `abi` are leaves, `device` and `server` know no layer above
-//! them, and only `daemon` (with `main.rs`) may know every module.
+//! The daemon's modules depend on each other in one direction only, at
+//! every level of nesting: this test reads every source file under
+//! `daemon/src`, collects the module paths each module names — `use`
+//! declarations, `crate::` / `super::` / `self::` paths in code, unit tests
+//! and doc links alike (a doc link or a test that reaches up a layer is a
+//! dependency a reader sees) — and fails on any cycle, printing it.
+//!
+//! A path is resolved from the (file or inline) module it is written in, to
+//! the deepest module it names; a name a module re-exports (`pub use`)
+//! counts as the module that defines it. A dependency of `a::x::…` on
+//! `a::y::…` is an edge `a::x → a::y` between the two siblings under their
+//! closest common module, so the top-level modules form one graph and the
+//! children of every module another; a module and its own descendants (a
+//! `mod.rs` composing and re-exporting its submodules, which use its items)
+//! are no edge. It also pins the few rules DESIGN.md states: `sync`, `ids`
+//! and `abi` are leaves and `metrics` uses only `sync`, `device` and
+//! `server` know no layer above them, and only `daemon` (with `main.rs`)
+//! may know every module.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+/// Module (`a::b`) → the sibling modules it uses.
 type Graph = BTreeMap<String, BTreeSet<String>>;
 
+/// A module's path from the crate root (`[]`: the root).
+type ModPath = Vec<String>;
+
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).expect("read daemon/src") {
+    for e in std::fs::read_dir(dir).expect("read a source directory") {
         let p = e.expect("dir entry").path();
         if p.is_dir() {
             rust_files(&p, out);
@@ -23,66 +37,417 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The top-level module a file belongs to (`None`: lib.rs / main.rs).
-fn module_of(src: &Path, file: &Path) -> Option<String> {
+/// The module a file under `src` is (`[]`: lib.rs / main.rs); `None` for
+/// the crate roots of `src/bin/` (separate crates).
+fn file_module(src: &Path, file: &Path) -> Option<ModPath> {
     let rel = file.strip_prefix(src).ok()?;
-    let first = rel.components().next()?.as_os_str().to_str()?.to_string();
-    let name = first.strip_suffix(".rs").unwrap_or(&first).to_string();
-    (name != "lib" && name != "main").then_some(name)
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if parts.len() > 1 && parts[0] == "bin" {
+        return None;
+    }
+    let last = parts.pop()?;
+    let stem = last.strip_suffix(".rs").unwrap_or(&last).to_string();
+    let root = parts.is_empty() && (stem == "lib" || stem == "main");
+    if !root && stem != "mod" {
+        parts.push(stem);
+    }
+    Some(parts)
 }
 
-/// `crate::x` references anywhere in `text` (code, tests, comments;
-/// `use crate::{a, b::c}` groups expanded).
-fn references(text: &str) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    let mut rest = text;
-    while let Some(i) = rest.find("crate::") {
-        let after = &rest[i + "crate::".len()..];
-        if after.starts_with('{') {
-            // use crate::{a::b, c, d::{e, f}};
-            let mut depth = 0;
-            let mut item = String::new();
-            for ch in after.chars() {
-                match ch {
-                    '{' => {
-                        depth += 1;
-                        if depth == 1 {
-                            continue;
-                        }
+fn is_ident(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// Skips whitespace and comments.
+fn skip_ws(c: &[char], i: &mut usize) {
+    loop {
+        match (c.get(*i), c.get(*i + 1)) {
+            (Some(ch), _) if ch.is_whitespace() => *i += 1,
+            (Some('/'), Some('/')) => {
+                while c.get(*i).is_some_and(|&ch| ch != '\n') {
+                    *i += 1;
+                }
+            }
+            (Some('/'), Some('*')) => {
+                *i += 2;
+                while *i < c.len() && !(c[*i] == '*' && c.get(*i + 1) == Some(&'/')) {
+                    *i += 1;
+                }
+                *i += 2;
+            }
+            _ => return,
+        }
+    }
+}
+
+fn word(c: &[char], i: &mut usize) -> String {
+    let start = *i;
+    if c.get(*i) == Some(&'*') {
+        *i += 1;
+    } else {
+        while c.get(*i).copied().is_some_and(is_ident) {
+            *i += 1;
+        }
+    }
+    c[start..*i].iter().collect()
+}
+
+/// The paths of a `use` tree (or of a single path) starting at `c[*i]`:
+/// `a::{b, c::{d, e as f}}` → `a::b`, `a::c::d`, `a::c::e`.
+fn use_tree(c: &[char], i: &mut usize) -> Vec<Vec<String>> {
+    let mut prefix = Vec::new();
+    loop {
+        skip_ws(c, i);
+        if c.get(*i) == Some(&'{') {
+            *i += 1;
+            let mut out = Vec::new();
+            loop {
+                skip_ws(c, i);
+                match c.get(*i) {
+                    None => break,
+                    Some('}') => {
+                        *i += 1;
+                        break;
                     }
-                    '}' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            break;
-                        }
+                    Some(',') => {
+                        *i += 1;
+                        continue;
                     }
                     _ => {}
                 }
-                if depth == 1 && ch == ',' {
-                    push_head(&item, &mut out);
-                    item.clear();
-                } else {
-                    item.push(ch);
+                let before = *i;
+                for sub in use_tree(c, i) {
+                    out.push(prefix.iter().cloned().chain(sub).collect());
+                }
+                skip_ws(c, i);
+                let mut j = *i;
+                if word(c, &mut j) == "as" {
+                    skip_ws(c, &mut j);
+                    word(c, &mut j);
+                    *i = j;
+                }
+                if *i == before {
+                    *i += 1; // not a path (a comment in a group): step over
                 }
             }
-            push_head(&item, &mut out);
-        } else {
-            push_head(after, &mut out);
+            return out;
         }
-        rest = after;
+        let seg = word(c, i);
+        if seg.is_empty() {
+            break;
+        }
+        prefix.push(seg);
+        if c.get(*i) == Some(&':') && c.get(*i + 1) == Some(&':') {
+            *i += 2;
+        } else {
+            break;
+        }
+    }
+    if prefix.is_empty() {
+        Vec::new()
+    } else {
+        vec![prefix]
+    }
+}
+
+/// A path named in a module.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Named {
+    /// The (file or inline) module it is written in.
+    at: ModPath,
+    /// Its segments as written (`super::x::Y`, `crate::a`, `child::Z`).
+    path: Vec<String>,
+    /// Named by a `use` declaration (may start with a child module).
+    by_use: bool,
+    /// Named by a `pub use` (a re-export).
+    reexport: bool,
+}
+
+/// Whether a path starts at `c[i]` with `head` (not in the middle of one).
+fn path_starts(c: &[char], i: usize, head: &str) -> bool {
+    let n = head.chars().count();
+    i + n <= c.len()
+        && c[i..i + n].iter().copied().eq(head.chars())
+        && (i == 0 || !(is_ident(c[i - 1]) || c[i - 1] == ':'))
+}
+
+/// Where the scanner of [`named_paths`] is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lex {
+    Code,
+    LineComment,
+    /// Nesting depth.
+    BlockComment(usize),
+    /// A string literal: raw, and with how many `#`.
+    Str(bool, usize),
+}
+
+/// Every path `text` (the source of module `file`) names, with the inline
+/// module (`mod tests { … }`) it is written in: `crate::` / `super::` /
+/// `self::` paths in code and comments (not in string literals) and
+/// `use` declarations.
+fn named_paths(file: &ModPath, text: &str) -> Vec<Named> {
+    let c: Vec<char> = text.chars().collect();
+    let mut out = Vec::new();
+    // Inline modules open here: (name, brace depth inside them).
+    let mut inline: Vec<(String, usize)> = Vec::new();
+    let mut depth = 0usize;
+    // The code since the last `;`, `{` or `}`: `mod x {`, `pub use`.
+    let mut code = String::new();
+    let mut lex = Lex::Code;
+    // The end of the last `use` declaration read (its paths are read).
+    let mut used_to = 0;
+    let mut i = 0;
+    while i < c.len() {
+        let at = || -> ModPath {
+            let mut m = file.clone();
+            m.extend(inline.iter().map(|(n, _)| n.clone()));
+            m
+        };
+        let ch = c[i];
+        if !matches!(lex, Lex::Str(..))
+            && i >= used_to
+            && ["crate::", "super::", "self::"]
+                .iter()
+                .any(|h| path_starts(&c, i, h))
+        {
+            let mut j = i;
+            for path in use_tree(&c, &mut j) {
+                out.push(Named {
+                    at: at(),
+                    path,
+                    by_use: false,
+                    reexport: false,
+                });
+            }
+        }
+        match lex {
+            Lex::LineComment => {
+                if ch == '\n' {
+                    lex = Lex::Code;
+                }
+                i += 1;
+                continue;
+            }
+            Lex::BlockComment(n) => {
+                if ch == '*' && c.get(i + 1) == Some(&'/') {
+                    lex = if n == 1 {
+                        Lex::Code
+                    } else {
+                        Lex::BlockComment(n - 1)
+                    };
+                    i += 2;
+                } else if ch == '/' && c.get(i + 1) == Some(&'*') {
+                    lex = Lex::BlockComment(n + 1);
+                    i += 2;
+                } else {
+                    i += 1;
+                }
+                continue;
+            }
+            Lex::Str(raw, hashes) => {
+                if !raw && ch == '\\' {
+                    i += 2;
+                    continue;
+                }
+                let closes = (1..=hashes).all(|k| c.get(i + k) == Some(&'#'));
+                if ch == '"' && closes {
+                    lex = Lex::Code;
+                    i += 1 + hashes;
+                } else {
+                    i += 1;
+                }
+                continue;
+            }
+            Lex::Code => {}
+        }
+        match ch {
+            '/' if c.get(i + 1) == Some(&'/') => lex = Lex::LineComment,
+            '/' if c.get(i + 1) == Some(&'*') => {
+                lex = Lex::BlockComment(1);
+                i += 1;
+            }
+            '"' => {
+                // r"…", r#"…"#, br"…": a raw string ends at `"` and as many `#`.
+                let mut k = i;
+                while k > 0 && c[k - 1] == '#' {
+                    k -= 1;
+                }
+                let r = k > 0 && c[k - 1] == 'r';
+                let lead = |p: usize| p == 0 || !is_ident(c[p - 1]);
+                let raw = r && (lead(k - 1) || (k >= 2 && c[k - 2] == 'b' && lead(k - 2)));
+                lex = Lex::Str(raw, if raw { i - k } else { 0 });
+                code.clear();
+            }
+            // A char literal ('x', '{', '\n', '\u{1F}'), not a lifetime.
+            '\'' if c.get(i + 1) == Some(&'\\') => {
+                i += 2;
+                while i < c.len() && c[i] != '\'' {
+                    i += 1;
+                }
+            }
+            '\'' if c.get(i + 2) == Some(&'\'') => i += 2,
+            '{' => {
+                depth += 1;
+                let t = code.trim_end();
+                let name: String = t.chars().rev().take_while(|&x| is_ident(x)).collect();
+                let name: String = name.chars().rev().collect();
+                let before = t[..t.len() - name.len()].trim_end();
+                let is_mod = before
+                    .strip_suffix("mod")
+                    .is_some_and(|b| !b.ends_with(is_ident));
+                if !name.is_empty() && is_mod {
+                    inline.push((name, depth));
+                }
+                code.clear();
+            }
+            '}' => {
+                if inline.last().is_some_and(|(_, d)| *d == depth) {
+                    inline.pop();
+                }
+                depth = depth.saturating_sub(1);
+                code.clear();
+            }
+            ';' => code.clear(),
+            'u' if path_starts(&c, i, "use") && c.get(i + 3).is_some_and(|x| x.is_whitespace()) => {
+                let last = code.split_whitespace().last().unwrap_or("");
+                let reexport = last == "pub" || last.starts_with("pub(");
+                let mut j = i + 3;
+                for path in use_tree(&c, &mut j) {
+                    out.push(Named {
+                        at: at(),
+                        path,
+                        by_use: true,
+                        reexport,
+                    });
+                }
+                used_to = j;
+                code.push_str("use");
+                i += 3;
+                continue;
+            }
+            _ => code.push(ch),
+        }
+        i += 1;
     }
     out
 }
 
-fn push_head(path: &str, out: &mut BTreeSet<String>) {
-    let head: String = path
-        .trim_start()
-        .chars()
-        .take_while(|c| c.is_alphanumeric() || *c == '_')
-        .collect();
-    if !head.is_empty() && head != "self" {
-        out.insert(head);
+/// The absolute segments of a path named in module `at` (`None`: an extern
+/// crate's path, or a path above the root).
+fn absolute(n: &Named, modules: &BTreeSet<ModPath>) -> Option<Vec<String>> {
+    let (first, rest) = n.path.split_first()?;
+    let mut abs = match first.as_str() {
+        "crate" => Vec::new(),
+        "self" => n.at.clone(),
+        "super" => {
+            let mut m = n.at.clone();
+            m.pop()?;
+            m
+        }
+        // `use child::…` names a submodule of the module it is in.
+        _ if n.by_use => {
+            let mut m = n.at.clone();
+            m.push(first.clone());
+            if !modules.contains(&m) {
+                return None;
+            }
+            m
+        }
+        _ => return None,
+    };
+    for s in rest {
+        match s.as_str() {
+            "super" => {
+                abs.pop()?;
+            }
+            "self" => {}
+            _ => abs.push(s.clone()),
+        }
     }
+    Some(abs)
+}
+
+/// Names re-exported by a module (`pub use x::Y` in `m`: `(m, "Y")`) →
+/// the module that defines them.
+type Reexports = BTreeMap<(ModPath, String), ModPath>;
+
+/// The module an absolute path names: its longest prefix that is a
+/// module, or the module the next name is re-exported from.
+fn target(abs: &[String], modules: &BTreeSet<ModPath>, reexports: &Reexports) -> ModPath {
+    let mut n = abs.len();
+    while n > 0 && !modules.contains(&abs[..n].to_vec()) {
+        n -= 1;
+    }
+    let m = abs[..n].to_vec();
+    match abs.get(n) {
+        Some(next) => reexports
+            .get(&(m.clone(), next.clone()))
+            .cloned()
+            .unwrap_or(m),
+        None => m,
+    }
+}
+
+/// The module graph of the crate whose files are `files` (module, text):
+/// every module is a node, and each of its edges goes to a sibling.
+fn graph_from(files: &[(ModPath, String)]) -> Graph {
+    let named: Vec<Named> = files
+        .iter()
+        .flat_map(|(m, text)| named_paths(m, text))
+        .collect();
+    let mut modules = BTreeSet::new();
+    for m in files
+        .iter()
+        .map(|(m, _)| m)
+        .chain(named.iter().map(|n| &n.at))
+    {
+        for k in 0..=m.len() {
+            modules.insert(m[..k].to_vec());
+        }
+    }
+    // Re-exports, resolved through re-exports of re-exports.
+    let exported: Vec<((ModPath, String), Vec<String>)> = named
+        .iter()
+        .filter(|n| n.reexport)
+        .filter_map(|n| {
+            let abs = absolute(n, &modules)?;
+            let name = abs.last()?.clone();
+            let item = name != "*" && !modules.contains(&abs);
+            item.then(|| ((n.at.clone(), name), abs))
+        })
+        .collect();
+    let mut reexports = Reexports::new();
+    for _ in 0..4 {
+        let next: Reexports = exported
+            .iter()
+            .map(|(k, abs)| (k.clone(), target(abs, &modules, &reexports)))
+            .collect();
+        reexports = next;
+    }
+    let mut g = Graph::new();
+    for m in modules.iter().filter(|m| !m.is_empty()) {
+        g.entry(m.join("::")).or_default();
+    }
+    for n in &named {
+        let Some(abs) = absolute(n, &modules) else {
+            continue;
+        };
+        let to = target(&abs, &modules, &reexports);
+        let from = &n.at;
+        let k = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+        // A module and its own ancestors or descendants: no edge.
+        if k == from.len() || k == to.len() {
+            continue;
+        }
+        g.entry(from[..=k].join("::"))
+            .or_default()
+            .insert(to[..=k].join("::"));
+    }
+    g
 }
 
 fn graph() -> Graph {
@@ -91,25 +456,19 @@ fn graph() -> Graph {
 
 /// The module graph of the crate whose sources are under `src`.
 fn graph_of(src: &Path) -> Graph {
-    let mut files = Vec::new();
-    rust_files(src, &mut files);
-    let mut g = Graph::new();
-    for f in files {
-        let Some(m) = module_of(src, &f) else {
-            continue;
-        };
-        let text = std::fs::read_to_string(&f).expect("read a source file");
-        let deps = g.entry(m.clone()).or_default();
-        for r in references(&text) {
-            if r != m {
-                deps.insert(r);
-            }
-        }
-    }
-    g
+    let mut paths = Vec::new();
+    rust_files(src, &mut paths);
+    let files: Vec<(ModPath, String)> = paths
+        .iter()
+        .filter_map(|f| {
+            let m = file_module(src, f)?;
+            Some((m, std::fs::read_to_string(f).expect("read a source file")))
+        })
+        .collect();
+    graph_from(&files)
 }
 
-/// A cycle through `start`, if any (depth-first).
+/// A cycle, if any (depth-first).
 fn find_cycle(g: &Graph) -> Option<Vec<String>> {
     fn visit(
         g: &Graph,
@@ -147,7 +506,10 @@ fn find_cycle(g: &Graph) -> Option<Vec<String>> {
 #[test]
 fn the_daemon_modules_have_no_import_cycle() {
     let g = graph();
-    assert!(g.len() >= 10, "found too few modules: {g:?}");
+    assert!(g.len() >= 40, "found too few modules: {g:?}");
+    for nested in ["device::pool", "device::placement", "dax::session"] {
+        assert!(g.contains_key(nested), "no module {nested}: {g:?}");
+    }
     if let Some(c) = find_cycle(&g) {
         panic!("import cycle among the daemon's modules: {}", c.join(" → "));
     }
@@ -181,7 +543,7 @@ fn no_crate_of_the_workspace_has_an_import_cycle() {
 fn layers_point_down() {
     let g = graph();
     let deps = |m: &str| g.get(m).cloned().unwrap_or_default();
-    for leaf in ["metrics", "ids", "abi"] {
+    for leaf in ["sync", "ids", "abi"] {
         assert!(
             deps(leaf).is_empty(),
             "{leaf} must be a leaf, uses {:?}",
@@ -198,10 +560,14 @@ fn layers_point_down() {
             "{m} may use only {ok:?}, also uses {extra:?}"
         );
     };
-    allowed("device", &["ids", "metrics"]);
-    allowed("server", &["abi", "ids", "metrics"]);
-    allowed("passthrough", &["abi", "ids", "server"]);
-    allowed("timing", &["abi", "device", "ids", "metrics", "server"]);
+    allowed("metrics", &["sync"]);
+    allowed("device", &["ids", "metrics", "sync"]);
+    allowed("server", &["abi", "ids", "metrics", "sync"]);
+    allowed("passthrough", &["abi", "ids", "server", "sync"]);
+    allowed(
+        "timing",
+        &["abi", "device", "ids", "metrics", "server", "sync"],
+    );
     for m in g.keys() {
         if m != "daemon" {
             assert!(
@@ -212,25 +578,125 @@ fn layers_point_down() {
     }
 }
 
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
 #[test]
-fn the_detector_finds_a_cycle_and_reads_use_groups() {
-    let refs = references(
-        "use crate::{a::X, b, c::{d, e}};\nfn f() { crate::g::h(); }\n/// [`crate::z`]\n",
-    );
+fn use_trees_expand_to_full_paths() {
+    let c: Vec<char> = "a::{b, c::{d, e as f}, self,\n // note\n g::*};"
+        .chars()
+        .collect();
+    let mut i = 0;
     assert_eq!(
-        refs.into_iter().collect::<Vec<_>>(),
-        ["a", "b", "c", "g", "z"]
+        use_tree(&c, &mut i),
+        [
+            strings(&["a", "b"]),
+            strings(&["a", "c", "d"]),
+            strings(&["a", "c", "e"]),
+            strings(&["a", "self"]),
+            strings(&["a", "g", "*"]),
+        ]
     );
+}
+
+#[test]
+fn paths_are_read_in_the_inline_module_they_are_written_in() {
+    let text = "use super::x::{self, Y};\n\
+                pub use child::Z;\n\
+                fn f() { let _ = ('{', \"crate::in_a_string\", '\\'', r#\"}\"#); }\n\
+                #[cfg(test)]\n\
+                mod tests {\n\
+                    use super::*;\n\
+                    /// [`crate::doc::Link`]\n\
+                    fn g<'a>(_: &'a ()) { super::super::sib::h(); }\n\
+                }\n\
+                fn k() { self::child::m(); }\n";
+    let file = strings(&["p", "q"]);
+    let got: Vec<(String, String, bool, bool)> = named_paths(&file, text)
+        .into_iter()
+        .map(|n| (n.at.join("::"), n.path.join("::"), n.by_use, n.reexport))
+        .collect();
+    let want = [
+        ("p::q", "super::x::self", true, false),
+        ("p::q", "super::x::Y", true, false),
+        ("p::q", "child::Z", true, true),
+        ("p::q::tests", "super::*", true, false),
+        ("p::q::tests", "crate::doc::Link", false, false),
+        ("p::q::tests", "super::super::sib::h", false, false),
+        ("p::q", "self::child::m", false, false),
+    ];
+    let want: Vec<(String, String, bool, bool)> = want
+        .iter()
+        .map(|&(a, p, u, r)| (a.into(), p.into(), u, r))
+        .collect();
+    assert_eq!(got, want);
+}
+
+/// A crate whose `a::x` and `a::y` use each other, `y` through a name
+/// `a` re-exports from `x`, in a doc link.
+fn crate_with_a_sibling_cycle(link: &str) -> Vec<(ModPath, String)> {
+    vec![
+        (vec![], "pub mod a;\npub mod b;\n".into()),
+        (strings(&["a"]), "mod x;\nmod y;\npub use x::X;\n".into()),
+        (
+            strings(&["a", "x"]),
+            "use super::y::Y;\nuse super::helper;\n".into(),
+        ),
+        (strings(&["a", "y"]), format!("/// {link}\npub struct Y;\n")),
+        (
+            strings(&["b"]),
+            "use crate::a::X;\nfn f() { super::a::y::g() }\n".into(),
+        ),
+    ]
+}
+
+#[test]
+fn the_detector_finds_a_cycle_among_nested_siblings() {
+    let g = graph_from(&crate_with_a_sibling_cycle("[`crate::a::X`]"));
+    let edges: Vec<(&str, Vec<&str>)> = g
+        .iter()
+        .map(|(m, d)| (m.as_str(), d.iter().map(String::as_str).collect()))
+        .collect();
+    assert_eq!(
+        edges,
+        [
+            ("a", vec![]),
+            ("a::x", vec!["a::y"]),
+            ("a::y", vec!["a::x"]),
+            ("b", vec!["a"]),
+        ]
+    );
+    assert_eq!(find_cycle(&g), Some(strings(&["a::x", "a::y", "a::x"])));
+    let g = graph_from(&crate_with_a_sibling_cycle("the X of x"));
+    assert_eq!(find_cycle(&g), None, "{g:?}");
+}
+
+#[test]
+fn the_detector_finds_a_cycle() {
     let mut g = Graph::new();
     g.entry("a".into()).or_default().insert("b".into());
     g.entry("b".into()).or_default().insert("c".into());
     g.entry("c".into()).or_default().insert("a".into());
-    assert_eq!(
-        find_cycle(&g),
-        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
-    );
+    assert_eq!(find_cycle(&g), Some(strings(&["a", "b", "c", "a"])));
     if let Some(d) = g.get_mut("c") {
         d.clear();
     }
     assert_eq!(find_cycle(&g), None);
+}
+
+/// Prints the daemon's module graph (`cargo test --test module_graph --
+/// --ignored --nocapture`).
+#[test]
+#[ignore]
+fn print_the_graph() {
+    for (m, d) in graph() {
+        println!("{m} → {d:?}");
+    }
+    let mut g = graph();
+    while let Some(c) = find_cycle(&g) {
+        println!("CYCLE {}", c.join(" → "));
+        let (a, b) = (&c[c.len() - 2], &c[c.len() - 1]);
+        g.get_mut(a).unwrap().remove(b);
+    }
 }

@@ -28,12 +28,13 @@ use crate::abi::{self, InHeader};
 use crate::device::Clock;
 use crate::metrics::VmMetrics;
 use crate::server::{Deferred, FuseHandler, Incoming, MAX_REQUEST, WRITE_PAYLOAD_AT};
+use crate::sync::lock;
 use chain::ChainBufs;
 use std::io;
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use vhost::vhost_user::message::{
     VhostUserProtocolFeatures, VhostUserShMemConfig, VhostUserVirtioFeatures,
@@ -198,10 +199,6 @@ fn make_realtime(prio: Option<u8>) {
 thread_local! {
     /// A queue worker's request buffer (one queue per worker thread).
     static REQUEST_BUF: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A VM's DAX cache window as the transport sees it: the front-end's

@@ -1,6 +1,6 @@
 //! [`Settings`]: the one shape both sources fill. `daemon.toml` is
 //! deserialized into it (its keys are the field names) and the command line
-//! converts into it ([`super::Cli`]); [`Settings::over`] layers one on the
+//! (`Cli`) converts into it; [`Settings::over`] layers one on the
 //! other, and `DaemonConfig::try_from` validates the result.
 
 use super::{LoadDaemonConfigError, OnOff, VmSpec};

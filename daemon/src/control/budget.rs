@@ -2,7 +2,8 @@
 //! `prefetch_budget_bytes` per second up to that much, so one guest cannot
 //! keep the shared cache churning with prefetch hints.
 
-use super::{lock, Controller};
+use super::Controller;
+use crate::sync::lock;
 use std::collections::HashMap;
 use std::time::Instant;
 

@@ -49,7 +49,7 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 pub use cxlfs_api::control::{
     RangeOp, RangeResult, Request, DEFAULT_SOCKET_MODE, MAX_CONNECTIONS, MAX_REQUEST_LINE,
@@ -64,10 +64,6 @@ pub const DEFAULT_PIN_QUOTA_PERCENT: u64 = 25;
 /// Default bound on the bytes one range command covers: the device cache
 /// (pinning or prefetching more than the cache holds only churns it).
 pub const DEFAULT_MAX_RANGE_CACHE_PERCENT: u64 = 100;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Who issued a command.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

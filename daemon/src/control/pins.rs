@@ -3,8 +3,9 @@
 //! unpin releases only its own pins, the host's releases everyone's.
 
 use super::range::{pages_of, Target};
-use super::{lock, ControlCommandError, Controller, Principal};
+use super::{ControlCommandError, Controller, Principal};
 use crate::device::Publish;
+use crate::sync::lock;
 use cxlfs_api::control::RangeResult;
 use cxlfs_device_model::{Device, PAGE_SIZE};
 use std::collections::{BTreeMap, BTreeSet};

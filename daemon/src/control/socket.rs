@@ -5,7 +5,8 @@
 //! answers each with one [`Reply`] line, held until the command's modeled
 //! completion. The peer's credentials go to the debug log.
 
-use super::{lock, Controller, Principal, StartControlError};
+use super::{Controller, Principal, StartControlError};
+use crate::sync::lock;
 use cxlfs_api::control::{
     ErrorBody, ErrorCode, Reply, Request, RequestEnvelope, MAX_CONNECTIONS, MAX_REQUEST_LINE,
 };

@@ -1,10 +1,11 @@
 //! The daemon's side of the residency plane: what a trap and a write-back
 //! do (charge the device, move the host file's bytes).
 
-use super::{lock, PlaneState};
+use super::PlaneState;
 use crate::device::{SharedDevice, EXTENT_SIZE};
 use crate::ids::VmId;
 use crate::metrics::VmMetrics;
+use crate::sync::lock;
 use cxlfs_device_model::Op;
 use residency::{Miss, MissData, MissReply, PoolBackend, ServeMissError, WritebackError};
 use std::os::unix::fs::FileExt;
@@ -122,7 +123,7 @@ impl PlaneState {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Discards;
+    use super::super::discards::Discards;
     use super::*;
     use crate::device::PAGE;
     use crate::ids::FileKey;
@@ -283,6 +284,6 @@ mod tests {
         }
         // No discarded page ever reached the file.
         assert!(pages(&file, n).iter().all(|&v| v != 0xff));
-        assert!(lock(&b.state.discards).live.is_empty());
+        assert!(lock(&b.state.discards).is_empty());
     }
 }

@@ -17,13 +17,14 @@
 //! meanwhile; it is refused only if the slot never settles (the front-end
 //! stopped answering) or if the guest names a range it does not hold.
 
-use super::{lock, DaxPlane, MAP_ALIGNMENT_SHIFT, SLOT_SIZE};
+use super::{DaxPlane, MAP_ALIGNMENT_SHIFT, SLOT_SIZE};
 use crate::abi::{setupmapping_flags, RemoveMappingOne, SetupMappingIn};
 use crate::backend::CacheWindow;
 use crate::device::{EXTENT_SIZE, PAGE};
 use crate::ids::{FileKey, VmId};
 use crate::metrics::VmMetrics;
 use crate::server::{DaxMapper, FileSystem};
+use crate::sync::lock;
 use crate::timing::Coherence;
 use rustix::io::Errno;
 use std::collections::BTreeMap;
@@ -261,46 +262,10 @@ impl DaxSession {
         if !self.window_offered() {
             return Err(Errno::NOSYS);
         }
-        let bad = |why: &str| {
-            self.metrics
-                .dax_map_refusals
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(vm = %self.metrics.name, ?m, why, "SETUPMAPPING refused");
-            Errno::INVAL
-        };
-        if m.moffset % SLOT_SIZE != 0 || m.foffset % SLOT_SIZE != 0 {
-            return Err(bad("misaligned"));
-        }
-        if m.len == 0 || m.len > SLOT_SIZE || m.len % PAGE != 0 {
-            return Err(bad("bad length"));
-        }
-        if !m
-            .moffset
-            .checked_add(m.len)
-            .is_some_and(|end| end <= window)
-        {
-            return Err(bad("outside the window"));
-        }
         let fh = (m.fh != u64::MAX).then_some(m.fh);
-        let file = fs.host_file(nodeid, fh, false)?;
-        if file.is_dir {
-            return Err(bad("not a regular file"));
-        }
-        let limit = file.size.div_ceil(SLOT_SIZE).saturating_mul(SLOT_SIZE);
-        if !m.foffset.checked_add(m.len).is_some_and(|end| end <= limit) {
-            return Err(bad("past the end of the file"));
-        }
+        let key = self.check_mapping(fs, nodeid, fh, m, window)?;
         let writable = m.flags & setupmapping_flags::WRITE != 0;
-        let key = file.key;
         let chunk = m.foffset / SLOT_SIZE;
-        if let Some(old) = lock(&self.slots).get(&m.moffset).copied() {
-            // (One in flight is judged once it settles, below.)
-            if old.state == SlotState::Live
-                && (old.key, old.foffset, old.len) != (key, m.foffset, m.len)
-            {
-                return Err(bad("overlaps a live slot"));
-            }
-        }
         // Host I/O (the first open of the file for the pool), under no lock.
         let open = || {
             fs.host_file(nodeid, fh, true)?
@@ -321,39 +286,7 @@ impl DaxSession {
             state: SlotState::Mapping,
             id,
         };
-        // Claim the slot before the front-end hears of it. A writable one
-        // lets the guest store into pool pages: it is entered under the fill
-        // guard, so every plane fill of the extent either finished before or
-        // sees it and stays off (see `DaxPlane::fill_from_file`). Neither
-        // the guard nor the table is held while the front-end answers.
-        // A slot still in flight on another queue's thread is waited for
-        // first, holding nothing; if another claim slips in before the
-        // guard is taken, it is waited for again (a bounded number of times).
-        let mut tries = 0u32;
-        let replaced = loop {
-            drop(self.settled_slots(m.moffset)?);
-            let _fill_guard = writable.then(|| self.dax.change_guard(key));
-            let mut slots = lock(&self.slots);
-            let old = slots.get(&m.moffset).copied();
-            match old {
-                Some(o) if o.state != SlotState::Live => {
-                    tries += 1;
-                    if tries < MAX_SETTLE_TRIES {
-                        continue;
-                    }
-                    return Err(self.refuse_in_flight(m.moffset));
-                }
-                Some(o) if (o.key, o.foffset, o.len) != (key, m.foffset, m.len) => {
-                    return Err(bad("overlaps a live slot"));
-                }
-                _ => {}
-            }
-            // Upgraded read-only → writable: the old mapping stays writable
-            // in the table until it is replaced.
-            let writable = writable || old.is_some_and(|o| o.writable);
-            slots.insert(m.moffset, Slot { writable, ..slot });
-            break old;
-        };
+        let replaced = self.claim_slot(m, slot)?;
         if writable {
             lock(&self.stored).insert(extent);
         }
@@ -400,6 +333,100 @@ impl DaxSession {
         }
         tracing::trace!(vm = %self.metrics.name, moffset = m.moffset, foffset = m.foffset, extent, writable, "DAX slot mapped");
         Ok(())
+    }
+
+    /// Counts and logs a refused FUSE_SETUPMAPPING of `m`: `EINVAL`.
+    fn refuse(&self, m: &SetupMappingIn, why: &str) -> Errno {
+        self.metrics
+            .dax_map_refusals
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(vm = %self.metrics.name, ?m, why, "SETUPMAPPING refused");
+        Errno::INVAL
+    }
+
+    /// Checks FUSE_SETUPMAPPING `m` of node `nodeid` against a window of
+    /// `window` bytes, the file and the live slots; returns the file's key.
+    fn check_mapping(
+        &self,
+        fs: &dyn FileSystem,
+        nodeid: u64,
+        fh: Option<u64>,
+        m: &SetupMappingIn,
+        window: u64,
+    ) -> Result<FileKey, Errno> {
+        let bad = |why: &str| self.refuse(m, why);
+        if m.moffset % SLOT_SIZE != 0 || m.foffset % SLOT_SIZE != 0 {
+            return Err(bad("misaligned"));
+        }
+        if m.len == 0 || m.len > SLOT_SIZE || m.len % PAGE != 0 {
+            return Err(bad("bad length"));
+        }
+        if !m
+            .moffset
+            .checked_add(m.len)
+            .is_some_and(|end| end <= window)
+        {
+            return Err(bad("outside the window"));
+        }
+        let file = fs.host_file(nodeid, fh, false)?;
+        if file.is_dir {
+            return Err(bad("not a regular file"));
+        }
+        let limit = file.size.div_ceil(SLOT_SIZE).saturating_mul(SLOT_SIZE);
+        if !m.foffset.checked_add(m.len).is_some_and(|end| end <= limit) {
+            return Err(bad("past the end of the file"));
+        }
+        let key = file.key;
+        if let Some(old) = lock(&self.slots).get(&m.moffset).copied() {
+            // (One in flight is judged once it settles, by `claim_slot`.)
+            if old.state == SlotState::Live
+                && (old.key, old.foffset, old.len) != (key, m.foffset, m.len)
+            {
+                return Err(bad("overlaps a live slot"));
+            }
+        }
+        Ok(key)
+    }
+
+    /// Enters `slot` (in flight) at `m.moffset` in the table; returns the
+    /// live slot it replaces (the same range, mapped again).
+    fn claim_slot(&self, m: &SetupMappingIn, slot: Slot) -> Result<Option<Slot>, Errno> {
+        // Claim the slot before the front-end hears of it. A writable one
+        // lets the guest store into pool pages: it is entered under the fill
+        // guard, so every plane fill of the extent either finished before or
+        // sees it and stays off (see `DaxPlane::fill_from_file`). Neither
+        // the guard nor the table is held while the front-end answers.
+        // A slot still in flight on another queue's thread is waited for
+        // first, holding nothing; if another claim slips in before the
+        // guard is taken, it is waited for again (a bounded number of times).
+        let (key, writable) = (slot.key, slot.writable);
+        let bad = |why: &str| self.refuse(m, why);
+        let mut tries = 0u32;
+        let replaced = loop {
+            drop(self.settled_slots(m.moffset)?);
+            let _fill_guard = writable.then(|| self.dax.change_guard(key));
+            let mut slots = lock(&self.slots);
+            let old = slots.get(&m.moffset).copied();
+            match old {
+                Some(o) if o.state != SlotState::Live => {
+                    tries += 1;
+                    if tries < MAX_SETTLE_TRIES {
+                        continue;
+                    }
+                    return Err(self.refuse_in_flight(m.moffset));
+                }
+                Some(o) if (o.key, o.foffset, o.len) != (key, m.foffset, m.len) => {
+                    return Err(bad("overlaps a live slot"));
+                }
+                _ => {}
+            }
+            // Upgraded read-only → writable: the old mapping stays writable
+            // in the table until it is replaced.
+            let writable = writable || old.is_some_and(|o| o.writable);
+            slots.insert(m.moffset, Slot { writable, ..slot });
+            break old;
+        };
+        Ok(replaced)
     }
 
     /// Replaces slot `id` at `moffset` by `to` (`None`: removes it), unless

@@ -5,6 +5,7 @@
 //! never calls a plane itself.
 
 use crate::ids::FileKey;
+use crate::sync::lock;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// A test of whether a pool extent is mapped (by a DAX window).
@@ -58,7 +59,7 @@ pub(super) struct Observers {
 
 impl Observers {
     fn lock(&self) -> MutexGuard<'_, Vec<Weak<dyn DeviceObserver>>> {
-        self.list.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.list)
     }
 
     pub(super) fn add(&self, o: Weak<dyn DeviceObserver>) {

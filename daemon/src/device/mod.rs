@@ -29,6 +29,7 @@ pub use events::DeviceObserver;
 pub use pool::{page_runs, ExtentOwner, Pool, Segment, EXTENT_SIZE, PAGE};
 
 use crate::ids::FileKey;
+use crate::sync::lock;
 use cxlfs_device_model::nand::NandStats;
 use cxlfs_device_model::{AccessError, Device, DeviceStats, Op, PageFilter};
 use events::Observers;
@@ -221,11 +222,6 @@ impl std::fmt::Debug for SharedDevice {
             .field("cxl_ratio", &self.cxl_ratio())
             .finish_non_exhaustive()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding the lock leaves plain data behind: keep going.
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Charges pool bytes `[addr, addr + len)` (one extent at most) at

@@ -1,7 +1,7 @@
 //! DRAM / CXL placement of file pages: a deterministic weighted interleave.
 //!
 //! Every pool page (4 KiB of device address space, i.e. one page of one
-//! file, see [`crate::device::pool`]) lives either in a **DRAM tier** (host memory:
+//! file in the pool) lives either in a **DRAM tier** (host memory:
 //! always resident, never charged device time, never in the device cache)
 //! or in the **CXL tier** (the emulated CXL-SSD: charged to the device model
 //! as before). `cxl_ratio` (0–100 %) says which share goes to the CXL tier.
@@ -29,18 +29,15 @@
 //!   only know pool offsets) agree without a table.
 //!
 //! Placement is lazy, like first-touch allocation: a page is *placed* when
-//! the daemon first sees an access to it. [`TierCensus`] counts the placed
-//! pages per slot, so the achieved split at any ratio is a 100-term sum.
+//! the daemon first sees an access to it. The pool counts the placed pages
+//! per slot, so the achieved split at any ratio is a 100-term sum.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Pages per interleave period (one percent = one page of it).
 pub const PERIOD: u64 = 100;
 /// `rank(slot) = slot * RANK_STEP mod 100` (41 = 61⁻¹ mod 100).
 const RANK_STEP: u64 = 41;
-/// Pages per pool extent (2 MiB / 4 KiB).
-const EXTENT_PAGES: u64 = super::pool::EXTENT_SIZE / super::pool::PAGE;
 
 /// The default ratio: every file page on the CXL-SSD.
 pub const DEFAULT_CXL_RATIO: u8 = 100;
@@ -166,77 +163,6 @@ pub fn runs(cxl_ratio: u8, first: u64, last: u64) -> impl Iterator<Item = (u64, 
     })
 }
 
-/// The pool pages placed so far (touched at least once), counted per
-/// interleave slot, so that the split at any ratio is cheap to report.
-#[derive(Debug)]
-pub struct TierCensus {
-    /// One bit per page of each touched extent.
-    extents: HashMap<u64, [u64; (EXTENT_PAGES / 64) as usize]>,
-    per_slot: [u64; PERIOD as usize],
-}
-
-impl Default for TierCensus {
-    fn default() -> Self {
-        TierCensus {
-            extents: HashMap::new(),
-            per_slot: [0; PERIOD as usize],
-        }
-    }
-}
-
-impl TierCensus {
-    /// Marks pool pages `[first, last]` placed.
-    pub fn touch(&mut self, first: u64, last: u64) {
-        let mut page = first;
-        while page <= last {
-            let extent = page / EXTENT_PAGES;
-            let bits = self
-                .extents
-                .entry(extent)
-                .or_insert([0; (EXTENT_PAGES / 64) as usize]);
-            let end = last.min((extent + 1) * EXTENT_PAGES - 1);
-            while page <= end {
-                let i = page % EXTENT_PAGES;
-                let (w, b) = ((i / 64) as usize, 1u64 << (i % 64));
-                if bits[w] & b == 0 {
-                    bits[w] |= b;
-                    self.per_slot[(page % PERIOD) as usize] += 1;
-                }
-                page += 1;
-            }
-        }
-    }
-
-    /// The extent's pages are no longer file pages (the file is gone).
-    pub fn forget_extent(&mut self, extent: u64) {
-        let Some(bits) = self.extents.remove(&extent) else {
-            return;
-        };
-        for (w, word) in bits.iter().enumerate() {
-            let mut word = *word;
-            while word != 0 {
-                let i = u64::from(word.trailing_zeros());
-                word &= word - 1;
-                let page = extent * EXTENT_PAGES + w as u64 * 64 + i;
-                self.per_slot[(page % PERIOD) as usize] -= 1;
-            }
-        }
-    }
-
-    /// `(dram pages, cxl pages)` placed, at `cxl_ratio`.
-    pub fn split(&self, cxl_ratio: u8) -> (u64, u64) {
-        let mut dram = 0;
-        let mut cxl = 0;
-        for (slot, &n) in self.per_slot.iter().enumerate() {
-            match tier_at(cxl_ratio, slot as u64) {
-                Tier::Dram => dram += n,
-                Tier::Cxl => cxl += n,
-            }
-        }
-        (dram, cxl)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,23 +256,5 @@ mod tests {
             assert_eq!(next, 701);
         }
         assert_eq!(runs(100, 5, 5).collect::<Vec<_>>(), [(5, 1, Tier::Cxl)]);
-    }
-
-    #[test]
-    fn census_counts_distinct_pages_and_forgets_extents() {
-        let mut c = TierCensus::default();
-        c.touch(0, 999);
-        c.touch(500, 1499); // overlaps: 500 new pages only
-        let (d, x) = c.split(30);
-        assert_eq!((d + x, x), (1500, 450));
-        assert_eq!(c.split(0), (1500, 0));
-        assert_eq!(c.split(100), (0, 1500));
-        // Pages 0..512 are extent 0.
-        c.forget_extent(0);
-        let (d, x) = c.split(100);
-        assert_eq!((d, x), (0, 1500 - 512));
-        c.forget_extent(0);
-        c.forget_extent(77);
-        assert_eq!(c.split(100).1, 988);
     }
 }

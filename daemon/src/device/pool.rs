@@ -28,8 +28,12 @@
 //! Files a host command touched that no VM knows are not on the idle list
 //! (no reference ever went); they are reclaimed when a VM's last reference
 //! to them goes, or by a truncation.
+//!
+//! The pool also keeps the census of the pages placed so far (touched at
+//! least once) per DRAM / CXL interleave slot ([`super::placement`]), so
+//! that the tier split at any ratio is cheap to report.
 
-use super::placement::TierCensus;
+use super::placement::{tier_at, Tier, PERIOD};
 use crate::ids::FileKey;
 use std::collections::{BTreeMap, HashMap};
 
@@ -37,6 +41,8 @@ use std::collections::{BTreeMap, HashMap};
 pub const EXTENT_SIZE: u64 = 2 << 20;
 /// Bytes per pool page (= device page, residency-plane page).
 pub const PAGE: u64 = 4096;
+/// Pages per pool extent (2 MiB / 4 KiB).
+const EXTENT_PAGES: u64 = EXTENT_SIZE / PAGE;
 
 #[derive(Debug, Default)]
 struct FileExtents {
@@ -359,6 +365,77 @@ pub fn page_runs(pages: &[u64]) -> Vec<(u64, u64)> {
     out
 }
 
+/// The pool pages placed so far (touched at least once), counted per
+/// interleave slot, so that the split at any ratio is cheap to report.
+#[derive(Debug)]
+struct TierCensus {
+    /// One bit per page of each touched extent.
+    extents: HashMap<u64, [u64; (EXTENT_PAGES / 64) as usize]>,
+    per_slot: [u64; PERIOD as usize],
+}
+
+impl Default for TierCensus {
+    fn default() -> Self {
+        TierCensus {
+            extents: HashMap::new(),
+            per_slot: [0; PERIOD as usize],
+        }
+    }
+}
+
+impl TierCensus {
+    /// Marks pool pages `[first, last]` placed.
+    fn touch(&mut self, first: u64, last: u64) {
+        let mut page = first;
+        while page <= last {
+            let extent = page / EXTENT_PAGES;
+            let bits = self
+                .extents
+                .entry(extent)
+                .or_insert([0; (EXTENT_PAGES / 64) as usize]);
+            let end = last.min((extent + 1) * EXTENT_PAGES - 1);
+            while page <= end {
+                let i = page % EXTENT_PAGES;
+                let (w, b) = ((i / 64) as usize, 1u64 << (i % 64));
+                if bits[w] & b == 0 {
+                    bits[w] |= b;
+                    self.per_slot[(page % PERIOD) as usize] += 1;
+                }
+                page += 1;
+            }
+        }
+    }
+
+    /// The extent's pages are no longer file pages (the file is gone).
+    fn forget_extent(&mut self, extent: u64) {
+        let Some(bits) = self.extents.remove(&extent) else {
+            return;
+        };
+        for (w, word) in bits.iter().enumerate() {
+            let mut word = *word;
+            while word != 0 {
+                let i = u64::from(word.trailing_zeros());
+                word &= word - 1;
+                let page = extent * EXTENT_PAGES + w as u64 * 64 + i;
+                self.per_slot[(page % PERIOD) as usize] -= 1;
+            }
+        }
+    }
+
+    /// `(dram pages, cxl pages)` placed, at `cxl_ratio`.
+    fn split(&self, cxl_ratio: u8) -> (u64, u64) {
+        let mut dram = 0;
+        let mut cxl = 0;
+        for (slot, &n) in self.per_slot.iter().enumerate() {
+            match tier_at(cxl_ratio, slot as u64) {
+                Tier::Dram => dram += n,
+                Tier::Cxl => cxl += n,
+            }
+        }
+        (dram, cxl)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -464,5 +541,23 @@ mod tests {
             "only the file's own extents are freed"
         );
         assert_eq!(p.allocated_extents(), 0);
+    }
+
+    #[test]
+    fn census_counts_distinct_pages_and_forgets_extents() {
+        let mut c = TierCensus::default();
+        c.touch(0, 999);
+        c.touch(500, 1499); // overlaps: 500 new pages only
+        let (d, x) = c.split(30);
+        assert_eq!((d + x, x), (1500, 450));
+        assert_eq!(c.split(0), (1500, 0));
+        assert_eq!(c.split(100), (0, 1500));
+        // Pages 0..512 are extent 0.
+        c.forget_extent(0);
+        let (d, x) = c.split(100);
+        assert_eq!((d, x), (0, 1500 - 512));
+        c.forget_extent(0);
+        c.forget_extent(77);
+        assert_eq!(c.split(100).1, 988);
     }
 }

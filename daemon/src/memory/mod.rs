@@ -24,6 +24,7 @@
 use crate::device::{DeviceObserver, SharedDevice, PAGE};
 use crate::ids::{FileKey, VmId};
 use crate::metrics::{MemoryRegionSample, MemorySource};
+use crate::sync::lock;
 use cxlfs_device_model::Op;
 use residency::{
     FusePoolPlane, HelperCommand, Miss, MissData, MissReply, PlaneOptions, PoolBackend,
@@ -33,12 +34,8 @@ use std::fs::File;
 use std::os::unix::fs::{DirBuilderExt, FileExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// How long a released VM's QEMU may take to go away before its region is
 /// kept (it may still map it: releasing would zero a live guest's memory).

@@ -8,7 +8,8 @@
 //! `all` total all come from that line.
 
 use super::latency::{new_histogram, LatencyExport, ReplyHistograms};
-use super::{lock, put, DeviceTotals};
+use super::{put, DeviceTotals};
+use crate::sync::lock;
 use fuse_abi::opcode;
 use hdrhistogram::Histogram;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

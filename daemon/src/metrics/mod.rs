@@ -43,14 +43,11 @@ pub use latency::{LatencyExport, LatencySummary, BUCKETS_NS};
 pub use prometheus::render_prometheus;
 pub use snapshot::{Snapshot, VmRow};
 
+use crate::sync::lock;
 use latency::put;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+use std::sync::{Arc, Mutex};
 
 /// The residency plane's id of a VM (its VMM's threads' traps count for it).
 pub type PlaneVmId = u32;

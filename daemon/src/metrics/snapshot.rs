@@ -5,7 +5,8 @@
 
 use super::counters::VM_COUNTERS;
 use super::latency::{merge_recorded, recorded, LatencyExport};
-use super::{lock, DeviceTotals, Metrics};
+use super::{DeviceTotals, Metrics};
+use crate::sync::lock;
 use cxlfs_api::metrics::{CounterInfo, MetricsSnapshot, VmSample, ALL_VM};
 use fuse_abi::opcode;
 use std::collections::BTreeMap;

@@ -18,6 +18,7 @@
 use crate::abi::FileLock;
 use crate::ids::FileKey;
 use crate::server::{LockRequest, LockWaiter};
+use crate::sync::lock;
 use rustix::io::Errno;
 use std::collections::HashMap;
 use std::fs::File;
@@ -60,7 +61,7 @@ pub struct LockTable {
 
 impl LockTable {
     fn lock(&self) -> MutexGuard<'_, HashMap<OwnerKey, Arc<LockFd>>> {
-        self.owners.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.owners)
     }
 
     /// The description of `req`'s owner on `file`, opened with `open` the

@@ -44,6 +44,7 @@ use crate::server::{
     AttrReply, Context, CopyRange, Created, Creation, DirSink, Direction, Fallocate, FileIo,
     FileSystem, FsResult, HostFile, LockRequest, LockWaiter, Named, Opened, Timed, Transfer, Xattr,
 };
+use crate::sync::lock;
 use creds::CallerGuard;
 use locks::LockTable;
 use rustix::fs::{AtFlags, Mode, OFlags, Stat, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
@@ -56,7 +57,7 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use xattr::XattrMap;
 
@@ -234,10 +235,6 @@ pub fn attr_from_stat(st: &Stat) -> Attr {
         blksize: st.st_blksize as u32,
         flags: 0,
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Open flags the guest may pass through (no O_DIRECT: our bounce buffers

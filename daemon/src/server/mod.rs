@@ -35,6 +35,7 @@ use crate::abi::{
     WriteIn,
 };
 use crate::metrics::VmMetrics;
+use crate::sync::lock;
 use rustix::io::Errno;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -147,7 +148,7 @@ const EARLY_INTERRUPTS: usize = 64;
 
 impl LockWaits {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<AtomicBool>>> {
-        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.waiting)
     }
 
     /// Stops every wait (the session ends); new ones are refused.
@@ -173,7 +174,7 @@ impl LockWaits {
         match waiting.get(&unique) {
             Some(stop) => stop.store(true, Ordering::Release),
             None => {
-                let mut early = self.early.lock().unwrap_or_else(|e| e.into_inner());
+                let mut early = lock(&self.early);
                 if early.len() == EARLY_INTERRUPTS {
                     early.pop_front();
                 }
@@ -184,7 +185,7 @@ impl LockWaits {
 
     /// Whether `unique` was interrupted before it waited (forgets it).
     fn interrupted_early(&self, unique: u64) -> bool {
-        let mut early = self.early.lock().unwrap_or_else(|e| e.into_inner());
+        let mut early = lock(&self.early);
         match early.iter().position(|&u| u == unique) {
             Some(i) => {
                 early.remove(i);

@@ -38,6 +38,7 @@ use crate::server::{
     AttrReply, Context, CopyRange, Created, Creation, DirSink, Fallocate, FileIo, FileSystem,
     FsResult, HostFile, LockRequest, LockWaiter, Named, Opened, Timed, Xattr,
 };
+use crate::sync::lock;
 use cxlfs_device_model::Op;
 use rustix::io::Errno;
 use std::collections::HashSet;
@@ -69,7 +70,7 @@ pub struct FileLocks {
 impl FileLocks {
     /// Waits until nobody holds `key`'s lock, then holds it.
     pub fn lock(&self, key: FileKey) -> FileGuard<'_> {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = lock(&self.held);
         while held.contains(&key) {
             held = self.freed.wait(held).unwrap_or_else(|e| e.into_inner());
         }
@@ -87,8 +88,7 @@ pub struct FileGuard<'a> {
 
 impl Drop for FileGuard<'_> {
     fn drop(&mut self) {
-        let mut held: MutexGuard<'_, HashSet<FileKey>> =
-            self.locks.held.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held: MutexGuard<'_, HashSet<FileKey>> = lock(&self.locks.held);
         held.remove(&self.key);
         drop(held);
         // Waiters for other files wake and wait again: rare (a file's
