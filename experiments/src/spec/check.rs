@@ -3,8 +3,8 @@
 //! files, sweep keys, the daemon's device config and CXL memory, variable
 //! names. One phase's own rules are in `check_phase.rs`.
 
-use super::check_phase::check_phase;
-use super::tree::flatten_sets;
+use super::check_phase::{check_phase, check_share_path};
+use super::tree::{flatten_sets, size_value};
 use super::types::{DaemonSpec, Spec};
 use super::{LoadSpecError, DEFAULT_PRESET};
 use cxlfs_device_model::presets::preset;
@@ -207,30 +207,6 @@ fn is_identifier(k: &str) -> bool {
         .next()
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-/// A path relative to the share that stays inside it and off `.cxlfs`.
-pub(super) fn check_share_path(p: &str) -> Result<(), String> {
-    let bad = p.is_empty()
-        || p.starts_with('/')
-        || p.split('/')
-            .any(|c| c.is_empty() || c == "." || c == ".." || c == ".cxlfs");
-    if bad {
-        Err(format!(
-            "`{p}`: a relative path inside the share (no `..`, not `.cxlfs`)"
-        ))
-    } else {
-        Ok(())
-    }
-}
-
-/// A size given as a number of bytes or a string with a unit.
-pub fn size_value(v: &toml::Value) -> Result<u64, String> {
-    match v {
-        toml::Value::Integer(n) if *n >= 0 => Ok(*n as u64),
-        toml::Value::String(s) => parse_size(s).map_err(|e| e.to_string()),
-        other => Err(format!("expected a size, got {other}")),
-    }
 }
 
 /// The effective device config of a daemon spec; on error the failing key.

@@ -2,7 +2,6 @@
 //! valid memory policy, outputs read exactly one way, a replay check that
 //! names a histogram output. Errors name the key relative to the phase.
 
-use super::check::check_share_path;
 use super::phase::{NodeName, NumaSpec, OutputSpec, PhaseSpec, ReplayCheckSpec};
 use super::types::Spec;
 
@@ -160,6 +159,21 @@ fn check_replay_check(p: &PhaseSpec, rc: &ReplayCheckSpec) -> Result<(), KeyErro
         ));
     }
     Ok(())
+}
+
+/// A path relative to the share that stays inside it and off `.cxlfs`.
+pub(super) fn check_share_path(p: &str) -> Result<(), String> {
+    let bad = p.is_empty()
+        || p.starts_with('/')
+        || p.split('/')
+            .any(|c| c.is_empty() || c == "." || c == ".." || c == ".cxlfs");
+    if bad {
+        Err(format!(
+            "`{p}`: a relative path inside the share (no `..`, not `.cxlfs`)"
+        ))
+    } else {
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -31,11 +31,11 @@ mod tree;
 mod types;
 
 pub use crate::plot_spec::PlotSpec;
-pub use check::size_value;
 #[cfg(test)]
 pub use phase::CsvCell;
 pub use phase::{NodeName, NumaSpec, OutputSpec, PhaseSpec, ReplayCheckSpec};
 pub use sweep::RunPlan;
+pub use tree::size_value;
 pub use tree::value_text;
 pub use types::{ImageSpec, Spec};
 

@@ -1,58 +1,17 @@
-//! `--quick`: the `[quick]` table ([`QuickSpec`]) and how it shrinks one
+//! `--quick`: the `[quick]` table ([`QuickSpec`](super::types::QuickSpec)) and how it shrinks one
 //! spec — file sizes, fio sizes and the device cache divided, fio runtimes
 //! capped. Its `set` keys are applied to the tree in `sweep.rs`.
 
-use super::check::size_value;
+use super::tree::size_value;
 use super::types::Spec;
 use cxlfs_device_model::units::{parse_duration_ns, parse_size};
-use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct QuickSpec {
-    /// File sizes, fio sizes and the device cache are divided by this.
-    #[serde(default = "default_divisor")]
-    pub size_divisor: u32,
-    /// No size shrinks below this.
-    #[serde(default = "default_min_size")]
-    pub min_size: String,
-    /// fio `runtime` and `ramp_time` are capped at this.
-    #[serde(default = "default_max_runtime")]
-    pub max_runtime: String,
-    /// Keys set under `--quick` (dotted path → value, as `--set`), applied
-    /// before the sweep: `"sweep.vars.x" = [1, 2]`, `"vars.laps" = 1`.
-    #[serde(default)]
-    pub set: toml::Table,
-}
-
-fn default_divisor() -> u32 {
-    8
-}
-
-fn default_min_size() -> String {
-    "1MiB".into()
-}
-
-fn default_max_runtime() -> String {
-    "2s".into()
-}
-
-impl Default for QuickSpec {
-    fn default() -> Self {
-        QuickSpec {
-            size_divisor: default_divisor(),
-            min_size: default_min_size(),
-            max_runtime: default_max_runtime(),
-            set: toml::Table::new(),
-        }
-    }
-}
 /// fio options holding a size that `--quick` divides.
 const QUICK_SIZE_KEYS: [&str; 4] = ["size", "filesize", "io_size", "io_limit"];
 /// fio options holding a duration that `--quick` caps.
 const QUICK_TIME_KEYS: [&str; 2] = ["runtime", "ramp_time"];
 
-/// Shrinks one spec for `--quick` (see [`QuickSpec`]); on error the failing key.
+/// Shrinks one spec for `--quick` (see [`QuickSpec`](super::types::QuickSpec)); on error the failing key.
 pub(super) fn apply_quick(spec: &mut Spec) -> Result<(), (String, String)> {
     let q = spec.quick.clone();
     let div = u64::from(q.size_divisor.max(1));

@@ -3,6 +3,7 @@
 //! to `KEY=VALUE` overrides.
 
 use super::LoadSpecError;
+use cxlfs_device_model::units::parse_size;
 
 /// A TOML value as plain text: strings unquoted.
 pub fn value_text(v: &toml::Value) -> String {
@@ -115,5 +116,14 @@ pub(super) fn flatten_sets(prefix: &str, t: &toml::Table, out: &mut Vec<String>)
             toml::Value::Table(inner) => flatten_sets(&key, inner, out),
             other => out.push(format!("{key}={}", value_text(other))),
         }
+    }
+}
+
+/// A size given as a number of bytes or a string with a unit.
+pub fn size_value(v: &toml::Value) -> Result<u64, String> {
+    match v {
+        toml::Value::Integer(n) if *n >= 0 => Ok(*n as u64),
+        toml::Value::String(s) => parse_size(s).map_err(|e| e.to_string()),
+        other => Err(format!("expected a size, got {other}")),
     }
 }

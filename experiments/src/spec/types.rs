@@ -2,9 +2,8 @@
 //! `[[files]]` and `[image]`, with their defaults. The phase tables are in
 //! `phase.rs`, `[quick]` in `quick.rs`.
 
-use super::check::size_value;
 use super::phase::PhaseSpec;
-use super::quick::QuickSpec;
+use super::tree::size_value;
 use crate::plot_spec::PlotSpec;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -194,4 +193,46 @@ pub struct ImageSpec {
     /// weighted interleave needs Linux >= 6.9) or a package name.
     #[serde(default)]
     pub kernel: Option<String>,
+}
+
+/// The `[quick]` table: how `--quick` shrinks a spec (`quick.rs` applies it).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuickSpec {
+    /// File sizes, fio sizes and the device cache are divided by this.
+    #[serde(default = "default_divisor")]
+    pub size_divisor: u32,
+    /// No size shrinks below this.
+    #[serde(default = "default_min_size")]
+    pub min_size: String,
+    /// fio `runtime` and `ramp_time` are capped at this.
+    #[serde(default = "default_max_runtime")]
+    pub max_runtime: String,
+    /// Keys set under `--quick` (dotted path → value, as `--set`), applied
+    /// before the sweep: `"sweep.vars.x" = [1, 2]`, `"vars.laps" = 1`.
+    #[serde(default)]
+    pub set: toml::Table,
+}
+
+fn default_divisor() -> u32 {
+    8
+}
+
+fn default_min_size() -> String {
+    "1MiB".into()
+}
+
+fn default_max_runtime() -> String {
+    "2s".into()
+}
+
+impl Default for QuickSpec {
+    fn default() -> Self {
+        QuickSpec {
+            size_divisor: default_divisor(),
+            min_size: default_min_size(),
+            max_runtime: default_max_runtime(),
+            set: toml::Table::new(),
+        }
+    }
 }
