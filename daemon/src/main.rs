@@ -2,8 +2,9 @@
 
 use clap::Parser;
 use cxlfs_device_model::Device;
-use cxlfsd::config::{Cli, DaemonConfig};
-use cxlfsd::daemon::{DaemonState, Features, SessionOptions};
+use cxlfsd::config::{Cli, DaemonConfig, VmSpec};
+use cxlfsd::control::ControlSocket;
+use cxlfsd::daemon::{DaemonState, Features, ListeningVm, SessionOptions};
 use cxlfsd::device::placement::Placement;
 use cxlfsd::device::SharedDevice;
 use cxlfsd::memory::MemoryRegions;
@@ -12,6 +13,7 @@ use cxlfsd::sandbox::{caps, seccomp, Keep, Leftovers, SandboxMode};
 use cxlfsd::server::ServerOptions;
 use cxlfsd::{metrics, signals};
 use residency::HelperCommand;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use tracing_subscriber::EnvFilter;
@@ -43,24 +45,19 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
+/// What `run` and its steps fail with (printed with its sources by `main`).
+type BoxError = Box<dyn std::error::Error>;
+
+/// The daemon from configuration to clean shutdown: set up the device,
+/// memory regions, sessions and metrics while the host is in reach, then
+/// confine the process, serve until a termination signal, and shut down.
+fn run(cli: &Cli) -> Result<(), BoxError> {
     let cfg = DaemonConfig::load(cli)?;
     if cli.print_config {
-        println!("# device: {}", cfg.device_origin);
-        println!("# shared_dir: {}", cfg.shared_dir.display());
-        println!("# cxl_ratio: {}", cfg.cxl_ratio);
-        for vm in &cfg.vms {
-            println!("# vm {} = {}", vm.name, vm.socket.display());
-        }
-        print!("{}", cfg.device.to_toml_string());
+        print_config(&cfg);
         return Ok(());
     }
-    if cfg.vms.is_empty() {
-        return Err("no VMs: pass --vm NAME=SOCKET_PATH or list [[vm]] in --config".into());
-    }
-    if !cfg.shared_dir.is_dir() {
-        return Err(format!("shared dir {} is not a directory", cfg.shared_dir.display()).into());
-    }
+    check_config(&cfg)?;
     // Before any thread exists, so that every thread inherits the mask.
     signals::block_termination_signals()?;
     // Also before any thread: a namespace is per thread.
@@ -70,27 +67,89 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
     // directory is the new root's.
     let shared_dir = std::fs::canonicalize(&cfg.shared_dir)?;
 
+    let shared = start_device(&cfg)?;
+    let memory = start_memory(&cfg, &shared)?;
+    let (state, control_socket) = start_state(&cfg, shared, &shared_dir, memory.as_ref())?;
+    let metrics_file = start_metrics(&cfg, &state)?;
+    let vms = resolve_vm_dirs(&cfg)?;
+    let listening = vms
+        .iter()
+        .map(|vm| cxlfsd::daemon::listen(vm.clone()))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Removed at exit through their directories: the sandbox hides them.
+    let mut leftovers = Leftovers::default();
+    for path in cfg.vms.iter().map(|v| &v.socket).chain(&cfg.control.socket) {
+        leftovers.remember(path);
+    }
+    confine(cli, &cfg, sandbox, shared_dir, &vms, fd_limit)?;
+    serve_until_signal(&state, listening)?;
+    shut_down(&state, control_socket.as_ref(), metrics_file, leftovers);
+    Ok(())
+}
+
+/// `--print-config`: the resolved configuration, as comments and TOML.
+fn print_config(cfg: &DaemonConfig) {
+    println!("# device: {}", cfg.device_origin);
+    println!("# shared_dir: {}", cfg.shared_dir.display());
+    println!("# cxl_ratio: {}", cfg.cxl_ratio);
+    for vm in &cfg.vms {
+        println!("# vm {} = {}", vm.name, vm.socket.display());
+    }
+    print!("{}", cfg.device.to_toml_string());
+}
+
+/// A configuration the daemon can serve: at least one VM, and a shared
+/// directory that is one.
+fn check_config(cfg: &DaemonConfig) -> Result<(), BoxError> {
+    if cfg.vms.is_empty() {
+        return Err("no VMs: pass --vm NAME=SOCKET_PATH or list [[vm]] in --config".into());
+    }
+    if !cfg.shared_dir.is_dir() {
+        return Err(format!("shared dir {} is not a directory", cfg.shared_dir.display()).into());
+    }
+    Ok(())
+}
+
+/// The device model, with its DRAM/CXL placement and room for the memory
+/// regions.
+fn start_device(cfg: &DaemonConfig) -> Result<Arc<SharedDevice>, BoxError> {
     let device = Device::new(cfg.device.clone())?;
     tracing::info!(device = %cfg.device_origin, capacity = device.capacity_bytes(), "device model ready");
     let placement = Placement::new(cfg.cxl_ratio)?;
     let memory_bytes: u64 = cfg.memory_regions.iter().map(|r| r.size).sum();
     let shared = Arc::new(SharedDevice::with_memory(device, placement, memory_bytes)?);
     tracing::info!(cxl_ratio = cfg.cxl_ratio, "DRAM/CXL placement");
-    // Memory mode: before the sandbox (each region's helper is this
-    // program, run again) and before any VM maps guest memory.
-    let memory = if cfg.memory_regions.is_empty() {
-        None
-    } else {
-        let dir = std::path::PathBuf::from(format!("/run/cxlfsd/memory-{}", std::process::id()));
-        let m = MemoryRegions::start(
-            &shared,
-            &cfg.memory_regions,
-            &dir,
-            &HelperCommand::current_exe(),
-        )?;
-        let _ = std::fs::remove_dir(&dir);
-        Some(m)
-    };
+    Ok(shared)
+}
+
+/// Memory mode's regions, if any: before the sandbox (each region's
+/// helper is this program, run again) and before any VM maps guest memory.
+fn start_memory(
+    cfg: &DaemonConfig,
+    shared: &Arc<SharedDevice>,
+) -> Result<Option<Arc<MemoryRegions>>, BoxError> {
+    if cfg.memory_regions.is_empty() {
+        return Ok(None);
+    }
+    let dir = std::path::PathBuf::from(format!("/run/cxlfsd/memory-{}", std::process::id()));
+    let m = MemoryRegions::start(
+        shared,
+        &cfg.memory_regions,
+        &dir,
+        &HelperCommand::current_exe(),
+    )?;
+    let _ = std::fs::remove_dir(&dir);
+    Ok(Some(m))
+}
+
+/// The daemon's state (sessions, the DAX plane, cache control) and its
+/// control socket, if one was asked for.
+fn start_state(
+    cfg: &DaemonConfig,
+    shared: Arc<SharedDevice>,
+    shared_dir: &Path,
+    memory: Option<&Arc<MemoryRegions>>,
+) -> Result<(Arc<DaemonState>, Option<ControlSocket>), BoxError> {
     if !cfg.dax.enabled {
         tracing::info!("DAX window off (--dax off)");
     }
@@ -99,13 +158,13 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
             .dax
             .enabled
             .then_some((cfg.dax.pool_dir.as_deref(), cfg.dax.window)),
-        control: Some(&cfg),
-        memory: memory.as_ref(),
+        control: Some(cfg),
+        memory,
     };
     let (state, control_socket) = DaemonState::start(
         shared,
         SessionOptions {
-            shared_dir: shared_dir.clone(),
+            shared_dir: shared_dir.to_path_buf(),
             max_open_files: cfg.max_open_files,
             cache: cfg.cache,
             queues: cfg.queues,
@@ -120,6 +179,14 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
         d.set_writeback_interval(cfg.dax.writeback_interval);
         d.set_reply_timeout(cfg.dax.reply_timeout);
     }
+    Ok((state, control_socket))
+}
+
+/// The metrics endpoint and the metrics time series, as configured.
+fn start_metrics(
+    cfg: &DaemonConfig,
+    state: &DaemonState,
+) -> Result<Option<MetricsFileWriter>, BoxError> {
     if let Some(addr) = cfg.metrics_addr {
         let bound = metrics::serve(addr, cfg.metrics_allow_remote, state.metrics.clone())?;
         tracing::info!(addr = %bound, "metrics endpoint up");
@@ -132,8 +199,13 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
         }
         None => None,
     };
-    // Absolute and resolved: they are bound at the same paths in the
-    // sandbox, whose current directory is its root.
+    Ok(metrics_file)
+}
+
+/// The VMs with their own share directories absolute and resolved: they
+/// are bound at the same paths in the sandbox, whose current directory is
+/// its root.
+fn resolve_vm_dirs(cfg: &DaemonConfig) -> Result<Vec<VmSpec>, BoxError> {
     let mut vms = cfg.vms.clone();
     for vm in &mut vms {
         if let Some(dir) = &vm.dir {
@@ -143,16 +215,19 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
                 })?);
         }
     }
-    let listening = vms
-        .iter()
-        .map(|vm| cxlfsd::daemon::listen(vm.clone()))
-        .collect::<Result<Vec<_>, _>>()?;
-    // Removed at exit through their directories: the sandbox hides them.
-    let mut leftovers = Leftovers::default();
-    for path in cfg.vms.iter().map(|v| &v.socket).chain(&cfg.control.socket) {
-        leftovers.remember(path);
-    }
-    // Everything the daemon needs from the host is open: confine it.
+    Ok(vms)
+}
+
+/// Everything the daemon needs from the host is open: confines it (the
+/// sandbox keeping the share directories, capabilities, seccomp).
+fn confine(
+    cli: &Cli,
+    cfg: &DaemonConfig,
+    sandbox: SandboxMode,
+    shared_dir: PathBuf,
+    vms: &[VmSpec],
+    fd_limit: u64,
+) -> Result<(), BoxError> {
     let keep = Keep {
         dirs: std::iter::once(shared_dir)
             .chain(vms.iter().filter_map(|v| v.dir.clone()))
@@ -167,6 +242,15 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
     caps::drop_capabilities(extra_caps)?;
     seccomp::install(cli.seccomp)?;
     tracing::info!(%sandbox, seccomp = %cli.seccomp, fd_limit, "confined; serving");
+    Ok(())
+}
+
+/// Serves every VM until a termination signal, then stops the sessions
+/// and waits for their threads.
+fn serve_until_signal(
+    state: &Arc<DaemonState>,
+    listening: Vec<ListeningVm>,
+) -> Result<(), BoxError> {
     let mut threads = Vec::new();
     for vm in listening {
         threads.push(state.spawn_listening(vm)?);
@@ -179,7 +263,19 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
             tracing::error!("a VM thread panicked");
         }
     }
-    if let Some(c) = &control_socket {
+    Ok(())
+}
+
+/// After the sessions: the control socket closes, data is flushed, the
+/// last metrics sample is written, the DAX plane stops and the sockets
+/// are removed.
+fn shut_down(
+    state: &DaemonState,
+    control_socket: Option<&ControlSocket>,
+    metrics_file: Option<MetricsFileWriter>,
+    leftovers: Leftovers,
+) {
+    if let Some(c) = control_socket {
         c.shutdown();
     }
     state.flush_all();
@@ -195,7 +291,6 @@ fn run(cli: &Cli) -> Result<(), Box<dyn std::error::Error>> {
     state.stop_dax();
     leftovers.remove_all();
     tracing::info!("clean shutdown");
-    Ok(())
 }
 
 /// The strongest sandbox that works: a mount namespace needs root.

@@ -13,6 +13,7 @@
 //! CAP_CHOWN, CAP_FSETID, ...): the host checks the caller's own rights.
 
 use super::idmap::IdMap;
+use super::PassthroughFs;
 use crate::abi::Attr;
 use crate::server::Context;
 use rustix::fs::{Gid, Uid};
@@ -148,6 +149,14 @@ impl Drop for CallerGuard {
     }
 }
 
+impl PassthroughFs {
+    /// The calling worker thread acts as `ctx`'s caller until the guard
+    /// drops.
+    pub(super) fn as_caller(&self, ctx: &Context) -> Result<CallerGuard, Errno> {
+        CallerGuard::switch_to(self.ids.host_creds(ctx)?)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,7 +176,7 @@ mod tests {
 
     #[test]
     fn guard_switches_this_thread_only_and_back() {
-        if !super::super::tests::running_as_root() {
+        if !super::super::testing::running_as_root() {
             return;
         }
         std::thread::spawn(|| {

@@ -15,10 +15,12 @@
 //! holder's pid across VMs (GETLK reports the holder's guest pid only when
 //! exactly one other owner of this session holds the file, 0 otherwise).
 
+use super::PassthroughFs;
 use crate::abi::FileLock;
 use crate::ids::FileKey;
+use crate::server::{Context, FsResult, Timed};
 use crate::server::{LockRequest, LockWaiter};
-use crate::sync::lock;
+use rustix::fs::OFlags;
 use rustix::io::Errno;
 use std::collections::HashMap;
 use std::fs::File;
@@ -61,7 +63,7 @@ pub struct LockTable {
 
 impl LockTable {
     fn lock(&self) -> MutexGuard<'_, HashMap<OwnerKey, Arc<LockFd>>> {
-        lock(&self.owners)
+        crate::sync::lock(&self.owners)
     }
 
     /// The description of `req`'s owner on `file`, opened with `open` the
@@ -239,9 +241,62 @@ pub fn waiter(fd: Arc<LockFd>, req: LockRequest) -> LockWaiter {
     })
 }
 
+impl PassthroughFs {
+    /// The lock description of `req`'s owner on `nodeid`'s file.
+    fn lock_fd(&self, ctx: &Context, nodeid: u64, req: &LockRequest) -> Result<Arc<LockFd>, Errno> {
+        let inode = self
+            .handle(req.fh)
+            .map(|h| h.inode.clone())
+            .or_else(|_| self.inode(nodeid))?;
+        if !inode.is_reg() {
+            return Err(Errno::INVAL);
+        }
+        self.locks.fd_for(inode.key, req, ctx.pid, || {
+            self.reopen(&inode, OFlags::RDWR | OFlags::CLOEXEC)
+                .or_else(|_| self.reopen(&inode, OFlags::RDONLY | OFlags::CLOEXEC))
+        })
+    }
+
+    pub(super) fn getlk(
+        &self,
+        ctx: &Context,
+        nodeid: u64,
+        lock: &LockRequest,
+    ) -> FsResult<FileLock> {
+        let fd = self.lock_fd(ctx, nodeid, lock)?;
+        let key = self
+            .file_key(nodeid, Some(lock.fh))
+            .or_else(|_| self.file_key(nodeid, None))?;
+        Ok(Timed::now(self.locks.test(key, &fd, lock)?))
+    }
+
+    pub(super) fn setlk(&self, ctx: &Context, nodeid: u64, lock: &LockRequest) -> FsResult<()> {
+        let fd = self.lock_fd(ctx, nodeid, lock)?;
+        try_lock(&fd, lock)?;
+        Ok(Timed::now(()))
+    }
+
+    pub(super) fn lock_waiter(
+        &self,
+        ctx: &Context,
+        nodeid: u64,
+        lock: &LockRequest,
+    ) -> Result<LockWaiter, Errno> {
+        Ok(waiter(self.lock_fd(ctx, nodeid, lock)?, *lock))
+    }
+
+    pub(super) fn unlock_owner(&self, _ctx: &Context, nodeid: u64, owner: u64, flock: bool) {
+        if let Ok(inode) = self.inode(nodeid) {
+            self.locks.drop_owner(inode.key, owner, flock);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::abi;
+    use crate::passthrough::testing::{create, fs, v, C};
 
     fn req(owner: u64, typ: i32, start: u64, end: u64) -> LockRequest {
         LockRequest {
@@ -354,5 +409,59 @@ mod tests {
         table.drop_owner(key(), 1, false);
         drop(fa);
         assert_eq!(t.join().unwrap(), Ok(()));
+    }
+
+    fn lock_req(fh: u64, owner: u64, typ: i32) -> LockRequest {
+        LockRequest {
+            fh,
+            owner,
+            lock: abi::FileLock {
+                start: 0,
+                end: i64::MAX as u64,
+                typ: typ as u32,
+                pid: 0,
+            },
+            flock: false,
+        }
+    }
+
+    #[test]
+    fn posix_locks_conflict_between_owners_and_go_with_the_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = fs(dir.path());
+        let (e, o) = create(&fs, abi::ROOT_ID, b"f", libc::O_RDWR as u32).unwrap();
+        let n = e.nodeid;
+        let ctx = Context { pid: 42, ..C };
+        v(fs.setlk(&ctx, n, &lock_req(o.fh, 1, libc::F_WRLCK))).unwrap();
+        assert_eq!(
+            v(fs.setlk(&C, n, &lock_req(o.fh, 2, libc::F_RDLCK))).unwrap_err(),
+            Errno::AGAIN
+        );
+        let seen = v(fs.getlk(&C, n, &lock_req(o.fh, 2, libc::F_RDLCK))).unwrap();
+        assert_eq!((seen.typ as i32, seen.pid), (libc::F_WRLCK, 42));
+        // The same owner may change its own lock.
+        v(fs.setlk(&ctx, n, &lock_req(o.fh, 1, libc::F_RDLCK))).unwrap();
+        v(fs.setlk(&C, n, &lock_req(o.fh, 2, libc::F_RDLCK))).unwrap();
+        assert_eq!(
+            v(fs.setlk(&C, n, &lock_req(o.fh, 2, libc::F_WRLCK))).unwrap_err(),
+            Errno::AGAIN
+        );
+        // A close by owner 1 (FLUSH) drops its locks.
+        fs.unlock_owner(&C, n, 1, false);
+        v(fs.setlk(&C, n, &lock_req(o.fh, 2, libc::F_WRLCK))).unwrap();
+        // flocks: their own owners.
+        let fl = |owner, typ| LockRequest {
+            flock: true,
+            ..lock_req(o.fh, owner, typ)
+        };
+        v(fs.setlk(&C, n, &fl(10, libc::F_WRLCK))).unwrap();
+        assert_eq!(
+            v(fs.setlk(&C, n, &fl(11, libc::F_WRLCK))).unwrap_err(),
+            Errno::AGAIN
+        );
+        fs.unlock_owner(&C, n, 10, true);
+        v(fs.setlk(&C, n, &fl(11, libc::F_WRLCK))).unwrap();
+        // A new session forgets every lock.
+        fs.reset();
     }
 }

@@ -27,6 +27,8 @@
 
 use std::borrow::Cow;
 
+use super::{Inode, PassthroughFs};
+use crate::server::{Context, FsResult, Timed, Xattr};
 use rustix::io::Errno;
 
 /// Where the namespaces a guest must not write verbatim live on the host.
@@ -94,9 +96,92 @@ impl XattrMap {
     }
 }
 
+impl PassthroughFs {
+    /// How guest xattr names map to the host's ([`xattr`]): ACLs hold raw
+    /// ids, so they pass only when ids are not translated.
+    fn xattr_map(&self) -> XattrMap {
+        XattrMap {
+            acls: self.ids.uids.is_identity() && self.ids.gids.is_identity(),
+        }
+    }
+
+    /// The `/proc/self/fd/N` path of an inode's O_PATH fd: the path-based
+    /// xattr calls reach the inode itself through it, a symlink included
+    /// (the magic link is not followed further).
+    fn proc_path(inode: &Inode) -> String {
+        format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&inode.fd)
+        )
+    }
+
+    pub(super) fn getxattr(
+        &self,
+        _ctx: &Context,
+        nodeid: u64,
+        name: &[u8],
+        size: u32,
+    ) -> FsResult<Xattr> {
+        let inode = self.inode(nodeid)?;
+        let host = self.xattr_map().to_host(name)?;
+        let path = Self::proc_path(&inode);
+        if size == 0 {
+            let n = rustix::fs::getxattr_query(path.as_str(), &*host)?;
+            return Ok(Timed::now(Xattr::Size(
+                u32::try_from(n).map_err(|_| Errno::TOOBIG)?,
+            )));
+        }
+        let mut buf = vec![0u8; size as usize];
+        let n = rustix::fs::getxattr(path.as_str(), &*host, &mut buf[..])?;
+        buf.truncate(n);
+        Ok(Timed::now(Xattr::Data(buf)))
+    }
+
+    pub(super) fn listxattr(&self, ctx: &Context, nodeid: u64, size: u32) -> FsResult<Xattr> {
+        let inode = self.inode(nodeid)?;
+        // The whole host list (bounded by the kernel's XATTR_LIST_MAX),
+        // then the guest's view of it.
+        let mut buf = vec![0u8; crate::server::XATTR_SIZE_MAX as usize];
+        let n = rustix::fs::listxattr(Self::proc_path(&inode).as_str(), &mut buf[..])?;
+        // `trusted.*` names are listed to a privileged caller only, as the
+        // guest's own file systems do (guest root stands for CAP_SYS_ADMIN).
+        let list = self.xattr_map().list_to_guest(&buf[..n], ctx.uid == 0);
+        let len = u32::try_from(list.len()).map_err(|_| Errno::TOOBIG)?;
+        Ok(Timed::now(match size {
+            0 => Xattr::Size(len),
+            s if len > s => return Err(Errno::RANGE),
+            _ => Xattr::Data(list),
+        }))
+    }
+
+    pub(super) fn setxattr(
+        &self,
+        _ctx: &Context,
+        nodeid: u64,
+        name: &[u8],
+        value: &[u8],
+        flags: u32,
+    ) -> FsResult<()> {
+        let inode = self.inode(nodeid)?;
+        let host = self.xattr_map().to_host(name)?;
+        let flags = rustix::fs::XattrFlags::from_bits(flags).ok_or(Errno::INVAL)?;
+        rustix::fs::setxattr(Self::proc_path(&inode).as_str(), &*host, value, flags)?;
+        Ok(Timed::now(()))
+    }
+
+    pub(super) fn removexattr(&self, _ctx: &Context, nodeid: u64, name: &[u8]) -> FsResult<()> {
+        let inode = self.inode(nodeid)?;
+        let host = self.xattr_map().to_host(name)?;
+        rustix::fs::removexattr(Self::proc_path(&inode).as_str(), &*host)?;
+        Ok(Timed::now(()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::abi;
+    use crate::passthrough::testing::{create, fs, v, C};
 
     const MAP: XattrMap = XattrMap { acls: true };
 
@@ -150,5 +235,64 @@ mod tests {
             let host = MAP.to_host(name).unwrap();
             assert_eq!(MAP.to_guest(&host), Some(name), "round trip");
         }
+    }
+
+    #[test]
+    fn xattrs_round_trip_with_the_privileged_namespaces_mapped() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = fs(dir.path());
+        let (e, _) = create(&fs, abi::ROOT_ID, b"f", libc::O_RDWR as u32).unwrap();
+        let n = e.nodeid;
+        v(fs.setxattr(&C, n, b"user.k", b"v1", 0)).unwrap();
+        v(fs.setxattr(&C, n, b"security.k", b"sec", 0)).unwrap();
+        assert_eq!(v(fs.getxattr(&C, n, b"user.k", 0)).unwrap(), Xattr::Size(2));
+        assert_eq!(
+            v(fs.getxattr(&C, n, b"user.k", 64)).unwrap(),
+            Xattr::Data(b"v1".to_vec())
+        );
+        assert_eq!(
+            v(fs.getxattr(&C, n, b"user.k", 1)).unwrap_err(),
+            Errno::RANGE
+        );
+        assert_eq!(
+            v(fs.getxattr(&C, n, b"user.none", 64)).unwrap_err(),
+            Errno::NODATA
+        );
+        // The host holds the guest's security.* under user.cxlfs.
+        let host =
+            rustix::fs::getxattr_query(dir.path().join("f"), "user.cxlfs.security.k").unwrap();
+        assert_eq!(host, 3);
+        assert!(rustix::fs::getxattr_query(dir.path().join("f"), "security.k").is_err());
+        let list = v(fs.listxattr(&C, n, 4096)).unwrap();
+        let Xattr::Data(list) = list else {
+            panic!("{list:?}")
+        };
+        let mut names: Vec<&[u8]> = list.split(|&b| b == 0).filter(|n| !n.is_empty()).collect();
+        names.sort();
+        assert_eq!(names, [&b"security.k"[..], b"user.k"]);
+        assert_eq!(
+            v(fs.listxattr(&C, n, 0)).unwrap(),
+            Xattr::Size(list.len() as u32)
+        );
+        assert_eq!(v(fs.listxattr(&C, n, 3)).unwrap_err(), Errno::RANGE);
+        let create_flag = libc::XATTR_CREATE as u32;
+        assert_eq!(
+            v(fs.setxattr(&C, n, b"user.k", b"x", create_flag)).unwrap_err(),
+            Errno::EXIST
+        );
+        let replace = libc::XATTR_REPLACE as u32;
+        assert_eq!(
+            v(fs.setxattr(&C, n, b"user.new", b"x", replace)).unwrap_err(),
+            Errno::NODATA
+        );
+        v(fs.removexattr(&C, n, b"user.k")).unwrap();
+        assert_eq!(
+            v(fs.removexattr(&C, n, b"user.k")).unwrap_err(),
+            Errno::NODATA
+        );
+        assert_eq!(
+            v(fs.setxattr(&C, n, b"system.x", b"x", 0)).unwrap_err(),
+            Errno::OPNOTSUPP
+        );
     }
 }
