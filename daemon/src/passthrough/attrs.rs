@@ -1,34 +1,12 @@
 //! Attributes: a host stat as the guest's `fuse_attr`, GETATTR, SETATTR
 //! (mode, owner, size, times), clearing set-id bits, STATFS and ACCESS.
 
-use super::{Inode, PassthroughFs};
+use super::{attr_from_stat, Inode, PassthroughFs};
 use crate::abi::{self, fattr, Attr, SetattrIn};
 use crate::server::{AttrReply, Context, FsResult, Timed};
 use rustix::fs::{AtFlags, Mode, OFlags, Stat, Timespec, Timestamps, UTIME_NOW, UTIME_OMIT};
 use rustix::io::Errno;
 use rustix::path::DecInt;
-
-/// `fuse_attr` from a host stat.
-pub fn attr_from_stat(st: &Stat) -> Attr {
-    Attr {
-        ino: st.st_ino,
-        size: st.st_size as u64,
-        blocks: st.st_blocks as u64,
-        atime: st.st_atime as u64,
-        mtime: st.st_mtime as u64,
-        ctime: st.st_ctime as u64,
-        atimensec: st.st_atime_nsec as u32,
-        mtimensec: st.st_mtime_nsec as u32,
-        ctimensec: st.st_ctime_nsec as u32,
-        mode: st.st_mode,
-        nlink: st.st_nlink as u32,
-        uid: st.st_uid,
-        gid: st.st_gid,
-        rdev: st.st_rdev as u32,
-        blksize: st.st_blksize as u32,
-        flags: 0,
-    }
-}
 
 impl PassthroughFs {
     /// A host stat as the guest sees it (owner and group translated).

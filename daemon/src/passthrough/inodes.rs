@@ -2,8 +2,8 @@
 //! `O_PATH | O_NOFOLLOW` fd), name checks, LOOKUP and FORGET, and the
 //! [`InodeObserver`] told when a regular file enters and leaves it.
 
-use super::{attr_from_stat, lock, PassthroughFs};
-use crate::abi::{self, EntryOut};
+use super::{lock, PassthroughFs};
+use crate::abi::{self, Attr, EntryOut};
 use crate::ids::FileKey;
 use crate::server::{Context, FsResult, Timed};
 use rustix::fs::{Mode, OFlags, Stat};
@@ -177,6 +177,28 @@ impl PassthroughFs {
 
     pub(super) fn forget(&self, _ctx: &Context, nodeid: u64, nlookup: u64) {
         self.drop_refs(nodeid, nlookup);
+    }
+}
+
+/// `fuse_attr` from a host stat.
+pub fn attr_from_stat(st: &Stat) -> Attr {
+    Attr {
+        ino: st.st_ino,
+        size: st.st_size as u64,
+        blocks: st.st_blocks as u64,
+        atime: st.st_atime as u64,
+        mtime: st.st_mtime as u64,
+        ctime: st.st_ctime as u64,
+        atimensec: st.st_atime_nsec as u32,
+        mtimensec: st.st_mtime_nsec as u32,
+        ctimensec: st.st_ctime_nsec as u32,
+        mode: st.st_mode,
+        nlink: st.st_nlink as u32,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        rdev: st.st_rdev as u32,
+        blksize: st.st_blksize as u32,
+        flags: 0,
     }
 }
 

@@ -55,12 +55,11 @@ mod testing;
 pub mod xattr;
 
 pub use crate::server::DirEntry;
-pub use attrs::attr_from_stat;
 pub use cache_mode::CacheMode;
 pub use creds::{GuestIds, HostCreds};
 pub use handles::Handle;
 pub use idmap::{IdMap, ParseIdMapError};
-pub use inodes::{check_name, Inode, InodeObserver};
+pub use inodes::{attr_from_stat, check_name, Inode, InodeObserver};
 
 use crate::abi;
 use crate::ids::FileKey;
