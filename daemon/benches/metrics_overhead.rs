@@ -28,13 +28,10 @@ mod common;
 
 use common::Guest;
 use cxlfs_device_model::{Device, DeviceConfig};
-use cxlfsd::backend::QueueOptions;
-use cxlfsd::config::VmSpec;
-use cxlfsd::daemon::{DaemonState, SessionOptions};
-use cxlfsd::device::SharedDevice;
-use cxlfsd::metrics::file::MetricsFileWriter;
-use cxlfsd::passthrough::CacheMode;
 use cxlfsd::server::ServerOptions;
+use cxlfsd::{
+    CacheMode, DaemonState, MetricsFileWriter, QueueOptions, SessionOptions, SharedDevice, VmSpec,
+};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -103,7 +100,7 @@ fn main() {
         shared,
         SessionOptions {
             shared_dir: share.path().to_path_buf(),
-            max_open_files: cxlfsd::config::DEFAULT_MAX_OPEN_FILES,
+            max_open_files: cxlfsd::DEFAULT_MAX_OPEN_FILES,
             cache: CacheMode::Never,
             queues: QueueOptions::default(),
             server: ServerOptions {
@@ -139,7 +136,7 @@ fn main() {
         let s = state.metrics.snapshot();
         let t = Instant::now();
         for _ in 0..100 {
-            std::hint::black_box(cxlfsd::metrics::render_prometheus(&s));
+            std::hint::black_box(cxlfsd::render_prometheus(&s));
         }
         let prom = t.elapsed() / 100;
         println!(

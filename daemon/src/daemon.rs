@@ -97,7 +97,7 @@ pub struct ListeningVm {
     listener: Listener,
 }
 
-/// Binds VM `vm`'s socket, owner-only (see [`crate::sandbox::bind_owner_only`]).
+/// Binds VM `vm`'s socket, owner-only (see `crate::sandbox::bind_owner_only`).
 pub fn listen(vm: VmSpec) -> Result<ListeningVm, ServeVmError> {
     let listener =
         crate::sandbox::bind_owner_only(&vm.socket).map_err(|source| ServeVmError::Listen {

@@ -2,16 +2,12 @@
 
 use clap::Parser;
 use cxlfs_device_model::Device;
-use cxlfsd::config::{Cli, DaemonConfig, VmSpec};
-use cxlfsd::control::ControlSocket;
-use cxlfsd::daemon::{DaemonState, Features, ListeningVm, SessionOptions};
-use cxlfsd::device::placement::Placement;
-use cxlfsd::device::SharedDevice;
-use cxlfsd::memory::MemoryRegions;
-use cxlfsd::metrics::file::MetricsFileWriter;
 use cxlfsd::sandbox::{caps, seccomp, Keep, Leftovers, SandboxMode};
 use cxlfsd::server::ServerOptions;
-use cxlfsd::{metrics, signals};
+use cxlfsd::{
+    Cli, ControlSocket, DaemonConfig, DaemonState, Features, ListeningVm, MemoryRegions,
+    MetricsFileWriter, Placement, SessionOptions, SharedDevice, VmSpec,
+};
 use residency::HelperCommand;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -59,7 +55,7 @@ fn run(cli: &Cli) -> Result<(), BoxError> {
     }
     check_config(&cfg)?;
     // Before any thread exists, so that every thread inherits the mask.
-    signals::block_termination_signals()?;
+    cxlfsd::block_termination_signals()?;
     // Also before any thread: a namespace is per thread.
     let sandbox = cli.sandbox.unwrap_or_else(default_sandbox);
     let fd_limit = cxlfsd::sandbox::prepare(sandbox)?;
@@ -74,7 +70,7 @@ fn run(cli: &Cli) -> Result<(), BoxError> {
     let vms = resolve_vm_dirs(&cfg)?;
     let listening = vms
         .iter()
-        .map(|vm| cxlfsd::daemon::listen(vm.clone()))
+        .map(|vm| cxlfsd::listen(vm.clone()))
         .collect::<Result<Vec<_>, _>>()?;
     // Removed at exit through their directories: the sandbox hides them.
     let mut leftovers = Leftovers::default();
@@ -188,7 +184,7 @@ fn start_metrics(
     state: &DaemonState,
 ) -> Result<Option<MetricsFileWriter>, BoxError> {
     if let Some(addr) = cfg.metrics_addr {
-        let bound = metrics::serve(addr, cfg.metrics_allow_remote, state.metrics.clone())?;
+        let bound = cxlfsd::serve_metrics(addr, cfg.metrics_allow_remote, state.metrics.clone())?;
         tracing::info!(addr = %bound, "metrics endpoint up");
     }
     let metrics_file = match &cfg.metrics_file {
@@ -255,7 +251,7 @@ fn serve_until_signal(
     for vm in listening {
         threads.push(state.spawn_listening(vm)?);
     }
-    let sig = signals::wait_for_termination();
+    let sig = cxlfsd::wait_for_termination();
     tracing::info!(signal = sig, "shutting down");
     state.request_shutdown();
     for t in threads {

@@ -24,13 +24,11 @@ use clap::Parser;
 use common::{DaxDaemon, Guest};
 use cxlfs_hint::{HintOp, HintReply, HintRequest, CXLFS_IOC_HINT, HINT_SIZE};
 use cxlfsd::abi::{self, opcode, Cursor, InHeader, OutHeader, SetattrIn};
-use cxlfsd::backend::QueueOptions;
-use cxlfsd::config::{Cli, DaemonConfig, FileConfig, VmSpec};
-use cxlfsd::control::ControlSocket;
-use cxlfsd::daemon::{DaemonState, Features, SessionOptions, VmServer};
-use cxlfsd::device::{SharedDevice, EXTENT_SIZE};
-use cxlfsd::passthrough::CacheMode;
 use cxlfsd::server::ServerOptions;
+use cxlfsd::{
+    CacheMode, Cli, ControlSocket, DaemonConfig, DaemonState, Features, FileConfig, QueueOptions,
+    SessionOptions, SharedDevice, VmServer, VmSpec, EXTENT_SIZE,
+};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::FileExt;

@@ -8,14 +8,14 @@
 #![allow(clippy::unwrap_used)]
 
 use clap::Parser;
+use cxlfs_api::control::MAX_REQUEST_LINE;
 use cxlfs_hint::{HintOp, HintReply, HintRequest, CXLFS_IOC_HINT, HINT_SIZE};
 use cxlfsd::abi::{self, opcode, Cursor, InHeader, OutHeader};
-use cxlfsd::config::{Cli, DaemonConfig, FileConfig};
-use cxlfsd::control::{self, ControlSocket};
-use cxlfsd::daemon::{DaemonState, Features, SessionOptions, VmServer};
-use cxlfsd::device::SharedDevice;
-use cxlfsd::passthrough::CacheMode;
 use cxlfsd::server::ServerOptions;
+use cxlfsd::{
+    CacheMode, Cli, ControlSocket, DaemonConfig, DaemonState, Features, FileConfig, SessionOptions,
+    SharedDevice, VmServer,
+};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -94,7 +94,7 @@ fn rig(extra: &[&str], prepare: impl FnOnce(&Path)) -> Rig {
     )
     .unwrap();
     let metrics_addr =
-        cxlfsd::metrics::serve("127.0.0.1:0".parse().unwrap(), false, state.metrics.clone())
+        cxlfsd::serve_metrics("127.0.0.1:0".parse().unwrap(), false, state.metrics.clone())
             .unwrap();
     // The daemon's own session server: passthrough under the timing layer,
     // the controller's hint handler as its ioctl seam.
@@ -785,7 +785,7 @@ fn malformed_oversized_and_escaping_requests_change_nothing() {
     );
     // Oversized: refused, and the connection still serves.
     let mut big = br#"{"v":1,"id":1,"cmd":"get_config","pad":""#.to_vec();
-    big.extend(std::iter::repeat_n(b'a', control::MAX_REQUEST_LINE + 10));
+    big.extend(std::iter::repeat_n(b'a', MAX_REQUEST_LINE + 10));
     big.extend_from_slice(b"\"}");
     check(&mut c, &big, "too_large");
     c.ok(json!({"cmd": "get_config"}));
@@ -875,8 +875,8 @@ fn the_socket_is_owner_only_by_default() {
     .unwrap();
     assert!(DaemonConfig::merge(&bad, FileConfig::default()).is_err());
     // A second daemon on the same path is refused; shutdown removes the file.
-    let dup = control::ControlSocket::start(&r.sock, 0o600, r.state.control().unwrap().clone());
-    assert!(matches!(dup, Err(control::StartControlError::InUse(_))));
+    let dup = ControlSocket::start(&r.sock, 0o600, r.state.control().unwrap().clone());
+    assert!(matches!(dup, Err(cxlfsd::StartControlError::InUse(_))));
     if let Some(s) = &r.control {
         s.shutdown();
     }

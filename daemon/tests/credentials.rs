@@ -7,8 +7,8 @@
 
 #![allow(clippy::unwrap_used)]
 use cxlfsd::abi::{self, fattr, SetattrIn};
-use cxlfsd::passthrough::{CacheMode, GuestIds, IdMap, PassthroughFs};
 use cxlfsd::server::{BufferIo, Context, Creation, FileIo, FileSystem, Named};
+use cxlfsd::{CacheMode, GuestIds, IdMap, PassthroughFs};
 use rustix::io::Errno;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;

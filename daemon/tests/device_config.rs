@@ -5,12 +5,8 @@
 #![allow(clippy::unwrap_used)]
 
 use cxlfs_device_model::{Device, DeviceConfig};
-use cxlfsd::backend::{FsTag, QueueOptions};
-use cxlfsd::config::VmSpec;
-use cxlfsd::daemon::{DaemonState, SessionOptions};
-use cxlfsd::device::SharedDevice;
-use cxlfsd::passthrough::CacheMode;
 use cxlfsd::server::ServerOptions;
+use cxlfsd::{CacheMode, DaemonState, FsTag, QueueOptions, SessionOptions, SharedDevice, VmSpec};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vhost::vhost_user::message::{VhostUserConfigFlags, VhostUserProtocolFeatures};
@@ -42,7 +38,7 @@ fn get_config_reports_the_tag_and_request_queues() {
         Arc::new(SharedDevice::new(Device::new(cfg).unwrap())),
         SessionOptions {
             shared_dir: share.path().to_path_buf(),
-            max_open_files: cxlfsd::config::DEFAULT_MAX_OPEN_FILES,
+            max_open_files: cxlfsd::DEFAULT_MAX_OPEN_FILES,
             cache: CacheMode::Never,
             queues: QueueOptions {
                 request_queues: 2,

@@ -5,11 +5,8 @@
 #![allow(clippy::unwrap_used)]
 use cxlfs_device_model::{Device, DeviceConfig};
 use cxlfsd::abi::{self, opcode, Cursor, InHeader, OutHeader};
-use cxlfsd::device::SharedDevice;
-use cxlfsd::metrics::VmMetrics;
-use cxlfsd::passthrough::{CacheMode, PassthroughFs};
 use cxlfsd::server::{Handled, Server, ServerOptions};
-use cxlfsd::timing::TimedFs;
+use cxlfsd::{CacheMode, PassthroughFs, SharedDevice, TimedFs, VmMetrics};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -27,7 +24,7 @@ fn server_at(dir: &std::path::Path, cxl_ratio: u8) -> TestServer {
         .unwrap();
     let shared = Arc::new(SharedDevice::with_placement(
         Device::new(cfg).unwrap(),
-        cxlfsd::device::placement::Placement::new(cxl_ratio).unwrap(),
+        cxlfsd::Placement::new(cxl_ratio).unwrap(),
     ));
     let metrics = Arc::new(VmMetrics::new("t"));
     let fs = PassthroughFs::new(dir, CacheMode::Never).unwrap();

@@ -6,11 +6,8 @@
 #![allow(clippy::unwrap_used)]
 
 use cxlfs_device_model::{config::DeviceConfig, Device};
-use cxlfsd::device::SharedDevice;
-use cxlfsd::metrics::VmMetrics;
-use cxlfsd::passthrough::{CacheMode, PassthroughFs};
 use cxlfsd::server::{Server, ServerOptions};
-use cxlfsd::timing::TimedFs;
+use cxlfsd::{CacheMode, PassthroughFs, SharedDevice, TimedFs, VmMetrics};
 use std::sync::{Arc, Mutex};
 
 #[derive(Clone, Default)]

@@ -8,13 +8,10 @@
 
 use cxlfs_device_model::{Device, DeviceConfig};
 use cxlfsd::abi::{fattr, SetattrIn, ROOT_ID};
-use cxlfsd::device::{SharedDevice, EXTENT_SIZE, PAGE};
-use cxlfsd::metrics::VmMetrics;
-use cxlfsd::passthrough::{CacheMode, PassthroughFs};
 use cxlfsd::server::{
     BufferIo, Context, CopyRange, Creation, Fallocate, FileIo, FileSystem, Named, PayloadIo,
 };
-use cxlfsd::timing::TimedFs;
+use cxlfsd::{CacheMode, PassthroughFs, SharedDevice, TimedFs, VmMetrics, EXTENT_SIZE, PAGE};
 use std::sync::Arc;
 
 const P: u64 = PAGE;

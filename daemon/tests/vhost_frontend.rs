@@ -292,7 +292,7 @@ fn dax_window_maps_the_pool_and_refuses_bad_mappings() {
     );
     // Evicting the extent writes the dirty page back to the host file.
     let md = std::fs::metadata(&path).unwrap();
-    let key = cxlfsd::ids::FileKey {
+    let key = cxlfsd::FileKey {
         dev: std::os::unix::fs::MetadataExt::dev(&md),
         ino: std::os::unix::fs::MetadataExt::ino(&md),
     };
@@ -455,7 +455,7 @@ fn dram_tier_pages_under_dax_are_uncharged_and_ratio_changes_move_them() {
     let dax = state.dax().unwrap();
     let m = state.metrics.vm("p");
     let meta = std::fs::metadata(&path).unwrap();
-    let key = cxlfsd::ids::FileKey {
+    let key = cxlfsd::FileKey {
         dev: meta.dev(),
         ino: meta.ino(),
     };
@@ -463,9 +463,7 @@ fn dram_tier_pages_under_dax_are_uncharged_and_ratio_changes_move_them() {
     let first = extent * MIB2 / 4096;
     let cxl_at = |r: u8| {
         (first..first + pages as u64)
-            .filter(|&p| {
-                cxlfsd::device::placement::tier_at(r, p) == cxlfsd::device::placement::Tier::Cxl
-            })
+            .filter(|&p| cxlfsd::tier_at(r, p) == cxlfsd::Tier::Cxl)
             .count() as u64
     };
     let cxl = cxl_at(50);
@@ -480,8 +478,8 @@ fn dram_tier_pages_under_dax_are_uncharged_and_ratio_changes_move_them() {
     assert!(resident.len() as u64 >= cxl);
     for p in resident {
         assert_eq!(
-            cxlfsd::device::placement::tier_at(50, p),
-            cxlfsd::device::placement::Tier::Cxl,
+            cxlfsd::tier_at(50, p),
+            cxlfsd::Tier::Cxl,
             "DRAM page {p} in the device cache"
         );
     }

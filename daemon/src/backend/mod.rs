@@ -285,11 +285,6 @@ impl FsBackend {
         })
     }
 
-    /// The VM's counters.
-    pub fn metrics(&self) -> &Arc<VmMetrics> {
-        &self.metrics
-    }
-
     /// Stops taking held replies, releases those still held at their
     /// deadlines, and waits for the pacer to finish.
     pub fn close(&self) {

@@ -122,7 +122,7 @@ settings! {
     }
 }
 
-/// `daemon.toml`: the [`Settings`] the file gives.
+/// `daemon.toml`: the `Settings` the file gives.
 pub type FileConfig = Settings;
 
 impl Settings {

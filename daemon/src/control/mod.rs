@@ -51,11 +51,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-pub use cxlfs_api::control::{
-    RangeOp, RangeResult, Request, DEFAULT_SOCKET_MODE, MAX_CONNECTIONS, MAX_REQUEST_LINE,
-    PROTOCOL_VERSION,
-};
-pub use executor::Executed;
+pub use cxlfs_api::control::DEFAULT_SOCKET_MODE;
 pub use range::{ResolvedFile, Target};
 pub use socket::ControlSocket;
 

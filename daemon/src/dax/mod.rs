@@ -38,7 +38,6 @@ mod windows;
 mod writeback;
 
 pub use session::DaxSession;
-pub use writeback::WriteBackError;
 
 use crate::device::{DeviceObserver, PrefetchedPages, SharedDevice, EXTENT_SIZE};
 use crate::ids::{FileKey, VmId};

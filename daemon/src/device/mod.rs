@@ -26,7 +26,7 @@ pub mod pool;
 
 pub use clock::Clock;
 pub use events::DeviceObserver;
-pub use pool::{page_runs, ExtentOwner, Pool, Segment, EXTENT_SIZE, PAGE};
+pub use pool::{page_runs, Pool, EXTENT_SIZE, PAGE};
 
 use crate::ids::FileKey;
 use crate::sync::lock;
@@ -135,7 +135,7 @@ pub type PrefetchedPages = Vec<(u64, u64)>;
 /// shared by all VMs: the one locked device. It never calls the residency
 /// plane: what the device does that a plane must mirror (evictions,
 /// prefetch fills, freed extents, pages moved to the CXL tier) goes to the
-/// [`DeviceObserver`]s that subscribed.
+/// `DeviceObserver`s that subscribed.
 pub struct SharedDevice {
     state: Mutex<Locked>,
     clock: Clock,
@@ -442,7 +442,7 @@ impl SharedDevice {
 
     /// Runs `f` on the locked pool and device, then (the lock released)
     /// hands the evictions and prefetch fills it caused to the observers:
-    /// with [`Publish::Wait`], returns once they have dropped the evicted
+    /// with `Publish::Wait`, returns once they have dropped the evicted
     /// pages. Every change to the device or the pool goes through here, so
     /// none of them leaves a page mapped that the device evicted. `f` must
     /// not wait: the data path of every VM waits for it.
@@ -488,7 +488,7 @@ impl SharedDevice {
     }
 
     /// Subscribes `observer` to the device's events (see
-    /// [`DeviceObserver`]); from now on the device logs its evictions and
+    /// `DeviceObserver`); from now on the device logs its evictions and
     /// prefetch fills for it. Held weakly: an observer that goes away is
     /// dropped from the list.
     pub fn subscribe(&self, observer: Weak<dyn DeviceObserver>) {
@@ -653,7 +653,7 @@ impl SharedDevice {
 
     /// Reclaims idle files, oldest release first, until `want` extents are
     /// free (or no idle file is left; a file whose extents a window maps is
-    /// passed over). At most [`MAKE_ROOM_FILES`] files per call. Never call
+    /// passed over). At most `MAKE_ROOM_FILES` files per call. Never call
     /// it from a plane thread, nor holding a slot table, the pool or the
     /// device lock.
     pub fn make_room(&self, want: u64) {

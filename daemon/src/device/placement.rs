@@ -104,7 +104,7 @@ pub struct Placement {
 }
 
 impl Default for Placement {
-    /// Every page on the CXL tier ([`DEFAULT_CXL_RATIO`]).
+    /// Every page on the CXL tier (`DEFAULT_CXL_RATIO`).
     fn default() -> Self {
         Placement {
             ratio: AtomicU8::new(DEFAULT_CXL_RATIO),

@@ -431,7 +431,7 @@ impl MemoryRegions {
     }
 
     /// VM `vm`'s connection ended (and the daemon unmapped its memory):
-    /// once its VMM process is gone (within [`RELEASE_WAIT`]), the region
+    /// once its VMM process is gone (within `RELEASE_WAIT`), the region
     /// is released, on a thread of its own — unless the VM connected again
     /// meanwhile.
     pub fn vm_disconnected(self: &Arc<Self>, vm: &str) {

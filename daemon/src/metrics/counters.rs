@@ -215,7 +215,7 @@ impl VmMetrics {
     }
 
     /// Counts what one device access of this VM did (a `&Charge` of the
-    /// data path converts into [`DeviceWork`]).
+    /// data path converts into `DeviceWork`).
     pub fn record_charge(&self, work: impl Into<DeviceWork>) {
         let work = work.into();
         for (c, v) in self.work_counters().into_iter().zip(work.values()) {

@@ -152,6 +152,7 @@ fn answer(stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::counters::VM_COUNTERS;
     use super::super::test_support::metrics;
     use super::*;
     use cxlfs_api::metrics::MetricsSnapshot;
@@ -239,7 +240,7 @@ mod tests {
         assert_eq!(got.vms[0].fuse_ops["READ"], 1);
         assert_eq!(got.all.fuse_ops["LOOKUP"], 1);
         assert_eq!(got.vms[0].fuse_latency_ns.count, 1);
-        assert_eq!(got.counters.len(), super::super::VM_COUNTERS.len());
+        assert_eq!(got.counters.len(), VM_COUNTERS.len());
         // Other paths keep the text.
         let (_, text) = get(bound, "/metrics.jsonx");
         assert!(text.starts_with("# HELP"), "{text}");

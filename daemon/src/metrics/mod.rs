@@ -36,12 +36,11 @@ pub mod latency;
 pub mod prometheus;
 pub mod snapshot;
 
-pub use counters::{CounterDef, DeviceWork, VmMetrics, LONG_MODELED_NS, VM_COUNTERS};
+pub use counters::{DeviceWork, VmMetrics};
 pub use cxlfs_api::metrics::{DeviceTotals, MemoryRegionSample};
-pub use http::{serve, StartMetricsError};
-pub use latency::{LatencyExport, LatencySummary, BUCKETS_NS};
+pub use http::serve;
 pub use prometheus::render_prometheus;
-pub use snapshot::{Snapshot, VmRow};
+pub use snapshot::Snapshot;
 
 use crate::sync::lock;
 use latency::put;
@@ -222,7 +221,7 @@ impl Metrics {
     }
 
     /// `reset_stats`: zeroes every VM's device-activity counters (hits,
-    /// misses, NAND, GC, prefetch: what [`DeviceWork`] feeds) and restarts
+    /// misses, NAND, GC, prefetch: what `DeviceWork` feeds) and restarts
     /// the trap counts, so Prometheus sees a counter reset; FUSE request
     /// counts, bytes and latency histograms run on.
     pub fn reset_device_counters(&self) {

@@ -36,7 +36,7 @@ pub struct VmRow {
 }
 
 impl VmRow {
-    /// The value of counter `json` ([`super::CounterDef::json`]).
+    /// The value of counter `json` ([`super::counters::CounterDef::json`]).
     pub fn counter(&self, json: &str) -> u64 {
         VM_COUNTERS
             .iter()

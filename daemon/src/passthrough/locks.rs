@@ -117,11 +117,13 @@ impl LockTable {
     }
 
     /// Owners known.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lock().len()
     }
 
     /// Whether no owner is known.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -56,7 +56,7 @@ pub mod xattr;
 
 pub use crate::server::DirEntry;
 pub use cache_mode::CacheMode;
-pub use creds::{GuestIds, HostCreds};
+pub use creds::GuestIds;
 pub use handles::Handle;
 pub use idmap::{IdMap, ParseIdMapError};
 pub use inodes::{attr_from_stat, check_name, Inode, InodeObserver};

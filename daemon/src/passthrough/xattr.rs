@@ -47,7 +47,7 @@ pub struct XattrMap {
 
 impl XattrMap {
     /// The host name of guest attribute `name`.
-    pub fn to_host<'a>(&self, name: &'a [u8]) -> Result<Cow<'a, [u8]>, Errno> {
+    pub fn to_host<'a>(self, name: &'a [u8]) -> Result<Cow<'a, [u8]>, Errno> {
         let mapped = name.starts_with(HOST_PREFIX)
             || name.starts_with(b"trusted.")
             || name.starts_with(b"security.");
@@ -71,7 +71,7 @@ impl XattrMap {
     }
 
     /// The guest name of host attribute `host`, if a guest may see it.
-    pub fn to_guest<'a>(&self, host: &'a [u8]) -> Option<&'a [u8]> {
+    pub fn to_guest(self, host: &[u8]) -> Option<&[u8]> {
         if let Some(name) = host.strip_prefix(HOST_PREFIX) {
             return Some(name);
         }

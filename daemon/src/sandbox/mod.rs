@@ -145,7 +145,7 @@ fn mount(
 /// descriptors): to `fs.nr_open` where the process may raise its hard
 /// limit (CAP_SYS_RESOURCE, before the capabilities are dropped), else the
 /// soft limit to the hard one. Returns the new limit.
-pub fn raise_file_limit() -> Result<u64, EnterSandboxError> {
+pub(crate) fn raise_file_limit() -> Result<u64, EnterSandboxError> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -379,7 +379,7 @@ impl Leftovers {
 /// bound in a fresh owner-only directory beside `path`, set to 0600, then
 /// renamed over `path` (replacing a stale socket of an earlier run), so no
 /// other user can connect at any moment.
-pub fn bind_owner_only(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
+pub(crate) fn bind_owner_only(path: &Path) -> std::io::Result<std::os::unix::net::UnixListener> {
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),

@@ -256,7 +256,7 @@ fn target_arch() -> Result<TargetArch, InstallSeccompError> {
 }
 
 /// The compiled filter for `mode` (`None` for [`SeccompMode::None`]).
-pub fn filter(mode: SeccompMode) -> Result<Option<BpfProgram>, InstallSeccompError> {
+pub(crate) fn filter(mode: SeccompMode) -> Result<Option<BpfProgram>, InstallSeccompError> {
     let mismatch = match mode {
         SeccompMode::None => return Ok(None),
         SeccompMode::Kill => SeccompAction::KillProcess,

@@ -10,7 +10,7 @@
 //! `#[repr(C)]` structs of the `fuse-abi` crate: no offsets by hand.
 //!
 //! It knows nothing about virtqueues: the transport (`backend/`) copies the readable
-//! part of a descriptor chain into a buffer, calls [`FuseHandler::handle_io`],
+//! part of a descriptor chain into a buffer, calls `FuseHandler::handle_io`,
 //! writes the reply into the writable part and paces its release. That keeps
 //! the parser testable with plain byte slices ([`Server::handle`]).
 //!
@@ -19,17 +19,17 @@
 //! operations), `session` (INIT, DESTROY, the DAX window, IOCTL),
 //! `lock_waits` (SETLKW waits off the request path), `reply` (reply
 //! headers through `fuse-abi`'s checked constructors, payload encoders),
-//! [`filesystem`] (the [`FileSystem`] trait and its types), [`payload`]
-//! (READ / WRITE data movement) and [`seams`] (the injected DAX and ioctl
+//! `filesystem` (the [`FileSystem`] trait and its types), `payload`
+//! (READ / WRITE data movement) and `seams` (the injected DAX and ioctl
 //! handlers).
 
 mod dispatch;
-pub mod filesystem;
+pub(crate) mod filesystem;
 mod lock_waits;
 mod ops;
-pub mod payload;
+pub(crate) mod payload;
 mod reply;
-pub mod seams;
+pub(crate) mod seams;
 mod session;
 
 pub use filesystem::{
@@ -37,9 +37,8 @@ pub use filesystem::{
     FileSystem, FsResult, HostFile, LockRequest, LockWaiter, Named, Opened, StopWaiting, Timed,
     Xattr,
 };
-pub use lock_waits::LockWaits;
+pub(crate) use lock_waits::LockWaits;
 pub use payload::{BufferIo, Direction, PayloadIo, Transfer};
-pub use reply::error_reply;
 pub use seams::{DaxMapper, IoctlHandler};
 
 use crate::abi::{InHeader, WriteIn};
@@ -48,22 +47,22 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 /// Largest WRITE payload accepted (advertised as `max_write`).
-pub const MAX_WRITE: u32 = 1 << 20;
+pub(crate) const MAX_WRITE: u32 = 1 << 20;
 /// Largest READ served (and `max_pages` * 4 KiB).
 pub const MAX_READ: u32 = 1 << 20;
 /// Largest request the transport needs to buffer: a maximal WRITE plus headers.
-pub const MAX_REQUEST: usize = MAX_WRITE as usize + 4096;
+pub(crate) const MAX_REQUEST: usize = MAX_WRITE as usize + 4096;
 /// Bytes of a WRITE request before its payload (`fuse_in_header` + `fuse_write_in`).
-pub const WRITE_PAYLOAD_AT: usize =
+pub(crate) const WRITE_PAYLOAD_AT: usize =
     std::mem::size_of::<InHeader>() + std::mem::size_of::<WriteIn>();
 /// Largest extended-attribute value and list (`XATTR_SIZE_MAX`).
-pub const XATTR_SIZE_MAX: u32 = 64 * 1024;
+pub(crate) const XATTR_SIZE_MAX: u32 = 64 * 1024;
 /// Largest extended-attribute name (`XATTR_NAME_MAX`).
-pub const XATTR_NAME_MAX: usize = 255;
+pub(crate) const XATTR_NAME_MAX: usize = 255;
 /// Most SETLKW waits one VM may have outstanding; more get `ENOLCK`.
-pub const MAX_LOCK_WAITERS: usize = 64;
+pub(crate) const MAX_LOCK_WAITERS: usize = 64;
 /// Most bytes one COPY_FILE_RANGE copies (the guest loops for more).
-pub const MAX_COPY: u64 = 16 << 20;
+pub(crate) const MAX_COPY: u64 = 16 << 20;
 
 /// Server options.
 #[derive(Debug, Clone, Copy)]
@@ -100,7 +99,7 @@ pub struct Handled {
 
 /// One request as the transport hands it over.
 #[derive(Debug, Clone, Copy)]
-pub struct Incoming<'a> {
+pub(crate) struct Incoming<'a> {
     /// Arrival, in device time.
     pub arrival_ns: u64,
     /// The request's first bytes: all of it, except that a WRITE may stop
@@ -115,7 +114,7 @@ pub struct Incoming<'a> {
 
 /// What the transport asks of a FUSE server (object safe, so the
 /// vhost-user back-end needs no filesystem type).
-pub trait FuseHandler: Send + Sync {
+pub(crate) trait FuseHandler: Send + Sync {
     /// Handles one request; READ data and WRITE payloads move through `io`
     /// (then `Handled::in_place` > 0 for a READ). Never panics on malformed
     /// input: it answers with an error or with nothing.

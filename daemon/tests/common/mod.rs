@@ -7,12 +7,10 @@
 
 use cxlfs_device_model::{Device, DeviceConfig};
 use cxlfsd::abi::{self, opcode, Cursor, InHeader, OutHeader};
-use cxlfsd::backend::QueueOptions;
-use cxlfsd::config::VmSpec;
-use cxlfsd::daemon::{DaemonState, Features, SessionOptions};
-use cxlfsd::device::SharedDevice;
-use cxlfsd::passthrough::CacheMode;
 use cxlfsd::server::ServerOptions;
+use cxlfsd::{
+    CacheMode, DaemonState, Features, QueueOptions, SessionOptions, SharedDevice, VmSpec,
+};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -495,7 +493,7 @@ pub fn start_daemon_with(
         shared,
         SessionOptions {
             shared_dir: share.to_path_buf(),
-            max_open_files: cxlfsd::config::DEFAULT_MAX_OPEN_FILES,
+            max_open_files: cxlfsd::DEFAULT_MAX_OPEN_FILES,
             cache: CacheMode::Never,
             queues: QueueOptions {
                 request_queues: 1,

@@ -1,5 +1,5 @@
 //! `chain_walk`: the vhost-user transport's descriptor-chain walker
-//! (`cxlfsd::backend::chain::ChainBufs`) over a guest-chosen descriptor
+//! (`cxlfsd::ChainBufs`) over a guest-chosen descriptor
 //! table, in small real guest memory (`GuestMemoryMmap`: 96 KiB in two
 //! adjacent regions, then a gap, then 4 KiB), popped from a real split
 //! virtqueue (`virtio_queue::Queue`) as the daemon's vring workers pop it.
@@ -16,8 +16,8 @@
 //! byte, and one past the readable part is refused; a READ (`preadv` into
 //! guest memory) moves no more than the room.
 
-use cxlfsd::backend::chain::ChainBufs;
 use cxlfsd::server::{Direction, PayloadIo, Transfer};
+use cxlfsd::ChainBufs;
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::FromRawFd;

@@ -17,11 +17,8 @@
 
 use cxlfs_device_model::{Device, DeviceConfig};
 use cxlfsd::abi::{self, opcode, Cursor, InHeader, OutHeader};
-use cxlfsd::device::SharedDevice;
-use cxlfsd::metrics::VmMetrics;
-use cxlfsd::passthrough::{CacheMode, PassthroughFs};
 use cxlfsd::server::{Server, ServerOptions, MAX_READ};
-use cxlfsd::timing::TimedFs;
+use cxlfsd::{CacheMode, PassthroughFs, SharedDevice, TimedFs, VmMetrics};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -94,7 +91,7 @@ pub(crate) fn device() -> Arc<SharedDevice> {
         .expect("a valid device config");
     Arc::new(SharedDevice::with_placement(
         Device::new(cfg).expect("a device"),
-        cxlfsd::device::placement::Placement::new(50).expect("a valid ratio"),
+        cxlfsd::Placement::new(50).expect("a valid ratio"),
     ))
 }
 

@@ -19,10 +19,8 @@ use crate::fuse::{self, FuzzServer, F_FH, F_NODEID, ROOT_FH};
 use cxlfs_api::control::DaemonSummary;
 use cxlfs_hint::{CXLFS_IOC_HINT, HINT_SIZE};
 use cxlfsd::abi::{opcode, Cursor, IoctlIn, IoctlOut, OutHeader};
-use cxlfsd::control::hint::HintHandler;
-use cxlfsd::control::{ControlOptions, Controller, DevicePlacement};
-use cxlfsd::metrics::Metrics;
 use cxlfsd::server::IoctlHandler;
+use cxlfsd::{ControlOptions, Controller, DevicePlacement, HintHandler, Metrics};
 use std::sync::{Arc, Mutex, OnceLock};
 use zerocopy::{FromBytes, IntoBytes};
 
@@ -35,7 +33,7 @@ fn server(dir: &std::path::Path) -> FuzzServer {
     let controller = Controller::new(
         shared.clone(),
         metrics.clone(),
-        cxlfsd::control::Planes::default(),
+        cxlfsd::Planes::default(),
         Arc::new(DevicePlacement(shared.clone())),
         dir,
         ControlOptions {
