@@ -32,6 +32,7 @@ use cxlfsd::server::ServerOptions;
 use cxlfsd::{
     CacheMode, DaemonState, MetricsFileWriter, QueueOptions, SessionOptions, SharedDevice, VmSpec,
 };
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -76,15 +77,9 @@ const RERUN: &str = "cargo bench -p cxlfsd --bench metrics_overhead";
 /// The target for the daemon's CPU per request, metrics on / off.
 const TARGET_CPU_RATIO: f64 = 1.02;
 
-fn main() {
-    // `cargo test --benches` lists the targets; there is nothing to list.
-    if std::env::args().any(|a| a == "--list") {
-        return;
-    }
-    let share = tempfile::tempdir().unwrap();
-    std::fs::write(share.path().join("f"), vec![5u8; FILE as usize]).unwrap();
-    let socks = tempfile::tempdir().unwrap();
-    let out = tempfile::tempdir().unwrap();
+/// A daemon over `share` on a zero-latency device (every reply released
+/// inline), host page cache off.
+fn zero_latency_daemon(share: &Path) -> Arc<DaemonState> {
     let cfg = DeviceConfig::default()
         .with_overrides(&[
             "cache.size_bytes=64MiB",
@@ -96,10 +91,10 @@ fn main() {
         ])
         .unwrap();
     let shared = Arc::new(SharedDevice::new(Device::new(cfg).unwrap()));
-    let state = DaemonState::new(
+    DaemonState::new(
         shared,
         SessionOptions {
-            shared_dir: share.path().to_path_buf(),
+            shared_dir: share.to_path_buf(),
             max_open_files: cxlfsd::DEFAULT_MAX_OPEN_FILES,
             cache: CacheMode::Never,
             queues: QueueOptions::default(),
@@ -108,7 +103,141 @@ fn main() {
             },
             guest_ids: Default::default(),
         },
+    )
+}
+
+/// Prints what one export costs: a snapshot, the device totals, and a
+/// Prometheus render (each the mean of 100).
+fn print_export_cost(state: &DaemonState) {
+    let t = Instant::now();
+    for _ in 0..100 {
+        std::hint::black_box(state.metrics.snapshot());
+    }
+    let snap = t.elapsed() / 100;
+    let t = Instant::now();
+    for _ in 0..100 {
+        std::hint::black_box(state.metrics.device_totals());
+    }
+    let dev = t.elapsed() / 100;
+    let s = state.metrics.snapshot();
+    let t = Instant::now();
+    for _ in 0..100 {
+        std::hint::black_box(cxlfsd::render_prometheus(&s));
+    }
+    let prom = t.elapsed() / 100;
+    println!(
+        "export cost: one snapshot {snap:?} (device totals {dev:?}), one Prometheus render {prom:?}"
     );
+}
+
+/// One round with every metric on: histograms recorded, a JSON-lines writer
+/// sampling into `out`/m`r`.jsonl every 100 ms, and a Prometheus scrape
+/// every second.
+fn metrics_on_round(
+    state: &DaemonState,
+    g: &mut Guest,
+    node: u64,
+    fh: u64,
+    out: &Path,
+    r: usize,
+) -> (f64, f64) {
+    state.metrics.set_latency_recording(true);
+    let writer = MetricsFileWriter::start(
+        &out.join(format!("m{r}.jsonl")),
+        Duration::from_millis(100),
+        state.metrics.clone(),
+    )
+    .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let scraper = {
+        let (stop, metrics) = (stop.clone(), state.metrics.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                n += metrics.render().len() as u64;
+                std::thread::sleep(Duration::from_millis(1000));
+            }
+            n
+        })
+    };
+    let result = round(g, node, fh);
+    stop.store(true, Ordering::Relaxed);
+    assert!(scraper.join().unwrap() > 0, "the scraper rendered nothing");
+    writer.finish().unwrap();
+    result
+}
+
+/// Each round's figures, metrics on and off, and each pair's throughput
+/// ratio.
+#[derive(Default)]
+struct Samples {
+    on: Vec<f64>,
+    off: Vec<f64>,
+    cpu_on: Vec<f64>,
+    cpu_off: Vec<f64>,
+    pairs: Vec<f64>,
+}
+
+/// [`ROUNDS`] pairs of adjacent rounds, metrics on and off, in alternating
+/// order, so that drift and order effects cancel; the ratio of each pair is
+/// one sample.
+fn paired_rounds(state: &DaemonState, g: &mut Guest, node: u64, fh: u64, out: &Path) -> Samples {
+    let mut s = Samples::default();
+    for r in 0..ROUNDS {
+        let mut pair = [(0.0f64, 0.0f64); 2];
+        for k in 0..2 {
+            let metrics_on = (r + k) % 2 == 0;
+            if !metrics_on {
+                state.metrics.set_latency_recording(false);
+                pair[1] = round(g, node, fh);
+                continue;
+            }
+            pair[0] = metrics_on_round(state, g, node, fh, out, r);
+        }
+        s.on.push(pair[0].0);
+        s.off.push(pair[1].0);
+        s.cpu_on.push(pair[0].1);
+        s.cpu_off.push(pair[1].1);
+        s.pairs.push(pair[0].0 / pair[1].0);
+    }
+    s
+}
+
+/// Prints the medians and ratios of `s`, and whether the CPU target is met.
+fn print_report(s: Samples) {
+    let Samples {
+        on,
+        off,
+        cpu_on,
+        cpu_off,
+        pairs,
+    } = s;
+    let ratio = median(pairs.clone());
+    let (m_on, m_off) = (median(on), median(off));
+    let (c_on, c_off) = (median(cpu_on), median(cpu_off));
+    let cpu_ratio = c_on / c_off;
+    println!(
+        "metrics on / off ({ROUNDS} pairs of rounds, {REQUESTS} 4 KiB READs each):\n  \
+         throughput: median of paired ratios {ratio:.4}; medians {m_on:.0} / {m_off:.0} req/s = {:.4}\n  \
+         daemon CPU per request: medians {c_on:.0} / {c_off:.0} ns = {cpu_ratio:.4} \
+         (target < {TARGET_CPU_RATIO}: {})\n  \
+         pair ratios: {pairs:.3?}\n\
+         rerun: {RERUN}",
+        m_on / m_off,
+        if cpu_ratio < TARGET_CPU_RATIO { "met" } else { "NOT met" },
+    );
+}
+
+fn main() {
+    // `cargo test --benches` lists the targets; there is nothing to list.
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let share = tempfile::tempdir().unwrap();
+    std::fs::write(share.path().join("f"), vec![5u8; FILE as usize]).unwrap();
+    let socks = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let state = zero_latency_daemon(share.path());
     let t = state
         .spawn_vm(VmSpec {
             name: "b".into(),
@@ -122,92 +251,17 @@ fn main() {
     let node = g.lookup("f");
     let fh = g.open(node);
     round(&mut g, node, fh); // warm up: page cache, device cache, allocations
-    {
-        let t = Instant::now();
-        for _ in 0..100 {
-            std::hint::black_box(state.metrics.snapshot());
-        }
-        let snap = t.elapsed() / 100;
-        let t = Instant::now();
-        for _ in 0..100 {
-            std::hint::black_box(state.metrics.device_totals());
-        }
-        let dev = t.elapsed() / 100;
-        let s = state.metrics.snapshot();
-        let t = Instant::now();
-        for _ in 0..100 {
-            std::hint::black_box(cxlfsd::render_prometheus(&s));
-        }
-        let prom = t.elapsed() / 100;
-        println!(
-            "export cost: one snapshot {snap:?} (device totals {dev:?}), one Prometheus render {prom:?}"
-        );
-    }
+    print_export_cost(&state);
 
-    let (mut on, mut off, mut pairs) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut cpu_on, mut cpu_off) = (Vec::new(), Vec::new());
-    for r in 0..ROUNDS {
-        // Pairs of adjacent rounds, in alternating order, so that drift and
-        // order effects cancel; the ratio of each pair is one sample.
-        let mut pair = [(0.0f64, 0.0f64); 2];
-        for k in 0..2 {
-            let metrics_on = (r + k) % 2 == 0;
-            if !metrics_on {
-                state.metrics.set_latency_recording(false);
-                pair[1] = round(&mut g, node, fh);
-                continue;
-            }
-            state.metrics.set_latency_recording(true);
-            let writer = MetricsFileWriter::start(
-                &out.path().join(format!("m{r}.jsonl")),
-                Duration::from_millis(100),
-                state.metrics.clone(),
-            )
-            .unwrap();
-            let stop = Arc::new(AtomicBool::new(false));
-            let scraper = {
-                let (stop, metrics) = (stop.clone(), state.metrics.clone());
-                std::thread::spawn(move || {
-                    let mut n = 0u64;
-                    while !stop.load(Ordering::Relaxed) {
-                        n += metrics.render().len() as u64;
-                        std::thread::sleep(Duration::from_millis(1000));
-                    }
-                    n
-                })
-            };
-            pair[0] = round(&mut g, node, fh);
-            stop.store(true, Ordering::Relaxed);
-            assert!(scraper.join().unwrap() > 0, "the scraper rendered nothing");
-            writer.finish().unwrap();
-        }
-        on.push(pair[0].0);
-        off.push(pair[1].0);
-        cpu_on.push(pair[0].1);
-        cpu_off.push(pair[1].1);
-        pairs.push(pair[0].0 / pair[1].0);
-    }
-    let ratio = median(pairs.clone());
-    let (m_on, m_off) = (median(on), median(off));
-    let (c_on, c_off) = (median(cpu_on), median(cpu_off));
-    let cpu_ratio = c_on / c_off;
+    let samples = paired_rounds(&state, &mut g, node, fh, out.path());
     // The "on" rounds really exported: otherwise the ratios compare nothing.
-    let samples = std::fs::read_to_string(out.path().join("m0.jsonl")).unwrap();
+    let written = std::fs::read_to_string(out.path().join("m0.jsonl")).unwrap();
     assert!(
-        samples.lines().count() >= 2,
+        written.lines().count() >= 2,
         "the metrics writer did not run"
     );
     drop(g);
     state.request_shutdown();
     t.join().unwrap();
-    println!(
-        "metrics on / off ({ROUNDS} pairs of rounds, {REQUESTS} 4 KiB READs each):\n  \
-         throughput: median of paired ratios {ratio:.4}; medians {m_on:.0} / {m_off:.0} req/s = {:.4}\n  \
-         daemon CPU per request: medians {c_on:.0} / {c_off:.0} ns = {cpu_ratio:.4} \
-         (target < {TARGET_CPU_RATIO}: {})\n  \
-         pair ratios: {pairs:.3?}\n\
-         rerun: {RERUN}",
-        m_on / m_off,
-        if cpu_ratio < TARGET_CPU_RATIO { "met" } else { "NOT met" },
-    );
+    print_report(samples);
 }

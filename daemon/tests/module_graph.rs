@@ -190,150 +190,212 @@ enum Lex {
 /// `self::` paths in code and comments (not in string literals) and
 /// `use` declarations.
 fn named_paths(file: &ModPath, text: &str) -> Vec<Named> {
-    let c: Vec<char> = text.chars().collect();
-    let mut out = Vec::new();
-    // Inline modules open here: (name, brace depth inside them).
-    let mut inline: Vec<(String, usize)> = Vec::new();
-    let mut depth = 0usize;
-    // The code since the last `;`, `{` or `}`: `mod x {`, `pub use`.
-    let mut code = String::new();
-    let mut lex = Lex::Code;
-    // The end of the last `use` declaration read (its paths are read).
-    let mut used_to = 0;
-    let mut i = 0;
-    while i < c.len() {
-        let at = || -> ModPath {
-            let mut m = file.clone();
-            m.extend(inline.iter().map(|(n, _)| n.clone()));
-            m
-        };
-        let ch = c[i];
-        if !matches!(lex, Lex::Str(..))
-            && i >= used_to
+    let mut s = Scan::new(file, text);
+    while s.i < s.c.len() {
+        s.read_path_here();
+        if s.skip_comment_or_string() {
+            continue;
+        }
+        s.code_char();
+    }
+    s.out
+}
+
+/// [`named_paths`]' scan of one file.
+struct Scan<'a> {
+    file: &'a ModPath,
+    c: Vec<char>,
+    out: Vec<Named>,
+    /// Inline modules open here: (name, brace depth inside them).
+    inline: Vec<(String, usize)>,
+    depth: usize,
+    /// The code since the last `;`, `{` or `}`: `mod x {`, `pub use`.
+    code: String,
+    lex: Lex,
+    /// The end of the last `use` declaration read (its paths are read).
+    used_to: usize,
+    i: usize,
+}
+
+impl<'a> Scan<'a> {
+    fn new(file: &'a ModPath, text: &str) -> Self {
+        Scan {
+            file,
+            c: text.chars().collect(),
+            out: Vec::new(),
+            inline: Vec::new(),
+            depth: 0,
+            code: String::new(),
+            lex: Lex::Code,
+            used_to: 0,
+            i: 0,
+        }
+    }
+
+    /// The module the scan is in: the file's, then the open inline ones.
+    fn at(&self) -> ModPath {
+        let mut m = self.file.clone();
+        m.extend(self.inline.iter().map(|(n, _)| n.clone()));
+        m
+    }
+
+    /// Outside string literals and `use` declarations already read, the
+    /// `crate::` / `super::` / `self::` path that starts here.
+    fn read_path_here(&mut self) {
+        let i = self.i;
+        if !matches!(self.lex, Lex::Str(..))
+            && i >= self.used_to
             && ["crate::", "super::", "self::"]
                 .iter()
-                .any(|h| path_starts(&c, i, h))
+                .any(|h| path_starts(&self.c, i, h))
         {
             let mut j = i;
-            for path in use_tree(&c, &mut j) {
-                out.push(Named {
-                    at: at(),
+            for path in use_tree(&self.c, &mut j) {
+                self.out.push(Named {
+                    at: self.at(),
                     path,
                     by_use: false,
                     reexport: false,
                 });
             }
         }
-        match lex {
+    }
+
+    /// In a comment or a string literal, steps over the character here (or
+    /// the two that end or open one) and says so; in code, does nothing.
+    fn skip_comment_or_string(&mut self) -> bool {
+        let (c, i) = (&self.c, self.i);
+        let ch = c[i];
+        match self.lex {
             Lex::LineComment => {
                 if ch == '\n' {
-                    lex = Lex::Code;
+                    self.lex = Lex::Code;
                 }
-                i += 1;
-                continue;
+                self.i += 1;
             }
             Lex::BlockComment(n) => {
                 if ch == '*' && c.get(i + 1) == Some(&'/') {
-                    lex = if n == 1 {
+                    self.lex = if n == 1 {
                         Lex::Code
                     } else {
                         Lex::BlockComment(n - 1)
                     };
-                    i += 2;
+                    self.i += 2;
                 } else if ch == '/' && c.get(i + 1) == Some(&'*') {
-                    lex = Lex::BlockComment(n + 1);
-                    i += 2;
+                    self.lex = Lex::BlockComment(n + 1);
+                    self.i += 2;
                 } else {
-                    i += 1;
+                    self.i += 1;
                 }
-                continue;
             }
             Lex::Str(raw, hashes) => {
                 if !raw && ch == '\\' {
-                    i += 2;
-                    continue;
+                    self.i += 2;
+                    return true;
                 }
                 let closes = (1..=hashes).all(|k| c.get(i + k) == Some(&'#'));
                 if ch == '"' && closes {
-                    lex = Lex::Code;
-                    i += 1 + hashes;
+                    self.lex = Lex::Code;
+                    self.i += 1 + hashes;
                 } else {
-                    i += 1;
+                    self.i += 1;
                 }
-                continue;
             }
-            Lex::Code => {}
+            Lex::Code => return false,
         }
+        true
+    }
+
+    /// One character of code: comment and literal starts, braces (and the
+    /// inline modules they open and close), `;`, and `use` declarations.
+    fn code_char(&mut self) {
+        let (c, i) = (&self.c, self.i);
+        let ch = c[i];
         match ch {
-            '/' if c.get(i + 1) == Some(&'/') => lex = Lex::LineComment,
+            '/' if c.get(i + 1) == Some(&'/') => self.lex = Lex::LineComment,
             '/' if c.get(i + 1) == Some(&'*') => {
-                lex = Lex::BlockComment(1);
-                i += 1;
+                self.lex = Lex::BlockComment(1);
+                self.i += 1;
             }
-            '"' => {
-                // r"…", r#"…"#, br"…": a raw string ends at `"` and as many `#`.
-                let mut k = i;
-                while k > 0 && c[k - 1] == '#' {
-                    k -= 1;
-                }
-                let r = k > 0 && c[k - 1] == 'r';
-                let lead = |p: usize| p == 0 || !is_ident(c[p - 1]);
-                let raw = r && (lead(k - 1) || (k >= 2 && c[k - 2] == 'b' && lead(k - 2)));
-                lex = Lex::Str(raw, if raw { i - k } else { 0 });
-                code.clear();
-            }
+            '"' => self.string_start(),
             // A char literal ('x', '{', '\n', '\u{1F}'), not a lifetime.
             '\'' if c.get(i + 1) == Some(&'\\') => {
-                i += 2;
-                while i < c.len() && c[i] != '\'' {
-                    i += 1;
+                self.i += 2;
+                while self.i < self.c.len() && self.c[self.i] != '\'' {
+                    self.i += 1;
                 }
             }
-            '\'' if c.get(i + 2) == Some(&'\'') => i += 2,
-            '{' => {
-                depth += 1;
-                let t = code.trim_end();
-                let name: String = t.chars().rev().take_while(|&x| is_ident(x)).collect();
-                let name: String = name.chars().rev().collect();
-                let before = t[..t.len() - name.len()].trim_end();
-                let is_mod = before
-                    .strip_suffix("mod")
-                    .is_some_and(|b| !b.ends_with(is_ident));
-                if !name.is_empty() && is_mod {
-                    inline.push((name, depth));
-                }
-                code.clear();
+            '\'' if c.get(i + 2) == Some(&'\'') => self.i += 2,
+            '{' => self.open_brace(),
+            '}' => self.close_brace(),
+            ';' => self.code.clear(),
+            'u' if path_starts(c, i, "use") && c.get(i + 3).is_some_and(|x| x.is_whitespace()) => {
+                self.use_declaration();
+                return;
             }
-            '}' => {
-                if inline.last().is_some_and(|(_, d)| *d == depth) {
-                    inline.pop();
-                }
-                depth = depth.saturating_sub(1);
-                code.clear();
-            }
-            ';' => code.clear(),
-            'u' if path_starts(&c, i, "use") && c.get(i + 3).is_some_and(|x| x.is_whitespace()) => {
-                let last = code.split_whitespace().last().unwrap_or("");
-                let reexport = last == "pub" || last.starts_with("pub(");
-                let mut j = i + 3;
-                for path in use_tree(&c, &mut j) {
-                    out.push(Named {
-                        at: at(),
-                        path,
-                        by_use: true,
-                        reexport,
-                    });
-                }
-                used_to = j;
-                code.push_str("use");
-                i += 3;
-                continue;
-            }
-            _ => code.push(ch),
+            _ => self.code.push(ch),
         }
-        i += 1;
+        self.i += 1;
     }
-    out
+
+    /// The `"` here opens a string literal.
+    fn string_start(&mut self) {
+        let (c, i) = (&self.c, self.i);
+        // r"…", r#"…"#, br"…": a raw string ends at `"` and as many `#`.
+        let mut k = i;
+        while k > 0 && c[k - 1] == '#' {
+            k -= 1;
+        }
+        let r = k > 0 && c[k - 1] == 'r';
+        let lead = |p: usize| p == 0 || !is_ident(c[p - 1]);
+        let raw = r && (lead(k - 1) || (k >= 2 && c[k - 2] == 'b' && lead(k - 2)));
+        self.lex = Lex::Str(raw, if raw { i - k } else { 0 });
+        self.code.clear();
+    }
+
+    /// A `{`: one level deeper, and an inline module's body after `mod x`.
+    fn open_brace(&mut self) {
+        self.depth += 1;
+        let t = self.code.trim_end();
+        let name: String = t.chars().rev().take_while(|&x| is_ident(x)).collect();
+        let name: String = name.chars().rev().collect();
+        let before = t[..t.len() - name.len()].trim_end();
+        let is_mod = before
+            .strip_suffix("mod")
+            .is_some_and(|b| !b.ends_with(is_ident));
+        if !name.is_empty() && is_mod {
+            self.inline.push((name, self.depth));
+        }
+        self.code.clear();
+    }
+
+    /// A `}`: one level up, closing the inline module it ends.
+    fn close_brace(&mut self) {
+        if self.inline.last().is_some_and(|(_, d)| *d == self.depth) {
+            self.inline.pop();
+        }
+        self.depth = self.depth.saturating_sub(1);
+        self.code.clear();
+    }
+
+    /// The `use` here: its paths (re-exported after `pub`), and the scan
+    /// goes on after the keyword.
+    fn use_declaration(&mut self) {
+        let last = self.code.split_whitespace().last().unwrap_or("");
+        let reexport = last == "pub" || last.starts_with("pub(");
+        let mut j = self.i + 3;
+        for path in use_tree(&self.c, &mut j) {
+            self.out.push(Named {
+                at: self.at(),
+                path,
+                by_use: true,
+                reexport,
+            });
+        }
+        self.used_to = j;
+        self.code.push_str("use");
+        self.i += 3;
+    }
 }
 
 /// The absolute segments of a path named in module `at` (`None`: an extern

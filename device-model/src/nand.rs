@@ -597,95 +597,9 @@ impl Nand {
         if !self.enabled {
             return Ok(());
         }
-        let ppb = self.pages_per_block;
-        let bpl = self.blocks_per_lun;
         let mut total_valid = 0u64;
         for (g, lf) in self.lun_ftl.iter().enumerate() {
-            let g64 = g as u64;
-            let mut free = 0u64;
-            let mut invalid_full = 0u64;
-            let mut open_seen = 0;
-            for b in 0..bpl {
-                let blk = self.blocks[(g64 * bpl + b) as usize];
-                let ctx = || format!("LUN {g} block {b}");
-                if u64::from(blk.wp) > ppb || blk.valid > blk.wp {
-                    return Err(format!("{}: wp {} valid {}", ctx(), blk.wp, blk.valid));
-                }
-                match blk.state {
-                    BlockState::Free => {
-                        free += 1;
-                        if blk.wp != 0 {
-                            return Err(format!("{}: free with wp {}", ctx(), blk.wp));
-                        }
-                    }
-                    BlockState::Open => {
-                        open_seen += 1;
-                        if u64::from(lf.open) != b || u64::from(blk.wp) >= ppb {
-                            return Err(format!("{}: stray open block (wp {})", ctx(), blk.wp));
-                        }
-                    }
-                    BlockState::Full => {
-                        if u64::from(blk.wp) != ppb {
-                            return Err(format!("{}: full with wp {}", ctx(), blk.wp));
-                        }
-                        invalid_full += ppb - u64::from(blk.valid);
-                    }
-                }
-                if blk.state != BlockState::Free && blk.rev == NO_BLOCK {
-                    return Err(format!("{}: used but has no reverse-map slot", ctx()));
-                }
-                let mut valid = 0u32;
-                for p in 0..u64::from(blk.wp) {
-                    let ppn = (b * ppb + p) * self.luns + g64;
-                    if let Some(lpn) = self.holder(ppn) {
-                        if u64::from(lpn) >= self.logical {
-                            return Err(format!(
-                                "{}: page {p} holds lpn {lpn} out of range",
-                                ctx()
-                            ));
-                        }
-                        valid += 1;
-                    }
-                }
-                if valid != blk.valid {
-                    return Err(format!("{}: valid count {} != {valid}", ctx(), blk.valid));
-                }
-                total_valid += u64::from(valid);
-            }
-            if (lf.open == NO_BLOCK) != (open_seen == 0) || open_seen > 1 {
-                return Err(format!(
-                    "LUN {g}: open block {} but {open_seen} open",
-                    lf.open
-                ));
-            }
-            let pool = lf.erased.len() as u64 + (bpl - u64::from(lf.next_fresh));
-            if free != u64::from(lf.free) || free != pool {
-                return Err(format!(
-                    "LUN {g}: {free} free blocks, counter {}, pool {pool}",
-                    lf.free
-                ));
-            }
-            for &b in &lf.erased {
-                if u64::from(b) >= u64::from(lf.next_fresh)
-                    || self.blocks[(g64 * bpl + u64::from(b)) as usize].state != BlockState::Free
-                {
-                    return Err(format!("LUN {g}: erased list holds non-free block {b}"));
-                }
-            }
-            for b in u64::from(lf.next_fresh)..bpl {
-                if self.blocks[(g64 * bpl + b) as usize].state != BlockState::Free {
-                    return Err(format!("LUN {g}: never-used block {b} is not free"));
-                }
-            }
-            if free < 1 {
-                return Err(format!("LUN {g}: no free block left for GC"));
-            }
-            if invalid_full != lf.invalid_full {
-                return Err(format!(
-                    "LUN {g}: {invalid_full} invalid pages in full blocks, counter {}",
-                    lf.invalid_full
-                ));
-            }
+            total_valid += self.check_lun_invariants(g, lf)?;
         }
         if total_valid != self.valid_pages {
             return Err(format!(
@@ -699,6 +613,131 @@ impl Nand {
                 self.logical
             ));
         }
+        self.check_l2p_invariants()
+    }
+
+    /// [`Self::check_invariants`] for LUN `g`: each block's write pointer,
+    /// state and valid pages, then the LUN's counters. Returns the LUN's
+    /// valid pages.
+    fn check_lun_invariants(&self, g: usize, lf: &LunFtl) -> Result<u64, String> {
+        let ppb = self.pages_per_block;
+        let bpl = self.blocks_per_lun;
+        let g64 = g as u64;
+        let mut lun_valid = 0u64;
+        let mut free = 0u64;
+        let mut invalid_full = 0u64;
+        let mut open_seen = 0u32;
+        for b in 0..bpl {
+            let blk = self.blocks[(g64 * bpl + b) as usize];
+            let ctx = || format!("LUN {g} block {b}");
+            if u64::from(blk.wp) > ppb || blk.valid > blk.wp {
+                return Err(format!("{}: wp {} valid {}", ctx(), blk.wp, blk.valid));
+            }
+            match blk.state {
+                BlockState::Free => {
+                    free += 1;
+                    if blk.wp != 0 {
+                        return Err(format!("{}: free with wp {}", ctx(), blk.wp));
+                    }
+                }
+                BlockState::Open => {
+                    open_seen += 1;
+                    if u64::from(lf.open) != b || u64::from(blk.wp) >= ppb {
+                        return Err(format!("{}: stray open block (wp {})", ctx(), blk.wp));
+                    }
+                }
+                BlockState::Full => {
+                    if u64::from(blk.wp) != ppb {
+                        return Err(format!("{}: full with wp {}", ctx(), blk.wp));
+                    }
+                    invalid_full += ppb - u64::from(blk.valid);
+                }
+            }
+            if blk.state != BlockState::Free && blk.rev == NO_BLOCK {
+                return Err(format!("{}: used but has no reverse-map slot", ctx()));
+            }
+            lun_valid += u64::from(self.check_block_pages(g, b, &blk)?);
+        }
+        self.check_lun_counters(g, lf, free, open_seen, invalid_full)?;
+        Ok(lun_valid)
+    }
+
+    /// Walks the written pages of block `b` on LUN `g`: each held page maps a
+    /// logical page in range, and their count is the block's valid count.
+    /// Returns that count.
+    fn check_block_pages(&self, g: usize, b: u64, blk: &Block) -> Result<u32, String> {
+        let ctx = || format!("LUN {g} block {b}");
+        let mut valid = 0u32;
+        for p in 0..u64::from(blk.wp) {
+            let ppn = (b * self.pages_per_block + p) * self.luns + g as u64;
+            if let Some(lpn) = self.holder(ppn) {
+                if u64::from(lpn) >= self.logical {
+                    return Err(format!("{}: page {p} holds lpn {lpn} out of range", ctx()));
+                }
+                valid += 1;
+            }
+        }
+        if valid != blk.valid {
+            return Err(format!("{}: valid count {} != {valid}", ctx(), blk.valid));
+        }
+        Ok(valid)
+    }
+
+    /// LUN `g`'s counters against its blocks' tallies: one open block at
+    /// most, the free count and the erased pool, the never-used blocks, the
+    /// GC reserve, and the invalid pages in full blocks.
+    fn check_lun_counters(
+        &self,
+        g: usize,
+        lf: &LunFtl,
+        free: u64,
+        open_seen: u32,
+        invalid_full: u64,
+    ) -> Result<(), String> {
+        let bpl = self.blocks_per_lun;
+        let g64 = g as u64;
+        if (lf.open == NO_BLOCK) != (open_seen == 0) || open_seen > 1 {
+            return Err(format!(
+                "LUN {g}: open block {} but {open_seen} open",
+                lf.open
+            ));
+        }
+        let pool = lf.erased.len() as u64 + (bpl - u64::from(lf.next_fresh));
+        if free != u64::from(lf.free) || free != pool {
+            return Err(format!(
+                "LUN {g}: {free} free blocks, counter {}, pool {pool}",
+                lf.free
+            ));
+        }
+        for &b in &lf.erased {
+            if u64::from(b) >= u64::from(lf.next_fresh)
+                || self.blocks[(g64 * bpl + u64::from(b)) as usize].state != BlockState::Free
+            {
+                return Err(format!("LUN {g}: erased list holds non-free block {b}"));
+            }
+        }
+        for b in u64::from(lf.next_fresh)..bpl {
+            if self.blocks[(g64 * bpl + b) as usize].state != BlockState::Free {
+                return Err(format!("LUN {g}: never-used block {b} is not free"));
+            }
+        }
+        if free < 1 {
+            return Err(format!("LUN {g}: no free block left for GC"));
+        }
+        if invalid_full != lf.invalid_full {
+            return Err(format!(
+                "LUN {g}: {invalid_full} invalid pages in full blocks, counter {}",
+                lf.invalid_full
+            ));
+        }
+        Ok(())
+    }
+
+    /// The forward map against the blocks and the reverse map: every mapped
+    /// logical page points at a written page of a used block whose reverse
+    /// entry points back, and as many are mapped as pages are valid.
+    fn check_l2p_invariants(&self) -> Result<(), String> {
+        let ppb = self.pages_per_block;
         let mut mapped = 0u64;
         for (lpn, ppn) in self.l2p.mapped() {
             let (g, b) = self.locate(u64::from(ppn));

@@ -36,141 +36,77 @@ fn cat(parts: &[&[u8]]) -> Vec<u8> {
     parts.concat()
 }
 
+/// One FUSE seed before framing: (file name, reply room, request).
+type FuseSeed = (&'static str, u32, Vec<u8>);
+
+/// The reply room most FUSE seeds give.
+const CAP: u32 = 4096;
+
+/// The fuse_request seeds, one request family after another.
 fn fuse() -> Vec<(String, Vec<u8>)> {
-    let root = abi::ROOT_ID;
-    let read = |fh: u64, offset: u64, size: u32| {
-        abi::ReadIn {
-            fh,
-            offset,
-            size,
-            ..Default::default()
-        }
-        .as_bytes()
-        .to_vec()
-    };
-    let setattr = |valid: u32, size: u64, mode: u32| {
-        abi::SetattrIn {
-            valid,
-            size,
-            mode,
-            fh: F_FH,
-            ..Default::default()
-        }
-        .as_bytes()
-        .to_vec()
-    };
-    let write_in = abi::WriteIn {
-        fh: F_FH,
-        offset: 100,
-        size: 8,
+    [
+        fuse_session(),
+        fuse_lookup_and_attrs(),
+        fuse_file_io(),
+        fuse_directories(),
+        fuse_statfs_forget_interrupt(),
+        fuse_ioctl_and_dax(),
+        fuse_links_and_nodes(),
+        fuse_xattrs(),
+        fuse_ranges(),
+        fuse_locks(),
+        fuse_misc(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|(n, cap, r)| (n.to_string(), fuse_input(cap, r)))
+    .collect()
+}
+
+fn read_args(fh: u64, offset: u64, size: u32) -> Vec<u8> {
+    abi::ReadIn {
+        fh,
+        offset,
+        size,
         ..Default::default()
-    };
-    let create_in = abi::CreateIn {
+    }
+    .as_bytes()
+    .to_vec()
+}
+
+fn setattr_args(valid: u32, size: u64, mode: u32) -> Vec<u8> {
+    abi::SetattrIn {
+        valid,
+        size,
+        mode,
+        fh: F_FH,
+        ..Default::default()
+    }
+    .as_bytes()
+    .to_vec()
+}
+
+fn create_in() -> abi::CreateIn {
+    abi::CreateIn {
         flags: (libc::O_RDWR | libc::O_CREAT) as u32,
         mode: 0o100644,
         umask: 0o022,
         ..Default::default()
-    };
-    let mkdir_in = abi::MkdirIn {
-        mode: 0o755,
-        umask: 0o022,
-    };
-    let rename2 = abi::Rename2In {
-        newdir: root,
-        flags: 0,
-        ..Default::default()
-    };
-    let batch = abi::BatchForgetIn {
-        count: 2,
-        ..Default::default()
-    };
-    let forget_one = abi::ForgetOne {
-        nodeid: F_NODEID,
-        nlookup: 1,
-    };
-    let getattr_fh = abi::GetattrIn {
-        getattr_flags: abi::GETATTR_FH,
-        fh: F_FH,
-        ..Default::default()
-    };
-    let fsync = abi::FsyncIn {
+    }
+}
+
+fn fsync_in() -> abi::FsyncIn {
+    abi::FsyncIn {
         fh: F_FH,
         fsync_flags: 1,
         ..Default::default()
-    };
-    let release = abi::ReleaseIn {
-        fh: F_FH,
-        ..Default::default()
-    };
-    let releasedir = abi::ReleaseIn {
-        fh: ROOT_FH,
-        ..Default::default()
-    };
-    let open_ro = abi::OpenIn::default();
-    let ioctl_in = abi::IoctlIn {
-        fh: F_FH,
-        cmd: CXLFS_IOC_HINT,
-        in_size: HINT_SIZE as u32,
-        out_size: HINT_SIZE as u32,
-        ..Default::default()
-    };
-    let hint_bytes =
-        cxlfs_hint::encode(&HintRequest::new(HintOp::QueryStats), &HintReply::default());
-    let setup = abi::SetupMappingIn {
-        fh: F_FH,
-        len: 2 << 20,
-        ..Default::default()
-    };
-    let remove = abi::RemoveMappingIn { count: 1 };
-    let remove_one = abi::RemoveMappingOne {
-        moffset: 0,
-        len: 2 << 20,
-    };
-    let mknod_in = abi::MknodIn {
-        mode: libc::S_IFIFO | 0o644,
-        umask: 0o022,
-        ..Default::default()
-    };
-    let setxattr_in = abi::SetxattrIn { size: 2, flags: 0 };
-    let getxattr_in = abi::GetxattrIn {
-        size: 64,
-        padding: 0,
-    };
-    let fallocate_in = abi::FallocateIn {
-        fh: F_FH,
-        offset: 0,
-        length: 4096,
-        mode: (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE) as u32,
-        padding: 0,
-    };
-    let lseek_in = abi::LseekIn {
-        fh: F_FH,
-        offset: 0,
-        whence: libc::SEEK_HOLE as u32,
-        padding: 0,
-    };
-    let copy_in = abi::CopyFileRangeIn {
-        fh_in: F_FH,
-        off_in: 0,
-        nodeid_out: F_NODEID,
-        fh_out: F_FH,
-        off_out: 8192,
-        len: 4096,
-        flags: 0,
-    };
-    let lk_in = abi::LkIn {
-        fh: F_FH,
-        owner: 1,
-        lk: abi::FileLock {
-            start: 0,
-            end: i64::MAX as u64,
-            typ: libc::F_WRLCK as u32,
-            pid: 1,
-        },
-        ..Default::default()
-    };
-    let c = 4096;
-    let list: Vec<(&str, u32, Vec<u8>)> = vec![
+    }
+}
+
+/// INIT (whole and cut short) and DESTROY.
+fn fuse_session() -> Vec<FuseSeed> {
+    let c = CAP;
+    vec![
         ("init", c, request(opcode::INIT, 1, 0, &init_args())),
         (
             "init_short",
@@ -178,6 +114,19 @@ fn fuse() -> Vec<(String, Vec<u8>)> {
             request(opcode::INIT, 1, 0, &init_args()[..16]),
         ),
         ("destroy", c, request(opcode::DESTROY, 9, 0, &[])),
+    ]
+}
+
+/// LOOKUP, GETATTR and SETATTR.
+fn fuse_lookup_and_attrs() -> Vec<FuseSeed> {
+    let root = abi::ROOT_ID;
+    let getattr_fh = abi::GetattrIn {
+        getattr_flags: abi::GETATTR_FH,
+        fh: F_FH,
+        ..Default::default()
+    };
+    let c = CAP;
+    vec![
         ("lookup_f", c, request(opcode::LOOKUP, 9, root, b"f\0")),
         (
             "lookup_dotdot",
@@ -198,7 +147,7 @@ fn fuse() -> Vec<(String, Vec<u8>)> {
                 opcode::SETATTR,
                 9,
                 F_NODEID,
-                &setattr(setattr_valid::MODE, 0, 0o600),
+                &setattr_args(setattr_valid::MODE, 0, 0o600),
             ),
         ),
         (
@@ -208,7 +157,7 @@ fn fuse() -> Vec<(String, Vec<u8>)> {
                 opcode::SETATTR,
                 9,
                 F_NODEID,
-                &setattr(setattr_valid::SIZE | setattr_valid::FH, 4096, 0),
+                &setattr_args(setattr_valid::SIZE | setattr_valid::FH, 4096, 0),
             ),
         ),
         (
@@ -218,9 +167,28 @@ fn fuse() -> Vec<(String, Vec<u8>)> {
                 opcode::SETATTR,
                 9,
                 F_NODEID,
-                &setattr(setattr_valid::ATIME_NOW | setattr_valid::MTIME_NOW, 0, 0),
+                &setattr_args(setattr_valid::ATIME_NOW | setattr_valid::MTIME_NOW, 0, 0),
             ),
         ),
+    ]
+}
+
+/// OPEN, CREATE, READ, WRITE, RELEASE, FLUSH and FSYNC on a file.
+fn fuse_file_io() -> Vec<FuseSeed> {
+    let root = abi::ROOT_ID;
+    let write_in = abi::WriteIn {
+        fh: F_FH,
+        offset: 100,
+        size: 8,
+        ..Default::default()
+    };
+    let release = abi::ReleaseIn {
+        fh: F_FH,
+        ..Default::default()
+    };
+    let open_ro = abi::OpenIn::default();
+    let c = CAP;
+    vec![
         (
             "open",
             c,
@@ -233,18 +201,18 @@ fn fuse() -> Vec<(String, Vec<u8>)> {
                 opcode::CREATE,
                 9,
                 root,
-                &cat(&[create_in.as_bytes(), b"new\0"]),
+                &cat(&[create_in().as_bytes(), b"new\0"]),
             ),
         ),
         (
             "read",
             OUT_CAP_MAX,
-            request(opcode::READ, 9, F_NODEID, &read(F_FH, 0, 64 * 1024)),
+            request(opcode::READ, 9, F_NODEID, &read_args(F_FH, 0, 64 * 1024)),
         ),
         (
             "read_short_room",
             100,
-            request(opcode::READ, 9, F_NODEID, &read(F_FH, 10, 4096)),
+            request(opcode::READ, 9, F_NODEID, &read_args(F_FH, 10, 4096)),
         ),
         (
             "write",
@@ -274,18 +242,40 @@ fn fuse() -> Vec<(String, Vec<u8>)> {
         (
             "fsync",
             c,
-            request(opcode::FSYNC, 9, F_NODEID, fsync.as_bytes()),
+            request(opcode::FSYNC, 9, F_NODEID, fsync_in().as_bytes()),
         ),
+    ]
+}
+
+/// Directory handles and reads, and the namespace changes: MKDIR,
+/// SYMLINK, READLINK, UNLINK, RMDIR and RENAME(2).
+fn fuse_directories() -> Vec<FuseSeed> {
+    let root = abi::ROOT_ID;
+    let mkdir_in = abi::MkdirIn {
+        mode: 0o755,
+        umask: 0o022,
+    };
+    let rename2 = abi::Rename2In {
+        newdir: root,
+        flags: 0,
+        ..Default::default()
+    };
+    let releasedir = abi::ReleaseIn {
+        fh: ROOT_FH,
+        ..Default::default()
+    };
+    let c = CAP;
+    vec![
         ("opendir", c, request(opcode::OPENDIR, 9, root, &[0u8; 8])),
         (
             "readdir",
             c,
-            request(opcode::READDIR, 9, root, &read(ROOT_FH, 0, 4096)),
+            request(opcode::READDIR, 9, root, &read_args(ROOT_FH, 0, 4096)),
         ),
         (
             "readdirplus",
             c,
-            request(opcode::READDIRPLUS, 9, root, &read(ROOT_FH, 0, 4096)),
+            request(opcode::READDIRPLUS, 9, root, &read_args(ROOT_FH, 0, 4096)),
         ),
         (
             "releasedir",
@@ -295,7 +285,7 @@ fn fuse() -> Vec<(String, Vec<u8>)> {
         (
             "fsyncdir",
             c,
-            request(opcode::FSYNCDIR, 9, root, fsync.as_bytes()),
+            request(opcode::FSYNCDIR, 9, root, fsync_in().as_bytes()),
         ),
         (
             "mkdir",
@@ -321,6 +311,23 @@ fn fuse() -> Vec<(String, Vec<u8>)> {
                 &cat(&[rename2.as_bytes(), b"f\0h2\0"]),
             ),
         ),
+    ]
+}
+
+/// STATFS, and the requests that get no reply: FORGET, BATCH_FORGET and
+/// INTERRUPT.
+fn fuse_statfs_forget_interrupt() -> Vec<FuseSeed> {
+    let root = abi::ROOT_ID;
+    let batch = abi::BatchForgetIn {
+        count: 2,
+        ..Default::default()
+    };
+    let forget_one = abi::ForgetOne {
+        nodeid: F_NODEID,
+        nlookup: 1,
+    };
+    let c = CAP;
+    vec![
         ("statfs", c, request(opcode::STATFS, 9, root, &[])),
         (
             "forget",
@@ -346,6 +353,32 @@ fn fuse() -> Vec<(String, Vec<u8>)> {
             c,
             request(opcode::INTERRUPT, 9, 0, &9u64.to_le_bytes()),
         ),
+    ]
+}
+
+/// The hint IOCTL and the DAX window's SETUPMAPPING and REMOVEMAPPING.
+fn fuse_ioctl_and_dax() -> Vec<FuseSeed> {
+    let ioctl_in = abi::IoctlIn {
+        fh: F_FH,
+        cmd: CXLFS_IOC_HINT,
+        in_size: HINT_SIZE as u32,
+        out_size: HINT_SIZE as u32,
+        ..Default::default()
+    };
+    let hint_bytes =
+        cxlfs_hint::encode(&HintRequest::new(HintOp::QueryStats), &HintReply::default());
+    let setup = abi::SetupMappingIn {
+        fh: F_FH,
+        len: 2 << 20,
+        ..Default::default()
+    };
+    let remove = abi::RemoveMappingIn { count: 1 };
+    let remove_one = abi::RemoveMappingOne {
+        moffset: 0,
+        len: 2 << 20,
+    };
+    let c = CAP;
+    vec![
         (
             "ioctl",
             c,
@@ -371,6 +404,19 @@ fn fuse() -> Vec<(String, Vec<u8>)> {
                 &cat(&[remove.as_bytes(), remove_one.as_bytes()]),
             ),
         ),
+    ]
+}
+
+/// LINK, MKNOD (a FIFO) and TMPFILE.
+fn fuse_links_and_nodes() -> Vec<FuseSeed> {
+    let root = abi::ROOT_ID;
+    let mknod_in = abi::MknodIn {
+        mode: libc::S_IFIFO | 0o644,
+        umask: 0o022,
+        ..Default::default()
+    };
+    let c = CAP;
+    vec![
         (
             "link",
             c,
@@ -404,9 +450,21 @@ fn fuse() -> Vec<(String, Vec<u8>)> {
                 opcode::TMPFILE,
                 9,
                 root,
-                &cat(&[create_in.as_bytes(), b"/\0"]),
+                &cat(&[create_in().as_bytes(), b"/\0"]),
             ),
         ),
+    ]
+}
+
+/// SETXATTR, GETXATTR, LISTXATTR and REMOVEXATTR.
+fn fuse_xattrs() -> Vec<FuseSeed> {
+    let setxattr_in = abi::SetxattrIn { size: 2, flags: 0 };
+    let getxattr_in = abi::GetxattrIn {
+        size: 64,
+        padding: 0,
+    };
+    let c = CAP;
+    vec![
         (
             "setxattr",
             c,
@@ -437,6 +495,36 @@ fn fuse() -> Vec<(String, Vec<u8>)> {
             c,
             request(opcode::REMOVEXATTR, 9, F_NODEID, b"user.k\0"),
         ),
+    ]
+}
+
+/// The byte-range requests: FALLOCATE (punch a hole), LSEEK (to a hole)
+/// and COPY_FILE_RANGE.
+fn fuse_ranges() -> Vec<FuseSeed> {
+    let fallocate_in = abi::FallocateIn {
+        fh: F_FH,
+        offset: 0,
+        length: 4096,
+        mode: (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE) as u32,
+        padding: 0,
+    };
+    let lseek_in = abi::LseekIn {
+        fh: F_FH,
+        offset: 0,
+        whence: libc::SEEK_HOLE as u32,
+        padding: 0,
+    };
+    let copy_in = abi::CopyFileRangeIn {
+        fh_in: F_FH,
+        off_in: 0,
+        nodeid_out: F_NODEID,
+        fh_out: F_FH,
+        off_out: 8192,
+        len: 4096,
+        flags: 0,
+    };
+    let c = CAP;
+    vec![
         (
             "fallocate_punch",
             c,
@@ -452,6 +540,24 @@ fn fuse() -> Vec<(String, Vec<u8>)> {
             c,
             request(opcode::COPY_FILE_RANGE, 9, F_NODEID, copy_in.as_bytes()),
         ),
+    ]
+}
+
+/// The POSIX lock requests: GETLK, SETLK and SETLKW.
+fn fuse_locks() -> Vec<FuseSeed> {
+    let lk_in = abi::LkIn {
+        fh: F_FH,
+        owner: 1,
+        lk: abi::FileLock {
+            start: 0,
+            end: i64::MAX as u64,
+            typ: libc::F_WRLCK as u32,
+            pid: 1,
+        },
+        ..Default::default()
+    };
+    let c = CAP;
+    vec![
         (
             "getlk",
             c,
@@ -467,6 +573,15 @@ fn fuse() -> Vec<(String, Vec<u8>)> {
             c,
             request(opcode::SETLKW, 9, F_NODEID, lk_in.as_bytes()),
         ),
+    ]
+}
+
+/// SYNCFS and ACCESS, an unknown opcode, and a request with no room for
+/// its reply.
+fn fuse_misc() -> Vec<FuseSeed> {
+    let root = abi::ROOT_ID;
+    let c = CAP;
+    vec![
         ("syncfs", c, request(opcode::SYNCFS, 9, root, &[0u8; 8])),
         (
             "access",
@@ -475,10 +590,7 @@ fn fuse() -> Vec<(String, Vec<u8>)> {
         ),
         ("unknown_op", c, request(200, 9, root, &[])),
         ("no_room", 8, request(opcode::STATFS, 9, root, &[])),
-    ];
-    list.into_iter()
-        .map(|(n, cap, r)| (n.to_string(), fuse_input(cap, r)))
-        .collect()
+    ]
 }
 
 fn control() -> Vec<(String, Vec<u8>)> {
