@@ -45,8 +45,13 @@ pub enum DropCapabilitiesError {
     #[error("cannot list this process's threads")]
     Threads(#[source] io::Error),
     /// A thread did not run the handler in time.
-    #[error("{0} thread(s) did not drop their capabilities within 2 s")]
-    Timeout(usize),
+    #[error("{count} thread(s) did not drop their capabilities within {ANSWER_WAIT:?}: {threads}")]
+    Timeout {
+        /// Threads that never answered.
+        count: usize,
+        /// Each one's tid, name, state and wait channel.
+        threads: String,
+    },
     /// A thread's `prctl`/`capset` failed.
     #[error("{0} thread(s) failed to drop their capabilities")]
     Failed(usize),
@@ -83,20 +88,44 @@ fn ack(tid: u32) {
     }
 }
 
-/// Whether every thread in `visited` answered or has exited.
-fn all_answered_or_gone(visited: &HashSet<u32>) -> io::Result<bool> {
-    let done = DONE.load(Ordering::Acquire);
-    if done > MAX_ACKS {
-        // Too many to tell apart: only the count says.
-        return Ok(false);
-    }
+/// How long the broadcast waits for every thread's answer.
+const ANSWER_WAIT: Duration = Duration::from_secs(10);
+/// How often a thread that has not answered is signalled again.
+const RESIGNAL_EVERY: Duration = Duration::from_millis(250);
+
+/// The threads of `visited` still alive that have not answered (beyond
+/// [`MAX_ACKS`] answers, the later ones cannot be told apart: their
+/// threads stay listed, which only makes the wait longer).
+fn unanswered(visited: &HashSet<u32>) -> io::Result<Vec<u32>> {
+    let done = DONE.load(Ordering::Acquire).min(MAX_ACKS);
     let acked: HashSet<u32> = ACKED[..done]
         .iter()
         .map(|a| a.load(Ordering::Acquire))
         .collect();
     Ok(tids()?
         .into_iter()
-        .all(|t| !visited.contains(&t) || acked.contains(&t)))
+        .filter(|t| visited.contains(t) && !acked.contains(t))
+        .collect())
+}
+
+/// `tid`'s name, scheduler state and wait channel, for the timeout error.
+fn describe_thread(tid: u32) -> String {
+    let read = |f: &str| std::fs::read_to_string(format!("/proc/self/task/{tid}/{f}"));
+    let name = read("comm").unwrap_or_default();
+    let state = read("stat")
+        .ok()
+        .and_then(|st| {
+            Some(
+                st.rsplit_once(')')?
+                    .1
+                    .split_whitespace()
+                    .next()?
+                    .to_string(),
+            )
+        })
+        .unwrap_or_default();
+    let wchan = read("wchan").unwrap_or_default();
+    format!("{tid} {} {state} {wchan}", name.trim())
 }
 
 /// `struct __user_cap_header_struct` (linux/capability.h).
@@ -258,6 +287,39 @@ fn task_caps(tid: u32, key: &str) -> Option<u64> {
     })
 }
 
+/// Waits until every thread of `visited` still alive has answered. A
+/// short-lived thread may take the signal to its exit and never run the
+/// handler: once every thread still listed has answered, the rest are
+/// gone. A thread that has not answered is signalled again every
+/// [`RESIGNAL_EVERY`] (a second drop is harmless; the final check reads
+/// every thread's sets anyway).
+fn await_answers(pid: libc::pid_t, visited: &HashSet<u32>) -> Result<(), DropCapabilitiesError> {
+    let start = Instant::now();
+    let mut resent = start;
+    loop {
+        let waiting = unanswered(visited).map_err(DropCapabilitiesError::Threads)?;
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        if start.elapsed() > ANSWER_WAIT {
+            let threads: Vec<String> = waiting.iter().map(|&t| describe_thread(t)).collect();
+            return Err(DropCapabilitiesError::Timeout {
+                count: waiting.len(),
+                threads: threads.join("; "),
+            });
+        }
+        if resent.elapsed() >= RESIGNAL_EVERY {
+            resent = Instant::now();
+            for &tid in &waiting {
+                // SAFETY: signalling a thread of our own process (one that
+                // exits meanwhile is no longer listed next time round).
+                unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, signal()) };
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// CAP_SYS_NICE, kept only for `--realtime-priority`.
 pub const CAP_SYS_NICE: u32 = 23;
 
@@ -285,7 +347,6 @@ pub fn drop_capabilities(extra: &[u32]) -> Result<(), DropCapabilitiesError> {
     // SAFETY: no preconditions.
     let (pid, me) = unsafe { (libc::getpid(), libc::gettid()) };
     let mut visited = HashSet::new();
-    let mut sent = 0usize;
     DONE.store(0, Ordering::Release);
     FAILED.store(0, Ordering::Release);
     // A thread spawned by one not yet visited inherits full capabilities
@@ -301,7 +362,6 @@ pub fn drop_capabilities(extra: &[u32]) -> Result<(), DropCapabilitiesError> {
         }
         for tid in fresh {
             visited.insert(tid);
-            sent += 1;
             if tid as libc::pid_t == me {
                 on_signal(0);
                 continue;
@@ -313,21 +373,7 @@ pub fn drop_capabilities(extra: &[u32]) -> Result<(), DropCapabilitiesError> {
                 ack(tid);
             }
         }
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while DONE.load(Ordering::Acquire) < sent {
-            // A short-lived thread may take the signal to its exit and
-            // never run the handler: once every thread still listed has
-            // answered, the rest are gone.
-            if all_answered_or_gone(&visited).map_err(DropCapabilitiesError::Threads)? {
-                break;
-            }
-            if Instant::now() > deadline {
-                return Err(DropCapabilitiesError::Timeout(
-                    sent - DONE.load(Ordering::Acquire),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        await_answers(pid, &visited)?;
     }
     let failed = FAILED.load(Ordering::Acquire);
     if failed > 0 {
