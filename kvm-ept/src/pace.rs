@@ -15,6 +15,24 @@ pub const SPIN_NS: u64 = 50_000;
 /// futex wake-up, tens of µs on a busy host).
 pub const INLINE_SPIN_NS: u64 = 80_000;
 
+/// Whether a reply due at `deadline_ns` stays with the thread that made
+/// it, which spins for it ([`wait_until`]), rather than going to the pacer
+/// thread: it is due within [`INLINE_SPIN_NS`] of `now_ns`. The one rule
+/// for the virtio transport's queue workers and the plane's request
+/// threads.
+pub fn keep_inline(now_ns: u64, deadline_ns: u64) -> bool {
+    deadline_ns <= now_ns.saturating_add(INLINE_SPIN_NS)
+}
+
+/// Asks for no timer slack on this thread: the default (50 µs) would make
+/// every sleep towards a deadline late by up to that much. Every thread
+/// that paces replies calls it once at its start.
+pub fn precise_timer_slack() {
+    if let Err(e) = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1)) {
+        tracing::debug!(error = %e, "cannot set this thread's timer slack");
+    }
+}
+
 /// Blocks until `now() >= deadline_ns`: sleeps until [`SPIN_NS`] before it,
 /// then spins. Returns the clock value seen last.
 pub fn wait_until(now: impl Fn() -> u64, deadline_ns: u64) -> u64 {

@@ -527,9 +527,7 @@ impl WorkerCtx {
         if let Some(cpu) = self.spec.pin {
             pin_to(cpu);
         }
-        // Sleep precision matters for paced replies (default slack: 50 µs).
-        // SAFETY: a plain prctl with integer arguments, on this thread only.
-        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
+        crate::pace::precise_timer_slack();
         let per = self.spec.entries_per_queue;
         let mut entries: Vec<Entry> = self
             .spec

@@ -31,7 +31,6 @@ use crate::server::{Deferred, FuseHandler, Incoming, MAX_REQUEST, WRITE_PAYLOAD_
 use crate::sync::lock;
 use chain::ChainBufs;
 use std::io;
-use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -59,7 +58,7 @@ type Vring = VringRwLock<GuestMem>;
 
 // A reply due within INLINE_SPIN_NS is kept by the queue worker, which
 // spins for it while polling its ring, instead of going to the pacer.
-use residency::pace::{self, INLINE_SPIN_NS};
+use residency::pace;
 
 /// Queue geometry.
 #[derive(Debug, Clone, Copy)]
@@ -300,7 +299,7 @@ impl FsBackend {
 
     /// Serves the queue until it is empty and no locally held reply is
     /// left. Chains are popped one at a time; a reply due within
-    /// [`INLINE_SPIN_NS`] stays with this worker, which spins for it while
+    /// [`INLINE_SPIN_NS`](pace::INLINE_SPIN_NS) stays with this worker, which spins for it while
     /// polling the ring for new requests (no thread hand-off, no wake-up
     /// latency); later replies go to the pacer. With `VIRTIO_RING_F_EVENT_IDX`
     /// the guest's kicks are suppressed while the worker is busy, and the
@@ -513,7 +512,7 @@ impl FsBackend {
             head,
             len,
         };
-        if deadline - now <= INLINE_SPIN_NS {
+        if pace::keep_inline(now, deadline) {
             local.push(held);
             false
         } else {
@@ -593,10 +592,7 @@ fn run_pacer(
     event_idx: Arc<AtomicBool>,
     floor_ns: u64,
 ) {
-    // Sleep precision matters: ask for no timer slack on this thread.
-    if let Err(e) = rustix::thread::set_current_timer_slack(NonZeroU64::new(1)) {
-        tracing::debug!(error = %e, "cannot set timer slack");
-    }
+    pace::precise_timer_slack();
     pace::run_pacer(
         &rx,
         || clock.now_ns(),

@@ -224,6 +224,33 @@ impl std::fmt::Debug for SharedDevice {
     }
 }
 
+/// Splits pool bytes `[addr, addr + len)` (one extent at most) by tier
+/// at `cxl_ratio`: DRAM-tier pages are counted into `charge` and cost
+/// nothing; each CXL-tier run `[from, to)` goes to `cxl`.
+fn by_tier(
+    cxl_ratio: u8,
+    addr: u64,
+    len: u64,
+    charge: &mut Charge,
+    mut cxl: impl FnMut(u64, u64, &mut Charge) -> Result<(), AccessError>,
+) -> Result<(), AccessError> {
+    if len == 0 {
+        return Ok(());
+    }
+    let end = addr + len;
+    for (first, pages, tier) in placement::runs(cxl_ratio, addr / PAGE, (end - 1) / PAGE) {
+        match tier {
+            Tier::Dram => charge.dram_pages += pages,
+            Tier::Cxl => cxl(
+                (first * PAGE).max(addr),
+                ((first + pages) * PAGE).min(end),
+                charge,
+            )?,
+        }
+    }
+    Ok(())
+}
+
 /// Charges pool bytes `[addr, addr + len)` (one extent at most) at
 /// `now_ns`: CXL-tier runs go to the device, DRAM-tier pages are counted
 /// and cost nothing.
@@ -236,23 +263,12 @@ fn charge_locked(
     len: u64,
     charge: &mut Charge,
 ) -> Result<(), AccessError> {
-    if len == 0 {
-        return Ok(());
-    }
-    let end = addr + len;
-    for (first, pages, tier) in placement::runs(cxl_ratio, addr / PAGE, (end - 1) / PAGE) {
-        match tier {
-            Tier::Dram => charge.dram_pages += pages,
-            Tier::Cxl => {
-                let from = (first * PAGE).max(addr);
-                let to = ((first + pages) * PAGE).min(end);
-                // A run never crosses an extent (the caller splits there),
-                // so it fits a u32.
-                charge.add(&dev.access(now_ns, op, from, (to - from) as u32)?);
-            }
-        }
-    }
-    Ok(())
+    by_tier(cxl_ratio, addr, len, charge, |from, to, charge| {
+        // A run never crosses an extent (the caller splits there), so it
+        // fits a u32.
+        charge.add(&dev.access(now_ns, op, from, (to - from) as u32)?);
+        Ok(())
+    })
 }
 
 impl SharedDevice {
@@ -548,22 +564,11 @@ impl SharedDevice {
         len: u64,
     ) -> Result<Charge, ChargeAccessError> {
         self.charged(now_ns, |_, dev, ratio, charge| {
-            if len == 0 {
-                return Ok(());
-            }
-            let end = addr + len;
-            for (first, pages, tier) in placement::runs(ratio, addr / PAGE, (end - 1) / PAGE) {
-                match tier {
-                    Tier::Dram => charge.dram_pages += pages,
-                    Tier::Cxl => {
-                        let from = (first * PAGE).max(addr);
-                        let to = ((first + pages) * PAGE).min(end);
-                        let done = dev.write_back(now_ns, from, to - from)?;
-                        charge.completes_at_ns = charge.completes_at_ns.max(done);
-                    }
-                }
-            }
-            Ok(())
+            by_tier(ratio, addr, len, charge, |from, to, charge| {
+                let done = dev.write_back(now_ns, from, to - from)?;
+                charge.completes_at_ns = charge.completes_at_ns.max(done);
+                Ok(())
+            })
         })
     }
 

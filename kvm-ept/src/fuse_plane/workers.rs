@@ -7,7 +7,7 @@
 
 use super::server::{error_reply, Outcome, Server};
 use super::{ReaderMode, CALIB_NODEID, MAX_WRITE, POOL_NODEID};
-use crate::pace::{self, INLINE_SPIN_NS};
+use crate::pace;
 use crate::PAGE_SIZE;
 use fuse_abi::{self as abi, Cursor, InHeader};
 use std::cell::Cell;
@@ -192,14 +192,14 @@ pub(super) fn reader(
 }
 
 /// Writes a handled request's reply now, or when it is due: spun for here
-/// if due within [`INLINE_SPIN_NS`], else handed to the pacer.
+/// if due within [`INLINE_SPIN_NS`](pace::INLINE_SPIN_NS), else handed to the pacer.
 fn deliver(server: &Server, dev: &File, pacer: &Sender<Held>, out: &mut Vec<u8>, outcome: Outcome) {
     match outcome {
         Outcome::None => {}
         Outcome::Reply | Outcome::ReplyAndExit => write_reply(dev, out),
         Outcome::ReplyAt(deadline) => {
             let now = server.backend.now_ns();
-            if deadline <= now.saturating_add(INLINE_SPIN_NS) {
+            if pace::keep_inline(now, deadline) {
                 pace::wait_until(|| server.backend.now_ns(), deadline);
                 write_reply(dev, out);
             } else {
@@ -272,12 +272,7 @@ pub(super) fn forwarded(
 /// The pacer: writes each held reply when it is due.
 pub(super) fn pacer(server: &Server, dev: &File, rx: Receiver<Held>) {
     REQUEST_THREAD.with(|c| c.set(true));
-    // Sleep precision matters: the default timer slack (50 µs) would make
-    // every reply handed here late by up to that much.
-    // SAFETY: a plain prctl with integer arguments, on this thread only.
-    if unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) } != 0 {
-        tracing::debug!(error = %io::Error::last_os_error(), "cannot set the pacer's timer slack");
-    }
+    pace::precise_timer_slack();
     pace::run_pacer(
         &rx,
         || server.backend.now_ns(),
