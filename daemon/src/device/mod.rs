@@ -271,6 +271,24 @@ fn charge_locked(
     })
 }
 
+/// Charges file bytes `(key, offset, len)`: maps them to pool segments
+/// (allocating extents as needed), marks those touched, charges each.
+fn charge_file_locked(
+    pool: &mut Pool,
+    dev: &mut Device,
+    cxl_ratio: u8,
+    now_ns: u64,
+    op: Op,
+    (key, offset, len): (FileKey, u64, u64),
+    charge: &mut Charge,
+) -> Result<(), AccessError> {
+    for s in pool.segments(key, offset, len) {
+        pool.touch(s.addr, u64::from(s.len));
+        charge_locked(dev, cxl_ratio, now_ns, op, s.addr, u64::from(s.len), charge)?;
+    }
+    Ok(())
+}
+
 impl SharedDevice {
     /// Wraps a device (every page on the CXL tier); its capacity bounds the pool.
     pub fn new(device: Device) -> Self {
@@ -587,17 +605,23 @@ impl SharedDevice {
                 ..Charge::default()
             });
         }
-        // Short of extents: reclaim idle files first (outside the lock).
+        // Short of extents: reclaim idle files first (outside the lock),
+        // then charge. Usually not short: one transaction.
         let want = len.div_ceil(EXTENT_SIZE) + 1;
-        if self.read(|pool, _| pool.free_count() < want && pool.oldest_idle().is_some()) {
-            self.make_room(want);
-        }
-        self.charged(now_ns, |pool, dev, ratio, charge| {
-            for s in pool.segments(key, offset, len) {
-                pool.touch(s.addr, u64::from(s.len));
-                charge_locked(dev, ratio, now_ns, op, s.addr, u64::from(s.len), charge)?;
+        let mut short = false;
+        let charge = self.charged(now_ns, |pool, dev, ratio, charge| {
+            if pool.free_count() < want && pool.oldest_idle().is_some() {
+                short = true;
+                return Ok(());
             }
-            Ok(())
+            charge_file_locked(pool, dev, ratio, now_ns, op, (key, offset, len), charge)
+        })?;
+        if !short {
+            return Ok(charge);
+        }
+        self.make_room(want);
+        self.charged(now_ns, |pool, dev, ratio, charge| {
+            charge_file_locked(pool, dev, ratio, now_ns, op, (key, offset, len), charge)
         })
     }
 
