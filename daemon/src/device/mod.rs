@@ -202,8 +202,6 @@ pub struct Published {
     pub evicted_pages: u64,
     /// Of those, the pages the observers dropped ([`Publish::Wait`] only).
     pub dropped_pages: u64,
-    /// Pages the prefetcher filled.
-    pub prefetched_pages: u64,
 }
 
 /// Why device address space could not be set aside for memory regions.
@@ -493,7 +491,6 @@ impl SharedDevice {
         };
         let mut done = Published {
             evicted_pages: evicted.len() as u64,
-            prefetched_pages: prefetched.len() as u64,
             ..Published::default()
         };
         match publish {
@@ -511,9 +508,10 @@ impl SharedDevice {
         f(&state.pool, &state.device)
     }
 
-    /// Runs `f` on the locked pool (pool changes cause no device events).
+    /// Runs `f` on the locked pool. Pool changes cause no device events,
+    /// so there is nothing to drain or publish.
     fn with_pool<R>(&self, f: impl FnOnce(&mut Pool) -> R) -> R {
-        self.transact(Publish::Hand, |pool, _| f(pool)).0
+        f(&mut self.state().pool)
     }
 
     /// Device counters.
