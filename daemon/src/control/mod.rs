@@ -34,6 +34,8 @@ pub mod hint;
 mod pins;
 mod range;
 pub mod socket;
+#[cfg(test)]
+mod tests;
 
 use crate::dax::DaxPlane;
 use crate::device::SharedDevice;

@@ -32,7 +32,7 @@ mod filler;
 mod observer;
 pub mod session;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 mod vms;
 mod windows;
 mod writeback;

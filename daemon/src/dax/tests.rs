@@ -28,12 +28,12 @@ const C: Context = Context {
 };
 
 /// A file's first extent mapped shared from the pool file.
-struct Mapped {
+pub(crate) struct Mapped {
     at: *mut u8,
 }
 
 impl Mapped {
-    fn store(&self, page: u64, value: u8) {
+    pub(crate) fn store(&self, page: u64, value: u8) {
         // SAFETY: `page` lies in the mapping (asserted); a store traps
         // into the plane like a guest's.
         unsafe {
@@ -42,7 +42,7 @@ impl Mapped {
         }
     }
 
-    fn load(&self, page: u64) -> u8 {
+    pub(crate) fn load(&self, page: u64) -> u8 {
         assert!(page < EXTENT_SIZE / P);
         // SAFETY: inside the mapping, which lives as long as `self`.
         unsafe { std::ptr::read_volatile(self.at.add((page * P) as usize)) }
@@ -64,34 +64,44 @@ impl Drop for Mapped {
 /// counts below cannot tell from the operation's own.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-pub(super) struct Rig {
+pub(crate) struct Rig {
     _one: MutexGuard<'static, ()>,
     fs: TimedFs<PassthroughFs>,
-    pub(super) dax: Arc<DaxPlane>,
-    shared: Arc<SharedDevice>,
-    share: tempfile::TempDir,
+    pub(crate) dax: Arc<DaxPlane>,
+    pub(crate) shared: Arc<SharedDevice>,
+    pub(crate) share: tempfile::TempDir,
     _mnt: tempfile::TempDir,
 }
 
 /// An open file of the share: node, handle, key, and its chunk 0
 /// mapped from the pool.
-struct Opened {
+pub(crate) struct Opened {
     nodeid: u64,
     fh: u64,
     key: FileKey,
-    map: Mapped,
+    pub(crate) map: Mapped,
 }
 
 /// The plane mounted over a fresh device; `None` (the test is skipped)
 /// without root or /dev/fuse, outside CI.
 pub(super) fn rig() -> Option<Rig> {
-    let one = lock(&ONE_AT_A_TIME);
-    let mnt = tempfile::tempdir().unwrap();
-    let share = tempfile::tempdir().unwrap();
+    rig_on(SharedDevice::new)
+}
+
+/// The device the rigs run: a 16 MiB cache, 2 µs NAND reads.
+pub(crate) fn rig_device() -> Device {
     let cfg = DeviceConfig::default()
         .with_overrides(&["cache.size_bytes=16MiB", "nand.read_ns=2us"])
         .unwrap();
-    let shared = Arc::new(SharedDevice::new(Device::new(cfg).unwrap()));
+    Device::new(cfg).unwrap()
+}
+
+/// [`rig`] over the shared device `make` builds of [`rig_device`].
+pub(crate) fn rig_on(make: impl FnOnce(Device) -> SharedDevice) -> Option<Rig> {
+    let one = lock(&ONE_AT_A_TIME);
+    let mnt = tempfile::tempdir().unwrap();
+    let share = tempfile::tempdir().unwrap();
+    let shared = Arc::new(make(rig_device()));
     let mount = |size, backend| {
         FusePoolPlane::mount(mnt.path(), size, backend, PlaneOptions::default())
             .map(|p| Arc::new(p) as Arc<dyn ResidencyPlane>)
@@ -136,7 +146,7 @@ pub(super) fn rig() -> Option<Rig> {
 impl Rig {
     /// Creates `name` with `pages` pages of `fill` (a sparse file of
     /// that size with `fill` 0), opens it with `flags`, maps it.
-    fn file(&self, name: &str, pages: u64, fill: u8, flags: i32) -> Opened {
+    pub(crate) fn file(&self, name: &str, pages: u64, fill: u8, flags: i32) -> Opened {
         let path = self.share.path().join(name);
         let f = std::fs::File::create(&path).unwrap();
         if fill == 0 {
