@@ -361,6 +361,12 @@ pub struct MemoryRegionSample {
     pub readahead_refused: u64,
     /// Times the region was released (its VM went away).
     pub releases: u64,
+    /// Accesses to resident region pages that access sampling caught and
+    /// handed to the device's policy as hits (`cxlfsd --access-sampling`).
+    pub sampled_accesses: u64,
+    /// Resident region pages access sampling armed (dropped from the
+    /// plane so that their next access traps): what sampling cost.
+    pub sampling_armed_pages: u64,
 }
 
 /// One memory-mode family: a field of [`MemoryRegionSample`], exposed per
@@ -392,6 +398,8 @@ pub const REGION_FAMILIES: &[RegionFamily] = &[
     RegionFamily { name: "cxlfs_region_plane_resident_bytes", kind: FamilyKind::Gauge, help: "Region bytes resident in the plane (upper bound).", value: |r| r.plane_resident_bytes },
     RegionFamily { name: "cxlfs_region_readahead_refused_total", kind: FamilyKind::Counter, help: "Readahead READs of the region refused (a fault reads its own page).", value: |r| r.readahead_refused },
     RegionFamily { name: "cxlfs_region_releases_total", kind: FamilyKind::Counter, help: "Times the region was released with its VM.", value: |r| r.releases },
+    RegionFamily { name: "cxlfs_region_sampled_accesses_total", kind: FamilyKind::Counter, help: "Accesses to resident region pages caught by access sampling (hits the policy saw).", value: |r| r.sampled_accesses },
+    RegionFamily { name: "cxlfs_region_sampling_armed_pages_total", kind: FamilyKind::Counter, help: "Resident region pages access sampling armed (their next access traps).", value: |r| r.sampling_armed_pages },
 ];
 
 /// When and which sample a set of lines is.
