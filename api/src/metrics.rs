@@ -74,6 +74,9 @@ pub struct VmSample {
     pub fuse_ops: BTreeMap<String, u64>,
     /// Residency-plane traps of the VM's VMM threads (`all`: every trap).
     pub traps: u64,
+    /// Bytes the VM's DAX window maps now: its resident file pages
+    /// (`all`: every VM's).
+    pub dax_mapped_bytes: u64,
     /// NAND programs / host programs during the VM's accesses (1 when
     /// none; `all`: the device's).
     pub write_amplification: f64,
@@ -149,6 +152,19 @@ pub struct DeviceTotals {
     pub pool_evictions: u64,
     /// Prefetched pages pushed into the plane (they never trap).
     pub pool_prefetch_stores: u64,
+    /// Access sampling: resident pages armed (dropped from their plane so
+    /// that their next access traps).
+    pub sampling_armed_pages: u64,
+    /// Access sampling: traps on armed pages, every plane (accesses the
+    /// policy saw as hits; each an extra trap).
+    pub sampled_accesses: u64,
+    /// Access sampling: write-backs of armed pages whose NAND program was
+    /// deferred (the page stayed dirty in the model), in pages.
+    pub sampling_deferred_pages: u64,
+    /// Access sampling: deferred programs charged since.
+    pub sampling_deferred_programs: u64,
+    /// Access sampling: time the sampler spent arming pages (ns).
+    pub sampling_busy_ns: u64,
 }
 
 /// Prometheus metric type.
@@ -249,6 +265,11 @@ impl DeviceTotals {
             f("cxlfs_pool_evictions_total", Counter, "Pool ranges evicted from the residency plane.", n(self.pool_evictions)),
             f("cxlfs_pool_prefetch_stores_total", Counter, "Prefetched pages pushed into the residency plane (NOTIFY_STORE): first touches that do not trap.", n(self.pool_prefetch_stores)),
             f("cxlfs_traps_all_total", Counter, "Residency-plane traps, every VM and unknown threads.", n(self.traps)),
+            f("cxlfs_sampling_armed_pages_total", Counter, "Access sampling: resident pages armed (dropped from their plane so that their next access traps).", n(self.sampling_armed_pages)),
+            f("cxlfs_sampled_accesses_all_total", Counter, "Access sampling: traps on armed pages, every plane (accesses the policy saw as hits; each one an extra trap).", n(self.sampled_accesses)),
+            f("cxlfs_sampling_deferred_pages_total", Counter, "Access sampling: write-backs of armed pages whose NAND program was deferred (dirty in the model until evicted).", n(self.sampling_deferred_pages)),
+            f("cxlfs_sampling_deferred_programs_total", Counter, "Access sampling: deferred NAND programs charged since.", n(self.sampling_deferred_programs)),
+            f("cxlfs_sampling_busy_seconds_total", Counter, "Access sampling: time the sampler spent arming pages.", self.sampling_busy_ns as f64 / 1e9),
         ];
         const PLACED: &str =
             "Pool pages placed (touched) per tier; dram pages are always resident.";

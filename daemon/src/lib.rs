@@ -13,7 +13,7 @@
 //!   ([`Cli`], [`DaemonConfig`], [`VmSpec`]), the shared state and its
 //!   sessions ([`DaemonState`], [`listen`], [`SessionOptions`]), the
 //!   device ([`SharedDevice`], [`Placement`]), memory mode
-//!   ([`MemoryRegions`]), the control socket ([`ControlSocket`]), the
+//!   ([`MemoryRegions`]), access sampling ([`AccessSampler`]), the control socket ([`ControlSocket`]), the
 //!   metrics ([`serve_metrics`], [`MetricsFileWriter`],
 //!   [`render_prometheus`]), termination signals; the filesystem stack the
 //!   tests build by hand ([`PassthroughFs`] under [`TimedFs`]); and the
@@ -25,6 +25,8 @@
 //! these or among the submodules of any module):
 //! * `daemon` (+ `main.rs`) — the only place that knows every type: wires
 //!   the layers, one serving thread per VM, reconnects, shutdown;
+//! * `sampler` — access sampling's thread: arms resident pages of the DAX
+//!   pool and the memory regions so that their next access traps;
 //! * `backend` — the vhost-user transport of one connection: vring
 //!   workers, zero-copy payloads, the pacer;
 //! * `control` — cache control at run time: the socket, the executor, the
@@ -55,6 +57,7 @@ mod ids;
 mod memory;
 mod metrics;
 mod passthrough;
+mod sampler;
 pub mod sandbox;
 pub mod server;
 mod signals;
@@ -74,6 +77,7 @@ pub use memory::MemoryRegions;
 pub use metrics::file::MetricsFileWriter;
 pub use metrics::{render_prometheus, serve as serve_metrics, Metrics, VmMetrics};
 pub use passthrough::{CacheMode, GuestIds, IdMap, PassthroughFs};
+pub use sampler::AccessSampler;
 pub use signals::{block_termination_signals, wait_for_termination};
 pub use timing::TimedFs;
 

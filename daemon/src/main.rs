@@ -5,7 +5,7 @@ use cxlfs_device_model::Device;
 use cxlfsd::sandbox::{caps, seccomp, Keep, Leftovers, SandboxMode};
 use cxlfsd::server::ServerOptions;
 use cxlfsd::{
-    Cli, ControlSocket, DaemonConfig, DaemonState, Features, ListeningVm, MemoryRegions,
+    AccessSampler, Cli, ControlSocket, DaemonConfig, DaemonState, Features, ListeningVm, MemoryRegions,
     MetricsFileWriter, Placement, SessionOptions, SharedDevice, VmSpec,
 };
 use residency::HelperCommand;
@@ -67,6 +67,7 @@ fn run(cli: &Cli) -> Result<(), BoxError> {
     let memory = start_memory(&cfg, &shared)?;
     let (state, control_socket) = start_state(&cfg, shared, &shared_dir, memory.as_ref())?;
     let metrics_file = start_metrics(&cfg, &state)?;
+    let sampler = start_sampling(&cfg, &state, memory.as_ref())?;
     let vms = resolve_vm_dirs(&cfg)?;
     let listening = vms
         .iter()
@@ -79,6 +80,8 @@ fn run(cli: &Cli) -> Result<(), BoxError> {
     }
     confine(cli, &cfg, sandbox, shared_dir, &vms, fd_limit)?;
     serve_until_signal(&state, listening)?;
+    // No page is armed once the planes start to close.
+    drop(sampler);
     shut_down(&state, control_socket.as_ref(), metrics_file, leftovers);
     Ok(())
 }
@@ -176,6 +179,24 @@ fn start_state(
         d.set_reply_timeout(cfg.dax.reply_timeout);
     }
     Ok((state, control_socket))
+}
+
+/// Access sampling over the DAX pool and the memory regions, if asked for.
+fn start_sampling(
+    cfg: &DaemonConfig,
+    state: &DaemonState,
+    memory: Option<&Arc<MemoryRegions>>,
+) -> Result<Option<AccessSampler>, BoxError> {
+    let Some(rate) = cfg.access_sampling else {
+        return Ok(None);
+    };
+    let sampler = AccessSampler::start(
+        state.shared.clone(),
+        state.dax().cloned(),
+        memory.cloned(),
+        rate,
+    )?;
+    Ok(Some(sampler))
 }
 
 /// The metrics endpoint and the metrics time series, as configured.

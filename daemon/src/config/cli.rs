@@ -82,6 +82,15 @@ pub struct Cli {
     /// wake-up per miss, burns a core.
     #[arg(long)]
     pub plane_poll: bool,
+    /// Access sampling: off (default) | RATE, resident device-cache pages
+    /// armed per second (`2000/s`, or a bare number; at most 1000000/s).
+    /// An armed page is dropped from its residency plane (DAX window or
+    /// CXL memory region) while the device cache keeps it: the guest's next
+    /// access to it traps and is charged as a device hit, so the policy
+    /// sees accesses that otherwise run at memory speed unseen. Costs one
+    /// trap per sampled access; charges no NAND time.
+    #[arg(long, value_name = "off|RATE")]
+    pub access_sampling: Option<String>,
     /// virtio-fs tag in the device config space (default `cxlfs`), for
     /// front-ends that read it from the back-end (VHOST_USER_GET_CONFIG,
     /// e.g. QEMU >= 11.1 `vhost-user-test-device-pci,virtio-id=26`);
@@ -208,6 +217,7 @@ impl TryFrom<&Cli> for Settings {
             latency_compensation: cli.latency_compensation.clone(),
             plane_transport: cli.plane_transport.clone(),
             plane_poll: cli.plane_poll.then_some(true),
+            access_sampling: cli.access_sampling.clone().map(toml::Value::String),
             tag: cli.tag.clone(),
             dax: cli.dax,
             dax_window: cli.dax_window.clone(),

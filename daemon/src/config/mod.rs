@@ -155,6 +155,39 @@ pub struct DaemonConfig {
     pub guest_ids: GuestIds,
     /// Memory mode: a CXL memory region per named VM.
     pub memory_regions: Vec<MemoryRegionSpec>,
+    /// Access sampling: resident pages armed per second (`None`: off).
+    pub access_sampling: Option<u32>,
+}
+
+/// The highest access-sampling rate (pages armed per second).
+pub const MAX_ACCESS_SAMPLING: u32 = 1_000_000;
+
+/// `access_sampling`: `"off"`, `"N/s"`, `"N"` or a TOML integer N, with
+/// 1 <= N <= [`MAX_ACCESS_SAMPLING`]; `None`: off.
+fn access_sampling(s: &Settings) -> Result<Option<u32>, LoadDaemonConfigError> {
+    let bad = |v: &dyn std::fmt::Display| {
+        LoadDaemonConfigError::Invalid(format!(
+            "access_sampling `{v}`: give off or a rate in pages per second, 1..={MAX_ACCESS_SAMPLING} (e.g. 2000/s)"
+        ))
+    };
+    let n: i64 = match &s.access_sampling {
+        None => return Ok(None),
+        Some(toml::Value::String(t)) if t.trim() == "off" => return Ok(None),
+        Some(toml::Value::String(t)) => {
+            let t = t.trim();
+            t.strip_suffix("/s")
+                .unwrap_or(t)
+                .trim()
+                .parse()
+                .map_err(|_| bad(&t))?
+        }
+        Some(toml::Value::Integer(n)) => *n,
+        Some(v) => return Err(bad(v)),
+    };
+    match u32::try_from(n) {
+        Ok(r) if (1..=MAX_ACCESS_SAMPLING).contains(&r) => Ok(Some(r)),
+        _ => Err(bad(&n)),
+    }
 }
 
 pub use crate::memory::MemoryRegionSpec;
@@ -527,6 +560,7 @@ impl TryFrom<Settings> for DaemonConfig {
         let metrics_interval = metrics_interval(&s)?;
         let guest_ids = guest_ids(&s)?;
         let memory_regions = memory_regions(&s, &vms)?;
+        let access_sampling = access_sampling(&s)?;
         let max_open_files = s.max_open_files.unwrap_or(DEFAULT_MAX_OPEN_FILES);
         if max_open_files < 16 {
             return Err(LoadDaemonConfigError::Invalid(format!(
@@ -536,6 +570,7 @@ impl TryFrom<Settings> for DaemonConfig {
         Ok(DaemonConfig {
             guest_ids,
             memory_regions,
+            access_sampling,
             max_open_files,
             control,
             cxl_ratio,
@@ -694,6 +729,35 @@ mod tests {
             FileConfig::default(),
         )
         .is_err());
+    }
+
+    #[test]
+    fn access_sampling_from_file_and_flags() {
+        let with = |flag: &str| {
+            DaemonConfig::merge(
+                &cli(&["--shared-dir", "/a", "--access-sampling", flag]),
+                FileConfig::default(),
+            )
+            .map(|c| c.access_sampling)
+        };
+        let c = DaemonConfig::merge(&cli(&["--shared-dir", "/a"]), FileConfig::default()).unwrap();
+        assert_eq!(c.access_sampling, None, "off by default");
+        assert_eq!(with("off").unwrap(), None);
+        assert_eq!(with("2000/s").unwrap(), Some(2000));
+        assert_eq!(with("1000000").unwrap(), Some(MAX_ACCESS_SAMPLING));
+        for bad in ["0", "0/s", "1000001/s", "fast", "2000/min", ""] {
+            let e = with(bad).unwrap_err().to_string();
+            assert!(e.contains("access_sampling"), "{bad}: {e}");
+        }
+        let file: FileConfig = toml::from_str("access_sampling = 500").unwrap();
+        let c = DaemonConfig::merge(&cli(&["--shared-dir", "/a"]), file.clone()).unwrap();
+        assert_eq!(c.access_sampling, Some(500));
+        let c = DaemonConfig::merge(
+            &cli(&["--shared-dir", "/a", "--access-sampling", "off"]),
+            file,
+        )
+        .unwrap();
+        assert_eq!(c.access_sampling, None, "the flag wins");
     }
 
     #[test]
@@ -954,7 +1018,7 @@ mod tests {
             let flag = flag.replace('_', "-");
             assert!(longs.contains(&flag.as_str()), "no --{flag} for `{key}`");
         }
-        assert_eq!(Settings::KEYS.len(), 34);
+        assert_eq!(Settings::KEYS.len(), 35);
         // ... and `sets` is not a file key.
         assert!(toml::from_str::<FileConfig>("sets = [\"a=1\"]").is_err());
     }

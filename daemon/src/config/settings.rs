@@ -75,6 +75,9 @@ settings! {
         plane_transport: String,
         /// One polling plane thread instead of sleeping ones.
         plane_poll: bool,
+        /// Access sampling: "off" or resident pages armed per second
+        /// ("2000/s", or a bare number).
+        access_sampling: toml::Value,
         /// virtio-fs tag of the device config space.
         tag: String,
         /// DAX window on / off.

@@ -33,6 +33,10 @@ impl PoolBackend for DaemonPoolBackend {
             .map_err(|e| ServeMissError::Device(e.to_string()))?;
         if let Some(m) = self.state.vm_metrics(miss.vm) {
             m.record_charge(&charge);
+            if charge.sampled_pages > 0 {
+                m.sampled_accesses
+                    .fetch_add(charge.sampled_pages, std::sync::atomic::Ordering::Relaxed);
+            }
             m.record_trap_latency(charge.completes_at_ns.saturating_sub(miss.arrival_ns));
         }
         let data = match at {

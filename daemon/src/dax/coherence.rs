@@ -35,6 +35,7 @@ impl Coherence for DaxPlane {
                 len: n,
                 source,
             })?;
+            self.write_back_deferred(off, n);
         }
         Ok(())
     }
@@ -109,6 +110,18 @@ impl Coherence for DaxPlane {
             return Ok(());
         };
         let size = plane.map_target().size;
-        plane.sync(0, size).map_err(|e| SyncAllError(Box::new(e)))
+        plane.sync(0, size).map_err(|e| SyncAllError(Box::new(e)))?;
+        self.write_back_deferred(0, size);
+        Ok(())
+    }
+}
+
+impl DaxPlane {
+    /// A sync's programs of the pages whose write-back access sampling
+    /// deferred (the kernel had nothing left to write back of them).
+    fn write_back_deferred(&self, pool_offset: u64, len: u64) {
+        if let Err(e) = self.shared.write_back_deferred(pool_offset, len) {
+            tracing::warn!(error = %e, pool_offset, len, "cannot charge deferred write-backs");
+        }
     }
 }

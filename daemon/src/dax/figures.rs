@@ -40,4 +40,8 @@ impl PlaneSource for DaxPlane {
     fn prefetch_stores(&self) -> u64 {
         self.prefetch_pushed()
     }
+
+    fn mapped_bytes(&self, vm: PlaneVmId) -> u64 {
+        DaxPlane::mapped_bytes(self, vm)
+    }
 }

@@ -120,6 +120,29 @@ impl DaxPlane {
         pages.len() as u64
     }
 
+    /// Access sampling: arms the device `pages` that lie in window-mapped
+    /// extents and drops them from the plane (their next access traps, as
+    /// a device hit), waiting until they are gone. Returns the pages armed.
+    pub fn arm_sampled(&self, pages: &[u64]) -> u64 {
+        let Some(plane) = self.plane() else { return 0 };
+        let mine = self.state.in_windows(pages.to_vec(), |&p| p);
+        let mut armed = self.shared.arm_sampled(&mine);
+        armed.sort_unstable();
+        let mut tickets = Vec::new();
+        for (first, n) in page_runs(&armed) {
+            match plane.evict(first * PAGE, n * PAGE) {
+                Ok(t) => tickets.push(t),
+                Err(e) => tracing::warn!(error = %e, first, n, "cannot drop sampled pages"),
+            }
+        }
+        for t in tickets {
+            if let Err(e) = t.wait() {
+                tracing::warn!(error = %e, "dropping sampled pages failed");
+            }
+        }
+        armed.len() as u64
+    }
+
     /// Evicts the pages of window-mapped extents whose rank is in
     /// `[old, new)` (DRAM at `old`, CXL at `new`); returns the pages evicted.
     pub(super) fn evict_moved_to_cxl(&self, old: u8, new: u8) -> u64 {

@@ -71,6 +71,15 @@ impl DaxPlane {
             .collect()
     }
 
+    /// Bytes VM `vm`'s DAX window maps now (its slots' lengths, summed).
+    pub(super) fn mapped_bytes(&self, vm: VmId) -> u64 {
+        self.live_sessions()
+            .iter()
+            .filter(|s| s.vm == vm)
+            .map(|s| lock(&s.slots).values().map(|slot| slot.len).sum::<u64>())
+            .sum()
+    }
+
     /// Whether any VM maps pool extent `extent` writable (its pages may
     /// then hold guest stores the host file does not have yet).
     pub(super) fn mapped_writable(&self, extent: u64) -> bool {

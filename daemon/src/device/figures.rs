@@ -37,7 +37,13 @@ impl DeviceSource for SharedDevice {
                     pool.aliased_chunks(),
                 )
             });
+        let sampling = self.sampling_counts();
         DeviceTotals {
+            sampling_armed_pages: sampling.armed_pages,
+            sampled_accesses: sampling.sampled_accesses,
+            sampling_deferred_pages: sampling.deferred_pages,
+            sampling_deferred_programs: sampling.deferred_programs,
+            sampling_busy_ns: sampling.busy_ns,
             hits: st.hits,
             misses: st.misses,
             nand_reads: st.nand.reads(),
@@ -86,6 +92,7 @@ mod tests {
                 host_programs: 5,
                 ..DeviceActivity::default()
             },
+            sampled_pages: 0,
         });
         assert_eq!(v.device_misses.load(Ordering::Relaxed), 2);
         assert_eq!(v.nand_reads.load(Ordering::Relaxed), 4);

@@ -23,6 +23,7 @@ pub mod events;
 mod figures;
 pub mod placement;
 pub mod pool;
+mod sampling;
 
 pub use clock::Clock;
 pub use events::DeviceObserver;
@@ -34,6 +35,8 @@ use cxlfs_device_model::nand::NandStats;
 use cxlfs_device_model::{AccessError, Device, DeviceStats, Op, PageFilter};
 use events::Observers;
 use placement::{Placement, SetCxlRatioError, Tier};
+pub use sampling::SamplingCounts;
+use sampling::SampleMarks;
 use std::cell::Cell;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -91,6 +94,8 @@ pub struct Charge {
     pub dram_pages: u64,
     /// What the device did meanwhile.
     pub activity: DeviceActivity,
+    /// Pages access sampling had armed: this access is a sampled one.
+    pub sampled_pages: u64,
 }
 
 impl Charge {
@@ -155,6 +160,7 @@ pub struct SharedDevice {
 struct Locked {
     device: Device,
     pool: Pool,
+    marks: SampleMarks,
 }
 
 thread_local! {
@@ -329,7 +335,11 @@ impl SharedDevice {
             page < first_region_page && p.tier(page) == Tier::Dram
         }))));
         SharedDevice {
-            state: Mutex::new(Locked { device, pool }),
+            state: Mutex::new(Locked {
+                device,
+                pool,
+                marks: SampleMarks::default(),
+            }),
             clock: Clock::new(),
             placement,
             observers: Observers::default(),
@@ -352,8 +362,9 @@ impl SharedDevice {
         addr: u64,
         len: u32,
     ) -> Result<Charge, ChargeAccessError> {
-        self.charged(now_ns, |_, dev, _, charge| {
+        self.charged(now_ns, |_, dev, _, charge, marks| {
             charge.add(&dev.access(now_ns, op, addr, len)?);
+            charge.sampled_pages = marks.take(addr, u64::from(len));
             Ok(())
         })
     }
@@ -366,9 +377,11 @@ impl SharedDevice {
         addr: u64,
         len: u64,
     ) -> Result<Charge, ChargeAccessError> {
-        self.charged(now_ns, |_, dev, _, charge| {
-            let done = dev.write_back(now_ns, addr, len)?;
-            charge.completes_at_ns = charge.completes_at_ns.max(done);
+        self.charged(now_ns, |_, dev, _, charge, marks| {
+            for (addr, len) in marks.defer(addr, len) {
+                let done = dev.write_back(now_ns, addr, len)?;
+                charge.completes_at_ns = charge.completes_at_ns.max(done);
+            }
             Ok(())
         })
     }
@@ -377,8 +390,7 @@ impl SharedDevice {
     /// them anywhere (a region released with its VM). Returns the pages
     /// dropped.
     pub fn discard_memory(&self, addr: u64, len: u64) -> Result<u64, AccessError> {
-        self.transact(Publish::Hand, |_, dev| dev.discard(addr, len))
-            .0
+        self.discard(addr, len)
     }
 
     /// The placement (read-only; change it with [`SharedDevice::set_cxl_ratio`]).
@@ -408,7 +420,7 @@ impl SharedDevice {
         };
         {
             let mut state = self.state();
-            let dev = &mut state.device;
+            let Locked { device: dev, marks, .. } = &mut *state;
             change.old = self.placement.swap(cxl_ratio)?;
             if cxl_ratio < change.old {
                 let first_region_page = self.memory_base / PAGE;
@@ -416,6 +428,8 @@ impl SharedDevice {
                     // Memory-region pages are CXL whatever the ratio.
                     if page < first_region_page && placement::tier_at(cxl_ratio, page) == Tier::Dram
                     {
+                        // In DRAM now: a deferred program is owed no more.
+                        marks.forget(page * PAGE, PAGE);
                         match dev.discard(page * PAGE, PAGE) {
                             Ok(n) => change.discarded_device_pages += n,
                             Err(e) => {
@@ -483,11 +497,30 @@ impl SharedDevice {
         publish: Publish,
         f: impl FnOnce(&mut Pool, &mut Device) -> R,
     ) -> (R, Published) {
+        self.transact_marked(publish, |pool, device, _| f(pool, device))
+    }
+
+    /// [`SharedDevice::transact`] with access sampling's marks at hand too.
+    /// The pages the device evicted lose their marks (a deferred program is
+    /// charged now) before the lock is released.
+    fn transact_marked<R>(
+        &self,
+        publish: Publish,
+        f: impl FnOnce(&mut Pool, &mut Device, &mut SampleMarks) -> R,
+    ) -> (R, Published) {
         let (r, evicted, prefetched) = {
             let mut state = self.state();
-            let Locked { device, pool } = &mut *state;
-            let r = f(pool, device);
-            (r, device.drain_evictions(), device.drain_prefetches())
+            let Locked {
+                device,
+                pool,
+                marks,
+            } = &mut *state;
+            let r = f(pool, device, marks);
+            let evicted = device.drain_evictions();
+            if let Err(e) = marks.settle(device, || self.clock.now_ns(), &evicted) {
+                tracing::warn!(error = %e, "cannot charge a deferred write-back");
+            }
+            (r, evicted, device.drain_prefetches())
         };
         let mut done = Published {
             evicted_pages: evicted.len() as u64,
@@ -499,6 +532,50 @@ impl SharedDevice {
         }
         self.observers.prefetched(prefetched);
         (r, done)
+    }
+
+    /// Drops device bytes `[addr, addr + len)` from the cache without
+    /// writing them back (their data is gone); their sampling marks go too.
+    fn discard(&self, addr: u64, len: u64) -> Result<u64, AccessError> {
+        self.transact_marked(Publish::Hand, |_, dev, marks| {
+            marks.forget(addr, len);
+            dev.discard(addr, len)
+        })
+        .0
+    }
+
+    /// Arms device `pages` for access sampling (see `sampling`): the caller
+    /// then drops them from their residency plane. Returns the pages newly
+    /// armed.
+    pub fn arm_sampled(&self, pages: &[u64]) -> Vec<u64> {
+        let mut state = self.state();
+        let Locked { device, marks, .. } = &mut *state;
+        let resident: Vec<u64> = pages
+            .iter()
+            .copied()
+            .filter(|p| device.is_resident(p * PAGE))
+            .collect();
+        marks.arm(&resident)
+    }
+
+    /// Adds `ns` of the sampler's time (arming pages) to its counters.
+    pub fn record_sampling_time(&self, ns: u64) {
+        self.state().marks.record_time(ns);
+    }
+
+    /// Charges the programs deferred by sampling for device bytes
+    /// `[addr, addr + len)` now (a sync of them); returns the pages.
+    pub fn write_back_deferred(&self, addr: u64, len: u64) -> Result<u64, AccessError> {
+        let now = self.now_ns();
+        self.transact_marked(Publish::Hand, |_, dev, marks| {
+            marks.flush(dev, now, addr, len)
+        })
+        .0
+    }
+
+    /// Access sampling's counters.
+    pub fn sampling_counts(&self) -> SamplingCounts {
+        self.state().marks.counts()
     }
 
     /// Runs `f` on the locked pool and device, read-only (lookups, counters,
@@ -536,15 +613,15 @@ impl SharedDevice {
     fn charged(
         &self,
         now_ns: u64,
-        f: impl FnOnce(&mut Pool, &mut Device, u8, &mut Charge) -> Result<(), AccessError>,
+        f: impl FnOnce(&mut Pool, &mut Device, u8, &mut Charge, &mut SampleMarks) -> Result<(), AccessError>,
     ) -> Result<Charge, ChargeAccessError> {
         let mut charge = Charge {
             completes_at_ns: now_ns,
             ..Charge::default()
         };
-        self.transact(Publish::Hand, |pool, dev| {
+        self.transact_marked(Publish::Hand, |pool, dev, marks| {
             let before = DeviceActivity::read(dev);
-            f(pool, dev, self.placement.cxl_ratio(), &mut charge)?;
+            f(pool, dev, self.placement.cxl_ratio(), &mut charge, marks)?;
             charge.activity = DeviceActivity::between(&before, &DeviceActivity::read(dev));
             Ok::<_, AccessError>(())
         })
@@ -562,9 +639,11 @@ impl SharedDevice {
         addr: u64,
         len: u32,
     ) -> Result<Charge, ChargeAccessError> {
-        self.charged(now_ns, |pool, dev, ratio, charge| {
+        self.charged(now_ns, |pool, dev, ratio, charge, marks| {
             pool.touch(addr, u64::from(len));
-            charge_locked(dev, ratio, now_ns, op, addr, u64::from(len), charge)
+            charge_locked(dev, ratio, now_ns, op, addr, u64::from(len), charge)?;
+            charge.sampled_pages = marks.take(addr, u64::from(len));
+            Ok(())
         })
     }
 
@@ -579,12 +658,15 @@ impl SharedDevice {
         addr: u64,
         len: u64,
     ) -> Result<Charge, ChargeAccessError> {
-        self.charged(now_ns, |_, dev, ratio, charge| {
-            by_tier(ratio, addr, len, charge, |from, to, charge| {
-                let done = dev.write_back(now_ns, from, to - from)?;
-                charge.completes_at_ns = charge.completes_at_ns.max(done);
-                Ok(())
-            })
+        self.charged(now_ns, |_, dev, ratio, charge, marks| {
+            for (addr, len) in marks.defer(addr, len) {
+                by_tier(ratio, addr, len, charge, |from, to, charge| {
+                    let done = dev.write_back(now_ns, from, to - from)?;
+                    charge.completes_at_ns = charge.completes_at_ns.max(done);
+                    Ok(())
+                })?;
+            }
+            Ok(())
         })
     }
 
@@ -607,7 +689,7 @@ impl SharedDevice {
         // then charge. Usually not short: one transaction.
         let want = len.div_ceil(EXTENT_SIZE) + 1;
         let mut short = false;
-        let charge = self.charged(now_ns, |pool, dev, ratio, charge| {
+        let charge = self.charged(now_ns, |pool, dev, ratio, charge, _| {
             if pool.free_count() < want && pool.oldest_idle().is_some() {
                 short = true;
                 return Ok(());
@@ -618,7 +700,7 @@ impl SharedDevice {
             return Ok(charge);
         }
         self.make_room(want);
-        self.charged(now_ns, |pool, dev, ratio, charge| {
+        self.charged(now_ns, |pool, dev, ratio, charge, _| {
             charge_file_locked(pool, dev, ratio, now_ns, op, (key, offset, len), charge)
         })
     }
@@ -652,10 +734,7 @@ impl SharedDevice {
         let mut dropped = 0;
         for (addr, n) in ranges {
             // One extent per lock: the data path waits for one at most.
-            match self
-                .transact(Publish::Hand, |_, dev| dev.discard(addr, n))
-                .0
-            {
+            match self.discard(addr, n) {
                 Ok(k) => dropped += k,
                 Err(e) => tracing::warn!(error = %e, addr, len = n, "cannot discard file pages"),
             }
@@ -730,10 +809,7 @@ impl SharedDevice {
         }
         for &extent in &freed {
             // One extent per lock: the data path waits for one at most.
-            let discarded = self.transact(Publish::Hand, |_, dev| {
-                dev.discard(extent * EXTENT_SIZE, EXTENT_SIZE)
-            });
-            if let Err(e) = discarded.0 {
+            if let Err(e) = self.discard(extent * EXTENT_SIZE, EXTENT_SIZE) {
                 tracing::warn!(error = %e, extent, "cannot discard a reclaimed pool extent");
             }
         }

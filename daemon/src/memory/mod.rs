@@ -65,6 +65,10 @@ pub struct RegionStats {
     pub writeback_bytes: AtomicU64,
     /// Times the region was released.
     pub releases: AtomicU64,
+    /// Traps on pages access sampling had armed.
+    pub sampled_accesses: AtomicU64,
+    /// Pages access sampling armed.
+    pub sampling_armed_pages: AtomicU64,
 }
 
 /// What a region's plane calls: traps and write-backs against the device
@@ -94,6 +98,9 @@ impl PoolBackend for RegionBackend {
             .charge_memory(miss.arrival_ns, Op::Read, addr, miss.len.max(1))
             .map_err(|e| ServeMissError::Device(e.to_string()))?;
         self.stats.traps.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .sampled_accesses
+            .fetch_add(charge.sampled_pages, Ordering::Relaxed);
         self.stats
             .device_hits
             .fetch_add(charge.page_hits, Ordering::Relaxed);
@@ -314,6 +321,8 @@ impl Region {
             plane_resident_bytes: plane.resident_bytes,
             readahead_refused: plane.readahead_refused,
             releases: s.releases.load(Ordering::Relaxed),
+            sampled_accesses: s.sampled_accesses.load(Ordering::Relaxed),
+            sampling_armed_pages: s.sampling_armed_pages.load(Ordering::Relaxed),
         }
     }
 
@@ -336,6 +345,35 @@ impl Region {
                 tracing::warn!(vm = %self.vm, error = %e, "cannot evict region pages");
             }
         }
+    }
+
+    /// Access sampling: arms the region pages among device `pages` and
+    /// drops them from the plane, waiting until they are gone (their next
+    /// touch traps, as a device hit). Returns the pages armed.
+    fn arm_sampled(&self, shared: &SharedDevice, pages: &[u64]) -> u64 {
+        let range = self.device_pages();
+        let mine: Vec<u64> = pages.iter().copied().filter(|p| range.contains(p)).collect();
+        if mine.is_empty() || self.releasing.load(Ordering::Acquire) {
+            return 0;
+        }
+        let mut armed = shared.arm_sampled(&mine);
+        armed.sort_unstable();
+        let mut tickets = Vec::new();
+        for (p, n) in crate::device::page_runs(&armed) {
+            match self.plane.evict((p - range.start) * PAGE, n * PAGE) {
+                Ok(t) => tickets.push(t),
+                Err(e) => tracing::warn!(vm = %self.vm, error = %e, "cannot drop sampled region pages"),
+            }
+        }
+        for t in tickets {
+            if let Err(e) = t.wait() {
+                tracing::warn!(vm = %self.vm, error = %e, "dropping sampled region pages failed");
+            }
+        }
+        self.stats
+            .sampling_armed_pages
+            .fetch_add(armed.len() as u64, Ordering::Relaxed);
+        armed.len() as u64
     }
 
     /// Drops everything the region holds: page cache (dirty pages are
@@ -414,6 +452,15 @@ impl MemoryRegions {
     /// Every region.
     pub fn regions(&self) -> &[Arc<Region>] {
         &self.regions
+    }
+
+    /// Access sampling: arms the region pages among device `pages` (see
+    /// [`Region::arm_sampled`]); returns the pages armed.
+    pub fn arm_sampled(&self, pages: &[u64]) -> u64 {
+        self.regions
+            .iter()
+            .map(|r| r.arm_sampled(&self.shared, pages))
+            .sum()
     }
 
     /// VM `vm` connected from VMM process `pid`: traps of its threads

@@ -174,6 +174,7 @@ vm_counters! {
     gc_runs => "cxlfs_vm_gc_runs_total", all device(gc_runs), help "GC victim blocks reclaimed during the VM's accesses.";
     prefetch_issued => "cxlfs_vm_prefetch_issued_total", all device(prefetch_issued), help "Prefetches the device issued on the VM's misses.";
     prefetch_used => "cxlfs_vm_prefetch_used_total", all device(prefetch_used), help "Prefetched pages the VM used.";
+    sampled_accesses => "cxlfs_vm_sampled_file_accesses_total", help "Traps of the VM on DAX pool pages access sampling had armed: accesses to resident file pages the device's policy saw as hits.";
     dax_maps => "cxlfs_dax_maps_total", help "DAX window slots mapped (VHOST_USER_BACKEND_SHMEM_MAP).";
     dax_unmaps => "cxlfs_dax_unmaps_total", help "DAX window slots unmapped (VHOST_USER_BACKEND_SHMEM_UNMAP).";
     dax_map_waits => "cxlfs_dax_map_waits_total", help "SETUPMAPPING/REMOVEMAPPING requests that waited for an in-flight mapping or removal of the same window slot.";

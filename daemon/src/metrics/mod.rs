@@ -89,6 +89,8 @@ pub trait PlaneSource: Send + Sync {
     fn shared_pages(&self) -> u64;
     /// Prefetched pages pushed into the plane so far.
     fn prefetch_stores(&self) -> u64;
+    /// Bytes VM `vm`'s DAX window maps now.
+    fn mapped_bytes(&self, vm: PlaneVmId) -> u64;
 }
 
 /// Memory mode's regions (registered at start when there are any).

@@ -86,6 +86,25 @@ fn render_regions(snap: &Snapshot, s: &mut String) {
     }
 }
 
+/// Access sampling's catches per VM and region: `region="file"` (DAX pool
+/// pages, the VM's traps on armed pages) and `region="memory"` (its CXL
+/// memory region).
+fn render_sampled_accesses(snap: &Snapshot, s: &mut String) {
+    let name = "cxlfs_sampled_accesses_total";
+    let _ = writeln!(
+        s,
+        "# HELP {name} Accesses to resident pages that access sampling caught (traps on armed pages, seen by the policy as hits), by VM and region.\n# TYPE {name} counter"
+    );
+    for r in &snap.vms {
+        let n = r.counter("sampled_accesses");
+        let _ = writeln!(s, "{name}{{vm=\"{}\",region=\"file\"}} {n}", r.vm);
+    }
+    for r in &snap.memory_regions {
+        let n = r.sampled_accesses;
+        let _ = writeln!(s, "{name}{{vm=\"{}\",region=\"memory\"}} {n}", r.vm);
+    }
+}
+
 /// The Prometheus text of a snapshot.
 pub fn render_prometheus(snap: &Snapshot) -> String {
     let rows = &snap.vms;
@@ -105,6 +124,14 @@ pub fn render_prometheus(snap: &Snapshot) -> String {
         for r in rows {
             let _ = writeln!(s, "{}{{vm=\"{}\"}} {}", c.prom, r.vm, r.counters[i]);
         }
+    }
+    render_sampled_accesses(snap, &mut s);
+    let _ = writeln!(
+        s,
+        "# HELP cxlfs_dax_mapped_bytes Bytes the VM's DAX window maps now (its resident file pages).\n# TYPE cxlfs_dax_mapped_bytes gauge"
+    );
+    for r in rows {
+        let _ = writeln!(s, "cxlfs_dax_mapped_bytes{{vm=\"{}\"}} {}", r.vm, r.dax_mapped_bytes);
     }
     let _ = writeln!(
         s,

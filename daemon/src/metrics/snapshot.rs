@@ -23,6 +23,8 @@ pub struct VmRow {
     pub counters: Vec<u64>,
     /// Traps attributed to the VM (the `all` row: every trap).
     pub traps: u64,
+    /// Bytes the VM's DAX window maps now (the `all` row: every VM's).
+    pub dax_mapped_bytes: u64,
     /// Host programs during the VM's accesses (for its write amplification).
     pub host_programs: u64,
     /// FUSE request latency.
@@ -64,6 +66,7 @@ impl VmRow {
                 .map(|(op, n)| (op.to_ascii_uppercase(), *n))
                 .collect(),
             traps: self.traps,
+            dax_mapped_bytes: self.dax_mapped_bytes,
             write_amplification,
             fuse_latency_ns: self.fuse_latency.summary,
             trap_latency_ns: self.trap_latency.summary,
@@ -155,9 +158,10 @@ impl Metrics {
             }
             let host_programs = v.host_programs.load(Ordering::Relaxed);
             all.host_programs += host_programs;
-            let traps = source
-                .and_then(|p| p.vm_id(&v.name))
-                .map_or(0, |id| self.traps_since_reset(Some(id), &plane));
+            let id = source.and_then(|p| p.vm_id(&v.name).map(|id| (p, id)));
+            let traps = id.map_or(0, |(_, id)| self.traps_since_reset(Some(id), &plane));
+            let dax_mapped_bytes = id.map_or(0, |(p, id)| p.mapped_bytes(id));
+            all.dax_mapped_bytes += dax_mapped_bytes;
             let (fuse, pacing, long) = {
                 let h = lock(&v.replies);
                 (
@@ -177,6 +181,7 @@ impl Metrics {
                 fuse_ops,
                 counters,
                 traps,
+                dax_mapped_bytes,
                 host_programs,
                 fuse_latency: export(fuse, 0),
                 trap_latency: export(trap, 1),
