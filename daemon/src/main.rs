@@ -5,8 +5,8 @@ use cxlfs_device_model::Device;
 use cxlfsd::sandbox::{caps, seccomp, Keep, Leftovers, SandboxMode};
 use cxlfsd::server::ServerOptions;
 use cxlfsd::{
-    AccessSampler, Cli, ControlSocket, DaemonConfig, DaemonState, Features, ListeningVm, MemoryRegions,
-    MetricsFileWriter, Placement, SessionOptions, SharedDevice, VmSpec,
+    AccessSampler, Cli, ControlSocket, DaemonConfig, DaemonState, Features, ListeningVm,
+    MemoryRegions, MetricsFileWriter, Placement, SessionOptions, SharedDevice, VmSpec,
 };
 use residency::HelperCommand;
 use std::path::{Path, PathBuf};

@@ -78,7 +78,7 @@ pub(crate) struct Rig {
 pub(crate) struct Opened {
     nodeid: u64,
     fh: u64,
-    key: FileKey,
+    pub(crate) key: FileKey,
     pub(crate) map: Mapped,
 }
 
@@ -193,7 +193,7 @@ impl Rig {
     }
 
     /// The first byte of each of the host file's first `n` pages.
-    fn host_pages(&self, name: &str, n: u64) -> Vec<u8> {
+    pub(crate) fn host_pages(&self, name: &str, n: u64) -> Vec<u8> {
         let data = std::fs::read(self.share.path().join(name)).unwrap();
         (0..n)
             .map(|p| data.get((p * P) as usize).copied().unwrap_or(0))

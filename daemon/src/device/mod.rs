@@ -35,8 +35,8 @@ use cxlfs_device_model::nand::NandStats;
 use cxlfs_device_model::{AccessError, Device, DeviceStats, Op, PageFilter};
 use events::Observers;
 use placement::{Placement, SetCxlRatioError, Tier};
-pub use sampling::SamplingCounts;
 use sampling::SampleMarks;
+pub use sampling::SamplingCounts;
 use std::cell::Cell;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -420,7 +420,9 @@ impl SharedDevice {
         };
         {
             let mut state = self.state();
-            let Locked { device: dev, marks, .. } = &mut *state;
+            let Locked {
+                device: dev, marks, ..
+            } = &mut *state;
             change.old = self.placement.swap(cxl_ratio)?;
             if cxl_ratio < change.old {
                 let first_region_page = self.memory_base / PAGE;
@@ -613,7 +615,13 @@ impl SharedDevice {
     fn charged(
         &self,
         now_ns: u64,
-        f: impl FnOnce(&mut Pool, &mut Device, u8, &mut Charge, &mut SampleMarks) -> Result<(), AccessError>,
+        f: impl FnOnce(
+            &mut Pool,
+            &mut Device,
+            u8,
+            &mut Charge,
+            &mut SampleMarks,
+        ) -> Result<(), AccessError>,
     ) -> Result<Charge, ChargeAccessError> {
         let mut charge = Charge {
             completes_at_ns: now_ns,

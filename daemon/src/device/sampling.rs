@@ -173,7 +173,10 @@ mod tests {
         let mut m = SampleMarks::default();
         assert_eq!(m.defer(0, 4 * PAGE), [(0, 4 * PAGE)]);
         assert_eq!(m.arm(&[1, 2, 1]), [1, 2]);
-        assert_eq!(m.defer(100, 4 * PAGE - 100), [(100, PAGE - 100), (3 * PAGE, PAGE)]);
+        assert_eq!(
+            m.defer(100, 4 * PAGE - 100),
+            [(100, PAGE - 100), (3 * PAGE, PAGE)]
+        );
         assert_eq!(m.defer(PAGE, 2 * PAGE), []);
         assert_eq!(m.counts().deferred_pages, 2);
         assert_eq!(m.defer(2 * PAGE, 2 * PAGE), [(3 * PAGE, PAGE)]);

@@ -352,7 +352,11 @@ impl Region {
     /// touch traps, as a device hit). Returns the pages armed.
     fn arm_sampled(&self, shared: &SharedDevice, pages: &[u64]) -> u64 {
         let range = self.device_pages();
-        let mine: Vec<u64> = pages.iter().copied().filter(|p| range.contains(p)).collect();
+        let mine: Vec<u64> = pages
+            .iter()
+            .copied()
+            .filter(|p| range.contains(p))
+            .collect();
         if mine.is_empty() || self.releasing.load(Ordering::Acquire) {
             return 0;
         }
@@ -362,7 +366,9 @@ impl Region {
         for (p, n) in crate::device::page_runs(&armed) {
             match self.plane.evict((p - range.start) * PAGE, n * PAGE) {
                 Ok(t) => tickets.push(t),
-                Err(e) => tracing::warn!(vm = %self.vm, error = %e, "cannot drop sampled region pages"),
+                Err(e) => {
+                    tracing::warn!(vm = %self.vm, error = %e, "cannot drop sampled region pages")
+                }
             }
         }
         for t in tickets {

@@ -131,7 +131,11 @@ pub fn render_prometheus(snap: &Snapshot) -> String {
         "# HELP cxlfs_dax_mapped_bytes Bytes the VM's DAX window maps now (its resident file pages).\n# TYPE cxlfs_dax_mapped_bytes gauge"
     );
     for r in rows {
-        let _ = writeln!(s, "cxlfs_dax_mapped_bytes{{vm=\"{}\"}} {}", r.vm, r.dax_mapped_bytes);
+        let _ = writeln!(
+            s,
+            "cxlfs_dax_mapped_bytes{{vm=\"{}\"}} {}",
+            r.vm, r.dax_mapped_bytes
+        );
     }
     let _ = writeln!(
         s,

@@ -163,22 +163,4 @@ impl XorShift {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_pick_is_distinct_pages_of_the_list() {
-        let mut rng = XorShift(7);
-        let mut pages: Vec<u64> = (100..200).collect();
-        let got = pick(&mut pages, 30, &mut rng).to_vec();
-        let mut set = got.clone();
-        set.sort_unstable();
-        set.dedup();
-        assert_eq!(set.len(), 30);
-        assert!(got.iter().all(|p| (100..200).contains(p)));
-        assert_eq!(pick(&mut pages, 500, &mut rng).len(), 100);
-        // Different picks over time: the sample moves.
-        let again = pick(&mut pages, 30, &mut rng).to_vec();
-        assert_ne!(got, again);
-    }
-}
+mod tests;
