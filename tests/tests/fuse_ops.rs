@@ -72,22 +72,41 @@ const FSX_MAXLEN: u64 = 8 << 20;
 
 #[test]
 fn fsx_dax_small_cache() {
+    fsx_dax(&[]);
+}
+
+/// `fsx_dax_small_cache` with access sampling at its highest rate: resident
+/// pool pages keep leaving the window (dirty ones written back with their
+/// programs deferred) while fsx maps, writes and punches them.
+#[test]
+fn fsx_dax_small_cache_with_access_sampling() {
+    let m = fsx_dax(&["--access-sampling", "1000000/s"]);
+    let sampled = m.count(
+        "cxlfs_sampled_accesses_total",
+        &[("vm", "vm0"), ("region", "file")],
+    );
+    let armed = m.count("cxlfs_sampling_armed_pages_total", &[]);
+    eprintln!("sampling: {armed} pages armed, {sampled} sampled accesses");
+    assert!(armed > 0 && sampled > 0, "sampling caught nothing");
+}
+
+/// The fsx run of the DAX tests over a 1 MiB device cache, with `extra`
+/// daemon flags; returns the daemon's last metrics.
+fn fsx_dax(extra: &[&str]) -> cxlfs_e2e::Metrics {
     let _serial = exclusive();
     let t = Instant::now();
     let ops: u64 = env_knob("CXLFS_FSX_OPS", FSX_OPS);
     let seed: u64 = env_knob("CXLFS_FSX_SEED", 1);
-    let mut d = Daemon::start(
-        &["vm0"],
-        &[
-            "--cache",
-            "never",
-            "--set",
-            "cache.size_bytes=1MiB",
-            "--set",
-            "nand.read_ns=5us",
-        ],
-        |_| {},
-    );
+    let mut args = vec![
+        "--cache",
+        "never",
+        "--set",
+        "cache.size_bytes=1MiB",
+        "--set",
+        "nand.read_ns=5us",
+    ];
+    args.extend_from_slice(extra);
+    let mut d = Daemon::start(&["vm0"], &args, |_| {});
     d.write_guest_script(&format!(
         r#"{GUEST_PRELUDE}
 grep ' /mnt virtiofs ' /proc/mounts | grep -q dax=always || {{ echo "not a DAX mount"; cat /proc/mounts; exit 1; }}
@@ -159,7 +178,8 @@ echo guest-done
         "a 1 MiB device cache under an 8 MiB file evicted nothing"
     );
     assert!(d.stop().success(), "{}", d.diagnostics());
-    eprintln!("fsx_dax_small_cache: {ops} ops, {:.1?}", t.elapsed());
+    eprintln!("fsx over DAX {extra:?}: {ops} ops, {:.1?}", t.elapsed());
+    m
 }
 
 /// The guest half of the posix tests: `cxlfs-posix run` on a directory of
