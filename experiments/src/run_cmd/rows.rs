@@ -229,7 +229,9 @@ fn add_hit_rates(plan: &RunPlan, rows: &mut [Row]) {
 }
 
 /// A command phase's columns: `out.NAME` per number, `out.NAME_p50` /
-/// `_p99` per histogram, and the `replay_check` hit shares.
+/// `_p99` per histogram, and the `replay_check` hit shares (measured, the
+/// replay with hits invisible and visible to the policy, and measured minus
+/// the invisible replay in points).
 fn command_figures(p: &PhaseResult) -> Vec<(String, f64)> {
     let mut v: Vec<(String, f64)> = p
         .outputs
@@ -243,12 +245,13 @@ fn command_figures(p: &PhaseResult) -> Vec<(String, f64)> {
             }
         }
     }
-    if let Some((measured, predicted)) = p.hit_shares {
-        v.push(("hit_share.full_system".into(), measured));
-        v.push(("hit_share.replay".into(), predicted));
+    if let Some(h) = p.hit_shares {
+        v.push(("hit_share.full_system".into(), h.full_system));
+        v.push(("hit_share.replay".into(), h.replay));
+        v.push(("hit_share.replay_visible".into(), h.replay_visible));
         v.push((
             "hit_share.diff_points".into(),
-            (measured - predicted) * 100.0,
+            (h.full_system - h.replay) * 100.0,
         ));
     }
     v
