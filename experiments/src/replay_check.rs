@@ -185,7 +185,10 @@ mod tests {
         let p = predict_both(&fifo(128), &seq, 1, 1).unwrap();
         assert_eq!(p.visible, p.hidden);
         // And not trivially: some loads hit, some miss.
-        assert!(p.hidden.hit_share > 0.2 && p.hidden.hit_share < 0.95, "{p:?}");
+        assert!(
+            p.hidden.hit_share > 0.2 && p.hidden.hit_share < 0.95,
+            "{p:?}"
+        );
     }
 
     #[test]
