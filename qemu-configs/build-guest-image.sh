@@ -465,7 +465,7 @@ hint_rc=0
 ((hint_rc == 2)) || die "cxlfs-hint does not run (usage should exit 2, got $hint_rc)"
 # The probes (static as well): latency, bandwidth, memory policy.
 for pr in "${probes[@]}"; do
-    gcc -static -O2 -Wall -Wextra -Werror -pthread -I"$here/probes" -o "$root/usr/bin/$pr" "$here/probes/$pr.c" \
+    gcc -static -O2 -Wall -Wextra -Werror -pthread -I"$here/probes" -o "$root/usr/bin/$pr" "$here/probes/$pr.c" -lm \
         || die "cannot build $pr (gcc -static; needs libc6-dev)"
     rc=0
     "$root/usr/bin/$pr" --bad-argument >/dev/null 2>&1 || rc=$?
@@ -478,6 +478,9 @@ probe_ok() { # name args...: one JSON line of that probe on stdout
 }
 "$root/usr/bin/cxlfs-memlat" 1 4096 1 | grep -q '^{"size_bytes":1048576,' || die "cxlfs-memlat (old form) does not run"
 probe_ok cxlfs-memlat --size 1m --stride 64 --laps 1
+probe_ok cxlfs-memlat --size 1m --stride 256 --laps 1 --pattern zipf:0.99
+out="$("$root/usr/bin/cxlfs-memlat" --size 1m --stride 256 --laps 1 --pattern zipf:1.2)"
+[[ "$out" == *'"pattern":"zipf:1.2","pages":256,'* ]] || die "cxlfs-memlat --pattern zipf:1.2 printed: $out"
 probe_ok cxlfs-membw --size 1m --threads 2 --passes 1
 if [[ -d /sys/devices/system/node/node0 ]]; then
     "$root/usr/bin/cxlfs-numa" --preferred 0 -- "$root/bin/busybox" true || die "cxlfs-numa --preferred 0 does not run"

@@ -230,6 +230,24 @@ mod tests {
     }
 
     #[test]
+    fn memory_regions_give_region_columns_with_access_sampling() {
+        let snap = |sampled: u64, armed: u64| {
+            format!(
+                r#"{{"vms":[{{"vm":"vm0"}}],"device":{{}},
+                  "memory_regions":[{{"vm":"vm0","size_bytes":1024,"traps":4,
+                    "sampled_accesses":{sampled},"sampling_armed_pages":{armed}}}]}}"#
+            )
+        };
+        let a = Figures::parse(&snap(10, 100)).unwrap();
+        let b = Figures::parse(&snap(25, 160)).unwrap();
+        let d = a.delta(&b, "vm0");
+        assert_eq!(d["region_sampled_accesses"], 15.0);
+        assert_eq!(d["region_sampling_armed_pages"], 60.0);
+        assert_eq!(d["region_traps"], 0.0);
+        assert_eq!(d["region_size_bytes"], 1024.0);
+    }
+
+    #[test]
     fn series_is_read_tolerantly() {
         let text = r#"{"ts_unix_ms":1000,"seq":0,"final":false,"vm":"vm0","cxl_ratio":50,"policy":"lru","fuse_ops":{"READ":3},"device_hits":1,"trap_latency_ns":{"count":2,"p99":900}}
 {"ts_unix_ms":1000,"seq":0,"final":false,"vm":"all","device_hits":1}

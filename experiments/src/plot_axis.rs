@@ -112,6 +112,8 @@ fn exact(col: &str) -> Option<AxisInfo> {
         "region_writeback_bytes" => a("Memory-region write-back", "MiB", MIB),
         "region_readahead_refused" => a("Readaheads refused", "", 1.0),
         "region_device_resident_pages" => a("Memory-region pages in the device cache", "", 1.0),
+        "region_sampled_accesses" => a("Resident-page accesses sampled", "", 1.0),
+        "region_sampling_armed_pages" => a("Pages armed for access sampling", "", 1.0),
         "wss_over_cache" => a("Working set / device cache", "×", 1.0),
         "share" => a("Share of loads", "%", 1.0),
         "cumulative_share" => a("Cumulative share of loads", "%", 1.0),

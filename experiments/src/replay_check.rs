@@ -6,9 +6,11 @@
 //! drives, and predicts the share of the measured loads that hit.
 //!
 //! In memory mode a resident page is mapped into the guest: its loads never
-//! reach the device model, so the replay runs with `hits_visible = false`
-//! whatever the preset says (the policy learns of misses only, as the
-//! daemon's does).
+//! reach the device model, so the policy learns of misses only, unless the
+//! daemon samples accesses to resident pages (`--access-sampling`). The
+//! replay runs twice, whatever the preset says: with `hits_visible = false`
+//! (the policy sees misses only) and with `hits_visible = true` (it sees
+//! every load, the most sampling could show it).
 
 use cxlfs_device_model::replay::{Arrival, ReplayError, Replayer};
 use cxlfs_device_model::trace::Access;
@@ -57,16 +59,40 @@ pub struct Prediction {
     pub loads: u64,
 }
 
+/// The replay's predictions with the policy blind to hits and seeing them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Predictions {
+    /// `hits_visible = false`: the policy learns of misses only.
+    pub hidden: Prediction,
+    /// `hits_visible = true`: the policy sees every load.
+    pub visible: Prediction,
+}
+
+/// [`predict`] with hits invisible and with hits visible.
+pub fn predict_both(
+    config: &DeviceConfig,
+    seq: &[u32],
+    warmup_laps: u32,
+    laps: u32,
+) -> Result<Predictions, PredictHitShareError> {
+    Ok(Predictions {
+        hidden: predict(config, seq, warmup_laps, laps, false)?,
+        visible: predict(config, seq, warmup_laps, laps, true)?,
+    })
+}
+
 /// Replays `seq` (one lap) as: one pass of stores, `warmup_laps` of loads,
-/// then `laps` of loads that are measured.
+/// then `laps` of loads that are measured, with the policy seeing hits or
+/// not as `hits_visible` says (whatever `config` says).
 pub fn predict(
     config: &DeviceConfig,
     seq: &[u32],
     warmup_laps: u32,
     laps: u32,
+    hits_visible: bool,
 ) -> Result<Prediction, PredictHitShareError> {
     let mut cfg = config.clone();
-    cfg.cache.hits_visible = false;
+    cfg.cache.hits_visible = hits_visible;
     let mut device = Device::new(cfg).map_err(PredictHitShareError::Config)?;
     let mut replayer = Replayer::new(&mut device, Arrival::Closed { think_ns: 0 });
     let lap = |op: Op| {
@@ -104,23 +130,76 @@ mod tests {
     use super::*;
     use cxlfs_device_model::PolicyKind;
 
-    fn fifo(pages: u64) -> DeviceConfig {
+    fn with_policy(pages: u64, policy: PolicyKind) -> DeviceConfig {
         let mut c = cxlfs_device_model::presets::preset("cylon").unwrap();
         c.cache.size_bytes = pages * PAGE;
-        c.cache.policy = PolicyKind::Fifo;
+        c.cache.ways = 0;
+        c.cache.policy = policy;
         c.prefetch.degree = 0;
         c
+    }
+
+    fn fifo(pages: u64) -> DeviceConfig {
+        with_policy(pages, PolicyKind::Fifo)
+    }
+
+    /// 80% of the loads go to 64 hot pages (random among them), 20% walk a
+    /// cycle over 448 cold pages: 512 pages over a 128-page cache.
+    fn skewed() -> Vec<u32> {
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        let mut cold = 0_u32;
+        (0..20_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                if x % 10 < 8 {
+                    ((x >> 8) % 64) as u32
+                } else {
+                    cold = (cold + 1) % 448;
+                    64 + cold
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn lru_keeps_the_hot_pages_only_when_it_sees_the_hits() {
+        let seq = skewed();
+        let p = predict_both(&with_policy(128, PolicyKind::Lru), &seq, 1, 1).unwrap();
+        // Seeing hits, LRU keeps the 64 hot pages (~80% of the loads hit);
+        // blind to them, it evicts in miss order, as FIFO does.
+        assert!(p.visible.hit_share > 0.75, "{p:?}");
+        assert!(
+            p.visible.hit_share > p.hidden.hit_share + 0.1,
+            "visible {:?} hidden {:?}",
+            p.visible,
+            p.hidden
+        );
+        assert_eq!(p.visible.loads, p.hidden.loads);
+    }
+
+    #[test]
+    fn fifo_is_the_same_whether_hits_are_visible_or_not() {
+        let seq = skewed();
+        let p = predict_both(&fifo(128), &seq, 1, 1).unwrap();
+        assert_eq!(p.visible, p.hidden);
+        // And not trivially: some loads hit, some miss.
+        assert!(
+            p.hidden.hit_share > 0.2 && p.hidden.hit_share < 0.95,
+            "{p:?}"
+        );
     }
 
     #[test]
     fn a_cycle_that_fits_always_hits_and_one_that_does_not_never_does() {
         let fits: Vec<u32> = (0..64).collect();
-        let p = predict(&fifo(128), &fits, 1, 2).unwrap();
+        let p = predict(&fifo(128), &fits, 1, 2, false).unwrap();
         assert_eq!(p.loads, 128);
         assert!((p.hit_share - 1.0).abs() < 1e-12, "{p:?}");
         // A cyclic scan over twice the cache under FIFO: every load misses.
         let scan: Vec<u32> = (0..256).collect();
-        let p = predict(&fifo(128), &scan, 1, 1).unwrap();
+        let p = predict(&fifo(128), &scan, 1, 1, false).unwrap();
         assert!(p.hit_share < 1e-12, "{p:?}");
     }
 
@@ -136,7 +215,7 @@ mod tests {
             x ^= x << 17;
             seq.swap(i, (x % (i as u64 + 1)) as usize);
         }
-        let p = predict(&fifo(128), &seq, 1, 1).unwrap();
+        let p = predict(&fifo(128), &seq, 1, 1, false).unwrap();
         assert!((p.hit_share - 0.25).abs() < 0.05, "{p:?}");
     }
 

@@ -573,19 +573,34 @@ fn image_build_reports_failures() {
     assert!(err.contains("set CXLFS_REPO"), "{err}");
 }
 
-/// Every shipped experiment spec parses, and expands with and without
-/// `--quick` to the same sweep points.
+/// Every shipped experiment spec (every `*.toml` beside this crate's
+/// manifest) parses, and expands with and without `--quick` to the same
+/// sweep points (`--quick` may run fewer repeats of each).
 #[test]
 fn shipped_experiment_specs_expand() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // (spec, runs, runs under --quick)
     let specs = [
-        ("demo.toml", 3),
-        ("virtiofs-cxl-ratio.toml", 8 * 2),
-        ("policy-hit-rate.toml", 7),
-        ("prefetch-degree.toml", 5),
-        ("bandwidth-vs-wss.toml", 5),
+        ("bandwidth-vs-wss-memory.toml", 5, 5),
+        ("bandwidth-vs-wss.toml", 5, 5),
+        ("cmm-h-interleave.toml", 4, 4),
+        ("cylon-latency.toml", 1, 1),
+        ("demo.toml", 3, 3),
+        ("policy-full-system.toml", 5 * 2 * 3, 5 * 2),
+        ("policy-hit-rate.toml", 7, 7),
+        ("prefetch-degree.toml", 5, 5),
+        ("redis.toml", 3, 3),
+        ("virtiofs-cxl-ratio.toml", 8 * 2, 8 * 2),
     ];
-    for (name, runs) in specs {
+    let mut shipped: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".toml") && n != "Cargo.toml")
+        .collect();
+    shipped.sort();
+    let listed: Vec<&str> = specs.iter().map(|s| s.0).collect();
+    assert_eq!(shipped, listed, "a shipped spec is missing from this test");
+    for (name, runs, quick_runs) in specs {
         let path = dir.join(name);
         let p = path.to_str().unwrap();
         let full = ok(&["run", p, "--out", "/nonexistent", "--dry-run"]);
@@ -596,10 +611,24 @@ fn shipped_experiment_specs_expand() {
                 .map(|l| l.split(" | ").next().unwrap().to_string())
                 .collect()
         };
+        // "run N (point P, repeat R): PARAMS" -> "P: PARAMS", once per point.
+        let points = |s: &str| -> Vec<String> {
+            let mut v: Vec<String> = heads(s)
+                .iter()
+                .map(|h| {
+                    let (point, rest) = h.split_once(", repeat ").unwrap();
+                    let params = rest.split_once("): ").map_or("", |r| r.1);
+                    format!("{}: {params}", point.split_once("(point ").unwrap().1)
+                })
+                .collect();
+            v.dedup();
+            v
+        };
         assert_eq!(heads(&full).len(), runs, "{name}:\n{full}");
+        assert_eq!(heads(&quick).len(), quick_runs, "{name} --quick:\n{quick}");
         assert_eq!(
-            heads(&full),
-            heads(&quick),
+            points(&full),
+            points(&quick),
             "{name}: --quick changed the points"
         );
         assert_ne!(full, quick, "{name}: --quick changed nothing");

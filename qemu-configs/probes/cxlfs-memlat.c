@@ -1,8 +1,10 @@
 /*
  * cxlfs-memlat: dependent loads over a working set, one load per slot (a
  * 4 KiB page or a 64-byte line), in a random cyclic order, so that every
- * load waits for the one before it. Run it under numactl to place the
- * working set on a node:
+ * load waits for the one before it; or (--pattern zipf:S) as many loads,
+ * each to a random line of a page drawn from a Zipf(S) popularity over the
+ * working set's pages. Run it under numactl to place the working set on a
+ * node:
  *
  *   numactl --membind=1 cxlfs-memlat --size 24m --stride 64 --laps 1
  *
@@ -20,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,6 +111,7 @@ static void usage(void)
     fprintf(stderr,
         "usage: cxlfs-memlat --size BYTES[k|m|g] [--stride BYTES (4096)] [--laps N (2)]\n"
         "                    [--warmup-laps N (1)] [--seed S (1)] [--sequence FILE]\n"
+        "                    [--pattern uniform|zipf:S (uniform)]\n"
         "       cxlfs-memlat SIZE_MIB [STRIDE_BYTES=4096] [PASSES=3]   (old form, old JSON)\n"
         "\n"
         "Chases pointers through a random cyclic permutation of the working set's\n"
@@ -122,7 +126,19 @@ static void usage(void)
         "--sequence FILE: before the chain is built, writes the page index (byte\n"
         "offset in the working set / 4096) of every load of one lap, in load order,\n"
         "as little-endian u32, for replaying build + warm-up + laps through a\n"
-        "cache model on the host.\n");
+        "cache model on the host.\n"
+        "\n"
+        "--pattern zipf:S (S > 0): a lap is still size/stride loads, but each goes\n"
+        "to a random 64-byte line of a page drawn from a Zipf(S) popularity over\n"
+        "the working set's whole 4 KiB pages (page k of the popularity ranking is\n"
+        "a random page, so hot pages are scattered; the draws come from the seed,\n"
+        "and every lap repeats the same draws). Every line holds 0 and each load's\n"
+        "address is the line's plus the value the previous load returned, so the\n"
+        "loads stay dependent. The build pass writes the lines in load order (pages\n"
+        "never drawn are never touched); the lap's order (4 bytes a load) stays\n"
+        "mapped during the laps and is read sequentially. The JSON adds pattern,\n"
+        "pages, distinct_pages (drawn in a lap) and loads_per_s (measured laps'\n"
+        "loads over their wall time, clock reads included).\n");
 }
 
 /* Histogram: values < 16 ns get one bucket per ns; from 16 ns on, each
@@ -185,7 +201,9 @@ static double quantile(double q, uint64_t count, uint64_t min, uint64_t max)
     return (double)max;
 }
 
-static int write_sequence(const char *path, const uint32_t *order, uint64_t n, uint64_t stride)
+/* order[k] * unit is the byte offset of load k (unit: the stride, or 64 for
+ * the line indices of a zipf lap). */
+static int write_sequence(const char *path, const uint32_t *order, uint64_t n, uint64_t unit)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
@@ -209,7 +227,7 @@ static int write_sequence(const char *path, const uint32_t *order, uint64_t n, u
         }
         if (k == n)
             break;
-        uint32_t page = (uint32_t)(((uint64_t)order[k] * stride) / 4096);
+        uint32_t page = (uint32_t)(((uint64_t)order[k] * unit) / 4096);
         buf[used++] = (unsigned char)page;
         buf[used++] = (unsigned char)(page >> 8);
         buf[used++] = (unsigned char)(page >> 16);
@@ -218,9 +236,190 @@ static int write_sequence(const char *path, const uint32_t *order, uint64_t n, u
     return close(fd);
 }
 
+/* Statistics of the measured loads: the histogram plus these. */
+static uint64_t st_sum, st_min = UINT64_MAX, st_max;
+
+static inline void record(uint64_t d)
+{
+    hist[bucket_of(d)]++;
+    st_sum += d;
+    if (d < st_min)
+        st_min = d;
+    if (d > st_max)
+        st_max = d;
+}
+
+/* Cost of one clock read, as each measured load includes it: the median of
+ * back-to-back reads (the median: a vCPU preempted under TCG must not
+ * count), through the same histogram, cleared after. */
+static double timer_overhead(void)
+{
+    enum { TIMER_READS = 1001 };
+    uint64_t tmin = UINT64_MAX, tmax = 0, prev = now_ns();
+    for (int i = 0; i < TIMER_READS; i++) {
+        uint64_t t = now_ns(), d = t - prev;
+        prev = t;
+        hist[bucket_of(d)]++;
+        tmin = d < tmin ? d : tmin;
+        tmax = d > tmax ? d : tmax;
+    }
+    double timer_ns = quantile(0.5, TIMER_READS, tmin, tmax);
+    memset(hist, 0, sizeof hist);
+    return timer_ns;
+}
+
+/* What a run was asked to do, for the JSON line. */
+struct run_args {
+    uint64_t size, stride, n, laps, warmup, seed;
+};
+
+/* The JSON line; `extra` (empty, or starting with a comma) goes after seed. */
+static int print_result(const struct run_args *a, double timer_ns, const char *extra)
+{
+    uint64_t count = a->laps * a->n, min = st_min, max = st_max;
+    printf("{\"probe\":\"memlat\",\"size_bytes\":%" PRIu64 ",\"stride\":%" PRIu64
+           ",\"loads_per_lap\":%" PRIu64 ",\"laps\":%" PRIu64 ",\"warmup_laps\":%" PRIu64
+           ",\"seed\":%" PRIu64 "%s,\"clock\":\"clock_gettime(CLOCK_MONOTONIC)\""
+           ",\"timer_overhead_ns\":%.1f,\"mean_ns\":%.1f,\"min_ns\":%" PRIu64
+           ",\"p50_ns\":%.1f,\"p90_ns\":%.1f,\"p99_ns\":%.1f,\"p999_ns\":%.1f,\"max_ns\":%" PRIu64
+           ",\"histogram\":{\"unit\":\"ns\",\"buckets\":[",
+           a->size, a->stride, a->n, a->laps, a->warmup, a->seed, extra, timer_ns,
+           (double)st_sum / (double)count, min, quantile(0.5, count, min, max),
+           quantile(0.9, count, min, max), quantile(0.99, count, min, max),
+           quantile(0.999, count, min, max), max);
+    int first = 1;
+    for (unsigned b = 0; b < NBUCKETS; b++) {
+        if (!hist[b])
+            continue;
+        uint64_t lo, hi;
+        bucket_bounds(b, max, &lo, &hi);
+        printf("%s[%" PRIu64 ",%" PRIu64 ",%" PRIu64 "]", first ? "" : ",", lo, hi, hist[b]);
+        first = 0;
+    }
+    printf("]}}\n");
+    return fflush(stdout) == 0 ? 0 : 1;
+}
+
+/* ------------------------------------------------------------- zipf lap */
+
+/* `uniform` (0) or `zipf:S` (S > 0, at most 100) into *zipf_s. */
+static int parse_pattern(const char *v, double *zipf_s)
+{
+    if (!strcmp(v, "uniform")) {
+        *zipf_s = 0;
+        return 0;
+    }
+    if (strncmp(v, "zipf:", 5) != 0)
+        return -1;
+    char *end;
+    errno = 0;
+    double s = strtod(v + 5, &end);
+    if (errno || end == v + 5 || *end != '\0' || !(s > 0) || s > 100)
+        return -1;
+    *zipf_s = s;
+    return 0;
+}
+
+/* One lap of n loads: lines[k] is the 64-byte line index (byte offset / 64)
+ * of load k, on a page drawn from Zipf(s) over `pages` pages whose ranks
+ * are shuffled. Counts the distinct pages drawn. 0, or -1 when out of
+ * memory. */
+static int zipf_lap(uint32_t *lines, uint64_t n, uint64_t pages, double s, uint64_t *distinct)
+{
+    size_t cdf_len = pages * sizeof(double), rank_len = pages * sizeof(uint32_t);
+    double *cdf = mmap(NULL, cdf_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    uint32_t *page_of = mmap(NULL, rank_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (cdf == MAP_FAILED || page_of == MAP_FAILED)
+        return -1;
+    double total = 0;
+    for (uint64_t r = 0; r < pages; r++) {
+        total += pow((double)(r + 1), -s);
+        cdf[r] = total;
+    }
+    for (uint64_t i = 0; i < pages; i++)
+        page_of[i] = (uint32_t)i;
+    for (uint64_t i = pages - 1; i > 0; i--) { /* Fisher-Yates */
+        uint64_t j = next_rand() % (i + 1);
+        uint32_t t = page_of[i];
+        page_of[i] = page_of[j];
+        page_of[j] = t;
+    }
+    for (uint64_t k = 0; k < n; k++) {
+        double u = (double)(next_rand() >> 11) * 0x1p-53 * total;
+        uint64_t lo = 0, hi = pages - 1; /* the first rank with cdf > u */
+        while (lo < hi) {
+            uint64_t mid = lo + (hi - lo) / 2;
+            if (cdf[mid] > u)
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        lines[k] = page_of[lo] * 64u + (uint32_t)(next_rand() % 64);
+    }
+    /* Distinct pages: the cdf's room, reused as a bitmap. */
+    uint64_t *seen = (uint64_t *)cdf;
+    memset(seen, 0, (pages + 63) / 64 * sizeof(uint64_t));
+    *distinct = 0;
+    for (uint64_t k = 0; k < n; k++) {
+        uint32_t pg = lines[k] / 64;
+        uint64_t bit = (uint64_t)1 << (pg % 64);
+        if (!(seen[pg / 64] & bit)) {
+            seen[pg / 64] |= bit;
+            ++*distinct;
+        }
+    }
+    munmap(cdf, cdf_len);
+    munmap(page_of, rank_len);
+    return 0;
+}
+
+/* The zipf run over `mem`: the lap, its sequence file, the build pass,
+ * warm-up and measured laps, the JSON line. */
+static int zipf_main(char *mem, const struct run_args *a, double s, const char *seq_path)
+{
+    uint64_t pages = a->size / 4096, n = a->n, distinct = 0;
+    size_t lines_len = n * sizeof(uint32_t);
+    uint32_t *lines = mmap(NULL, lines_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (lines == MAP_FAILED || zipf_lap(lines, n, pages, s, &distinct) != 0) {
+        fprintf(stderr, "cxlfs-memlat: out of memory\n");
+        return 1;
+    }
+    if (seq_path && write_sequence(seq_path, lines, n, 64) != 0) {
+        fprintf(stderr, "cxlfs-memlat: cannot write %s: %s\n", seq_path, strerror(errno));
+        return 1;
+    }
+    /* The build pass: every line of the lap holds 0, written in load order. */
+    for (uint64_t k = 0; k < n; k++)
+        *(volatile uint64_t *)(mem + (uint64_t)lines[k] * 64) = 0;
+    double timer_ns = timer_overhead();
+
+    uint64_t v = 0; /* each load's value (0) joins the next one's address */
+    for (uint64_t l = 0; l < a->warmup; l++)
+        for (uint64_t i = 0; i < n; i++)
+            v = *(volatile uint64_t *)(mem + (uint64_t)lines[i] * 64 + v);
+    uint64_t start = now_ns();
+    for (uint64_t l = 0; l < a->laps; l++) {
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t off = (uint64_t)lines[i] * 64 + v;
+            uint64_t t0 = now_ns();
+            v = *(volatile uint64_t *)(mem + off);
+            record(now_ns() - t0);
+        }
+    }
+    uint64_t wall = now_ns() - start;
+    char extra[160];
+    snprintf(extra, sizeof extra,
+             ",\"pattern\":\"zipf:%g\",\"pages\":%" PRIu64 ",\"distinct_pages\":%" PRIu64
+             ",\"loads_per_s\":%.1f",
+             s, pages, distinct, (double)(a->laps * n) * 1e9 / (double)(wall ? wall : 1));
+    /* (v is 0: adding it keeps the last load live.) */
+    return print_result(a, timer_ns, extra) | (v != 0);
+}
+
 static int flag_main(int argc, char **argv)
 {
     uint64_t size = 0, stride = 4096, laps = 2, warmup = 1, seed = 1;
+    double zipf_s = 0;
     const char *seq_path = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -245,6 +444,8 @@ static int flag_main(int argc, char **argv)
             bad = parse_u64(v, &warmup);
         else if (!strcmp(a, "--seed"))
             bad = parse_u64(v, &seed);
+        else if (!strcmp(a, "--pattern"))
+            bad = parse_pattern(v, &zipf_s);
         else if (!strcmp(a, "--sequence")) {
             seq_path = v;
             bad = 0;
@@ -271,6 +472,10 @@ static int flag_main(int argc, char **argv)
         fprintf(stderr, "cxlfs-memlat: more than 2^32 slots: use a larger stride\n");
         return 2;
     }
+    if (zipf_s > 0 && (size < 4096 || size / 64 > UINT32_MAX)) {
+        fprintf(stderr, "cxlfs-memlat: --pattern zipf needs 4 KiB <= --size <= 256 GiB\n");
+        return 2;
+    }
     char *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     size_t order_len = n * sizeof(uint32_t);
     uint32_t *order = mmap(NULL, order_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -283,6 +488,9 @@ static int flag_main(int argc, char **argv)
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
     rng = (z ^ (z >> 31)) | 1;
+    struct run_args ra = { size, stride, n, laps, warmup, seed };
+    if (zipf_s > 0)
+        return zipf_main(mem, &ra, zipf_s, seq_path);
     /* A random cyclic permutation (Sattolo): order[k] is the k-th slot loaded. */
     for (uint64_t i = 0; i < n; i++)
         order[i] = (uint32_t)i;
@@ -305,63 +513,22 @@ static int flag_main(int argc, char **argv)
     munmap(order, order_len);
     order = NULL;
 
-    /* Cost of one clock read, as each measured load includes it: the
-     * median of back-to-back reads (the median: a vCPU preempted under TCG
-     * must not count), through the same histogram, cleared after. */
-    enum { TIMER_READS = 1001 };
-    uint64_t tmin = UINT64_MAX, tmax = 0, prev = now_ns();
-    for (int i = 0; i < TIMER_READS; i++) {
-        uint64_t t = now_ns(), d = t - prev;
-        prev = t;
-        hist[bucket_of(d)]++;
-        tmin = d < tmin ? d : tmin;
-        tmax = d > tmax ? d : tmax;
-    }
-    double timer_ns = quantile(0.5, TIMER_READS, tmin, tmax);
-    memset(hist, 0, sizeof hist);
+    double timer_ns = timer_overhead();
 
     void *volatile *p = (void *volatile *)start;
     for (uint64_t l = 0; l < warmup; l++)
         for (uint64_t i = 0; i < n; i++)
             p = (void *volatile *)*p;
 
-    uint64_t count = 0, sum = 0, min = UINT64_MAX, max = 0;
     for (uint64_t l = 0; l < laps; l++) {
         for (uint64_t i = 0; i < n; i++) {
             uint64_t t0 = now_ns();
             p = (void *volatile *)*p;
-            uint64_t d = now_ns() - t0;
-            hist[bucket_of(d)]++;
-            sum += d;
-            if (d < min)
-                min = d;
-            if (d > max)
-                max = d;
+            record(now_ns() - t0);
         }
     }
-    count = laps * n;
-
-    printf("{\"probe\":\"memlat\",\"size_bytes\":%" PRIu64 ",\"stride\":%" PRIu64
-           ",\"loads_per_lap\":%" PRIu64 ",\"laps\":%" PRIu64 ",\"warmup_laps\":%" PRIu64
-           ",\"seed\":%" PRIu64 ",\"clock\":\"clock_gettime(CLOCK_MONOTONIC)\""
-           ",\"timer_overhead_ns\":%.1f,\"mean_ns\":%.1f,\"min_ns\":%" PRIu64
-           ",\"p50_ns\":%.1f,\"p90_ns\":%.1f,\"p99_ns\":%.1f,\"p999_ns\":%.1f,\"max_ns\":%" PRIu64
-           ",\"histogram\":{\"unit\":\"ns\",\"buckets\":[",
-           size, stride, n, laps, warmup, seed, timer_ns, (double)sum / (double)count, min,
-           quantile(0.5, count, min, max), quantile(0.9, count, min, max),
-           quantile(0.99, count, min, max), quantile(0.999, count, min, max), max);
-    int first = 1;
-    for (unsigned b = 0; b < NBUCKETS; b++) {
-        if (!hist[b])
-            continue;
-        uint64_t lo, hi;
-        bucket_bounds(b, max, &lo, &hi);
-        printf("%s[%" PRIu64 ",%" PRIu64 ",%" PRIu64 "]", first ? "" : ",", lo, hi, hist[b]);
-        first = 0;
-    }
-    printf("]}}\n");
     /* (p is volatile: the chase cannot be optimised away.) */
-    return fflush(stdout) == 0 && p != NULL ? 0 : 1;
+    return print_result(&ra, timer_ns, "") | (p == NULL);
 }
 
 int main(int argc, char **argv)

@@ -4,7 +4,7 @@
 
 use super::tools::Tools;
 use crate::guest_script;
-use crate::spec::{PhaseSpec, RunPlan, DEFAULT_PRESET};
+use crate::spec::{access_sampling_text, PhaseSpec, RunPlan, DEFAULT_PRESET};
 use crate::template::TemplateValue;
 use anyhow::Result;
 use cxlfs_device_model::units::parse_duration_ns;
@@ -39,6 +39,12 @@ pub(super) fn daemon_args(
         for i in 0..plan.spec.vms.count {
             a.extend(["--cxl-memory".to_string(), format!("vm{i}={m}")]);
         }
+    }
+    if let Some(rate) = d.access_sampling_rate() {
+        a.extend([
+            "--access-sampling".to_string(),
+            access_sampling_text(Some(rate)),
+        ]);
     }
     if tools.map_or(true, |t| t.metrics_file) {
         a.push("--metrics-file".into());
@@ -162,6 +168,24 @@ mod tests {
                 "1s"
             ]
         );
+        let sampled = load_str(
+            "t.toml",
+            SPEC,
+            &["sweep.daemon.access_sampling=[\"off\", 500, \"2000/s\"]".into()],
+        )
+        .unwrap()
+        .expand(false)
+        .unwrap();
+        let flag = |p: &RunPlan| {
+            let a = daemon_args(p, None, Path::new("m.jsonl"));
+            a.iter()
+                .position(|x| x == "--access-sampling")
+                .map(|i| a[i + 1].clone())
+        };
+        let flags: Vec<Option<String>> = sampled.iter().map(flag).collect();
+        assert_eq!(flags.iter().filter(|f| f.is_none()).count(), 2, "{flags:?}");
+        assert!(flags.contains(&Some("500/s".into())), "{flags:?}");
+        assert!(flags.contains(&Some("2000/s".into())), "{flags:?}");
         let v = vm_args(&plans[1], "vm1");
         assert_eq!(
             v,

@@ -8,7 +8,7 @@ use crate::daemon_metrics::{sample_at, Figures};
 use crate::distributions::{self, Distribution};
 use crate::fio_json::FioSummary;
 use crate::results::{num, Row};
-use crate::spec::{value_text, PhaseSpec, RunPlan, DEFAULT_CXL_RATIO};
+use crate::spec::{access_sampling_text, value_text, PhaseSpec, RunPlan, DEFAULT_CXL_RATIO};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -134,6 +134,13 @@ impl PhaseRows<'_> {
         for (key, v) in &plan.params {
             r.insert(key.clone(), toml_to_json(v));
         }
+        // After the parameters: one spelling (`off`, `N/s`) even when swept.
+        r.insert(
+            "daemon.access_sampling".into(),
+            json!(access_sampling_text(
+                plan.spec.daemon.access_sampling_rate()
+            )),
+        );
         r
     }
 
@@ -229,7 +236,9 @@ fn add_hit_rates(plan: &RunPlan, rows: &mut [Row]) {
 }
 
 /// A command phase's columns: `out.NAME` per number, `out.NAME_p50` /
-/// `_p99` per histogram, and the `replay_check` hit shares.
+/// `_p99` per histogram, and the `replay_check` hit shares (measured, the
+/// replay with hits invisible and visible to the policy, and measured minus
+/// the invisible replay in points).
 fn command_figures(p: &PhaseResult) -> Vec<(String, f64)> {
     let mut v: Vec<(String, f64)> = p
         .outputs
@@ -243,12 +252,13 @@ fn command_figures(p: &PhaseResult) -> Vec<(String, f64)> {
             }
         }
     }
-    if let Some((measured, predicted)) = p.hit_shares {
-        v.push(("hit_share.full_system".into(), measured));
-        v.push(("hit_share.replay".into(), predicted));
+    if let Some(h) = p.hit_shares {
+        v.push(("hit_share.full_system".into(), h.full_system));
+        v.push(("hit_share.replay".into(), h.replay));
+        v.push(("hit_share.replay_visible".into(), h.replay_visible));
         v.push((
             "hit_share.diff_points".into(),
-            (measured - predicted) * 100.0,
+            (h.full_system - h.replay) * 100.0,
         ));
     }
     v
@@ -307,6 +317,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::fio_json;
+    use crate::run_cmd::run_output::HitShares;
     use crate::run_cmd::test_spec::SPEC;
     use crate::spec::load_str;
     use cxlfs_api::metrics::{CounterInfo, DeviceTotals, MetricsSnapshot, VmSample};
@@ -371,6 +382,13 @@ mod tests {
         assert_eq!(r0["cxl_ratio"], 0);
         assert_eq!(r0["daemon.cxl_ratio"], 0);
         assert_eq!(r0["policy"], plans[0].device.cache.policy.name());
+        assert_eq!(r0["daemon.access_sampling"], "off");
+        let mut sampled = plans[0].clone();
+        sampled.spec.daemon.access_sampling = Some(toml::Value::Integer(2000));
+        assert_eq!(
+            rows_of(&sampled, &out)[0]["daemon.access_sampling"],
+            "2000/s"
+        );
         assert_eq!(r0["device_hits"], 10);
         assert_eq!(r0["device_misses"], 20);
         assert!(
@@ -412,5 +430,22 @@ mod tests {
         assert!(rows
             .iter()
             .all(|r| !r.contains_key("read_bw_bytes_per_sec")));
+    }
+
+    #[test]
+    fn replay_check_columns_hold_both_replays() {
+        let p = PhaseResult {
+            hit_shares: Some(HitShares {
+                full_system: 0.5,
+                replay: 0.25,
+                replay_visible: 0.75,
+            }),
+            ..PhaseResult::default()
+        };
+        let v: BTreeMap<String, f64> = command_figures(&p).into_iter().collect();
+        assert_eq!(v["hit_share.full_system"], 0.5);
+        assert_eq!(v["hit_share.replay"], 0.25);
+        assert_eq!(v["hit_share.replay_visible"], 0.75);
+        assert_eq!(v["hit_share.diff_points"], 25.0);
     }
 }

@@ -36,8 +36,19 @@ pub(super) struct PhaseResult {
     /// Histograms a command's `outputs` gave: name, unit, buckets.
     pub(super) histograms: Vec<(String, String, Buckets)>,
     /// `replay_check`: measured and predicted hit shares.
-    pub(super) hit_shares: Option<(f64, f64)>,
+    pub(super) hit_shares: Option<HitShares>,
     pub(super) error: Option<String>,
+}
+
+/// `replay_check`'s hit shares of the measured laps.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct HitShares {
+    /// Measured in the full system (loads below `hit_below_ns`).
+    pub(super) full_system: f64,
+    /// The replay with hits invisible to the policy.
+    pub(super) replay: f64,
+    /// The replay with hits visible to the policy.
+    pub(super) replay_visible: f64,
 }
 
 /// Everything one run produced.
@@ -206,14 +217,14 @@ fn read_phase(
 }
 
 /// `replay_check`: the measured hit share (the histogram below
-/// `hit_below_ns`) and the replay's prediction for the probe's sequence.
+/// `hit_below_ns`) and the replay's predictions for the probe's sequence.
 fn hit_share_check(
     plan: &RunPlan,
     rc: &ReplayCheckSpec,
     dir: &Path,
     r: &PhaseResult,
     probe_output: Option<&str>,
-) -> Result<(f64, f64)> {
+) -> Result<HitShares> {
     let (_, unit, buckets) = r
         .histograms
         .iter()
@@ -237,6 +248,10 @@ fn hit_share_check(
     let bytes = fs::read(dir.join(&rc.sequence))
         .with_context(|| format!("reading the sequence {}", rc.sequence))?;
     let seq = replay_check::decode_sequence(&bytes)?;
-    let p = replay_check::predict(&plan.device, &seq, warmup, laps)?;
-    Ok((measured, p.hit_share))
+    let p = replay_check::predict_both(&plan.device, &seq, warmup, laps)?;
+    Ok(HitShares {
+        full_system: measured,
+        replay: p.hidden.hit_share,
+        replay_visible: p.visible.hit_share,
+    })
 }

@@ -3,6 +3,7 @@
 //! files, sweep keys, the daemon's device config and CXL memory, variable
 //! names. One phase's own rules are in `check_phase.rs`.
 
+use super::access_sampling::access_sampling_rate;
 use super::check_phase::{check_phase, check_share_path};
 use super::tree::{flatten_sets, size_value};
 use super::types::{DaemonSpec, Spec};
@@ -33,6 +34,7 @@ pub(super) fn parse_tree(
     check_sweep_keys(&spec).map_err(key_err)?;
     device_config(&spec.daemon).map_err(key_err)?;
     check_cxl_memory(&spec.daemon).map_err(key_err)?;
+    check_access_sampling(&spec.daemon).map_err(key_err)?;
     check_vars(&spec).map_err(key_err)?;
     check_image_not_swept(&spec).map_err(key_err)?;
     for (i, p) in spec.phases.iter().enumerate() {
@@ -176,6 +178,15 @@ fn check_cxl_memory(d: &DaemonSpec) -> Result<(), KeyError> {
     Ok(())
 }
 
+/// `access_sampling`: `off`, a whole number, or `N/s`.
+fn check_access_sampling(d: &DaemonSpec) -> Result<(), KeyError> {
+    if let Some(v) = &d.access_sampling {
+        access_sampling_rate(v)
+            .map_err(|e| ("daemon.access_sampling".to_string(), e.to_string()))?;
+    }
+    Ok(())
+}
+
 /// `[vars]` names are identifiers (phase commands write `{name}`).
 fn check_vars(spec: &Spec) -> Result<(), KeyError> {
     for (k, _) in &spec.vars {
@@ -245,6 +256,26 @@ mod tests {
         let bad = SPEC.replace("cxl_ratio = 50", "cxl_ratio = 150");
         let e = load_str("s.toml", &bad, &[]).unwrap_err().to_string();
         assert!(e.starts_with("s.toml: daemon.cxl_ratio: "), "{e}");
+        let bad = SPEC.replace(
+            "cxl_ratio = 50",
+            "cxl_ratio = 50\naccess_sampling = \"fast\"",
+        );
+        let e = load_str("s.toml", &bad, &[]).unwrap_err().to_string();
+        assert!(
+            e.starts_with("s.toml: daemon.access_sampling: `fast`: "),
+            "{e}"
+        );
+        // A swept value is checked at load as well, naming the point.
+        let swept = load_str("s.toml", SPEC, &["sweep.daemon.access_sampling=[0]".into()])
+            .unwrap()
+            .expand(false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            swept.starts_with("s.toml: daemon.access_sampling (sweep point ")
+                && swept.contains("): a rate of 0"),
+            "{swept}"
+        );
         let e = load_str("s.toml", "name = \"x\"\n[[phases]]\nname = \"a b\"", &[])
             .unwrap_err()
             .to_string();

@@ -2,6 +2,7 @@
 //! `[[files]]` and `[image]`, with their defaults. The phase tables are in
 //! `phase.rs`, `[quick]` in `quick.rs`.
 
+use super::access_sampling::access_sampling_rate;
 use super::phase::PhaseSpec;
 use super::tree::size_value;
 use crate::plot_spec::PlotSpec;
@@ -81,6 +82,11 @@ pub struct DaemonSpec {
     /// (`cxlfsd --cxl-memory VM=SIZE`), its CPU-less NUMA node 1.
     #[serde(default)]
     pub cxl_memory: Option<toml::Value>,
+    /// Access sampling (`cxlfsd --access-sampling N/s`): resident pages
+    /// armed per second, so that hits at memory speed reach the policy;
+    /// `"off"` (the default: no flag), a whole number, or `"N/s"`.
+    #[serde(default)]
+    pub access_sampling: Option<toml::Value>,
     /// Daemon metrics sample interval (`--metrics-interval`), when the daemon supports it.
     #[serde(default = "default_metrics_interval")]
     pub metrics_interval: String,
@@ -103,6 +109,14 @@ impl DaemonSpec {
     pub fn cxl_memory_bytes(&self) -> Option<u64> {
         self.cxl_memory.as_ref().and_then(|m| size_value(m).ok())
     }
+
+    /// The access-sampling rate (pages per second), `None` when off (a spec
+    /// that loaded has a valid value here).
+    pub fn access_sampling_rate(&self) -> Option<u64> {
+        self.access_sampling
+            .as_ref()
+            .and_then(|v| access_sampling_rate(v).ok().flatten())
+    }
 }
 
 impl Default for DaemonSpec {
@@ -114,6 +128,7 @@ impl Default for DaemonSpec {
             cxl_ratio: None,
             dax: false,
             cxl_memory: None,
+            access_sampling: None,
             metrics_interval: default_metrics_interval(),
             args: Vec::new(),
         }
