@@ -537,9 +537,16 @@ impl TryFrom<Settings> for DaemonConfig {
             None => (preset(DEFAULT_PRESET)?, format!("preset {DEFAULT_PRESET}")),
         };
         let sets = s.sets.as_deref().unwrap_or_default();
-        let device = base.with_overrides(sets)?;
+        let mut device = base.with_overrides(sets)?;
         if !sets.is_empty() {
             origin.push_str(&format!(" | --set {}", sets.join(" ")));
+        }
+        let access_sampling = access_sampling(&s)?;
+        if access_sampling.is_some() && !device.cache.hits_visible {
+            // Sampled accesses are hits: a policy blind to hits would
+            // throw them away.
+            device.cache.hits_visible = true;
+            origin.push_str(" | access sampling: cache.hits_visible=true");
         }
         let vms = s.vm.clone().unwrap_or_default();
         for (i, a) in vms.iter().enumerate() {
@@ -560,7 +567,6 @@ impl TryFrom<Settings> for DaemonConfig {
         let metrics_interval = metrics_interval(&s)?;
         let guest_ids = guest_ids(&s)?;
         let memory_regions = memory_regions(&s, &vms)?;
-        let access_sampling = access_sampling(&s)?;
         let max_open_files = s.max_open_files.unwrap_or(DEFAULT_MAX_OPEN_FILES);
         if max_open_files < 16 {
             return Err(LoadDaemonConfigError::Invalid(format!(
@@ -744,6 +750,27 @@ mod tests {
         assert_eq!(c.access_sampling, None, "off by default");
         assert_eq!(with("off").unwrap(), None);
         assert_eq!(with("2000/s").unwrap(), Some(2000));
+        // Sampled accesses are hits: a hit-blind preset's policy sees them.
+        let c = DaemonConfig::merge(
+            &cli(&[
+                "--shared-dir",
+                "/a",
+                "--preset",
+                "cylon",
+                "--access-sampling",
+                "5",
+            ]),
+            FileConfig::default(),
+        )
+        .unwrap();
+        assert!(c.device.cache.hits_visible, "{}", c.device_origin);
+        assert!(c.device_origin.contains("hits_visible=true"));
+        let c = DaemonConfig::merge(
+            &cli(&["--shared-dir", "/a", "--preset", "cylon"]),
+            FileConfig::default(),
+        )
+        .unwrap();
+        assert!(!c.device.cache.hits_visible, "off: the preset as it is");
         assert_eq!(with("1000000").unwrap(), Some(MAX_ACCESS_SAMPLING));
         for bad in ["0", "0/s", "1000001/s", "fast", "2000/min", ""] {
             let e = with(bad).unwrap_err().to_string();

@@ -522,7 +522,9 @@ impl SharedDevice {
             if let Err(e) = marks.settle(device, || self.clock.now_ns(), &evicted) {
                 tracing::warn!(error = %e, "cannot charge a deferred write-back");
             }
-            (r, evicted, device.drain_prefetches())
+            let prefetched = device.drain_prefetches();
+            marks.filled(&prefetched);
+            (r, evicted, prefetched)
         };
         let mut done = Published {
             evicted_pages: evicted.len() as u64,
@@ -558,6 +560,18 @@ impl SharedDevice {
             .filter(|p| device.is_resident(p * PAGE))
             .collect();
         marks.arm(&resident)
+    }
+
+    /// Starts keeping the order in which traps last reached each resident
+    /// page (for [`SharedDevice::sampling_candidates`]); sampling only.
+    pub fn track_recency(&self) {
+        self.state().marks.track();
+    }
+
+    /// Up to `n` resident pages to arm: not armed, those whose last trap is
+    /// oldest first.
+    pub fn sampling_candidates(&self, n: usize) -> Vec<u64> {
+        self.state().marks.oldest(n)
     }
 
     /// Adds `ns` of the sampler's time (arming pages) to its counters.

@@ -11,10 +11,16 @@
 //!   have charged it without sampling: when the device evicts the page (or
 //!   a sync asks for it);
 //! * a page the device evicts or discards loses its marks.
+//!
+//! With sampling on, the marks also keep the order in which the daemon last
+//! heard of each resident page (its last trap: the miss that brought it in,
+//! or a sampled hit). The sampler arms the pages it has not heard of for
+//! the longest first: under a recency policy those are the next to be
+//! evicted, the pages whose hits the policy needs to see.
 
 use super::PAGE;
 use cxlfs_device_model::{AccessError, Device};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Sampling's counters (since start).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -38,6 +44,12 @@ pub(super) struct SampleMarks {
     armed: HashSet<u64>,
     deferred: HashSet<u64>,
     counts: SamplingCounts,
+    /// Whether the order of last traps is kept (sampling is on).
+    tracking: bool,
+    /// Trap sequence number of each tracked page, and the pages by it.
+    heard: HashMap<u64, u64>,
+    by_heard: BTreeMap<u64, u64>,
+    next_seq: u64,
 }
 
 /// The device pages of bytes `[addr, addr + len)`, partial ones included.
@@ -48,6 +60,40 @@ fn pages(addr: u64, len: u64) -> std::ops::Range<u64> {
 impl SampleMarks {
     pub(super) fn counts(&self) -> SamplingCounts {
         self.counts
+    }
+
+    /// Starts keeping the order of last traps.
+    pub(super) fn track(&mut self) {
+        self.tracking = true;
+    }
+
+    /// Whether there is nothing to look up for a device page.
+    fn idle(&self) -> bool {
+        self.armed.is_empty() && self.deferred.is_empty() && self.heard.is_empty()
+    }
+
+    /// Up to `n` tracked pages not armed, those heard of longest ago first.
+    pub(super) fn oldest(&self, n: usize) -> Vec<u64> {
+        self.by_heard
+            .values()
+            .filter(|p| !self.armed.contains(p))
+            .take(n)
+            .copied()
+            .collect()
+    }
+
+    fn unhear(&mut self, page: u64) {
+        if let Some(seq) = self.heard.remove(&page) {
+            self.by_heard.remove(&seq);
+        }
+    }
+
+    fn hear(&mut self, page: u64) {
+        self.unhear(page);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.heard.insert(page, seq);
+        self.by_heard.insert(seq, page);
     }
 
     pub(super) fn record_time(&mut self, ns: u64) {
@@ -65,9 +111,23 @@ impl SampleMarks {
         fresh
     }
 
-    /// A trap on `[addr, addr + len)`: the armed pages it covers, disarmed
-    /// and counted as sampled accesses.
+    /// The prefetcher filled these `(page, ready)` pages: heard of now.
+    pub(super) fn filled(&mut self, pages: &[(u64, u64)]) {
+        if self.tracking {
+            for &(p, _) in pages {
+                self.hear(p);
+            }
+        }
+    }
+
+    /// A trap on `[addr, addr + len)` (the pages are resident now): the
+    /// armed pages it covers, disarmed and counted as sampled accesses.
     pub(super) fn take(&mut self, addr: u64, len: u64) -> u64 {
+        if self.tracking {
+            for p in pages(addr, len) {
+                self.hear(p);
+            }
+        }
         if self.armed.is_empty() {
             return 0;
         }
@@ -115,12 +175,13 @@ impl SampleMarks {
         now_ns: impl FnOnce() -> u64,
         evicted: &[u64],
     ) -> Result<(), AccessError> {
-        if evicted.is_empty() || (self.armed.is_empty() && self.deferred.is_empty()) {
+        if evicted.is_empty() || self.idle() {
             return Ok(());
         }
         let now_ns = now_ns();
         for p in evicted {
             self.armed.remove(p);
+            self.unhear(*p);
             if self.deferred.remove(p) {
                 dev.write_back(now_ns, p * PAGE, PAGE)?;
                 self.counts.deferred_programs += 1;
@@ -154,10 +215,11 @@ impl SampleMarks {
     /// `[addr, addr + len)` was discarded (its data is gone): no marks, no
     /// program owed.
     pub(super) fn forget(&mut self, addr: u64, len: u64) {
-        if self.armed.is_empty() && self.deferred.is_empty() {
+        if self.idle() {
             return;
         }
         for p in pages(addr, len) {
+            self.unhear(p);
             self.armed.remove(&p);
             self.deferred.remove(&p);
         }
@@ -180,6 +242,23 @@ mod tests {
         assert_eq!(m.defer(PAGE, 2 * PAGE), []);
         assert_eq!(m.counts().deferred_pages, 2);
         assert_eq!(m.defer(2 * PAGE, 2 * PAGE), [(3 * PAGE, PAGE)]);
+    }
+
+    #[test]
+    fn the_oldest_heard_unarmed_pages_come_first() {
+        let mut m = SampleMarks::default();
+        m.take(PAGE, PAGE);
+        assert!(m.oldest(4).is_empty(), "nothing is kept while off");
+        m.track();
+        for p in [3, 1, 2, 4] {
+            m.take(p * PAGE, PAGE);
+        }
+        assert_eq!(m.oldest(2), [3, 1]);
+        m.arm(&[3]);
+        m.take(PAGE, 1); // heard again: newest
+        assert_eq!(m.oldest(4), [2, 4, 1]);
+        m.forget(4 * PAGE, PAGE);
+        assert_eq!(m.oldest(4), [2, 1]);
     }
 
     #[test]

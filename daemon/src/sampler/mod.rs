@@ -1,7 +1,9 @@
 //! Access sampling's thread (`--access-sampling RATE`): it arms resident
-//! device-cache pages at RATE pages a second, picked at random from the
-//! device cache, in whichever residency plane holds them (a DAX window's
-//! pool, a CXL memory region). An armed page leaves its plane while the
+//! device-cache pages at RATE pages a second, in whichever residency plane
+//! holds them (a DAX window's pool, a CXL memory region), those the daemon
+//! has not heard of for the longest first (their last trap is oldest: under
+//! a recency policy they are the next to be evicted, so a hit on them is
+//! the one the policy must not miss). An armed page leaves its plane while the
 //! device cache keeps it, so the guest's next access to it traps and is
 //! charged as a device hit: the policy sees an access that otherwise runs
 //! at memory speed unseen, about when it happened. The marks that keep the
@@ -18,9 +20,6 @@ use std::time::{Duration, Instant};
 
 /// How often the thread wakes to arm what the rate allows since.
 const TICK: Duration = Duration::from_millis(10);
-/// How long a copy of the device cache's resident list serves picks (the
-/// device checks each pick is still resident when it arms it).
-const DECK_LIFE: Duration = Duration::from_millis(250);
 
 /// The running sampler; dropping it stops the thread.
 #[derive(Debug)]
@@ -50,6 +49,7 @@ impl AccessSampler {
             dax,
             memory,
         };
+        planes.shared.track_recency();
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("access-sampler".into())
@@ -74,12 +74,6 @@ impl Drop for AccessSampler {
 /// The thread: every tick, arms the pages the rate allows since the last
 /// one (fractions carry over).
 fn run(planes: &Planes, rate: u32, stop: &AtomicBool) {
-    let mut deck = Deck {
-        pages: Vec::new(),
-        next: 0,
-        dealt_at: Instant::now(),
-        rng: XorShift(0x9e37_79b9_7f4a_7c15),
-    };
     let mut owed = 0.0_f64;
     let mut last = Instant::now();
     while !stop.load(Ordering::Acquire) {
@@ -93,7 +87,8 @@ fn run(planes: &Planes, rate: u32, stop: &AtomicBool) {
         if n == 0 {
             continue;
         }
-        let picked = deck.deal(&planes.shared, n);
+        let picked = planes.shared.sampling_candidates(n);
+        let picked = picked.as_slice();
         owed -= picked.len() as f64;
         if picked.is_empty() {
             owed = 0.0;
@@ -109,56 +104,6 @@ fn run(planes: &Planes, rate: u32, stop: &AtomicBool) {
         planes
             .shared
             .record_sampling_time(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX));
-    }
-}
-
-/// The device cache's resident pages, dealt at random without repeats
-/// until they run out or the copy is [`DECK_LIFE`] old.
-struct Deck {
-    pages: Vec<u64>,
-    next: usize,
-    dealt_at: Instant,
-    rng: XorShift,
-}
-
-impl Deck {
-    /// Up to `n` pages not dealt since the last refill.
-    fn deal(&mut self, shared: &SharedDevice, n: usize) -> &[u64] {
-        if self.next >= self.pages.len() || self.dealt_at.elapsed() > DECK_LIFE {
-            self.pages = shared.read(|_, dev| dev.resident_page_list());
-            self.next = 0;
-            self.dealt_at = Instant::now();
-        }
-        let start = self.next;
-        let got = pick(&mut self.pages[start..], n, &mut self.rng).len();
-        self.next += got;
-        &self.pages[start..start + got]
-    }
-}
-
-/// `n` distinct pages of `pages` at random (a partial Fisher-Yates shuffle:
-/// they end up first), or all of them.
-fn pick<'a>(pages: &'a mut [u64], n: usize, rng: &mut XorShift) -> &'a [u64] {
-    let n = n.min(pages.len());
-    for i in 0..n {
-        let span = (pages.len() - i) as u64;
-        let j = i + (rng.next() % span) as usize;
-        pages.swap(i, j);
-    }
-    &pages[..n]
-}
-
-/// A small fast generator (xorshift64); the sample needs no more.
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
     }
 }
 
