@@ -57,6 +57,9 @@ pub struct Prediction {
     pub hit_share: f64,
     /// Loads in the measured laps.
     pub loads: u64,
+    /// Device misses over the whole phase (the stores, the warm-up and the
+    /// measured laps): what the daemon's device counts for the phase.
+    pub phase_misses: u64,
 }
 
 /// The replay's predictions with the policy blind to hits and seeing them.
@@ -111,6 +114,7 @@ pub fn predict(
             .run(lap(Op::Read))
             .map_err(PredictHitShareError::Replay)?;
     }
+    let before_measured = replayer.report().misses;
     replayer.reset_stats();
     for _ in 0..laps.max(1) {
         replayer
@@ -121,6 +125,7 @@ pub fn predict(
     Ok(Prediction {
         hit_share: r.hit_rate,
         loads: r.accesses,
+        phase_misses: before_measured + r.misses,
     })
 }
 
@@ -197,10 +202,14 @@ mod tests {
         let p = predict(&fifo(128), &fits, 1, 2, false).unwrap();
         assert_eq!(p.loads, 128);
         assert!((p.hit_share - 1.0).abs() < 1e-12, "{p:?}");
-        // A cyclic scan over twice the cache under FIFO: every load misses.
+        // The phase's misses: the store pass's first touches only.
+        assert_eq!(p.phase_misses, 64);
+        // A cyclic scan over twice the cache under FIFO: every load misses,
+        // in every pass (stores, one warm-up lap, one measured lap).
         let scan: Vec<u32> = (0..256).collect();
         let p = predict(&fifo(128), &scan, 1, 1, false).unwrap();
         assert!(p.hit_share < 1e-12, "{p:?}");
+        assert_eq!(p.phase_misses, 3 * 256);
     }
 
     #[test]

@@ -16,7 +16,10 @@
 //! heard of each resident page (its last trap: the miss that brought it in,
 //! or a sampled hit). The sampler arms the pages it has not heard of for
 //! the longest first: under a recency policy those are the next to be
-//! evicted, the pages whose hits the policy needs to see.
+//! evicted, the pages whose hits the policy needs to see. Only the oldest
+//! quarter is ever armed ([`ARMABLE_SHARE`]): a page just heard of is
+//! nowhere near eviction, and arming it would make every access to a hot
+//! page trap once the rate outruns the evictions.
 
 use super::PAGE;
 use cxlfs_device_model::{AccessError, Device};
@@ -52,6 +55,10 @@ pub(super) struct SampleMarks {
     next_seq: u64,
 }
 
+/// The share of tracked pages, those heard of longest ago, that may be
+/// armed (one in this many).
+pub(super) const ARMABLE_SHARE: usize = 4;
+
 /// The device pages of bytes `[addr, addr + len)`, partial ones included.
 fn pages(addr: u64, len: u64) -> std::ops::Range<u64> {
     addr / PAGE..addr.saturating_add(len).div_ceil(PAGE)
@@ -72,10 +79,12 @@ impl SampleMarks {
         self.armed.is_empty() && self.deferred.is_empty() && self.heard.is_empty()
     }
 
-    /// Up to `n` tracked pages not armed, those heard of longest ago first.
+    /// Up to `n` tracked pages not armed, those heard of longest ago first,
+    /// from the oldest [`ARMABLE_SHARE`]th of them.
     pub(super) fn oldest(&self, n: usize) -> Vec<u64> {
         self.by_heard
             .values()
+            .take(self.by_heard.len().div_ceil(ARMABLE_SHARE))
             .filter(|p| !self.armed.contains(p))
             .take(n)
             .copied()
@@ -250,15 +259,17 @@ mod tests {
         m.take(PAGE, PAGE);
         assert!(m.oldest(4).is_empty(), "nothing is kept while off");
         m.track();
-        for p in [3, 1, 2, 4] {
+        for p in [3, 1, 2, 4, 9, 8, 7, 6] {
             m.take(p * PAGE, PAGE);
         }
-        assert_eq!(m.oldest(2), [3, 1]);
+        // Eight tracked: the oldest two may be armed.
+        assert_eq!(m.oldest(5), [3, 1]);
         m.arm(&[3]);
+        assert_eq!(m.oldest(5), [1]);
         m.take(PAGE, 1); // heard again: newest
-        assert_eq!(m.oldest(4), [2, 4, 1]);
-        m.forget(4 * PAGE, PAGE);
-        assert_eq!(m.oldest(4), [2, 1]);
+        assert_eq!(m.oldest(5), [2]);
+        m.forget(2 * PAGE, PAGE);
+        assert_eq!(m.oldest(5), [4], "seven tracked: 3 (armed) and 4");
     }
 
     #[test]

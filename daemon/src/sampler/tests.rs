@@ -90,8 +90,8 @@ fn armed_pages_trap_as_hits_and_their_write_backs_wait_for_the_eviction() {
     );
 }
 
-/// The thread arms the pages it heard of, each once while it stays
-/// untouched, and stops when dropped.
+/// The thread arms the oldest quarter of the pages it heard of, each once
+/// while it stays untouched, and stops when dropped.
 #[test]
 fn the_sampler_arms_resident_pages_until_dropped() {
     let Some((rig, memory, _)) = planes() else {
@@ -110,7 +110,8 @@ fn the_sampler_arms_resident_pages_until_dropped() {
         region.load(p);
     }
     let t = Instant::now();
-    while rig.shared.sampling_counts().armed_pages < 64 {
+    // Only the oldest quarter may be armed: pages 0..16.
+    while rig.shared.sampling_counts().armed_pages < 16 {
         assert!(
             t.elapsed() < Duration::from_secs(10),
             "the sampler armed too little"
@@ -119,12 +120,24 @@ fn the_sampler_arms_resident_pages_until_dropped() {
     }
     drop(s);
     let armed = rig.shared.sampling_counts().armed_pages;
-    assert_eq!(armed, 64, "it armed pages it never heard of, or one twice");
-    for p in 0..64 {
+    assert_eq!(
+        armed, 16,
+        "it armed pages it never heard of, twice, or young ones"
+    );
+    let traps = region_traps(&memory);
+    for p in 16..64 {
+        region.load(p);
+    }
+    assert_eq!(
+        region_traps(&memory),
+        traps,
+        "it armed a page younger than the oldest quarter"
+    );
+    for p in 0..16 {
         region.load(p);
     }
     let c = rig.shared.sampling_counts();
-    assert_eq!(c.sampled_accesses, 64, "{c:?}");
+    assert_eq!(c.sampled_accesses, 16, "{c:?}");
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(
         rig.shared.sampling_counts().armed_pages,

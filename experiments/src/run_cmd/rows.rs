@@ -256,6 +256,11 @@ fn command_figures(p: &PhaseResult) -> Vec<(String, f64)> {
         v.push(("hit_share.full_system".into(), h.full_system));
         v.push(("hit_share.replay".into(), h.replay));
         v.push(("hit_share.replay_visible".into(), h.replay_visible));
+        v.push(("device_misses.replay".into(), h.replay_misses.0 as f64));
+        v.push((
+            "device_misses.replay_visible".into(),
+            h.replay_misses.1 as f64,
+        ));
         v.push((
             "hit_share.diff_points".into(),
             (h.full_system - h.replay) * 100.0,
@@ -439,6 +444,7 @@ mod tests {
                 full_system: 0.5,
                 replay: 0.25,
                 replay_visible: 0.75,
+                replay_misses: (30, 20),
             }),
             ..PhaseResult::default()
         };
@@ -447,5 +453,7 @@ mod tests {
         assert_eq!(v["hit_share.replay"], 0.25);
         assert_eq!(v["hit_share.replay_visible"], 0.75);
         assert_eq!(v["hit_share.diff_points"], 25.0);
+        assert_eq!(v["device_misses.replay"], 30.0);
+        assert_eq!(v["device_misses.replay_visible"], 20.0);
     }
 }

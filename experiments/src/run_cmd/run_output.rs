@@ -49,6 +49,9 @@ pub(super) struct HitShares {
     pub(super) replay: f64,
     /// The replay with hits visible to the policy.
     pub(super) replay_visible: f64,
+    /// The replays' device misses over the whole phase (hits invisible,
+    /// visible).
+    pub(super) replay_misses: (u64, u64),
 }
 
 /// Everything one run produced.
@@ -253,5 +256,6 @@ fn hit_share_check(
         full_system: measured,
         replay: p.hidden.hit_share,
         replay_visible: p.visible.hit_share,
+        replay_misses: (p.hidden.phase_misses, p.visible.phase_misses),
     })
 }
