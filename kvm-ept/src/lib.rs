@@ -275,3 +275,36 @@ pub trait ResidencyPlane: Send + Sync {
     /// Counters.
     fn metrics(&self) -> PlaneMetricsSnapshot;
 }
+
+/// Evicts byte ranges `(pool_offset, len)` from `plane` (see
+/// [`ResidencyPlane::evict`]); with `wait`, returns once the kernel has
+/// dropped them all (never call it so on a plane thread). A range that
+/// cannot be evicted is logged with `what` and skipped. Returns the ranges
+/// that failed.
+pub fn evict_ranges(
+    plane: &dyn ResidencyPlane,
+    ranges: impl IntoIterator<Item = (u64, u64)>,
+    wait: bool,
+    what: &str,
+) -> usize {
+    let mut failed = 0;
+    let mut tickets = Vec::new();
+    for (offset, len) in ranges {
+        match plane.evict(offset, len) {
+            Ok(t) if wait => tickets.push(t),
+            // Dropped: the notifier goes on without a waiter.
+            Ok(_) => {}
+            Err(e) => {
+                failed += 1;
+                tracing::warn!(error = %e, offset, len, "cannot evict {what}");
+            }
+        }
+    }
+    for t in tickets {
+        if let Err(e) = t.wait() {
+            failed += 1;
+            tracing::warn!(error = %e, "eviction of {what} failed");
+        }
+    }
+    failed
+}

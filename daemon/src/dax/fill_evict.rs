@@ -101,22 +101,10 @@ impl DaxPlane {
         let mut pages = self.state.in_windows(pages, |&p| p);
         pages.sort_unstable();
         pages.dedup();
-        let mut tickets = Vec::new();
-        for (first, n) in page_runs(&pages) {
-            match plane.evict(first * PAGE, n * PAGE) {
-                Ok(t) if wait => tickets.push(t),
-                // The ticket is dropped: the notifier goes on without a waiter.
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, first, n, "cannot evict pool pages from the plane")
-                }
-            }
-        }
-        for t in tickets {
-            if let Err(e) = t.wait() {
-                tracing::warn!(error = %e, "plane eviction failed");
-            }
-        }
+        let runs = page_runs(&pages)
+            .into_iter()
+            .map(|(first, n)| (first * PAGE, n * PAGE));
+        residency::evict_ranges(&*plane, runs, wait, "pool pages");
         pages.len() as u64
     }
 
@@ -128,18 +116,10 @@ impl DaxPlane {
         let mine = self.state.in_windows(pages.to_vec(), |&p| p);
         let mut armed = self.shared.arm_sampled(&mine);
         armed.sort_unstable();
-        let mut tickets = Vec::new();
-        for (first, n) in page_runs(&armed) {
-            match plane.evict(first * PAGE, n * PAGE) {
-                Ok(t) => tickets.push(t),
-                Err(e) => tracing::warn!(error = %e, first, n, "cannot drop sampled pages"),
-            }
-        }
-        for t in tickets {
-            if let Err(e) = t.wait() {
-                tracing::warn!(error = %e, "dropping sampled pages failed");
-            }
-        }
+        let runs = page_runs(&armed)
+            .into_iter()
+            .map(|(first, n)| (first * PAGE, n * PAGE));
+        residency::evict_ranges(&*plane, runs, true, "sampled pool pages");
         armed.len() as u64
     }
 
@@ -158,18 +138,10 @@ impl DaxPlane {
                 r >= old && r < new
             }));
         }
-        let mut tickets = Vec::new();
-        for (start, n) in page_runs(&pages) {
-            match plane.evict(start * PAGE, n * PAGE) {
-                Ok(t) => tickets.push(t),
-                Err(e) => tracing::warn!(error = %e, start, n, "cannot evict pages moved to CXL"),
-            }
-        }
-        for t in tickets {
-            if let Err(e) = t.wait() {
-                tracing::warn!(error = %e, "eviction of pages moved to CXL failed");
-            }
-        }
+        let runs = page_runs(&pages)
+            .into_iter()
+            .map(|(start, n)| (start * PAGE, n * PAGE));
+        residency::evict_ranges(&*plane, runs, true, "pages moved to CXL");
         pages.len() as u64
     }
 }

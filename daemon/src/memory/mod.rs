@@ -327,8 +327,9 @@ impl Region {
     }
 
     /// Evicts the region pages among device `pages` from the page cache
-    /// (the device dropped them): their next touch traps. Never waits.
-    fn evict_device_pages(&self, pages: &[u64]) {
+    /// (the device dropped them): their next touch traps. `wait`: until the
+    /// kernel has dropped them. Returns the pages handed over.
+    fn evict_device_pages(&self, pages: &[u64], wait: bool) -> u64 {
         let range = self.device_pages();
         let mut mine: Vec<u64> = pages
             .iter()
@@ -336,15 +337,15 @@ impl Region {
             .map(|p| p - range.start)
             .collect();
         if mine.is_empty() {
-            return;
+            return 0;
         }
         mine.sort_unstable();
         mine.dedup();
-        for (p, n) in crate::device::page_runs(&mine) {
-            if let Err(e) = self.plane.evict(p * PAGE, n * PAGE) {
-                tracing::warn!(vm = %self.vm, error = %e, "cannot evict region pages");
-            }
-        }
+        let runs = crate::device::page_runs(&mine)
+            .into_iter()
+            .map(|(p, n)| (p * PAGE, n * PAGE));
+        residency::evict_ranges(&self.plane, runs, wait, "region pages");
+        mine.len() as u64
     }
 
     /// Access sampling: arms the region pages among device `pages` and
@@ -362,20 +363,10 @@ impl Region {
         }
         let mut armed = shared.arm_sampled(&mine);
         armed.sort_unstable();
-        let mut tickets = Vec::new();
-        for (p, n) in crate::device::page_runs(&armed) {
-            match self.plane.evict((p - range.start) * PAGE, n * PAGE) {
-                Ok(t) => tickets.push(t),
-                Err(e) => {
-                    tracing::warn!(vm = %self.vm, error = %e, "cannot drop sampled region pages")
-                }
-            }
-        }
-        for t in tickets {
-            if let Err(e) = t.wait() {
-                tracing::warn!(vm = %self.vm, error = %e, "dropping sampled region pages failed");
-            }
-        }
+        let runs = crate::device::page_runs(&armed)
+            .into_iter()
+            .map(|(p, n)| ((p - range.start) * PAGE, n * PAGE));
+        residency::evict_ranges(&self.plane, runs, true, "sampled region pages");
         self.stats
             .sampling_armed_pages
             .fetch_add(armed.len() as u64, Ordering::Relaxed);
@@ -546,8 +537,18 @@ impl DeviceObserver for MemoryRegions {
             return;
         }
         for r in &self.regions {
-            r.evict_device_pages(&pages);
+            r.evict_device_pages(&pages, false);
         }
+    }
+
+    fn evicted_wait(&self, pages: Vec<u64>) -> u64 {
+        if pages.iter().all(|p| *p < self.shared.memory_base() / PAGE) {
+            return 0;
+        }
+        self.regions
+            .iter()
+            .map(|r| r.evict_device_pages(&pages, true))
+            .sum()
     }
 
     fn prefetched(&self, _pages: Vec<(u64, u64)>) {
