@@ -104,6 +104,7 @@ fn exact(col: &str) -> Option<AxisInfo> {
         "dax_maps" => a("DAX slots mapped", "", 1.0),
         "dax_unmaps" => a("DAX slots unmapped", "", 1.0),
         "mapped_pages" | "dax_mapped_pages" => a("File pages mapped in the DAX window", "", 1.0),
+        "dax_mapped_bytes" => a("File bytes mapped in the VM's DAX window", "MiB", MIB),
         "region_traps" => a("Memory-region traps", "", 1.0),
         "region_vmm_traps" => a("Memory-region traps by the VMM", "", 1.0),
         "region_device_hits" => a("Memory-region device-cache hits", "pages", 1.0),
