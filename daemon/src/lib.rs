@@ -57,8 +57,6 @@ mod ids;
 mod memory;
 mod metrics;
 mod passthrough;
-#[cfg(test)]
-mod planes_rig;
 mod sampler;
 pub mod sandbox;
 pub mod server;

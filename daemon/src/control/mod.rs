@@ -32,6 +32,8 @@ mod budget;
 pub mod executor;
 pub mod hint;
 mod pins;
+#[cfg(test)]
+pub(crate) mod planes_rig;
 mod range;
 pub mod socket;
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! Control commands over real residency planes (the rig of
-//! `planes_rig`): a DAX window and a CXL memory region on one device.
+//! `control::planes_rig`): a DAX window and a CXL memory region on one device.
 #![allow(clippy::unwrap_used)]
+use super::planes_rig::{planes, region_traps, RegionMap};
 use super::Principal;
 use crate::device::PAGE;
-use crate::planes_rig::{planes, region_traps, RegionMap};
 use cxlfs_api::control::{RangeSpec, Request};
 
 /// An `evict` from the control socket reaches every plane through the

@@ -1,9 +1,9 @@
-//! The sampler over real planes (the rig of `planes_rig`): arming, the
+//! The sampler over real planes (the rig of `control::planes_rig`): arming, the
 //! sampled trap, deferred write-backs, the thread.
 #![allow(clippy::unwrap_used)]
 use super::*;
+use crate::control::planes_rig::{planes, region_traps, RegionMap};
 use crate::device::{Publish, PAGE};
-use crate::planes_rig::{planes, region_traps, RegionMap};
 use std::time::Duration;
 
 /// Armed pages of a DAX window and of a memory region trap once more, as
@@ -30,6 +30,12 @@ fn armed_pages_trap_as_hits_and_their_write_backs_wait_for_the_eviction() {
     let rpage = shared.memory_base() / PAGE;
     assert_eq!(rig.dax.arm_sampled(&[fpage, fpage + 1, rpage]), 2);
     assert_eq!(memory.arm_sampled(&[fpage, rpage, rpage + 1]), 2);
+    // The region's helper stores a write-back at once and tells the daemon
+    // after: its deferral may come a little after the eviction ended.
+    let t = Instant::now();
+    while shared.sampling_counts().deferred_pages < 2 && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let counts = shared.sampling_counts();
     assert_eq!(
         (counts.armed_pages, counts.deferred_pages),

@@ -3,7 +3,7 @@
 //! region (a split plane whose helper is this test binary, run again),
 //! both on one device, with a controller over them.
 #![allow(clippy::unwrap_used)]
-use crate::control::{ControlOptions, Controller, DevicePlacement, Planes};
+use super::{ControlOptions, Controller, DevicePlacement, Planes};
 use crate::dax::tests::{rig_on, Rig};
 use crate::device::placement::Placement;
 use crate::device::{SharedDevice, PAGE};
@@ -13,7 +13,7 @@ use residency::HelperCommand;
 use std::sync::Arc;
 
 /// The name of [`plane_helper`] as the test harness knows it.
-const HELPER_TEST: &str = "planes_rig::plane_helper";
+const HELPER_TEST: &str = "control::planes_rig::plane_helper";
 /// The memory region's size (one 2 MiB huge-page unit).
 pub(crate) const REGION: u64 = 2 << 20;
 
