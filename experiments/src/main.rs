@@ -33,6 +33,7 @@ mod run_cmd;
 mod spec;
 mod table_cmd;
 mod template;
+mod text_table;
 mod trace_cmd;
 mod trace_io;
 mod workload_args;

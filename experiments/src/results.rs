@@ -7,7 +7,6 @@
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -226,112 +225,6 @@ fn csv_field(s: &str) -> String {
     }
 }
 
-/// A compact text table of the results (what `make demo` prints).
-pub fn text_table(res: &ResultsFile) -> String {
-    let f = |r: &Row, k: &str| r.get(k).and_then(Value::as_f64);
-    let short = |p: &str| p.rsplit('.').next().unwrap_or(p).to_string();
-    // The policy column only when no swept key already shows it.
-    let show_policy = !res.param_columns.iter().any(|p| short(p) == "policy");
-    let mut header: Vec<String> = ["run", "phase", "vm", "status"].map(String::from).to_vec();
-    for p in &res.param_columns {
-        header.push(short(p));
-    }
-    if show_policy {
-        header.push("policy".into());
-    }
-    for h in [
-        "read MB/s",
-        "write MB/s",
-        "kIOPS",
-        "rd p99 us",
-        "dev hits",
-        "dev misses",
-        "hit %",
-    ] {
-        header.push(h.into());
-    }
-    let mut lines: Vec<Vec<String>> = vec![header];
-    let mut errors = Vec::new();
-    for r in &res.rows {
-        let text = |k: &str| r.get(k).map(cell_text).unwrap_or_default();
-        // With one guest the aggregate row repeats it.
-        if text("vm") == "all" && text("vms") == "1" {
-            continue;
-        }
-        let mut line = vec![text("run"), text("phase"), text("vm"), text("status")];
-        for p in &res.param_columns {
-            line.push(text(p));
-        }
-        if show_policy {
-            line.push(text("policy"));
-        }
-        let mb = |k: &str| {
-            f(r, k)
-                .map(|x| format!("{:.1}", x / 1e6))
-                .unwrap_or_default()
-        };
-        line.push(mb("read_bw_bytes_per_sec"));
-        line.push(mb("write_bw_bytes_per_sec"));
-        let iops = match (f(r, "read_iops"), f(r, "write_iops")) {
-            (None, None) => String::new(),
-            (a, b) => format!("{:.2}", (a.unwrap_or(0.0) + b.unwrap_or(0.0)) / 1e3),
-        };
-        line.push(iops);
-        line.push(
-            f(r, "read_clat_p99_ns")
-                .map(|x| format!("{:.0}", x / 1e3))
-                .unwrap_or_default(),
-        );
-        line.push(text("device_hits"));
-        line.push(text("device_misses"));
-        line.push(
-            f(r, "device_hit_rate")
-                .map(|x| format!("{:.1}", x * 100.0))
-                .unwrap_or_default(),
-        );
-        let failed = r.get("status").and_then(Value::as_str) != Some("ok");
-        let line_err = format!("run {}: {}", text("run"), text("error"));
-        if failed
-            && r.get("vm").and_then(Value::as_str) == Some("all")
-            && !errors.contains(&line_err)
-        {
-            errors.push(line_err);
-        }
-        lines.push(line);
-    }
-    let cols = lines[0].len();
-    let widths: Vec<usize> = (0..cols)
-        .map(|c| {
-            lines
-                .iter()
-                .map(|l| l[c].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for l in &lines {
-        let cells: Vec<String> = l
-            .iter()
-            .zip(&widths)
-            .enumerate()
-            .map(|(i, (c, w))| {
-                if i < 4 {
-                    format!("{c:<w$}")
-                } else {
-                    format!("{c:>w$}")
-                }
-            })
-            .collect();
-        let _ = writeln!(out, "{}", cells.join("  ").trim_end());
-    }
-    for e in errors {
-        let short: String = e.chars().take(300).collect();
-        let _ = writeln!(out, "{short}");
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -380,8 +273,6 @@ mod tests {
         assert_eq!(back.columns, res.columns);
         let csv = std::fs::read_to_string(dir.path().join("results.csv")).unwrap();
         assert_eq!(csv, res.to_csv());
-        let table = text_table(&back);
-        assert!(table.contains("3.0"), "{table}");
         assert_eq!(cell_text(&num(2.0)), "2");
         assert_eq!(cell_text(&num(2.5)), "2.5");
         assert_eq!(cell_text(&num(11675.281858999999)), "11675.3");

@@ -1,6 +1,7 @@
 //! `cxlfs table DIR`: a results directory as a text table on stdout.
 
-use crate::results::{text_table, ResultsDirArgs, ResultsFile};
+use crate::results::{ResultsDirArgs, ResultsFile};
+use crate::text_table::text_table;
 use anyhow::Result;
 use std::io::Write;
 

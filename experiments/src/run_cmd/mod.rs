@@ -44,8 +44,9 @@ pub use args::RunArgs;
 
 use crate::distributions;
 use crate::plot;
-use crate::results::{text_table, ResultsFile, Row};
+use crate::results::{ResultsFile, Row};
 use crate::spec::{self, RunPlan};
+use crate::text_table::text_table;
 use anyhow::{bail, Context, Result};
 use command_lines::{daemon_args, phase_text};
 use execute::execute;
