@@ -479,6 +479,10 @@ probe_ok() { # name args...: one JSON line of that probe on stdout
 "$root/usr/bin/cxlfs-memlat" 1 4096 1 | grep -q '^{"size_bytes":1048576,' || die "cxlfs-memlat (old form) does not run"
 probe_ok cxlfs-memlat --size 1m --stride 64 --laps 1
 probe_ok cxlfs-memlat --size 1m --stride 256 --laps 1 --pattern zipf:0.99
+memlat_file="$(mktemp)"
+probe_ok cxlfs-memlat --size 1m --stride 64 --laps 1 --file "$memlat_file"
+[[ "$(stat -c %s "$memlat_file")" == 1048576 ]] || die "cxlfs-memlat --file did not size its file"
+rm -f "$memlat_file"
 out="$("$root/usr/bin/cxlfs-memlat" --size 1m --stride 256 --laps 1 --pattern zipf:1.2)"
 [[ "$out" == *'"pattern":"zipf:1.2","pages":256,'* ]] || die "cxlfs-memlat --pattern zipf:1.2 printed: $out"
 probe_ok cxlfs-membw --size 1m --threads 2 --passes 1

@@ -82,6 +82,13 @@ pub fn quantile(buckets: &[(f64, f64, u64)], q: f64) -> Option<f64> {
     buckets.last().map(|b| b.1)
 }
 
+/// Quantile `q` of the values above `x` alone (the buckets that start at
+/// `x` or later); `None` when there are none.
+pub fn quantile_above(buckets: &[(f64, f64, u64)], x: f64, q: f64) -> Option<f64> {
+    let above: Vec<(f64, f64, u64)> = buckets.iter().copied().filter(|b| b.0 >= x).collect();
+    quantile(&above, q)
+}
+
 /// Appends `ds` to `dir/distributions.jsonl`.
 pub fn append(dir: &Path, ds: &[Distribution]) -> Result<(), ResultsError> {
     if ds.is_empty() {
@@ -162,6 +169,11 @@ mod tests {
         assert!((quantile(&b, 0.5).unwrap() - 183.333).abs() < 0.01);
         assert!(quantile(&b, 0.9).unwrap() > 50_000.0);
         assert_eq!(quantile(&[], 0.5), None);
+        // Above 1 us: the slow 40 % alone.
+        let slow = quantile_above(&b, 1_000.0, 0.0).unwrap();
+        assert!(slow >= 1_000.0, "{slow}");
+        assert!(quantile_above(&b, 1_000.0, 0.5).unwrap() > quantile(&b, 0.5).unwrap());
+        assert_eq!(quantile_above(&b, 1e12, 0.5), None);
     }
 
     #[test]

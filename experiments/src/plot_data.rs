@@ -299,7 +299,7 @@ pub fn line_figure(res: &ResultsFile, p: &PlotSpec) -> Option<Figure> {
     } else {
         Style::Bars
     };
-    let curves: Vec<Curve> = order
+    let mut curves: Vec<Curve> = order
         .iter()
         .map(|name| Curve {
             name: name.clone(),
@@ -307,6 +307,9 @@ pub fn line_figure(res: &ResultsFile, p: &PlotSpec) -> Option<Figure> {
             style,
         })
         .collect();
+    if p.identity_line && numeric {
+        curves.push(identity_curve(&curves));
+    }
     let xs: Vec<f64> = curves
         .iter()
         .flat_map(|c| c.points.iter().map(|p| p.x))
@@ -345,6 +348,27 @@ pub fn line_figure(res: &ResultsFile, p: &PlotSpec) -> Option<Figure> {
         },
         curves,
     })
+}
+
+/// The line y = x across the span of `curves`' points (both axes), as the
+/// last curve.
+fn identity_curve(curves: &[Curve]) -> Curve {
+    let all = curves
+        .iter()
+        .flat_map(|c| c.points.iter().flat_map(|p| [p.x, p.lo, p.hi]));
+    let (lo, hi) = all.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    });
+    let (lo, hi) = if lo <= hi {
+        (lo.min(0.0), hi)
+    } else {
+        (0.0, 1.0)
+    };
+    Curve {
+        name: "y = x".into(),
+        points: vec![Pt::at(lo, lo), Pt::at(hi, hi)],
+        style: Style::Line,
+    }
 }
 
 fn lower_first(s: &str) -> String {
@@ -845,6 +869,30 @@ mod tests {
         assert_eq!(f.curves.len(), 1);
         assert!(!f.x.log);
         assert_eq!(f.curves[0].points.last().unwrap().y, 100.0);
+    }
+
+    #[test]
+    fn an_identity_line_spans_both_axes() {
+        let mut res = ResultsFile::new("t", vec![]);
+        for (run, modeled, felt) in [(1, 20_000.0, 60_000.0), (2, 40_000.0, 80_000.0)] {
+            res.push([json!({"run": run, "status": "ok", "vm": "vm0", "phase": "memory",
+                "modeled_miss_ns": modeled, "miss_p50_ns": felt})
+            .as_object()
+            .unwrap()
+            .clone()]);
+        }
+        let mut p = PlotSpec {
+            x: "modeled_miss_ns".into(),
+            y: "miss_p50_ns".into(),
+            ..PlotSpec::default()
+        };
+        assert_eq!(line_figure(&res, &p).unwrap().curves.len(), 1);
+        p.identity_line = true;
+        let f = line_figure(&res, &p).unwrap();
+        let line = f.curves.last().unwrap();
+        assert_eq!(line.name, "y = x");
+        // From 0 to the largest value on either axis, in the axes' unit (µs).
+        assert_eq!(line.points, [Pt::at(0.0, 0.0), Pt::at(80.0, 80.0)]);
     }
 
     #[test]

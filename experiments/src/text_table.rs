@@ -126,7 +126,8 @@ fn short_number(x: f64) -> String {
     }
 }
 
-/// The hit-share checks (`hit_share.KIND`, headed `hit% KIND`, in percent)
+/// The hit-share checks (`hit_share.KIND`, headed `hit% KIND`, in percent),
+/// the miss-latency check (`miss_p50_ns`, `miss_p99_ns`, `modeled_miss_ns`)
 /// and the phase outputs (`out.NAME`, headed NAME, in the order the
 /// results list them); at most [`MAX_OUTPUTS`].
 fn output_columns(res: &ResultsFile) -> (Vec<Column>, usize) {
@@ -134,8 +135,10 @@ fn output_columns(res: &ResultsFile) -> (Vec<Column>, usize) {
     // The hit shares first, measured before predicted, then the outputs.
     let shares = ["full_system", "replay", "replay_visible", "diff_points"]
         .map(|k| format!("hit_share.{k}"));
+    let misses = ["miss_p50_ns", "miss_p99_ns", "modeled_miss_ns"].map(String::from);
     let keys: Vec<String> = shares
         .into_iter()
+        .chain(misses)
         .filter(|c| present(c))
         .chain(
             res.columns

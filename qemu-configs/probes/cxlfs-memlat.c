@@ -111,7 +111,7 @@ static void usage(void)
     fprintf(stderr,
         "usage: cxlfs-memlat --size BYTES[k|m|g] [--stride BYTES (4096)] [--laps N (2)]\n"
         "                    [--warmup-laps N (1)] [--seed S (1)] [--sequence FILE]\n"
-        "                    [--pattern uniform|zipf:S (uniform)]\n"
+        "                    [--pattern uniform|zipf:S (uniform)] [--file PATH]\n"
         "       cxlfs-memlat SIZE_MIB [STRIDE_BYTES=4096] [PASSES=3]   (old form, old JSON)\n"
         "\n"
         "Chases pointers through a random cyclic permutation of the working set's\n"
@@ -127,6 +127,10 @@ static void usage(void)
         "offset in the working set / 4096) of every load of one lap, in load order,\n"
         "as little-endian u32, for replaying build + warm-up + laps through a\n"
         "cache model on the host.\n"
+        "\n"
+        "--file PATH: the working set is PATH (created, sized to --size), mapped\n"
+        "MAP_SHARED: on a DAX mount each first touch of a page is a DAX fault. The\n"
+        "JSON then has \"file\":PATH after the seed.\n"
         "\n"
         "--pattern zipf:S (S > 0): a lap is still size/stride loads, but each goes\n"
         "to a random 64-byte line of a page drawn from a Zipf(S) popularity over\n"
@@ -274,9 +278,16 @@ struct run_args {
 };
 
 /* The JSON line; `extra` (empty, or starting with a comma) goes after seed. */
+/* --file PATH: the working set is that file, mapped shared (NULL: anonymous). */
+static const char *map_file;
+
 static int print_result(const struct run_args *a, double timer_ns, const char *extra)
 {
     uint64_t count = a->laps * a->n, min = st_min, max = st_max;
+    char with_file[4352];
+    snprintf(with_file, sizeof with_file, "%s%s%s%s", extra, map_file ? ",\"file\":\"" : "",
+             map_file ? map_file : "", map_file ? "\"" : "");
+    extra = with_file;
     printf("{\"probe\":\"memlat\",\"size_bytes\":%" PRIu64 ",\"stride\":%" PRIu64
            ",\"loads_per_lap\":%" PRIu64 ",\"laps\":%" PRIu64 ",\"warmup_laps\":%" PRIu64
            ",\"seed\":%" PRIu64 "%s,\"clock\":\"clock_gettime(CLOCK_MONOTONIC)\""
@@ -449,6 +460,9 @@ static int flag_main(int argc, char **argv)
         else if (!strcmp(a, "--sequence")) {
             seq_path = v;
             bad = 0;
+        } else if (!strcmp(a, "--file")) {
+            map_file = v;
+            bad = strchr(v, '"') != NULL || strchr(v, '\\') != NULL || strlen(v) > 4096;
         } else {
             fprintf(stderr, "cxlfs-memlat: unknown argument %s\n", a);
             usage();
@@ -476,7 +490,18 @@ static int flag_main(int argc, char **argv)
         fprintf(stderr, "cxlfs-memlat: --pattern zipf needs 4 KiB <= --size <= 256 GiB\n");
         return 2;
     }
-    char *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *mem;
+    if (map_file) {
+        int fd = open(map_file, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+            fprintf(stderr, "cxlfs-memlat: %s: %s\n", map_file, strerror(errno));
+            return 1;
+        }
+        mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+    } else {
+        mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    }
     size_t order_len = n * sizeof(uint32_t);
     uint32_t *order = mmap(NULL, order_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED || order == MAP_FAILED) {

@@ -37,7 +37,10 @@ impl PoolBackend for DaemonPoolBackend {
                 m.sampled_accesses
                     .fetch_add(charge.sampled_pages, std::sync::atomic::Ordering::Relaxed);
             }
-            m.record_trap_latency(charge.completes_at_ns.saturating_sub(miss.arrival_ns));
+            let modeled = charge.completes_at_ns.saturating_sub(miss.arrival_ns);
+            m.record_trap_latency(modeled);
+            m.trap_modeled_ns
+                .fetch_add(modeled, std::sync::atomic::Ordering::Relaxed);
         }
         let data = match at {
             Some((file, offset)) => MissData::File { file, offset },

@@ -174,6 +174,7 @@ vm_counters! {
     gc_runs => "cxlfs_vm_gc_runs_total", all device(gc_runs), help "GC victim blocks reclaimed during the VM's accesses.";
     prefetch_issued => "cxlfs_vm_prefetch_issued_total", all device(prefetch_issued), help "Prefetches the device issued on the VM's misses.";
     prefetch_used => "cxlfs_vm_prefetch_used_total", all device(prefetch_used), help "Prefetched pages the VM used.";
+    trap_modeled_ns => "cxlfs_vm_trap_modeled_ns_total", help "Modeled time of the VM's DAX traps, summed (arrival to modeled completion, ns; divided by its traps: the mean a trap should take).";
     sampled_accesses => "cxlfs_vm_sampled_file_accesses_total", help "Traps of the VM on DAX pool pages access sampling had armed: accesses to resident file pages the device's policy saw as hits.";
     dax_maps => "cxlfs_dax_maps_total", help "DAX window slots mapped (VHOST_USER_BACKEND_SHMEM_MAP).";
     dax_unmaps => "cxlfs_dax_unmaps_total", help "DAX window slots unmapped (VHOST_USER_BACKEND_SHMEM_UNMAP).";

@@ -46,6 +46,9 @@ pub(super) fn daemon_args(
             access_sampling_text(Some(rate)),
         ]);
     }
+    if let Some(c) = &d.latency_compensation {
+        a.extend(["--latency-compensation".to_string(), c.clone()]);
+    }
     if tools.map_or(true, |t| t.metrics_file) {
         a.push("--metrics-file".into());
         a.push(metrics_file.display().to_string());

@@ -8,7 +8,10 @@ use crate::daemon_metrics::{sample_at, Figures};
 use crate::distributions::{self, Distribution};
 use crate::fio_json::FioSummary;
 use crate::results::{num, Row};
-use crate::spec::{access_sampling_text, value_text, PhaseSpec, RunPlan, DEFAULT_CXL_RATIO};
+use crate::spec::{
+    access_sampling_text, value_text, MissCheckSpec, MissMode, PhaseSpec, RunPlan,
+    DEFAULT_CXL_RATIO,
+};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -141,6 +144,11 @@ impl PhaseRows<'_> {
                 plan.spec.daemon.access_sampling_rate()
             )),
         );
+        let compensation = plan.spec.daemon.latency_compensation.as_deref();
+        r.insert(
+            "daemon.latency_compensation".into(),
+            json!(compensation.unwrap_or("auto")),
+        );
         r
     }
 
@@ -175,9 +183,11 @@ impl PhaseRows<'_> {
                 totals.add_to_mean(name, x);
             }
         }
+        let mut delta = BTreeMap::new();
         if let Some(((t0, a), (t1, b))) = self.window {
             r.insert("elapsed_s".into(), num((t1 - t0) as f64 / 1e3));
             let d = a.delta(b, vm);
+            delta.clone_from(&d);
             for (name, x) in &d {
                 r.insert(format!("daemon.{name}"), num(*x));
                 totals.add_to_sum(format!("daemon.{name}"), *x);
@@ -188,6 +198,9 @@ impl PhaseRows<'_> {
             r.insert("device_misses".into(), num(misses));
             totals.add_to_sum("device_hits".into(), hits);
             totals.add_to_sum("device_misses".into(), misses);
+        }
+        if let (Some(mc), Some(pr)) = (&self.phase.miss_check, pr) {
+            add_miss_check(&mut r, mc, pr, &delta);
         }
         add_series(&mut r, self.out, vm, self.end_ms(), self.last_phase());
         r
@@ -211,6 +224,34 @@ impl PhaseRows<'_> {
 
 /// fio's figures as cells of `r`: latencies are averaged over the VMs,
 /// the rest (but `fio_*`) summed.
+/// `miss_check`: the guest's latency over the loads that trapped (above
+/// the threshold) and the model's mean time for the phase's traps of that
+/// mode (`delta`: the VM's daemon figures over the phase).
+fn add_miss_check(
+    r: &mut Row,
+    mc: &MissCheckSpec,
+    pr: &PhaseResult,
+    delta: &BTreeMap<String, f64>,
+) {
+    r.insert("mode".into(), json!(mc.mode.name()));
+    if let Some((_, _, buckets)) = pr.histograms.iter().find(|h| h.0 == mc.histogram) {
+        for (q, col) in [(0.5, "miss_p50_ns"), (0.99, "miss_p99_ns")] {
+            if let Some(x) = distributions::quantile_above(buckets, mc.miss_above_ns, q) {
+                r.insert(col.into(), num(x));
+            }
+        }
+    }
+    let (time, traps) = match mc.mode {
+        MissMode::File => ("vm_trap_modeled_ns", "pool_traps"),
+        MissMode::Memory => ("region_trap_modeled_ns", "region_traps"),
+    };
+    let traps = delta.get(traps).copied().unwrap_or(0.0);
+    if traps > 0.0 {
+        let modeled = delta.get(time).copied().unwrap_or(0.0) / traps;
+        r.insert("modeled_miss_ns".into(), num(modeled));
+    }
+}
+
 fn add_fio(r: &mut Row, s: &FioSummary, totals: &mut Totals) {
     for (name, x) in &s.fields {
         r.insert(name.clone(), num(*x));
@@ -435,6 +476,53 @@ mod tests {
         assert!(rows
             .iter()
             .all(|r| !r.contains_key("read_bw_bytes_per_sec")));
+    }
+
+    #[test]
+    fn miss_check_takes_the_slow_loads_and_the_modes_modeled_mean() {
+        use crate::spec::{MissCheckSpec, MissMode};
+        // 90 hits at ~200 ns, 10 misses at 40-80 us.
+        let p = PhaseResult {
+            histograms: vec![(
+                "lat".into(),
+                "ns".into(),
+                vec![
+                    (100.0, 300.0, 90),
+                    (40_000.0, 60_000.0, 5),
+                    (60_000.0, 80_000.0, 5),
+                ],
+            )],
+            ..PhaseResult::default()
+        };
+        let delta: BTreeMap<String, f64> = [
+            ("region_trap_modeled_ns".to_string(), 450_000.0),
+            ("region_traps".to_string(), 10.0),
+            ("vm_trap_modeled_ns".to_string(), 1_000.0),
+            ("pool_traps".to_string(), 1.0),
+        ]
+        .into();
+        let mut mc = MissCheckSpec {
+            histogram: "lat".into(),
+            miss_above_ns: 5_000.0,
+            mode: MissMode::Memory,
+        };
+        let mut r = Row::new();
+        add_miss_check(&mut r, &mc, &p, &delta);
+        assert_eq!(r["mode"], "memory");
+        assert_eq!(r["miss_p50_ns"], 60_000);
+        assert!(r["miss_p99_ns"].as_f64().unwrap() > 78_000.0, "{r:?}");
+        assert_eq!(r["modeled_miss_ns"], 45_000);
+        mc.mode = MissMode::File;
+        let mut r = Row::new();
+        add_miss_check(&mut r, &mc, &p, &delta);
+        assert_eq!(
+            (r["mode"].as_str(), r["modeled_miss_ns"].as_i64()),
+            (Some("file"), Some(1_000))
+        );
+        // No trap of that mode: no modeled figure rather than a zero.
+        let mut r = Row::new();
+        add_miss_check(&mut r, &mc, &p, &BTreeMap::new());
+        assert!(!r.contains_key("modeled_miss_ns"), "{r:?}");
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub(super) fn parse_tree(
     device_config(&spec.daemon).map_err(key_err)?;
     check_cxl_memory(&spec.daemon).map_err(key_err)?;
     check_access_sampling(&spec.daemon).map_err(key_err)?;
+    check_latency_compensation(&spec.daemon).map_err(key_err)?;
     check_vars(&spec).map_err(key_err)?;
     check_image_not_swept(&spec).map_err(key_err)?;
     for (i, p) in spec.phases.iter().enumerate() {
@@ -183,6 +184,23 @@ fn check_access_sampling(d: &DaemonSpec) -> Result<(), KeyError> {
     if let Some(v) = &d.access_sampling {
         access_sampling_rate(v)
             .map_err(|e| ("daemon.access_sampling".to_string(), e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// `latency_compensation`: words, numbers, units, `=` and `,` only (the
+/// daemon checks the rest when it starts).
+fn check_latency_compensation(d: &DaemonSpec) -> Result<(), KeyError> {
+    if let Some(v) = &d.latency_compensation {
+        let ok = !v.trim().is_empty()
+            && v.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "=,. ".contains(c));
+        if !ok {
+            return Err((
+                "daemon.latency_compensation".into(),
+                format!("`{v}`: give auto, off, a duration (12us) or dax=…,fuse=…"),
+            ));
+        }
     }
     Ok(())
 }

@@ -20,6 +20,17 @@ pub(super) fn check_phase(spec: &Spec, p: &PhaseSpec) -> Result<(), KeyError> {
     if let Some(rc) = &p.replay_check {
         check_replay_check(p, rc)?;
     }
+    if let Some(mc) = &p.miss_check {
+        if !p.outputs.get(&mc.histogram).is_some_and(|o| o.histogram) {
+            return Err((
+                "miss_check.histogram".into(),
+                format!("`{}` is not a histogram output of this phase", mc.histogram),
+            ));
+        }
+        if mc.miss_above_ns.is_nan() || mc.miss_above_ns <= 0.0 {
+            return Err(("miss_check.miss_above_ns".into(), "must be positive".into()));
+        }
+    }
     Ok(())
 }
 
@@ -35,7 +46,7 @@ fn check_fio_or_command(spec: &Spec, p: &PhaseSpec) -> Result<(), KeyError> {
             ));
         }
     } else {
-        if !p.outputs.is_empty() || p.replay_check.is_some() {
+        if !p.outputs.is_empty() || p.replay_check.is_some() || p.miss_check.is_some() {
             return Err((
                 "outputs".into(),
                 "outputs and replay_check read a command's output: set `command`".into(),

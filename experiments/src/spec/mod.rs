@@ -36,7 +36,9 @@ pub use crate::plot_spec::PlotSpec;
 pub use access_sampling::access_sampling_text;
 #[cfg(test)]
 pub use phase::CsvCell;
-pub use phase::{NodeName, NumaSpec, OutputSpec, PhaseSpec, ReplayCheckSpec};
+pub use phase::{
+    MissCheckSpec, MissMode, NodeName, NumaSpec, OutputSpec, PhaseSpec, ReplayCheckSpec,
+};
 pub use sweep::RunPlan;
 pub use tree::size_value;
 pub use tree::value_text;

@@ -152,6 +152,39 @@ pub struct ReplayCheckSpec {
     pub hit_below_ns: f64,
 }
 
+/// Which residency plane a `miss_check`'s loads trap into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MissMode {
+    /// File pages through the DAX window (the VM's pool traps).
+    File,
+    /// The VM's CXL memory region (its region traps).
+    Memory,
+}
+
+impl MissMode {
+    /// The `mode` column's value.
+    pub fn name(self) -> &'static str {
+        match self {
+            MissMode::File => "file",
+            MissMode::Memory => "memory",
+        }
+    }
+}
+
+/// `miss_check`: the latency the guest felt on its misses against what the
+/// device model charged for them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MissCheckSpec {
+    /// The histogram output of per-load latencies.
+    pub histogram: String,
+    /// Loads slower than this trapped (misses).
+    pub miss_above_ns: f64,
+    /// Where the misses trap: `file` or `memory`.
+    pub mode: MissMode,
+}
+
 /// `[[phases]]`: one fio invocation or shell command in every guest, all
 /// guests at once.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -172,6 +205,10 @@ pub struct PhaseSpec {
     /// Cross-check the hit share against the device model's replay.
     #[serde(default)]
     pub replay_check: Option<ReplayCheckSpec>,
+    /// Felt against modeled miss latency (columns `mode`, `miss_p50_ns`,
+    /// `miss_p99_ns`, `modeled_miss_ns`).
+    #[serde(default)]
+    pub miss_check: Option<MissCheckSpec>,
     /// fio options for this phase (over the top-level `fio`).
     #[serde(default)]
     pub fio: toml::Table,

@@ -87,6 +87,10 @@ pub struct DaemonSpec {
     /// `"off"` (the default: no flag), a whole number, or `"N/s"`.
     #[serde(default)]
     pub access_sampling: Option<toml::Value>,
+    /// Latency compensation (`cxlfsd --latency-compensation`): `auto` (the
+    /// daemon's default: no flag), `off`, a duration, or `dax=…,fuse=…`.
+    #[serde(default)]
+    pub latency_compensation: Option<String>,
     /// Daemon metrics sample interval (`--metrics-interval`), when the daemon supports it.
     #[serde(default = "default_metrics_interval")]
     pub metrics_interval: String,
@@ -129,6 +133,7 @@ impl Default for DaemonSpec {
             dax: false,
             cxl_memory: None,
             access_sampling: None,
+            latency_compensation: None,
             metrics_interval: default_metrics_interval(),
             args: Vec::new(),
         }
