@@ -875,11 +875,13 @@ mod tests {
     fn an_identity_line_spans_both_axes() {
         let mut res = ResultsFile::new("t", vec![]);
         for (run, modeled, felt) in [(1, 20_000.0, 60_000.0), (2, 40_000.0, 80_000.0)] {
-            res.push([json!({"run": run, "status": "ok", "vm": "vm0", "phase": "memory",
+            res.push([
+                json!({"run": run, "status": "ok", "vm": "vm0", "phase": "memory",
                 "modeled_miss_ns": modeled, "miss_p50_ns": felt})
-            .as_object()
-            .unwrap()
-            .clone()]);
+                .as_object()
+                .unwrap()
+                .clone(),
+            ]);
         }
         let mut p = PlotSpec {
             x: "modeled_miss_ns".into(),
