@@ -754,30 +754,6 @@ fn print_sweep_table(
         }
         table.push(row);
     }
-    let columns = table.first().map_or(0, Vec::len);
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| {
-            table
-                .iter()
-                .map(|row| row[c].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    for row in &table {
-        let mut line = String::new();
-        for (c, cell) in row.iter().enumerate() {
-            if c > 0 {
-                line.push_str("  ");
-            }
-            let w = widths[c];
-            if c < keys {
-                line.push_str(&format!("{cell:<w$}"));
-            } else {
-                line.push_str(&format!("{cell:>w$}"));
-            }
-        }
-        writeln!(out, "{}", line.trim_end())?;
-    }
+    write!(out, "{}", crate::text_table::aligned(&table, keys))?;
     Ok(())
 }

@@ -223,7 +223,7 @@ pub fn text_table(res: &ResultsFile) -> String {
         }
         lines.push(line);
     }
-    let mut out = aligned(&lines);
+    let mut out = aligned(&lines, 4);
     if left > 0 {
         let _ = writeln!(out, "(and {left} more output column(s) in results.csv)");
     }
@@ -234,9 +234,9 @@ pub fn text_table(res: &ResultsFile) -> String {
     out
 }
 
-/// `lines` as columns padded to their widths: the first four left-aligned,
-/// the rest right-aligned.
-fn aligned(lines: &[Vec<String>]) -> String {
+/// `lines` as columns two spaces apart, padded to their widths: the first
+/// `left` left-aligned, the rest right-aligned; trailing blanks trimmed.
+pub fn aligned(lines: &[Vec<String>], left: usize) -> String {
     let cols = lines.first().map_or(0, Vec::len);
     let widths: Vec<usize> = (0..cols)
         .map(|c| {
@@ -254,7 +254,7 @@ fn aligned(lines: &[Vec<String>]) -> String {
             .zip(&widths)
             .enumerate()
             .map(|(i, (c, w))| {
-                if i < 4 {
+                if i < left {
                     format!("{c:<w$}")
                 } else {
                     format!("{c:>w$}")

@@ -112,15 +112,13 @@ impl DaxPlane {
     /// extents and drops them from the plane (their next access traps, as
     /// a device hit), waiting until they are gone. Returns the pages armed.
     pub fn arm_sampled(&self, pages: &[u64]) -> u64 {
-        let Some(plane) = self.plane() else { return 0 };
-        let mine = self.state.in_windows(pages.to_vec(), |&p| p);
-        let mut armed = self.shared.arm_sampled(&mine);
-        armed.sort_unstable();
-        let runs = page_runs(&armed)
-            .into_iter()
-            .map(|(first, n)| (first * PAGE, n * PAGE));
-        residency::evict_ranges(&*plane, runs, true, "sampled pool pages");
-        armed.len() as u64
+        if self.plane().is_none() {
+            return 0;
+        }
+        let armed = self
+            .shared
+            .arm_sampled(&self.state.in_windows(pages.to_vec(), |&p| p));
+        self.evict_pages(armed, true)
     }
 
     /// Evicts the pages of window-mapped extents whose rank is in

@@ -378,11 +378,11 @@ impl SharedDevice {
         len: u64,
     ) -> Result<Charge, ChargeAccessError> {
         self.charged(now_ns, |_, dev, _, charge, marks| {
-            for (addr, len) in marks.defer(addr, len) {
+            marks.defer(addr, len, |addr, len| {
                 let done = dev.write_back(now_ns, addr, len)?;
                 charge.completes_at_ns = charge.completes_at_ns.max(done);
-            }
-            Ok(())
+                Ok(())
+            })
         })
     }
 
@@ -681,14 +681,13 @@ impl SharedDevice {
         len: u64,
     ) -> Result<Charge, ChargeAccessError> {
         self.charged(now_ns, |_, dev, ratio, charge, marks| {
-            for (addr, len) in marks.defer(addr, len) {
+            marks.defer(addr, len, |addr, len| {
                 by_tier(ratio, addr, len, charge, |from, to, charge| {
                     let done = dev.write_back(now_ns, from, to - from)?;
                     charge.completes_at_ns = charge.completes_at_ns.max(done);
                     Ok(())
-                })?;
-            }
-            Ok(())
+                })
+            })
         })
     }
 

@@ -146,14 +146,18 @@ impl SampleMarks {
     }
 
     /// A write-back of `[addr, addr + len)`: the armed pages in it are
-    /// deferred (dirty in the model, no program now); returns the runs
-    /// `(addr, len)` that are charged as usual.
-    pub(super) fn defer(&mut self, addr: u64, len: u64) -> Vec<(u64, u64)> {
+    /// deferred (dirty in the model, no program now); `charge` gets each run
+    /// `(addr, len)` that is charged as usual, in order.
+    pub(super) fn defer<E>(
+        &mut self,
+        addr: u64,
+        len: u64,
+        mut charge: impl FnMut(u64, u64) -> Result<(), E>,
+    ) -> Result<(), E> {
         if self.armed.is_empty() {
-            return vec![(addr, len)];
+            return charge(addr, len);
         }
         let end = addr.saturating_add(len);
-        let mut charged = Vec::new();
         let mut run: Option<u64> = None;
         for p in pages(addr, len) {
             let (lo, hi) = ((p * PAGE).max(addr), ((p + 1) * PAGE).min(end));
@@ -162,18 +166,18 @@ impl SampleMarks {
                     self.counts.deferred_pages += 1;
                 }
                 if let Some(start) = run.take() {
-                    charged.push((start, lo - start));
+                    charge(start, lo - start)?;
                 }
             } else if run.is_none() {
                 run = Some(lo);
             }
             if hi == end {
                 if let Some(start) = run.take() {
-                    charged.push((start, hi - start));
+                    charge(start, hi - start)?;
                 }
             }
         }
-        charged
+        Ok(())
     }
 
     /// The device evicted `evicted`: their marks go, and each deferred one
@@ -239,18 +243,31 @@ impl SampleMarks {
 mod tests {
     use super::*;
 
+    impl SampleMarks {
+        /// [`SampleMarks::defer`]'s runs, collected.
+        fn deferred_runs(&mut self, addr: u64, len: u64) -> Vec<(u64, u64)> {
+            let mut runs = Vec::new();
+            let ok: Result<(), ()> = self.defer(addr, len, |a, n| {
+                runs.push((a, n));
+                Ok(())
+            });
+            assert!(ok.is_ok());
+            runs
+        }
+    }
+
     #[test]
     fn a_write_back_defers_its_armed_pages_and_charges_the_rest() {
         let mut m = SampleMarks::default();
-        assert_eq!(m.defer(0, 4 * PAGE), [(0, 4 * PAGE)]);
+        assert_eq!(m.deferred_runs(0, 4 * PAGE), [(0, 4 * PAGE)]);
         assert_eq!(m.arm(&[1, 2, 1]), [1, 2]);
         assert_eq!(
-            m.defer(100, 4 * PAGE - 100),
+            m.deferred_runs(100, 4 * PAGE - 100),
             [(100, PAGE - 100), (3 * PAGE, PAGE)]
         );
-        assert_eq!(m.defer(PAGE, 2 * PAGE), []);
+        assert_eq!(m.deferred_runs(PAGE, 2 * PAGE), []);
         assert_eq!(m.counts().deferred_pages, 2);
-        assert_eq!(m.defer(2 * PAGE, 2 * PAGE), [(3 * PAGE, PAGE)]);
+        assert_eq!(m.deferred_runs(2 * PAGE, 2 * PAGE), [(3 * PAGE, PAGE)]);
     }
 
     #[test]

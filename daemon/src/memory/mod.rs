@@ -361,12 +361,8 @@ impl Region {
         if mine.is_empty() || self.releasing.load(Ordering::Acquire) {
             return 0;
         }
-        let mut armed = shared.arm_sampled(&mine);
-        armed.sort_unstable();
-        let runs = crate::device::page_runs(&armed)
-            .into_iter()
-            .map(|(p, n)| ((p - range.start) * PAGE, n * PAGE));
-        residency::evict_ranges(&self.plane, runs, true, "sampled region pages");
+        let armed = shared.arm_sampled(&mine);
+        self.evict_device_pages(&armed, true);
         self.stats
             .sampling_armed_pages
             .fetch_add(armed.len() as u64, Ordering::Relaxed);
@@ -510,6 +506,20 @@ impl MemoryRegions {
     }
 }
 
+impl MemoryRegions {
+    /// Drops the region pages among device `pages` from their planes (see
+    /// [`Region::evict_device_pages`]); returns the pages handed over.
+    fn evict_device_pages(&self, pages: &[u64], wait: bool) -> u64 {
+        if pages.iter().all(|p| *p < self.shared.memory_base() / PAGE) {
+            return 0;
+        }
+        self.regions
+            .iter()
+            .map(|r| r.evict_device_pages(pages, wait))
+            .sum()
+    }
+}
+
 /// The id of a region's VM in its own plane (one VM per region).
 const REGION_VM_ID: VmId = 0;
 
@@ -533,22 +543,11 @@ fn wait_gone(pid: u32, limit: Duration) -> bool {
 
 impl DeviceObserver for MemoryRegions {
     fn evicted(&self, pages: Vec<u64>) {
-        if pages.iter().all(|p| *p < self.shared.memory_base() / PAGE) {
-            return;
-        }
-        for r in &self.regions {
-            r.evict_device_pages(&pages, false);
-        }
+        self.evict_device_pages(&pages, false);
     }
 
     fn evicted_wait(&self, pages: Vec<u64>) -> u64 {
-        if pages.iter().all(|p| *p < self.shared.memory_base() / PAGE) {
-            return 0;
-        }
-        self.regions
-            .iter()
-            .map(|r| r.evict_device_pages(&pages, true))
-            .sum()
+        self.evict_device_pages(&pages, true)
     }
 
     fn prefetched(&self, _pages: Vec<(u64, u64)>) {

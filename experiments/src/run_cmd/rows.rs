@@ -183,12 +183,14 @@ impl PhaseRows<'_> {
                 totals.add_to_mean(name, x);
             }
         }
-        let mut delta = BTreeMap::new();
-        if let Some(((t0, a), (t1, b))) = self.window {
+        let delta = self
+            .window
+            .map(|((_, a), (_, b))| a.delta(b, vm))
+            .unwrap_or_default();
+        if let Some(((t0, _), (t1, _))) = self.window {
             r.insert("elapsed_s".into(), num((t1 - t0) as f64 / 1e3));
-            let d = a.delta(b, vm);
-            delta.clone_from(&d);
-            for (name, x) in &d {
+            let d = &delta;
+            for (name, x) in d {
                 r.insert(format!("daemon.{name}"), num(*x));
                 totals.add_to_sum(format!("daemon.{name}"), *x);
             }
