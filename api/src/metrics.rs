@@ -388,6 +388,10 @@ pub struct MemoryRegionSample {
     /// Resident region pages access sampling armed (dropped from the
     /// plane so that their next access traps): what sampling cost.
     pub sampling_armed_pages: u64,
+    /// Prefetched region pages pushed into the plane (read through the
+    /// region file by the daemon's filler, uncharged): their first guest
+    /// touch is a hit with no trap.
+    pub prefetch_filled_pages: u64,
 }
 
 /// One memory-mode family: a field of [`MemoryRegionSample`], exposed per
@@ -421,6 +425,7 @@ pub const REGION_FAMILIES: &[RegionFamily] = &[
     RegionFamily { name: "cxlfs_region_releases_total", kind: FamilyKind::Counter, help: "Times the region was released with its VM.", value: |r| r.releases },
     RegionFamily { name: "cxlfs_region_sampled_accesses_total", kind: FamilyKind::Counter, help: "Accesses to resident region pages caught by access sampling (hits the policy saw).", value: |r| r.sampled_accesses },
     RegionFamily { name: "cxlfs_region_sampling_armed_pages_total", kind: FamilyKind::Counter, help: "Resident region pages access sampling armed (their next access traps).", value: |r| r.sampling_armed_pages },
+    RegionFamily { name: "cxlfs_region_prefetch_filled_pages_total", kind: FamilyKind::Counter, help: "Prefetched region pages pushed into the plane (their first touch does not trap).", value: |r| r.prefetch_filled_pages },
 ];
 
 /// When and which sample a set of lines is.

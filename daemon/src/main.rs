@@ -64,7 +64,7 @@ fn run(cli: &Cli) -> Result<(), BoxError> {
     let shared_dir = std::fs::canonicalize(&cfg.shared_dir)?;
 
     let shared = start_device(&cfg)?;
-    let memory = start_memory(&cfg, &shared)?;
+    let memory = start_memory(&cfg, &shared, cli.seccomp)?;
     let (state, control_socket) = start_state(&cfg, shared, &shared_dir, memory.as_ref())?;
     let metrics_file = start_metrics(&cfg, &state)?;
     let sampler = start_sampling(&cfg, &state, memory.as_ref())?;
@@ -126,6 +126,7 @@ fn start_device(cfg: &DaemonConfig) -> Result<Arc<SharedDevice>, BoxError> {
 fn start_memory(
     cfg: &DaemonConfig,
     shared: &Arc<SharedDevice>,
+    seccomp: seccomp::SeccompMode,
 ) -> Result<Option<Arc<MemoryRegions>>, BoxError> {
     if cfg.memory_regions.is_empty() {
         return Ok(None);
@@ -135,7 +136,11 @@ fn start_memory(
         shared,
         &cfg.memory_regions,
         &dir,
-        &HelperCommand::current_exe(),
+        &HelperCommand {
+            seccomp: seccomp.for_helper(),
+            ..HelperCommand::current_exe()
+        },
+        cfg.queues.dax_compensation,
     )?;
     let _ = std::fs::remove_dir(&dir);
     Ok(Some(m))

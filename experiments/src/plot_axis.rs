@@ -118,6 +118,7 @@ fn exact(col: &str) -> Option<AxisInfo> {
         "region_device_resident_pages" => a("Memory-region pages in the device cache", "", 1.0),
         "region_sampled_accesses" => a("Resident-page accesses sampled", "", 1.0),
         "region_sampling_armed_pages" => a("Pages armed for access sampling", "", 1.0),
+        "region_prefetch_filled_pages" => a("Prefetched region pages pushed", "", 1.0),
         "wss_over_cache" => a("Working set / device cache", "×", 1.0),
         "share" => a("Share of loads", "%", 1.0),
         "cumulative_share" => a("Cumulative share of loads", "%", 1.0),

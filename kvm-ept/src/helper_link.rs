@@ -15,8 +15,12 @@ use std::sync::Arc;
 use std::thread;
 use zerocopy::{Immutable, KnownLayout};
 
+pub use crate::helper_seccomp::HelperSeccomp;
+
 /// The environment variable that makes a program a plane helper: its value
-/// says which inherited descriptors to use (`dev=N sock=N store=N size=N`).
+/// says which inherited descriptors to use (`dev=N sock=N store=N size=N`,
+/// and `ra=N`: the readahead map, where the plane refuses readahead) and
+/// `seccomp=kill|log|trap|none`.
 pub const HELPER_ENV: &str = "CXLFS_PLANE_HELPER";
 
 /// What a forwarded message is.
@@ -73,6 +77,9 @@ pub struct HelperCommand {
     pub program: PathBuf,
     /// Its arguments (the helper ignores them; a test harness may need some).
     pub args: Vec<OsString>,
+    /// What a call outside the helper's allow-list does
+    /// ([`crate::helper_seccomp`]).
+    pub seccomp: HelperSeccomp,
 }
 
 impl HelperCommand {
@@ -82,6 +89,7 @@ impl HelperCommand {
         HelperCommand {
             program: PathBuf::from("/proc/self/exe"),
             args: Vec::new(),
+            seccomp: HelperSeccomp::Kill,
         }
     }
 }
@@ -131,26 +139,35 @@ pub(crate) struct Helper {
 
 impl Helper {
     /// Starts `cmd` as the helper of the connection on `dev`, storing
-    /// write-backs in `store`, for a pool file of `size` bytes.
+    /// write-backs in `store`, refusing readahead on the shared map
+    /// `refusals` (if any), for a pool file of `size` bytes.
     pub fn spawn(
         cmd: &HelperCommand,
         dev: &File,
         store: &File,
+        refusals: Option<&File>,
         size: u64,
     ) -> Result<Self, SpawnHelperError> {
         let (ours, theirs) = seqpacket_pair().map_err(SpawnHelperError::Socket)?;
-        let fds = [dev.as_raw_fd(), theirs.as_raw_fd(), store.as_raw_fd()];
-        let spec = format!(
-            "dev={} sock={} store={} size={size}",
-            fds[0], fds[1], fds[2]
+        let ra = refusals.map_or(-1, |f| f.as_raw_fd());
+        let fds = [dev.as_raw_fd(), theirs.as_raw_fd(), store.as_raw_fd(), ra];
+        let mut spec = format!(
+            "dev={} sock={} store={} size={size} seccomp={}",
+            fds[0],
+            fds[1],
+            fds[2],
+            cmd.seccomp.word()
         );
+        if ra >= 0 {
+            spec.push_str(&format!(" ra={ra}"));
+        }
         let mut c = Command::new(&cmd.program);
         c.args(&cmd.args).env(HELPER_ENV, spec).stdin(Stdio::null());
         // SAFETY: the closure runs in the child between fork and exec and
         // makes only async-signal-safe calls (fcntl) on fds it inherited.
         unsafe {
             c.pre_exec(move || {
-                for fd in fds {
+                for fd in fds.into_iter().filter(|&fd| fd >= 0) {
                     if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
                         return Err(io::Error::last_os_error());
                     }

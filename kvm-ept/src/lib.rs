@@ -43,6 +43,7 @@
 pub mod exit_guard;
 pub mod fuse_plane;
 pub mod helper_link;
+pub mod helper_seccomp;
 pub mod metrics;
 pub mod pace;
 mod readahead;
@@ -53,6 +54,7 @@ pub mod vm;
 pub use fuse_plane::{
     ActiveTransport, FusePoolPlane, MountPlaneError, PlaneOptions, ReaderMode, Transport,
 };
+pub use helper_seccomp::HelperSeccomp;
 pub use metrics::{PlaneMetrics, PlaneMetricsSnapshot};
 pub use split::{helper_main_if_requested, HelperCommand};
 pub use vm::{VmId, VmResolver};
@@ -134,6 +136,10 @@ pub enum ServeMissError {
     /// The device model refused the access.
     #[error("the device model refused the access: {0}")]
     Device(String),
+    /// A fill read (not a guest's) of pages the device no longer holds:
+    /// refused so that they trap again; not an error of the plane.
+    #[error("the device no longer holds the page")]
+    NotHeld,
 }
 
 /// Why the backend could not take a write-back (the kernel keeps the error
@@ -276,13 +282,13 @@ pub trait ResidencyPlane: Send + Sync {
     fn metrics(&self) -> PlaneMetricsSnapshot;
 }
 
-/// Evicts byte ranges `(pool_offset, len)` from `plane` (see
-/// [`ResidencyPlane::evict`]); with `wait`, returns once the kernel has
-/// dropped them all (never call it so on a plane thread). A range that
-/// cannot be evicted is logged with `what` and skipped. Returns the ranges
-/// that failed.
+/// Evicts byte ranges `(pool_offset, len)` with `evict` (a plane's
+/// [`ResidencyPlane::evict`] or a variant of it); with `wait`, returns once
+/// the kernel has dropped them all (never call it so on a plane thread). A
+/// range that cannot be evicted is logged with `what` and skipped. Returns
+/// the ranges that failed.
 pub fn evict_ranges(
-    plane: &dyn ResidencyPlane,
+    evict: impl Fn(u64, u64) -> Result<NotifyTicket, SendNotifyError>,
     ranges: impl IntoIterator<Item = (u64, u64)>,
     wait: bool,
     what: &str,
@@ -290,7 +296,7 @@ pub fn evict_ranges(
     let mut failed = 0;
     let mut tickets = Vec::new();
     for (offset, len) in ranges {
-        match plane.evict(offset, len) {
+        match evict(offset, len) {
             Ok(t) if wait => tickets.push(t),
             // Dropped: the notifier goes on without a waiter.
             Ok(_) => {}

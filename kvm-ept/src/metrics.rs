@@ -16,7 +16,6 @@ pub struct PlaneMetrics {
     trap_bytes: AtomicU64,
     traps_by_vm: Mutex<BTreeMap<Option<VmId>, u64>>,
     trap_errors: AtomicU64,
-    readahead_refused: AtomicU64,
     stores: AtomicU64,
     store_bytes: AtomicU64,
     invalidations: AtomicU64,
@@ -82,7 +81,6 @@ impl PlaneMetrics {
             trap_bytes: AtomicU64::new(0),
             traps_by_vm: Mutex::new(BTreeMap::new()),
             trap_errors: AtomicU64::new(0),
-            readahead_refused: AtomicU64::new(0),
             stores: AtomicU64::new(0),
             store_bytes: AtomicU64::new(0),
             invalidations: AtomicU64::new(0),
@@ -139,10 +137,6 @@ impl PlaneMetrics {
         self.mark(offset, len, true);
     }
 
-    pub(crate) fn readahead_refused(&self) {
-        self.readahead_refused.fetch_add(1, Ordering::Relaxed);
-    }
-
     pub(crate) fn trap_error(&self) {
         self.trap_errors.fetch_add(1, Ordering::Relaxed);
     }
@@ -184,7 +178,8 @@ impl PlaneMetrics {
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
             trap_errors: r(&self.trap_errors),
-            readahead_refused: r(&self.readahead_refused),
+            // Filled in by the plane, from its readahead map.
+            readahead_refused: 0,
             stores: r(&self.stores),
             store_bytes: r(&self.store_bytes),
             invalidations: r(&self.invalidations),

@@ -19,7 +19,13 @@
 //! * a miss (`READ`) is forwarded to the daemon through a queue and a socket
 //!   without waiting for anything; the daemon charges the device model and
 //!   writes the reply to its own descriptor of the same `/dev/fuse`
-//!   connection when the modeled access completes (data from the store).
+//!   connection when the modeled access completes (data from the store);
+//! * where the plane refuses readahead (`readahead.rs`), the helper refuses
+//!   it itself, on a map shared with the daemon (whose notifier forgets
+//!   invalidated pages there): a refused `READ` costs no trip to the daemon.
+//!   The miss forwarded next by the same thread carries the arrival of its
+//!   first refused `READ`, so the refusal's round trip lies inside the
+//!   modeled time, not on top of it.
 //!
 //! So whatever the daemon's threads wait for, write-backs are answered, and
 //! every `munmap` — the daemon's, the VMM's, an exiting process's — ends.
@@ -34,15 +40,18 @@
 use crate::fuse_plane::{Outcome, Server};
 use crate::helper_link::{monotonic_ns, Forward, ForwardKind, FORWARD_LEN, MAX_FORWARD};
 pub use crate::helper_link::{HelperCommand, SpawnHelperError, HELPER_ENV};
+use crate::helper_seccomp::HelperSeccomp;
+use crate::readahead::ReadaheadRefusals;
 use crate::{Miss, MissReply, PoolBackend, ServeMissError, WritebackError};
 use fuse_abi::zerocopy::IntoBytes;
-use fuse_abi::{opcode, Cursor, InHeader};
+use fuse_abi::{opcode, Cursor, InHeader, ReadIn};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 
 /// Request threads of a helper: each only reads, forwards or stores, never
@@ -124,7 +133,10 @@ struct HelperSpec {
     dev: RawFd,
     sock: RawFd,
     store: RawFd,
+    /// The readahead map (-1: readahead is not refused).
+    ra: RawFd,
     size: u64,
+    seccomp: HelperSeccomp,
 }
 
 fn parse_spec(s: &str) -> Option<HelperSpec> {
@@ -132,7 +144,9 @@ fn parse_spec(s: &str) -> Option<HelperSpec> {
         dev: -1,
         sock: -1,
         store: -1,
+        ra: -1,
         size: 0,
+        seccomp: HelperSeccomp::Kill,
     };
     for part in s.split_whitespace() {
         let (k, v) = part.split_once('=')?;
@@ -140,7 +154,9 @@ fn parse_spec(s: &str) -> Option<HelperSpec> {
             "dev" => spec.dev = v.parse().ok()?,
             "sock" => spec.sock = v.parse().ok()?,
             "store" => spec.store = v.parse().ok()?,
+            "ra" => spec.ra = v.parse().ok()?,
             "size" => spec.size = v.parse().ok()?,
+            "seccomp" => spec.seccomp = HelperSeccomp::from_word(v)?,
             _ => return None,
         }
     }
@@ -179,11 +195,29 @@ fn run_helper(spec: HelperSpec) {
             File::from_raw_fd(spec.store),
         )
     };
+    let refusals = if spec.ra >= 0 {
+        // SAFETY: handed to this process alone, wrapped once (as above).
+        let file = unsafe { File::from_raw_fd(spec.ra) };
+        match ReadaheadRefusals::attach(file, spec.size) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                eprintln!("cxlfs plane helper: cannot map the readahead map: {e}");
+                return;
+            }
+        }
+    } else {
+        None
+    };
     let (tx, rx) = mpsc::channel::<Vec<u8>>();
     let to_daemon = ToDaemon {
         sock: sock.clone(),
         queue: tx,
     };
+    let misses = Arc::new(MissStarts {
+        refusals,
+        size: spec.size,
+        first_refusal: Mutex::new(HashMap::new()),
+    });
     let server = Arc::new(Server::new(
         Arc::new(StoreBackend {
             store,
@@ -200,11 +234,17 @@ fn run_helper(spec: HelperSpec) {
     }
     for i in 0..HELPER_READERS {
         let (server, dev, to) = (server.clone(), dev.clone(), to_daemon.clone());
+        let misses = misses.clone();
         let _ = thread::Builder::new()
             .name(format!("plane-req{i}"))
-            .spawn(move || helper_reader(&server, &dev, &to));
+            .spawn(move || helper_reader(&server, &dev, &to, &misses));
     }
     drop(to_daemon);
+    // Serving from here on: nothing but the calls on the helper's list.
+    if let Err(e) = crate::helper_seccomp::install(spec.seccomp) {
+        eprintln!("cxlfs plane helper: {e}");
+        return;
+    }
     // The daemon sends nothing; its end closing (or its exit) ends us.
     let mut buf = [0u8; 64];
     loop {
@@ -226,7 +266,70 @@ fn forward(sock: &File, rx: Receiver<Vec<u8>>) {
     }
 }
 
-fn helper_reader(server: &Server, dev: &File, to_daemon: &ToDaemon) {
+/// Longest a refused READ's arrival is carried to the same thread's next
+/// miss: a fault's refusals and its served read follow each other within
+/// a few wake-ups; anything older belongs to no fault in flight.
+const CARRY_MAX_NS: u64 = 500_000;
+
+/// Most threads with a refusal in flight remembered at once (VMM threads:
+/// vCPUs and a few more); beyond it the table starts again.
+const MAX_CARRIED: usize = 4096;
+
+/// The helper's part of the readahead refusal, and when each thread's
+/// fault began.
+struct MissStarts {
+    /// The map shared with the daemon (`None`: readahead is served).
+    refusals: Option<ReadaheadRefusals>,
+    size: u64,
+    /// Thread → arrival of its first READ refused since its last miss.
+    first_refusal: Mutex<HashMap<u32, u64>>,
+}
+
+/// What the helper does with a READ.
+enum ReadAction {
+    /// Refused here (`EIO`): readahead of pages never refused before.
+    Refuse,
+    /// Forwarded with this arrival (the fault's first refusal, if recent).
+    Forward(u64),
+}
+
+impl MissStarts {
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<u32, u64>> {
+        self.first_refusal.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Decides a READ of `req` (header `h`) that arrived at `arrival`.
+    fn read(&self, h: &InHeader, req: &[u8], arrival: u64) -> ReadAction {
+        let Some(refusals) = &self.refusals else {
+            return ReadAction::Forward(arrival);
+        };
+        if h.nodeid != crate::fuse_plane::POOL_NODEID {
+            return ReadAction::Forward(arrival);
+        }
+        let mut c = Cursor::new(req);
+        let parsed = InHeader::parse(&mut c).and_then(|_| c.read::<ReadIn>());
+        let Ok(r) = parsed else {
+            return ReadAction::Forward(arrival);
+        };
+        let len = u64::from(r.size).min(self.size.saturating_sub(r.offset));
+        if len > 0 && refusals.refuse(r.offset, len) {
+            let mut t = self.table();
+            if t.len() >= MAX_CARRIED {
+                t.clear();
+            }
+            t.entry(h.pid).or_insert(arrival);
+            return ReadAction::Refuse;
+        }
+        match self.table().remove(&h.pid) {
+            Some(first) if arrival.saturating_sub(first) <= CARRY_MAX_NS => {
+                ReadAction::Forward(first)
+            }
+            _ => ReadAction::Forward(arrival),
+        }
+    }
+}
+
+fn helper_reader(server: &Server, dev: &File, to_daemon: &ToDaemon, misses: &MissStarts) {
     let mut buf =
         vec![0u8; fuse_abi::MIN_READ_BUFFER.max(crate::fuse_plane::MAX_WRITE as usize + 4096)];
     let mut out = Vec::with_capacity(fuse_abi::OUT_HEADER_LEN + 4096);
@@ -240,22 +343,30 @@ fn helper_reader(server: &Server, dev: &File, to_daemon: &ToDaemon) {
         };
         let arrival = monotonic_ns();
         let req = &buf[..n];
-        let is_read = InHeader::parse(&mut Cursor::new(req))
-            .map(|h| h.opcode == opcode::READ)
-            .unwrap_or(false);
-        if is_read && n + FORWARD_LEN <= MAX_FORWARD {
-            let h = Forward {
-                kind: ForwardKind::Read as u32,
-                mono_ns: arrival,
-                ..Forward::default()
-            };
-            let mut msg = Vec::with_capacity(FORWARD_LEN + n);
-            msg.extend_from_slice(h.as_bytes());
-            msg.extend_from_slice(req);
-            if !to_daemon.send(msg) {
-                return;
+        let header = InHeader::parse(&mut Cursor::new(req)).ok();
+        if let Some(h) = header.filter(|h| h.opcode == opcode::READ) {
+            if n + FORWARD_LEN <= MAX_FORWARD {
+                let mono_ns = match misses.read(&h, req, arrival) {
+                    ReadAction::Refuse => {
+                        crate::fuse_plane::error_reply(&mut out, h.unique, libc::EIO);
+                        crate::fuse_plane::write_reply(dev, &out);
+                        continue;
+                    }
+                    ReadAction::Forward(t) => t,
+                };
+                let f = Forward {
+                    kind: ForwardKind::Read as u32,
+                    mono_ns,
+                    ..Forward::default()
+                };
+                let mut msg = Vec::with_capacity(FORWARD_LEN + n);
+                msg.extend_from_slice(f.as_bytes());
+                msg.extend_from_slice(req);
+                if !to_daemon.send(msg) {
+                    return;
+                }
+                continue;
             }
-            continue;
         }
         match server.handle(req, arrival, &mut out) {
             Outcome::None => {}
@@ -274,7 +385,10 @@ mod tests {
     #[test]
     fn the_spec_round_trips_and_rejects_garbage() {
         let s = parse_spec("dev=3 sock=4 store=5 size=8192").expect("parses");
-        assert_eq!((s.dev, s.sock, s.store, s.size), (3, 4, 5, 8192));
+        assert_eq!((s.dev, s.sock, s.store, s.ra, s.size), (3, 4, 5, -1, 8192));
+        let s = parse_spec("dev=3 sock=4 store=5 size=8192 ra=6 seccomp=log").expect("parses");
+        assert_eq!((s.ra, s.seccomp), (6, HelperSeccomp::Log));
+        assert!(parse_spec("dev=3 sock=4 store=5 size=8192 seccomp=allow").is_none());
         assert!(parse_spec("dev=3 sock=4 size=8192").is_none());
         assert!(parse_spec("dev=3 sock=4 store=5 size=0").is_none());
         assert!(parse_spec("dev=x sock=4 store=5 size=1").is_none());

@@ -34,6 +34,8 @@ fn helper() -> HelperCommand {
         args: ["--exact", HELPER_TEST, "--ignored", "--test-threads=1"]
             .map(Into::into)
             .to_vec(),
+        // The test harness around the helper makes calls of its own.
+        seccomp: residency::HelperSeccomp::Log,
     }
 }
 
@@ -95,7 +97,14 @@ pub(crate) fn planes() -> Option<(Rig, Arc<MemoryRegions>, Arc<Controller>)> {
         size: REGION,
     };
     let dir = tempfile::tempdir().unwrap();
-    let memory = MemoryRegions::start(&rig.shared, &[spec], dir.path(), &helper()).unwrap();
+    let memory = MemoryRegions::start(
+        &rig.shared,
+        &[spec],
+        dir.path(),
+        &helper(),
+        residency::pace::Compensation::Off,
+    )
+    .unwrap();
     let plane: Arc<dyn PlaneSource> = rig.dax.clone();
     let metrics = Metrics::new(rig.shared.clone(), Some(plane)).with_memory(memory.clone());
     let controller = Controller::new(

@@ -104,7 +104,7 @@ impl DaxPlane {
         let runs = page_runs(&pages)
             .into_iter()
             .map(|(first, n)| (first * PAGE, n * PAGE));
-        residency::evict_ranges(&*plane, runs, wait, "pool pages");
+        residency::evict_ranges(|o, l| plane.evict(o, l), runs, wait, "pool pages");
         pages.len() as u64
     }
 
@@ -139,7 +139,7 @@ impl DaxPlane {
         let runs = page_runs(&pages)
             .into_iter()
             .map(|(start, n)| (start * PAGE, n * PAGE));
-        residency::evict_ranges(&*plane, runs, true, "pages moved to CXL");
+        residency::evict_ranges(|o, l| plane.evict(o, l), runs, true, "pages moved to CXL");
         pages.len() as u64
     }
 }

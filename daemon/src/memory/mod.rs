@@ -21,17 +21,18 @@
 //! device pages discarded (write-backs then are not charged) — the next VM
 //! of that name starts from zeros.
 
+mod backend;
+mod filler;
+
 use crate::device::{DeviceObserver, SharedDevice, PAGE};
 use crate::ids::{FileKey, VmId};
 use crate::metrics::{MemoryRegionSample, MemorySource};
 use crate::sync::lock;
-use cxlfs_device_model::Op;
-use residency::{
-    FusePoolPlane, HelperCommand, Miss, MissData, MissReply, PlaneOptions, PoolBackend,
-    ResidencyPlane, ServeMissError, WritebackError,
-};
+use backend::{FillReads, RegionBackend};
+use residency::pace::Compensation;
+use residency::{FusePoolPlane, HelperCommand, PlaneOptions, ResidencyPlane};
 use std::fs::File;
-use std::os::unix::fs::{DirBuilderExt, FileExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -69,86 +70,8 @@ pub struct RegionStats {
     pub sampled_accesses: AtomicU64,
     /// Pages access sampling armed.
     pub sampling_armed_pages: AtomicU64,
-}
-
-/// What a region's plane calls: traps and write-backs against the device
-/// and the backing store.
-struct RegionBackend {
-    shared: Arc<SharedDevice>,
-    /// The region's first device byte.
-    base: u64,
-    store: Arc<File>,
-    stats: Arc<RegionStats>,
-    /// Set while the region is released: write-backs are not charged.
-    releasing: Arc<AtomicBool>,
-}
-
-impl PoolBackend for RegionBackend {
-    fn now_ns(&self) -> u64 {
-        self.shared.now_ns()
-    }
-
-    fn on_miss(&self, miss: &Miss, _: &mut [u8]) -> Result<MissReply, ServeMissError> {
-        let addr = self
-            .base
-            .checked_add(miss.pool_offset)
-            .ok_or_else(|| ServeMissError::Device("region offset overflows".into()))?;
-        let charge = self
-            .shared
-            .charge_memory(miss.arrival_ns, Op::Read, addr, miss.len.max(1))
-            .map_err(|e| ServeMissError::Device(e.to_string()))?;
-        self.stats.traps.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .sampled_accesses
-            .fetch_add(charge.sampled_pages, Ordering::Relaxed);
-        self.stats
-            .device_hits
-            .fetch_add(charge.page_hits, Ordering::Relaxed);
-        self.stats
-            .device_misses
-            .fetch_add(charge.page_misses, Ordering::Relaxed);
-        self.stats.trap_modeled_ns.fetch_add(
-            charge.completes_at_ns.saturating_sub(miss.arrival_ns),
-            Ordering::Relaxed,
-        );
-        Ok(MissReply {
-            data: MissData::File {
-                file: self.store.clone(),
-                offset: miss.pool_offset,
-            },
-            completes_at_ns: charge.completes_at_ns,
-        })
-    }
-
-    fn on_writeback(
-        &self,
-        pool_offset: u64,
-        data: &[u8],
-        pid: u32,
-        arrival_ns: u64,
-    ) -> Result<u64, WritebackError> {
-        // Only a plane that is not split calls this (tests): store, then charge.
-        self.store.write_all_at(data, pool_offset)?;
-        self.on_stored_writeback(pool_offset, data.len() as u64, pid, arrival_ns)
-    }
-
-    fn on_stored_writeback(
-        &self,
-        pool_offset: u64,
-        len: u64,
-        _pid: u32,
-        arrival_ns: u64,
-    ) -> Result<u64, WritebackError> {
-        if self.releasing.load(Ordering::Acquire) {
-            return Ok(arrival_ns);
-        }
-        let c = self
-            .shared
-            .write_back_memory(arrival_ns, self.base + pool_offset, len)
-            .map_err(|e| WritebackError::Device(e.to_string()))?;
-        self.stats.writeback_bytes.fetch_add(len, Ordering::Relaxed);
-        Ok(c.completes_at_ns)
-    }
+    /// Prefetched pages pushed into the plane (the filler's reads).
+    pub filled_pages: AtomicU64,
 }
 
 /// One VM's region.
@@ -209,6 +132,9 @@ pub enum StartMemoryError {
         #[source]
         source: std::io::Error,
     },
+    /// The `region-prefetch` thread could not be started.
+    #[error("cannot start the region-prefetch thread")]
+    Filler(#[source] std::io::Error),
     /// The region's plane could not be mounted.
     #[error("cannot mount the memory region of {vm}")]
     Mount {
@@ -218,6 +144,16 @@ pub enum StartMemoryError {
         #[source]
         source: residency::MountPlaneError,
     },
+}
+
+/// How every region's plane is set up.
+struct PlaneSetup<'a> {
+    /// The helper process's command.
+    helper: &'a HelperCommand,
+    /// Latency compensation of the region's misses.
+    compensation: Compensation,
+    /// The filler thread, whose reads are not traps.
+    fills: Arc<FillReads>,
 }
 
 /// A sparse memfd of `size` bytes (reads as zeros).
@@ -238,7 +174,7 @@ impl Region {
         base: u64,
         size: u64,
         dir: &Path,
-        helper: &HelperCommand,
+        setup: &PlaneSetup<'_>,
     ) -> Result<Self, StartMemoryError> {
         let store = Arc::new(memfd(vm, size).map_err(|source| StartMemoryError::Store {
             vm: vm.to_string(),
@@ -246,13 +182,14 @@ impl Region {
         })?);
         let stats = Arc::new(RegionStats::default());
         let releasing = Arc::new(AtomicBool::new(false));
-        let backend = Arc::new(RegionBackend {
-            shared: shared.clone(),
+        let backend = Arc::new(RegionBackend::new(
+            shared.clone(),
             base,
-            store: store.clone(),
-            stats: stats.clone(),
-            releasing: releasing.clone(),
-        });
+            store.clone(),
+            stats.clone(),
+            releasing.clone(),
+            setup.fills.clone(),
+        ));
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -262,17 +199,19 @@ impl Region {
                 source,
             })?;
         // QEMU maps guest RAM MADV_HUGEPAGE: a fault must read its page,
-        // not a 2–4 MiB window.
+        // not a 2–4 MiB window. The helper refuses the readahead and hands
+        // the fault's first arrival on, so compensation covers the refusal.
         let options = PlaneOptions {
             detach: true,
             refuse_readahead: true,
+            compensation: setup.compensation,
             ..PlaneOptions::default()
         };
-        let plane = FusePoolPlane::mount_split(dir, size, backend, options, &store, helper)
+        let plane = FusePoolPlane::mount_split(dir, size, backend, options, &store, setup.helper)
             .map_err(|source| StartMemoryError::Mount {
-                vm: vm.to_string(),
-                source,
-            })?;
+            vm: vm.to_string(),
+            source,
+        })?;
         // Detached: the directory is empty again.
         let _ = std::fs::remove_dir(dir);
         tracing::info!(vm, base, size, helper = ?plane.helper_pid(), "CXL memory region ready");
@@ -323,6 +262,7 @@ impl Region {
             releases: s.releases.load(Ordering::Relaxed),
             sampled_accesses: s.sampled_accesses.load(Ordering::Relaxed),
             sampling_armed_pages: s.sampling_armed_pages.load(Ordering::Relaxed),
+            prefetch_filled_pages: s.filled_pages.load(Ordering::Relaxed),
         }
     }
 
@@ -344,7 +284,10 @@ impl Region {
         let runs = crate::device::page_runs(&mine)
             .into_iter()
             .map(|(p, n)| (p * PAGE, n * PAGE));
-        residency::evict_ranges(&self.plane, runs, wait, "region pages");
+        // Kept as tombstones: a later touch traps straight into its own
+        // page, without a refused readahead on its path.
+        let evict = |o, l| self.plane.evict_to_tombstones(o, l);
+        residency::evict_ranges(evict, runs, wait, "region pages");
         mine.len() as u64
     }
 
@@ -394,6 +337,8 @@ impl Region {
 pub struct MemoryRegions {
     shared: Arc<SharedDevice>,
     regions: Vec<Arc<Region>>,
+    /// The `region-prefetch` thread's queue.
+    filler: filler::Filler,
 }
 
 impl std::fmt::Debug for MemoryRegions {
@@ -407,31 +352,37 @@ impl MemoryRegions {
     /// [`SharedDevice::memory_base`] upwards, each served by a helper run
     /// as `helper`, mounted (then detached) under `dir`. Subscribes to the
     /// device's evictions. Call before any thread of the daemon maps guest
-    /// memory (and before the sandbox: it runs a program).
+    /// memory (and before the sandbox: it runs a program). Misses are
+    /// released ahead of their modeled completion as `compensation` says
+    /// (as the DAX plane's).
     pub fn start(
         shared: &Arc<SharedDevice>,
         specs: &[MemoryRegionSpec],
         dir: &Path,
         helper: &HelperCommand,
+        compensation: Compensation,
     ) -> Result<Arc<Self>, StartMemoryError> {
         let mut base = shared.memory_base();
         let mut regions = Vec::new();
+        let setup = PlaneSetup {
+            helper,
+            compensation,
+            fills: Arc::new(FillReads::default()),
+        };
         for spec in specs {
-            let r = Region::start(
-                shared,
-                &spec.vm,
-                base,
-                spec.size,
-                &dir.join(&spec.vm),
-                helper,
-            )?;
+            let dir = dir.join(&spec.vm);
+            let r = Region::start(shared, &spec.vm, base, spec.size, &dir, &setup)?;
             base += spec.size;
             regions.push(Arc::new(r));
         }
         let me = Arc::new(MemoryRegions {
             shared: shared.clone(),
             regions,
+            filler: filler::Filler::default(),
         });
+        me.filler
+            .start(&me, setup.fills)
+            .map_err(StartMemoryError::Filler)?;
         let observer: Arc<dyn DeviceObserver> = me.clone();
         shared.subscribe(Arc::downgrade(&observer));
         Ok(me)
@@ -550,9 +501,12 @@ impl DeviceObserver for MemoryRegions {
         self.evict_device_pages(&pages, true)
     }
 
-    fn prefetched(&self, _pages: Vec<(u64, u64)>) {
-        // A prefetched region page waits in the device cache; its trap is
-        // then a device hit.
+    fn prefetched(&self, pages: Vec<(u64, u64)>) {
+        let base = self.shared.memory_base() / PAGE;
+        let mine: Vec<(u64, u64)> = pages.into_iter().filter(|p| p.0 >= base).collect();
+        if !mine.is_empty() {
+            self.filler.queue(mine);
+        }
     }
 
     fn released(&self, _key: FileKey, _extents: &[u64], _file_gone: bool) {}

@@ -50,6 +50,19 @@ impl std::fmt::Display for SeccompMode {
     }
 }
 
+impl SeccompMode {
+    /// The same action for a memory region's plane helper, which serves
+    /// under an allow-list of its own (`residency::helper_seccomp`).
+    pub fn for_helper(self) -> residency::HelperSeccomp {
+        match self {
+            SeccompMode::Kill => residency::HelperSeccomp::Kill,
+            SeccompMode::Log => residency::HelperSeccomp::Log,
+            SeccompMode::Trap => residency::HelperSeccomp::Trap,
+            SeccompMode::None => residency::HelperSeccomp::None,
+        }
+    }
+}
+
 /// Why the filter could not be installed.
 #[derive(Debug, thiserror::Error)]
 pub enum InstallSeccompError {
@@ -189,6 +202,9 @@ const COMMON: &[i64] = &[
     libc::SYS_fchownat,
     libc::SYS_ftruncate,
     libc::SYS_fallocate,
+    // A memory region's notifier reads evicted pages ahead (to refusal:
+    // they stay as tombstones).
+    libc::SYS_readahead,
     libc::SYS_utimensat,
     libc::SYS_fsync,
     libc::SYS_fdatasync,

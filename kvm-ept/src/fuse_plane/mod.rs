@@ -68,7 +68,7 @@ pub use options::{
     MAX_READERS,
 };
 pub use plane::FusePoolPlane;
-pub(crate) use server::{Outcome, Server};
+pub(crate) use server::{error_reply, Outcome, Server};
 pub use workers::on_request_thread;
 pub(crate) use workers::write_reply;
 

@@ -92,7 +92,13 @@ impl FusePoolPlane {
             // Spinning readers, or readers that poll beside a wake eventfd.
             set_nonblocking(&dev);
         }
-        let server = Arc::new(new_server(backend, size, &options, plan_uring));
+        let server = Arc::new(new_server(
+            backend,
+            size,
+            &options,
+            plan_uring,
+            split.is_some(),
+        )?);
         let wake = if plan_uring {
             Some(Arc::new(
                 crate::uring::new_eventfd().map_err(MountPlaneError::Spawn)?,
@@ -123,7 +129,10 @@ impl FusePoolPlane {
         // mountpoint, which this server must answer.
         m._exit_guard = start_exit_guard(mountpoint);
         let path = mountpoint.join(POOL_NAME);
-        let file = open_pool(&path)?;
+        let file = Arc::new(open_pool(&path)?);
+        if options.refuse_readahead {
+            let _ = server.pool_file.set(file.clone());
+        }
         if options.compensation == Compensation::Auto {
             m.calibrator = start_calibration(&m, mountpoint);
         }
@@ -143,11 +152,7 @@ impl FusePoolPlane {
             "pool plane mounted"
         );
         Ok(FusePoolPlane {
-            target: MapTarget {
-                path,
-                file: Arc::new(file),
-                size,
-            },
+            target: MapTarget { path, file, size },
             m,
         })
     }
@@ -207,21 +212,25 @@ fn set_nonblocking(dev: &File) {
 }
 
 /// The server for a pool of `size` bytes, set up as `options` say;
-/// `offer_uring`: its INIT offers FUSE over io_uring.
+/// `offer_uring`: its INIT offers FUSE over io_uring; `split`: a helper
+/// reads the requests (and refuses readahead on the shared map).
 fn new_server(
     backend: Arc<dyn PoolBackend>,
     size: u64,
     options: &PlaneOptions,
     offer_uring: bool,
-) -> Server {
+    split: bool,
+) -> Result<Server, MountPlaneError> {
     let mut server = Server::new(backend, size).compensating(options.compensation);
     if options.refuse_readahead {
-        server = server.refusing_readahead();
+        server = server
+            .refusing_readahead(!split)
+            .map_err(MountPlaneError::ReadaheadMap)?;
     }
     if offer_uring {
         server = server.offering_uring();
     }
-    server
+    Ok(server)
 }
 
 /// Starts a named plane thread.
@@ -269,7 +278,8 @@ fn start_receivers(
     size: u64,
     pace_tx: Sender<Held>,
 ) -> Result<(), MountPlaneError> {
-    let helper = crate::helper_link::Helper::spawn(cmd, dev, store, size)?;
+    let refusals = m.server.readahead.as_ref().map(|r| r.file());
+    let helper = crate::helper_link::Helper::spawn(cmd, dev, store, refusals, size)?;
     let sock = helper.sock.clone();
     m.helper = Some(helper);
     // Found while the helper answers: statting the mountpoint asks it.

@@ -159,6 +159,10 @@ pub enum MountPlaneError {
     /// FUSE over io_uring was required and could not be started.
     #[error("cannot start FUSE over io_uring")]
     Ring(#[source] crate::uring::StartRingError),
+    /// The readahead map (shared with a split plane's helper) could not be
+    /// made.
+    #[error("cannot create the plane's readahead map")]
+    ReadaheadMap(#[source] io::Error),
     /// The mount could not be detached once the pool was open.
     #[error("cannot detach the pool mount at {path}")]
     Detach {

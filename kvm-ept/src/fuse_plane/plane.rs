@@ -123,6 +123,27 @@ impl FusePoolPlane {
         }
     }
 
+    /// Drops `[pool_offset, pool_offset + len)` as [`ResidencyPlane::evict`]
+    /// does and, on a plane that refuses readahead, has the kernel read the
+    /// pages ahead at once (refused): they stay in the page cache as
+    /// tombstones, not up to date, so the next touch of one reads just its
+    /// folio — no readahead window and no refused READ on the fault's path.
+    /// Elsewhere the same as `evict`.
+    pub fn evict_to_tombstones(
+        &self,
+        pool_offset: u64,
+        len: u64,
+    ) -> Result<NotifyTicket, SendNotifyError> {
+        self.check_range(pool_offset, len)?;
+        if self.m.server.readahead.is_none() {
+            return self.evict(pool_offset, len);
+        }
+        self.queue(NoticeKind::Retire {
+            offset: pool_offset,
+            len,
+        })
+    }
+
     fn queue(&self, kind: NoticeKind) -> Result<NotifyTicket, SendNotifyError> {
         let (done, rx) = mpsc::sync_channel(1);
         self.m
@@ -195,6 +216,13 @@ impl ResidencyPlane for FusePoolPlane {
     }
 
     fn metrics(&self) -> PlaneMetricsSnapshot {
-        self.m.server.metrics.snapshot()
+        let mut s = self.m.server.metrics.snapshot();
+        s.readahead_refused = self
+            .m
+            .server
+            .readahead
+            .as_ref()
+            .map_or(0, |r| r.refused_count());
+        s
     }
 }

@@ -81,6 +81,12 @@ pub(super) enum NoticeKind {
         offset: u64,
         len: u64,
     },
+    /// Invalidate, then read the range ahead so the plane refuses it: the
+    /// pages stay as tombstones (see `readahead.rs`).
+    Retire {
+        offset: u64,
+        len: u64,
+    },
     /// Drop the calibration file's page (and its mappings).
     InvalCalib,
 }
@@ -300,6 +306,23 @@ fn send_store(dev: &File, head: &mut Vec<u8>, offset: u64, data: &[u8]) -> io::R
     }
 }
 
+/// Has the kernel read `[offset, offset + len)` of the pool ahead, which
+/// the plane refuses (the pages were just forgotten): they become
+/// tombstones at once, off any fault's path, and the next touch of one
+/// reads just its folio. Asynchronous in the kernel (the READs are
+/// answered by request threads, never by this one); a failure only costs
+/// the next fault a refused READ.
+fn retire(server: &Server, offset: u64, len: u64) {
+    let Some(file) = server.pool_file.get() else {
+        return;
+    };
+    // SAFETY: a plain system call on an fd the server holds; no pointers.
+    let rc = unsafe { libc::readahead(file.as_raw_fd(), offset as libc::off64_t, len as usize) };
+    if rc != 0 {
+        tracing::debug!(error = %io::Error::last_os_error(), offset, len, "cannot read retired pages ahead");
+    }
+}
+
 /// The notifier: writes each queued notification, counts it, and reports
 /// its result; ends when every sender is gone.
 pub(super) fn notifier(server: &Server, dev: &File, rx: Receiver<Notice>) {
@@ -309,7 +332,7 @@ pub(super) fn notifier(server: &Server, dev: &File, rx: Receiver<Notice>) {
         let start = Instant::now();
         let res = match &n.kind {
             NoticeKind::Store { offset, data } => send_store(dev, &mut head, *offset, data),
-            NoticeKind::Inval { offset, len } => {
+            NoticeKind::Inval { offset, len } | NoticeKind::Retire { offset, len } => {
                 abi::encode_notify_inval_inode(POOL_NODEID, *offset as i64, *len as i64, &mut head);
                 (&*dev).write(&head).map(|_| ())
             }
@@ -331,6 +354,13 @@ pub(super) fn notifier(server: &Server, dev: &File, rx: Receiver<Notice>) {
                             r.forget(*offset, *len);
                         }
                         server.metrics.invalidation(*offset, *len)
+                    }
+                    NoticeKind::Retire { offset, len } => {
+                        if let Some(r) = &server.readahead {
+                            r.forget(*offset, *len);
+                        }
+                        server.metrics.invalidation(*offset, *len);
+                        retire(server, *offset, *len);
                     }
                     NoticeKind::InvalCalib => {}
                 }

@@ -35,12 +35,12 @@ impl Server {
             finish(out, h.unique)?;
             return Ok(Outcome::Reply);
         }
-        if self
-            .readahead
-            .as_ref()
-            .is_some_and(|g| g.refuse(r.offset, len as u64))
+        if self.refuse_here
+            && self
+                .readahead
+                .as_ref()
+                .is_some_and(|g| g.refuse(r.offset, len as u64))
         {
-            self.metrics.readahead_refused();
             return Err(libc::EIO);
         }
         let vm = self.vms.resolve(h.pid);
@@ -54,6 +54,7 @@ impl Server {
         let dst = &mut out[abi::OUT_HEADER_LEN..];
         let reply = match self.backend.on_miss(&miss, dst) {
             Ok(reply) => reply,
+            Err(crate::ServeMissError::NotHeld) => return Err(libc::EIO),
             Err(e) => {
                 tracing::warn!(offset = r.offset, len, error = %e, "pool miss failed");
                 self.metrics.trap_error();

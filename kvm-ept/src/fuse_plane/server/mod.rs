@@ -45,7 +45,14 @@ pub(crate) struct Server {
     /// Request threads still running.
     pub(super) alive: AtomicUsize,
     /// Pages refused and not served since (`None`: readahead is served).
-    pub(super) readahead: Option<crate::readahead::ReadaheadRefusals>,
+    pub(crate) readahead: Option<crate::readahead::ReadaheadRefusals>,
+    /// This server refuses readahead READs itself (a split plane's helper
+    /// refuses them before they are forwarded; the daemon's server only
+    /// forgets invalidated pages in the shared map).
+    pub(super) refuse_here: bool,
+    /// The pool file, once open: the notifier reads retired pages ahead
+    /// through it.
+    pub(crate) pool_file: std::sync::OnceLock<Arc<std::fs::File>>,
     /// The last calibration READ's stamps.
     pub(super) calib: CalibStamps,
     /// INIT offers FUSE over io_uring.
@@ -105,7 +112,7 @@ fn finish(out: &mut [u8], unique: u64) -> Result<(), i32> {
 }
 
 /// Replaces `out` with an error reply to request `unique`.
-pub(super) fn error_reply(out: &mut Vec<u8>, unique: u64, errno: i32) -> Outcome {
+pub(crate) fn error_reply(out: &mut Vec<u8>, unique: u64, errno: i32) -> Outcome {
     out.clear();
     OutHeader::error_only(unique, errno).encode(out);
     Outcome::Reply
@@ -133,6 +140,8 @@ impl Server {
             stop_tid: AtomicU32::new(0),
             alive: AtomicUsize::new(0),
             readahead: None,
+            refuse_here: false,
+            pool_file: std::sync::OnceLock::new(),
             calib: CalibStamps::default(),
             offer_uring: false,
             uring_granted: AtomicBool::new(false),
@@ -155,10 +164,13 @@ impl Server {
     }
 
     /// Refuses readahead from now on (see
-    /// [`PlaneOptions::refuse_readahead`](super::PlaneOptions::refuse_readahead)).
-    pub(crate) fn refusing_readahead(mut self) -> Self {
-        self.readahead = Some(crate::readahead::ReadaheadRefusals::new(self.size));
-        self
+    /// [`PlaneOptions::refuse_readahead`](super::PlaneOptions::refuse_readahead));
+    /// `here`: this server refuses (else a split plane's helper does, on
+    /// the same map, and this server only forgets invalidated pages).
+    pub(crate) fn refusing_readahead(mut self, here: bool) -> std::io::Result<Self> {
+        self.readahead = Some(crate::readahead::ReadaheadRefusals::new(self.size)?);
+        self.refuse_here = here;
+        Ok(self)
     }
 
     fn attr(&self, nodeid: u64) -> Attr {

@@ -1,0 +1,144 @@
+//! The plane helper's own system-call allow-list. The helper holds
+//! `/dev/fuse` of a region, its backing store and a socket to the daemon,
+//! and does nothing but read requests, answer or forward them, and store
+//! write-backs: this is all it may call once it serves (every thread,
+//! `SECCOMP_FILTER_FLAG_TSYNC`). Its start — mapping the readahead map,
+//! starting threads — comes before the filter and is not on it.
+
+use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, SeccompRule, TargetArch};
+use std::collections::BTreeMap;
+
+/// What a call outside the helper's list does (the daemon passes its own
+/// `--seccomp` action on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HelperSeccomp {
+    /// Kill the helper (the daemon then aborts its connection).
+    #[default]
+    Kill,
+    /// Allow and log it (`dmesg`).
+    Log,
+    /// Send SIGSYS.
+    Trap,
+    /// No filter.
+    None,
+}
+
+impl HelperSeccomp {
+    /// The word in the helper's environment.
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            HelperSeccomp::Kill => "kill",
+            HelperSeccomp::Log => "log",
+            HelperSeccomp::Trap => "trap",
+            HelperSeccomp::None => "none",
+        }
+    }
+
+    /// The action named by [`HelperSeccomp::word`].
+    pub(crate) fn from_word(w: &str) -> Option<Self> {
+        Some(match w {
+            "kill" => HelperSeccomp::Kill,
+            "log" => HelperSeccomp::Log,
+            "trap" => HelperSeccomp::Trap,
+            "none" => HelperSeccomp::None,
+            _ => return None,
+        })
+    }
+}
+
+/// Why the helper's filter could not be installed.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallHelperSeccompError {
+    /// The rules do not compile for this architecture.
+    #[error("cannot build the helper's seccomp filter")]
+    Build(#[source] seccompiler::BackendError),
+    /// The kernel refused it.
+    #[error("cannot install the helper's seccomp filter")]
+    Install(#[source] seccompiler::Error),
+}
+
+/// The calls a serving helper makes.
+const ALLOWED: &[i64] = &[
+    // Requests, replies, the store, the daemon's socket.
+    libc::SYS_read,
+    libc::SYS_write,
+    libc::SYS_writev,
+    libc::SYS_pwrite64,
+    libc::SYS_sendto,
+    libc::SYS_recvfrom,
+    libc::SYS_close,
+    // Memory (the allocator).
+    libc::SYS_brk,
+    libc::SYS_mmap,
+    libc::SYS_munmap,
+    libc::SYS_mremap,
+    libc::SYS_mprotect,
+    libc::SYS_madvise,
+    // Threads, locks, time, signals, exit.
+    libc::SYS_futex,
+    libc::SYS_sched_yield,
+    libc::SYS_rseq,
+    libc::SYS_set_robust_list,
+    libc::SYS_clock_gettime,
+    libc::SYS_clock_nanosleep,
+    libc::SYS_nanosleep,
+    libc::SYS_rt_sigprocmask,
+    libc::SYS_rt_sigreturn,
+    libc::SYS_sigaltstack,
+    libc::SYS_restart_syscall,
+    libc::SYS_getpid,
+    libc::SYS_gettid,
+    libc::SYS_tgkill,
+    libc::SYS_exit,
+    libc::SYS_exit_group,
+];
+
+/// The compiled filter (`None` for [`HelperSeccomp::None`]).
+pub(crate) fn filter(mode: HelperSeccomp) -> Result<Option<BpfProgram>, InstallHelperSeccompError> {
+    let mismatch = match mode {
+        HelperSeccomp::None => return Ok(None),
+        HelperSeccomp::Kill => SeccompAction::KillProcess,
+        HelperSeccomp::Log => SeccompAction::Log,
+        HelperSeccomp::Trap => SeccompAction::Trap,
+    };
+    let rules: BTreeMap<i64, Vec<SeccompRule>> =
+        ALLOWED.iter().map(|&nr| (nr, Vec::new())).collect();
+    let arch: TargetArch = std::env::consts::ARCH
+        .try_into()
+        .map_err(InstallHelperSeccompError::Build)?;
+    let f = SeccompFilter::new(rules, mismatch, SeccompAction::Allow, arch)
+        .map_err(InstallHelperSeccompError::Build)?;
+    BpfProgram::try_from(f)
+        .map(Some)
+        .map_err(InstallHelperSeccompError::Build)
+}
+
+/// Installs the list on every thread of the helper.
+pub(crate) fn install(mode: HelperSeccomp) -> Result<(), InstallHelperSeccompError> {
+    if let Some(prog) = filter(mode)? {
+        seccompiler::apply_filter_all_threads(&prog).map_err(InstallHelperSeccompError::Install)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_action_has_a_word_and_compiles() {
+        for m in [
+            HelperSeccomp::Kill,
+            HelperSeccomp::Log,
+            HelperSeccomp::Trap,
+            HelperSeccomp::None,
+        ] {
+            assert_eq!(HelperSeccomp::from_word(m.word()), Some(m));
+            assert_eq!(
+                filter(m).expect("compiles").is_some(),
+                m != HelperSeccomp::None
+            );
+        }
+        assert_eq!(HelperSeccomp::from_word("allow"), None);
+    }
+}
