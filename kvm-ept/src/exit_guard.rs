@@ -54,16 +54,49 @@ pub enum StartExitGuardError {
 
 /// The fusectl `abort` file of the connection mounted at `mountpoint`.
 /// fusectl names a connection by the kernel's encoding of the superblock's
-/// device number (`major << 20 | minor`).
+/// device number (`major << 20 | minor`). The number comes from
+/// `/proc/self/mountinfo` (the latest mount on that path), which asks the
+/// file system nothing: a connection whose server is gone or stuck cannot
+/// hang this. `stat` of the mountpoint is the fall-back.
 pub fn fusectl_abort_path(mountpoint: &Path) -> Result<PathBuf, StartExitGuardError> {
-    let dev = std::fs::metadata(mountpoint)
-        .map_err(|source| StartExitGuardError::Stat {
-            path: mountpoint.to_path_buf(),
-            source,
-        })?
-        .dev();
-    let kernel_dev = (u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev));
+    let (major, minor) = match mountinfo_dev(mountpoint) {
+        Some(d) => d,
+        None => {
+            let dev = std::fs::metadata(mountpoint)
+                .map_err(|source| StartExitGuardError::Stat {
+                    path: mountpoint.to_path_buf(),
+                    source,
+                })?
+                .dev();
+            (libc::major(dev), libc::minor(dev))
+        }
+    };
+    let kernel_dev = (u64::from(major) << 20) | u64::from(minor);
     Ok(PathBuf::from(format!("{FUSECTL}/{kernel_dev}/abort")))
+}
+
+/// The `major:minor` of the latest mount at `mountpoint` in this
+/// process's `/proc/self/mountinfo` (paths there escape blanks as octal;
+/// a mountpoint with one is not found and takes the fall-back).
+fn mountinfo_dev(mountpoint: &Path) -> Option<(u32, u32)> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let want = mountpoint.to_str()?;
+    parse_mountinfo_dev(&text, want)
+}
+
+fn parse_mountinfo_dev(text: &str, mountpoint: &str) -> Option<(u32, u32)> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split(' ');
+            let dev = f.nth(2)?;
+            let point = f.nth(1)?;
+            (point == mountpoint).then_some(dev)
+        })
+        .last()
+        .and_then(|dev| {
+            let (a, b) = dev.split_once(':')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
 }
 
 /// Mounts fusectl when its directory exists but is empty (not mounted).
@@ -215,5 +248,15 @@ unsafe fn guard_child(parent: libc::pid_t, abort: &CString, mountpoint: &CString
             libc::umount2(mountpoint.as_ptr(), libc::MNT_DETACH);
         }
         libc::_exit(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mountinfo_gives_the_latest_mount_of_a_path() {
+        let text = "22 1 0:21 / /proc rw - proc proc rw\n90 22 0:55 / /run/x rw - fuse cxlfs-pool rw\n91 22 0:56 / /run/x rw - fuse cxlfs-pool rw\n";
+        assert_eq!(super::parse_mountinfo_dev(text, "/run/x"), Some((0, 56)));
+        assert_eq!(super::parse_mountinfo_dev(text, "/run/y"), None);
     }
 }

@@ -5,7 +5,10 @@
 //! `SECCOMP_FILTER_FLAG_TSYNC`). Its start — mapping the readahead map,
 //! starting threads — comes before the filter and is not on it.
 
-use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, SeccompRule, TargetArch};
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
 use std::collections::BTreeMap;
 
 /// What a call outside the helper's list does (the daemon passes its own
@@ -77,6 +80,8 @@ const ALLOWED: &[i64] = &[
     // Threads, locks, time, signals, exit.
     libc::SYS_futex,
     libc::SYS_sched_yield,
+    // glibc sizes a new thread's malloc arena by the CPUs it may run on.
+    libc::SYS_sched_getaffinity,
     libc::SYS_rseq,
     libc::SYS_set_robust_list,
     libc::SYS_clock_gettime,
@@ -101,8 +106,19 @@ pub(crate) fn filter(mode: HelperSeccomp) -> Result<Option<BpfProgram>, InstallH
         HelperSeccomp::Log => SeccompAction::Log,
         HelperSeccomp::Trap => SeccompAction::Trap,
     };
-    let rules: BTreeMap<i64, Vec<SeccompRule>> =
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         ALLOWED.iter().map(|&nr| (nr, Vec::new())).collect();
+    // A thread names itself as it starts (`prctl(PR_SET_NAME)`), which may
+    // come after the filter: that and nothing else of prctl.
+    let set_name = SeccompCondition::new(
+        0,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::Eq,
+        libc::PR_SET_NAME as u64,
+    )
+    .and_then(|c| SeccompRule::new(vec![c]))
+    .map_err(InstallHelperSeccompError::Build)?;
+    rules.insert(libc::SYS_prctl, vec![set_name]);
     let arch: TargetArch = std::env::consts::ARCH
         .try_into()
         .map_err(InstallHelperSeccompError::Build)?;

@@ -282,7 +282,8 @@ fn start_receivers(
     let helper = crate::helper_link::Helper::spawn(cmd, dev, store, refusals, size)?;
     let sock = helper.sock.clone();
     m.helper = Some(helper);
-    // Found while the helper answers: statting the mountpoint asks it.
+    // From mountinfo: finding it asks the helper nothing (a helper that
+    // died at its start cannot hang the mount).
     let abort = crate::exit_guard::fusectl_abort_path(&m.mountpoint).ok();
     for i in 0..SPLIT_RECEIVERS {
         let (s, d, k, tx) = (m.server.clone(), dev.clone(), sock.clone(), pace_tx.clone());
