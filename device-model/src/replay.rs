@@ -277,7 +277,7 @@ pub struct ReplayReport {
     pub pinned_pages: u64,
     /// Dirty pages at the end.
     pub dirty_pages: u64,
-    /// Mean latency of the measured writes, in ns (0 without writes).
+    /// Mean latency of the measured writes, in ns, to 3 decimals (0 without writes).
     pub write_latency_mean_ns: f64,
     /// All NAND page programs (host and GC: the same as `nand.programs`).
     pub nand_programs: u64,
@@ -686,7 +686,9 @@ impl<'d> Replayer<'d> {
             write_latency_mean_ns: if self.write_count == 0 {
                 0.0
             } else {
-                self.write_latency_sum as f64 / self.write_count as f64
+                // To the picosecond: short decimals survive a JSON round trip.
+                let mean = self.write_latency_sum as f64 / self.write_count as f64;
+                (mean * 1000.0).round() / 1000.0
             },
             nand_programs: s.nand_programs,
             log_writes: s.log_writes,
