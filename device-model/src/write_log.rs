@@ -25,9 +25,9 @@
 //!   them. A cleaned page's entries stay allocated until its program
 //!   completes.
 //! * **Stalls.** A write that finds no room (entries logged plus entries
-//!   being cleaned would exceed the capacity) first starts cleaning if
-//!   anything is left to clean, then waits until enough cleaning programs
-//!   have completed; the wait is part of its latency.
+//!   being cleaned would exceed the capacity) waits until enough cleaning
+//!   programs have completed (cleaning first, if the uncleaned entries
+//!   alone fill the log); the wait is part of its latency.
 //!
 //! Pure and deterministic like the rest of the model: pages are cleaned in
 //! the order they were first logged, and time is an argument.
@@ -47,6 +47,9 @@ pub const LINES_PER_PAGE: u32 = 64;
 /// The lines of one page an access `[addr, addr + len)` touches, as a bit
 /// mask (bit `i` = line `i` of the page). `page_addr` is the page's first byte.
 pub fn line_mask(page_addr: u64, addr: u64, len: u64) -> u64 {
+    if addr + len <= page_addr || addr >= page_addr + crate::PAGE_SIZE {
+        return 0;
+    }
     let start = addr.max(page_addr) - page_addr;
     let end = (addr + len).min(page_addr + crate::PAGE_SIZE) - page_addr;
     if end <= start {
@@ -252,8 +255,11 @@ impl WriteLog {
         if self.used + self.in_flight + need <= self.capacity {
             return Ok(now);
         }
-        let target = self.stop_at.min(self.capacity.saturating_sub(need));
-        if self.used > target {
+        // Entries being cleaned free room as their programs complete: wait
+        // for them. Clean now only if the uncleaned entries alone leave no
+        // room (a start threshold of 1).
+        if self.used + need > self.capacity {
+            let target = self.stop_at.min(self.capacity.saturating_sub(need));
             self.clean(now, target, cache, nand, cost)?;
         }
         let mut at = now;
