@@ -69,6 +69,20 @@ pub struct CacheConfig {
     pub hits_visible: bool,
     /// Policy tuning.
     pub params: PolicyParams,
+    /// The cache-line write log (SkyByte's `write_log_enable` /
+    /// `write_log_ratio`), in bytes: 0 = off. It is carved out of the
+    /// cache's DRAM, as in SkyByte: the page cache keeps
+    /// `size_bytes - write_log_bytes` (rounded down to whole sets). A
+    /// multiple of 64 (one entry per 64-byte line), at least 4 KiB (one
+    /// page's lines), smaller than `size_bytes`. See `write_log.rs`.
+    #[serde(deserialize_with = "deserialize_size")]
+    pub write_log_bytes: u64,
+    /// Log cleaning (compaction) starts when the log is at least this full
+    /// (a fraction; SkyByte: 0.51).
+    pub write_log_clean_start: f64,
+    /// Cleaning stops once the log is at most this full (a fraction below
+    /// `write_log_clean_start`; SkyByte: 0.01).
+    pub write_log_clean_stop: f64,
 }
 
 impl CacheConfig {
@@ -84,6 +98,26 @@ impl CacheConfig {
             (1, pages)
         } else {
             (pages / u64::from(self.ways), u64::from(self.ways))
+        }
+    }
+
+    /// Bytes of the page cache proper: `size_bytes` less the write log,
+    /// rounded down to whole `ways`-page sets (all of `size_bytes` when the
+    /// log is off).
+    pub fn page_cache_bytes(&self) -> u64 {
+        if self.write_log_bytes == 0 {
+            return self.size_bytes;
+        }
+        let pages = self.size_bytes.saturating_sub(self.write_log_bytes) / PAGE_SIZE;
+        let set = u64::from(self.ways.max(1));
+        pages / set * set * PAGE_SIZE
+    }
+
+    /// The config of the page cache proper (see [`CacheConfig::page_cache_bytes`]).
+    pub fn page_cache(&self) -> CacheConfig {
+        CacheConfig {
+            size_bytes: self.page_cache_bytes(),
+            ..self.clone()
         }
     }
 }
@@ -250,6 +284,7 @@ impl DeviceConfig {
         if c.pages() > u64::from(u32::MAX - 1) {
             return Err(bad("cache.size_bytes", "more than 2^32-2 pages"));
         }
+        validate_write_log(c)?;
         let p = &c.params;
         for (key, v) in [
             ("cache.params.s3fifo_small_ratio", p.s3fifo_small_ratio),
@@ -337,6 +372,48 @@ impl DeviceConfig {
         }
         Ok(())
     }
+}
+
+/// The write log's size and cleaning thresholds (see [`CacheConfig::write_log_bytes`]).
+fn validate_write_log(c: &CacheConfig) -> Result<(), LoadConfigError> {
+    for (key, v) in [
+        ("cache.write_log_clean_start", c.write_log_clean_start),
+        ("cache.write_log_clean_stop", c.write_log_clean_stop),
+    ] {
+        if !(0.0..=1.0).contains(&v) {
+            return Err(bad(key, format!("{v} is not within 0..=1")));
+        }
+    }
+    if c.write_log_clean_start <= 0.0 {
+        return Err(bad("cache.write_log_clean_start", "must be above 0"));
+    }
+    if c.write_log_clean_stop >= c.write_log_clean_start {
+        return Err(bad(
+            "cache.write_log_clean_stop",
+            "must be below cache.write_log_clean_start",
+        ));
+    }
+    let log = c.write_log_bytes;
+    if log == 0 {
+        return Ok(());
+    }
+    if log % 64 != 0 || log < PAGE_SIZE {
+        return Err(bad(
+            "cache.write_log_bytes",
+            format!("{log} is not 0 or a multiple of 64 bytes of at least 4 KiB"),
+        ));
+    }
+    if log >= c.size_bytes || c.page_cache_bytes() == 0 {
+        return Err(bad(
+            "cache.write_log_bytes",
+            format!(
+                "the log ({}) leaves no page cache in cache.size_bytes ({})",
+                format_size(log),
+                format_size(c.size_bytes)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn parse_override_value(text: &str) -> toml::Value {

@@ -10,10 +10,16 @@
 //!   not wait for it, but it occupies the LUN and channel it lands on.
 //!
 //! The access completes when its last page does, plus the CXL link latency.
+//!
+//! With the write log on (`cache.write_log_bytes > 0`, see
+//! [`crate::write_log`]) writes go to the log instead of the page cache, and
+//! reads of logged lines are served from it; the page cache is the rest of
+//! the DRAM.
 
 use crate::cache::{Cache, Evicted, Insert, SlotId};
 use crate::config::{DeviceConfig, LoadConfigError, PolicyKind};
 use crate::nand::{Nand, NandOpError, NandStats};
+use crate::write_log::{line_mask, CleanCost, WriteLog};
 use crate::{PAGE_SHIFT, PAGE_SIZE};
 use serde::Serialize;
 use std::fmt;
@@ -121,8 +127,11 @@ pub struct Outcome {
     pub bypassed: u32,
     /// NAND page reads this access caused (fills and prefetches).
     pub nand_reads: u32,
-    /// NAND page programs this access caused (write-backs of victims, bypassed writes).
+    /// NAND page programs this access caused (write-backs of victims,
+    /// bypassed writes, write-log cleaning it started).
     pub nand_programs: u32,
+    /// Pages served by the write log (writes appended, reads of logged lines).
+    pub log_pages: u32,
 }
 
 /// Result of a range command (`prefetch`, `pin`).
@@ -192,6 +201,25 @@ pub struct DeviceStats {
     pub dirty_pages: u64,
     /// Gauge: the eviction policy in force.
     pub policy: String,
+    /// 64-byte lines written into the write log (0 with the log off).
+    pub log_writes: u64,
+    /// Read page lookups served from the write log.
+    pub log_hits: u64,
+    /// Log lines that merged: into a line already logged, or into a page
+    /// cleaned in one program with them.
+    pub log_coalesced: u64,
+    /// Write-log cleaning passes.
+    pub log_cleanings: u64,
+    /// NAND programs issued by write-log cleaning.
+    pub log_programs: u64,
+    /// Page writes that waited for room in the log.
+    pub log_stalls: u64,
+    /// Their waits, summed, in ns.
+    pub log_stall_ns: u64,
+    /// Gauge: lines in the log (not yet cleaned).
+    pub log_entries: u64,
+    /// All NAND page programs (host and GC; the same as `nand.programs`).
+    pub nand_programs: u64,
     /// NAND counters.
     #[serde(serialize_with = "serialize_nand_stats")]
     pub nand: NandStats,
@@ -239,6 +267,8 @@ pub struct Device {
     prefetch_log: Option<Vec<(u64, u64)>>,
     /// Pages the prefetcher must not fetch ([`Device::set_prefetch_skip`]).
     prefetch_skip: Option<PageFilter>,
+    /// The write log, when `cache.write_log_bytes > 0`.
+    log: Option<WriteLog>,
 }
 
 impl Device {
@@ -247,7 +277,8 @@ impl Device {
         cfg.validate()?;
         let capacity_pages = cfg.nand.logical_pages();
         Ok(Device {
-            cache: Cache::new(&cfg.cache, capacity_pages),
+            cache: Cache::new(&cfg.cache.page_cache(), capacity_pages),
+            log: WriteLog::new(&cfg.cache),
             nand: Nand::new(&cfg.nand),
             capacity_pages,
             stats: DeviceStats::default(),
@@ -323,7 +354,12 @@ impl Device {
             let whole_page = op == Op::Write
                 && addr <= page << PAGE_SHIFT
                 && addr + u64::from(len) >= (page + 1) << PAGE_SHIFT;
-            let done = self.access_page(now_ns, op, page, whole_page, &mut out)?;
+            let done = if self.log.is_some() {
+                let mask = line_mask(page << PAGE_SHIFT, addr, u64::from(len));
+                self.access_page_logged(now_ns, op, page, mask, &mut out)?
+            } else {
+                self.access_page(now_ns, op, page, whole_page, &mut out)?
+            };
             done_max = done_max.max(done);
             out.pages += 1;
         }
@@ -411,6 +447,48 @@ impl Device {
         out.page_misses += 1;
         self.prefetch_after_miss(now, page, out)?;
         Ok(ready + hit_latency)
+    }
+
+    /// Serves one page of an access with the write log on: a write goes to
+    /// the log, a read of lines all logged is served from it, any other
+    /// read goes to the page cache. Returns when the page is served.
+    fn access_page_logged(
+        &mut self,
+        now: u64,
+        op: Op,
+        page: u64,
+        mask: u64,
+        out: &mut Outcome,
+    ) -> Result<u64, AccessError> {
+        let hit_latency = self.cfg.cache.hit_latency_ns;
+        let Some(log) = self.log.as_mut() else {
+            return self.access_page(now, op, page, false, out);
+        };
+        match op {
+            Op::Read if log.read_hit(page, mask) => {
+                out.page_hits += 1;
+                out.log_pages += 1;
+                Ok(now + hit_latency)
+            }
+            Op::Read => self.access_page(now, op, page, false, out),
+            Op::Write => {
+                let (at, cost) = log.write(now, page, mask, &mut self.cache, &mut self.nand)?;
+                add_cost(out, cost);
+                out.page_hits += 1;
+                out.log_pages += 1;
+                // A resident page is updated in place (and stays clean).
+                if let Some(slot) = self.cache.lookup(page) {
+                    if self.cfg.cache.hits_visible {
+                        self.cache.record_hit(slot);
+                    }
+                    if self.cache.state(slot).prefetched_unused {
+                        self.cache.mark_used(slot);
+                        self.stats.prefetch_used += 1;
+                    }
+                }
+                Ok(at + hit_latency)
+            }
+        }
     }
 
     /// Next-N prefetch with a stride, issued on a demand miss (as in Cylon);
@@ -598,6 +676,11 @@ impl Device {
     /// Returns the pages dropped.
     pub fn discard(&mut self, addr: u64, len: u64) -> Result<u64, AccessError> {
         let (first, last) = self.page_range(addr, len)?;
+        if let Some(log) = self.log.as_mut() {
+            for page in first..=last {
+                log.discard(page);
+            }
+        }
         let dropped = (first..=last)
             .filter(|&page| self.cache.remove(page).is_some())
             .count() as u64;
@@ -609,6 +692,9 @@ impl Device {
     /// when the last program is durable.
     pub fn flush(&mut self, now_ns: u64) -> Result<u64, AccessError> {
         let mut done = now_ns;
+        if let Some(log) = self.log.as_mut() {
+            done = log.clean_all(now_ns, &mut self.cache, &mut self.nand)?;
+        }
         for slot in self.cache.dirty_slots() {
             let page = self.cache.state(slot).page;
             done = done.max(self.nand.program(now_ns, page)?);
@@ -624,9 +710,20 @@ impl Device {
     /// pages without an access: hits are invisible) and that is now being
     /// written back. A page still resident is left clean. Returns when the
     /// last program completes.
+    ///
+    /// With the write log on, the pages go into the log instead (64 lines
+    /// each; cleaning programs them later) and the result is when the last
+    /// one is logged.
     pub fn write_back(&mut self, now_ns: u64, addr: u64, len: u64) -> Result<u64, AccessError> {
         let (first, last) = self.page_range(addr, len)?;
         let mut done = now_ns;
+        if let Some(log) = self.log.as_mut() {
+            for page in first..=last {
+                let (at, _) = log.write(now_ns, page, u64::MAX, &mut self.cache, &mut self.nand)?;
+                done = done.max(at);
+            }
+            return Ok(done);
+        }
         for page in first..=last {
             done = done.max(self.nand.program(now_ns, page)?);
             if let Some(slot) = self.cache.lookup(page) {
@@ -685,7 +782,24 @@ impl Device {
         s.dirty_pages = self.cache.dirty_pages();
         s.policy = self.cache.policy().name().to_string();
         s.nand = self.nand.stats();
+        s.nand_programs = s.nand.programs();
+        if let Some(log) = &self.log {
+            let l = log.stats();
+            s.log_writes = l.writes;
+            s.log_hits = l.hits;
+            s.log_coalesced = l.coalesced;
+            s.log_cleanings = l.cleanings;
+            s.log_programs = l.programs;
+            s.log_stalls = l.stalls;
+            s.log_stall_ns = l.stall_ns;
+            s.log_entries = log.entries();
+        }
         s
+    }
+
+    /// The write log, when it is on.
+    pub fn write_log(&self) -> Option<&WriteLog> {
+        self.log.as_ref()
     }
 
     /// Starts (`true`) or stops keeping a log of the pages that leave the
@@ -748,5 +862,14 @@ impl Device {
     pub fn reset_stats(&mut self) {
         self.stats = DeviceStats::default();
         self.nand.reset_stats();
+        if let Some(log) = self.log.as_mut() {
+            log.reset_stats();
+        }
     }
+}
+
+/// Adds the NAND work of write-log cleaning to an access's outcome.
+fn add_cost(out: &mut Outcome, cost: CleanCost) {
+    out.nand_reads += cost.reads;
+    out.nand_programs += cost.programs;
 }

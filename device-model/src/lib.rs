@@ -33,6 +33,7 @@ pub mod slot;
 pub mod trace;
 pub mod units;
 pub mod workload;
+pub mod write_log;
 
 pub use config::{DeviceConfig, LoadConfigError, PolicyKind};
 pub use device::{AccessError, Device, DeviceStats, Op, Outcome, PageFilter};

@@ -10,6 +10,12 @@ use crate::PAGE_SIZE;
 /// Names accepted by [`preset`].
 pub const PRESETS: [&str; 4] = ["cylon", "cmm-h", "skybyte", "femu"];
 
+/// SkyByte's log cleaning thresholds: compaction starts at 51 % full and
+/// stops at 1 % (the default of every preset; the log itself is off).
+pub const WRITE_LOG_CLEAN_START: f64 = 0.51;
+/// See [`WRITE_LOG_CLEAN_START`].
+pub const WRITE_LOG_CLEAN_STOP: f64 = 0.01;
+
 /// Looks a preset up by name.
 pub fn preset(name: &str) -> Result<DeviceConfig, LoadConfigError> {
     match name.trim().to_ascii_lowercase().as_str() {
@@ -88,6 +94,9 @@ pub fn cylon() -> DeviceConfig {
             hit_latency_ns: 50,
             hits_visible: false,
             params: PolicyParams::default(),
+            write_log_bytes: 0,
+            write_log_clean_start: WRITE_LOG_CLEAN_START,
+            write_log_clean_stop: WRITE_LOG_CLEAN_STOP,
         },
         prefetch: PrefetchConfig {
             degree: 0,
@@ -109,6 +118,9 @@ pub fn cmm_h() -> DeviceConfig {
             hit_latency_ns: 100,
             hits_visible: true,
             params: PolicyParams::default(),
+            write_log_bytes: 0,
+            write_log_clean_start: WRITE_LOG_CLEAN_START,
+            write_log_clean_stop: WRITE_LOG_CLEAN_STOP,
         },
         prefetch: PrefetchConfig {
             degree: 0,
@@ -145,6 +157,9 @@ pub fn skybyte() -> DeviceConfig {
             hit_latency_ns: 50,
             hits_visible: true,
             params: PolicyParams::default(),
+            write_log_bytes: 0,
+            write_log_clean_start: WRITE_LOG_CLEAN_START,
+            write_log_clean_stop: WRITE_LOG_CLEAN_STOP,
         },
         prefetch: PrefetchConfig {
             degree: 0,
@@ -196,6 +211,9 @@ pub fn femu() -> DeviceConfig {
             hit_latency_ns: 50,
             hits_visible: true,
             params: PolicyParams::default(),
+            write_log_bytes: 0,
+            write_log_clean_start: WRITE_LOG_CLEAN_START,
+            write_log_clean_stop: WRITE_LOG_CLEAN_STOP,
         },
         prefetch: PrefetchConfig {
             degree: 0,

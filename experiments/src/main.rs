@@ -28,6 +28,7 @@ mod plot_scale;
 mod plot_spec;
 mod replay_check;
 mod replay_cmd;
+mod replay_out;
 mod results;
 mod run_cmd;
 mod spec;

@@ -63,6 +63,14 @@ pub struct ReplayArgs {
     /// Never show a progress bar (it is shown only when stderr is a terminal).
     #[arg(long)]
     no_progress: bool,
+    /// Also write the points as a results directory (`results.json`,
+    /// `results.csv`) that `cxlfs plot` and `cxlfs table` read.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// With --out: draw the `[[plots]]` of this TOML file (e.g.
+    /// experiments/write-log.toml) into DIR.
+    #[arg(long, value_name = "FILE", requires = "out")]
+    plots: Option<PathBuf>,
 }
 
 /// What is replayed.
@@ -211,6 +219,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         )?;
     }
     let mut rows = Vec::new();
+    let mut saved = Vec::new();
     for (i, (params, (cfg, desc))) in points.iter().zip(&configs).enumerate() {
         let label = if swept {
             format!("[{}/{}] {}", i + 1, points.len(), point_name(params))
@@ -230,6 +239,9 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
                 String::new()
             };
             eprintln!("{}", coalescing_warning(note, arrival_source, &name));
+        }
+        if args.out.is_some() {
+            saved.push((params.clone(), result.report.clone()));
         }
         if args.json {
             let record = JsonRecord {
@@ -254,6 +266,12 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     }
     if !args.json && swept {
         print_sweep_table(&mut out, &sweep, &rows, args.reproducible)?;
+    }
+    if let Some(dir) = &args.out {
+        let keys: Vec<String> = sweep.iter().map(|(k, _)| k.clone()).collect();
+        for f in crate::replay_out::write(dir, args.plots.as_deref(), &keys, &saved)? {
+            eprintln!("{}", f.display());
+        }
     }
     Ok(())
 }
@@ -695,6 +713,20 @@ fn print_report(out: &mut impl Write, result: &PointResult, reproducible: bool) 
     ];
     for (name, value) in rows {
         writeln!(out, "{name:<16}{value}")?;
+    }
+    if r.log_writes > 0 {
+        writeln!(
+            out,
+            "{:<16}lines {}, hits {}, coalesced {}, cleanings {}, stalls {} ({}); write mean {}",
+            "write log",
+            r.log_writes,
+            r.log_hits,
+            r.log_coalesced,
+            r.log_cleanings,
+            r.log_stalls,
+            format_ns(r.log_stall_ns as f64),
+            format_ns(r.write_latency_mean_ns)
+        )?;
     }
     if !reproducible {
         writeln!(
