@@ -86,13 +86,13 @@ fn mountinfo_dev(mountpoint: &Path) -> Option<(u32, u32)> {
 
 fn parse_mountinfo_dev(text: &str, mountpoint: &str) -> Option<(u32, u32)> {
     text.lines()
-        .filter_map(|l| {
+        .rev()
+        .find_map(|l| {
             let mut f = l.split(' ');
             let dev = f.nth(2)?;
             let point = f.nth(1)?;
             (point == mountpoint).then_some(dev)
         })
-        .last()
         .and_then(|dev| {
             let (a, b) = dev.split_once(':')?;
             Some((a.parse().ok()?, b.parse().ok()?))
