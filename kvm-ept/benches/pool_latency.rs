@@ -82,6 +82,11 @@ impl Map {
             len,
         }
     }
+    /// `MADV_HUGEPAGE`, as QEMU advises guest RAM.
+    fn hugepage(&self) {
+        // SAFETY: advice on exactly this live mapping.
+        unsafe { libc::madvise(self.ptr.cast(), self.len, libc::MADV_HUGEPAGE) };
+    }
     fn read(&self, off: u64) -> u8 {
         assert!((off as usize) < self.len);
         // SAFETY: in bounds of a live mapping.
@@ -153,6 +158,8 @@ fn loadavg() -> String {
 struct Fixture {
     p: FusePoolPlane,
     _dir: tempfile::TempDir,
+    /// Mapped and evicted as memory mode's regions are (see `Readers::Region`).
+    region: bool,
 }
 
 /// How the plane reads its requests: threads of this process (blocking or
@@ -163,6 +170,10 @@ enum Readers {
     Local(ReaderMode),
     Ring(ReaderMode),
     Split,
+    /// A split plane as memory mode runs it: readahead refused, mapped
+    /// `MADV_HUGEPAGE` as QEMU maps guest RAM, evicted pages kept as
+    /// tombstones.
+    Region,
 }
 
 impl std::fmt::Display for Readers {
@@ -173,6 +184,7 @@ impl std::fmt::Display for Readers {
             Readers::Ring(ReaderMode::Block) => f.write_str("io-uring block"),
             Readers::Ring(ReaderMode::Spin) => f.write_str("io-uring poll"),
             Readers::Split => f.write_str("split (helper)"),
+            Readers::Region => f.write_str("split, region"),
         }
     }
 }
@@ -194,6 +206,7 @@ fn readers() -> Vec<Readers> {
         );
     }
     r.push(Readers::Split);
+    r.push(Readers::Region);
     r
 }
 
@@ -201,7 +214,7 @@ fn mount_as(b: &Arc<BenchBackend>, r: Readers, compensation: Compensation) -> Fi
     match r {
         Readers::Local(mode) => mount(b, mode, Transport::DevFuse, compensation),
         Readers::Ring(mode) => mount(b, mode, Transport::IoUring, compensation),
-        Readers::Split => {
+        Readers::Split | Readers::Region => {
             let dir = tempfile::tempdir().unwrap();
             let store = tempfile::tempfile().unwrap();
             store.set_len(POOL).unwrap();
@@ -216,13 +229,18 @@ fn mount_as(b: &Arc<BenchBackend>, r: Readers, compensation: Compensation) -> Fi
                 b.clone(),
                 PlaneOptions {
                     compensation,
+                    refuse_readahead: r == Readers::Region,
                     ..PlaneOptions::default()
                 },
                 &store,
                 &helper,
             )
             .expect("mount the split pool");
-            Fixture { p, _dir: dir }
+            Fixture {
+                p,
+                _dir: dir,
+                region: r == Readers::Region,
+            }
         }
     }
 }
@@ -248,7 +266,11 @@ fn mount(
         },
     )
     .expect("mount the pool");
-    Fixture { p, _dir: dir }
+    Fixture {
+        p,
+        _dir: dir,
+        region: false,
+    }
 }
 
 fn hits(b: &Arc<BenchBackend>) {
@@ -316,13 +338,17 @@ struct MissStats {
 }
 
 /// Touches `n` fresh pool pages in random order; returns per-touch times.
-fn touch_fresh(b: &Arc<BenchBackend>, p: &FusePoolPlane, n: usize, seed: u64) -> MissStats {
+fn touch_fresh(b: &Arc<BenchBackend>, fx: &Fixture, n: usize, seed: u64) -> MissStats {
+    let p = &fx.p;
     let len = (n as u64) * PAGE_SIZE;
     let map = Map::new(
         p.map_target().file.as_raw_fd(),
         (MISS_BASE + len) as usize,
         libc::PROT_READ,
     );
+    if fx.region {
+        map.hugepage();
+    }
     let mut order: Vec<u64> = (0..n as u64).collect();
     let mut x = seed | 1;
     for i in (1..order.len()).rev() {
@@ -357,7 +383,16 @@ fn touch_fresh(b: &Arc<BenchBackend>, p: &FusePoolPlane, n: usize, seed: u64) ->
         }
     }
     drop(map);
-    p.evict(MISS_BASE, len).unwrap().wait().unwrap();
+    if fx.region {
+        // Tombstones, as a region's evictions leave them: the next round's
+        // faults read their own folio at once.
+        p.evict_to_tombstones(MISS_BASE, len)
+    } else {
+        p.evict(MISS_BASE, len)
+    }
+    .unwrap()
+    .wait()
+    .unwrap();
     s
 }
 
@@ -383,10 +418,9 @@ fn misses(b: &Arc<BenchBackend>) {
     for round in 0..rounds {
         for (mi, &mode) in modes.iter().enumerate() {
             let fx = mount_as(b, mode, Compensation::Off);
-            let p = &fx.p;
             b.latency_ns.store(0, Ordering::Relaxed);
-            let _ = touch_fresh(b, p, 500, 1 + round as u64); // warm-up
-            let mut s = touch_fresh(b, p, 10_000, 2 + 10 * round as u64);
+            let _ = touch_fresh(b, &fx, 500, 1 + round as u64); // warm-up
+            let mut s = touch_fresh(b, &fx, 10_000, 2 + 10 * round as u64);
             let split = |v: &mut Vec<u64>| if v.is_empty() { 0 } else { pct(v, 0.5) };
             got[mi].push([
                 pct(&mut s.total, 0.5),
@@ -462,12 +496,12 @@ fn compensated(b: &Arc<BenchBackend>) {
             for (ci, &comp) in comps.iter().enumerate() {
                 let fx = mount_as(b, mode, comp);
                 let p = &fx.p;
-                let _ = touch_fresh(b, p, 200, 99 + round as u64); // warm-up
+                let _ = touch_fresh(b, &fx, 200, 99 + round as u64); // warm-up
                 for (li, lat_us) in LATS.into_iter().enumerate() {
                     let lat = lat_us * 1000;
                     b.latency_ns.store(lat, Ordering::Relaxed);
                     let floor = p.compensation_ns();
-                    let mut s = touch_fresh(b, p, 5_000, 3 + lat_us + 100 * round as u64);
+                    let mut s = touch_fresh(b, &fx, 5_000, 3 + lat_us + 100 * round as u64);
                     let mut over: Vec<i64> =
                         s.total.iter().map(|&t| t as i64 - lat as i64).collect();
                     let mut late: Vec<i64> = s

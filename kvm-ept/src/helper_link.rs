@@ -53,6 +53,9 @@ pub(crate) struct Forward {
 /// Bytes of [`Forward`].
 pub(crate) const FORWARD_LEN: usize = std::mem::size_of::<Forward>();
 
+/// Most sockets (CPUs) a helper gets.
+pub(crate) const MAX_SOCKETS: usize = 64;
+
 /// Largest record: the header plus a READ request (80 bytes) with room.
 pub(crate) const MAX_FORWARD: usize = FORWARD_LEN + 512;
 
@@ -130,11 +133,20 @@ pub(crate) fn seqpacket_pair() -> io::Result<(File, File)> {
     Ok(unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) })
 }
 
-/// A running helper and the daemon's end of its socket.
+/// A running helper and the daemon's ends of its sockets (one per CPU:
+/// the helper sends on the socket of the CPU it runs on, whose receiver
+/// the daemon pins there).
 #[derive(Debug)]
 pub(crate) struct Helper {
     pub child: Child,
-    pub sock: Arc<File>,
+    pub socks: Vec<Arc<File>>,
+}
+
+/// Sockets for a helper: one per configured CPU, at most [`MAX_SOCKETS`].
+fn socket_count() -> usize {
+    // SAFETY: sysconf with a constant name; no pointers.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+    usize::try_from(n).unwrap_or(1).clamp(1, MAX_SOCKETS)
 }
 
 impl Helper {
@@ -148,14 +160,23 @@ impl Helper {
         refusals: Option<&File>,
         size: u64,
     ) -> Result<Self, SpawnHelperError> {
-        let (ours, theirs) = seqpacket_pair().map_err(SpawnHelperError::Socket)?;
+        let pairs = (0..socket_count())
+            .map(|_| seqpacket_pair())
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(SpawnHelperError::Socket)?;
+        let (ours, theirs): (Vec<File>, Vec<File>) = pairs.into_iter().unzip();
         let ra = refusals.map_or(-1, |f| f.as_raw_fd());
-        let fds = [dev.as_raw_fd(), theirs.as_raw_fd(), store.as_raw_fd(), ra];
+        let mut fds = vec![dev.as_raw_fd(), store.as_raw_fd(), ra];
+        fds.extend(theirs.iter().map(|f| f.as_raw_fd()));
+        let socks = theirs
+            .iter()
+            .map(|f| f.as_raw_fd().to_string())
+            .collect::<Vec<_>>()
+            .join(",");
         let mut spec = format!(
-            "dev={} sock={} store={} size={size} seccomp={}",
+            "dev={} sock={socks} store={} size={size} seccomp={}",
             fds[0],
             fds[1],
-            fds[2],
             cmd.seccomp.word()
         );
         if ra >= 0 {
@@ -167,7 +188,7 @@ impl Helper {
         // makes only async-signal-safe calls (fcntl) on fds it inherited.
         unsafe {
             c.pre_exec(move || {
-                for fd in fds.into_iter().filter(|&fd| fd >= 0) {
+                for &fd in fds.iter().filter(|&&fd| fd >= 0) {
                     if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
                         return Err(io::Error::last_os_error());
                     }
@@ -183,7 +204,7 @@ impl Helper {
         tracing::info!(pid = child.id(), size, "pool plane helper started");
         Ok(Helper {
             child,
-            sock: Arc::new(ours),
+            socks: ours.into_iter().map(Arc::new).collect(),
         })
     }
 
@@ -191,8 +212,10 @@ impl Helper {
     /// the end and exits), then reaps it (killed if it is still there
     /// after two seconds).
     pub fn stop(&mut self) {
-        // SAFETY: shutdown on a socket fd we own; no pointers.
-        unsafe { libc::shutdown(self.sock.as_raw_fd(), libc::SHUT_RDWR) };
+        for s in &self.socks {
+            // SAFETY: shutdown on a socket fd we own; no pointers.
+            unsafe { libc::shutdown(s.as_raw_fd(), libc::SHUT_RDWR) };
+        }
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
         loop {
             match self.child.try_wait() {

@@ -82,6 +82,8 @@ const ALLOWED: &[i64] = &[
     libc::SYS_sched_yield,
     // glibc sizes a new thread's malloc arena by the CPUs it may run on.
     libc::SYS_sched_getaffinity,
+    // sched_getcpu, where glibc does not read it from rseq.
+    libc::SYS_getcpu,
     libc::SYS_rseq,
     libc::SYS_set_robust_list,
     libc::SYS_clock_gettime,

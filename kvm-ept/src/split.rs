@@ -17,7 +17,9 @@
 //!   daemon created: a memfd or a sparse file, never a share) and answered
 //!   at once; the daemon hears of it afterwards (to charge NAND programs);
 //! * a miss (`READ`) is forwarded to the daemon through a queue and a socket
-//!   without waiting for anything; the daemon charges the device model and
+//!   without waiting for anything — the socket of the CPU the helper's
+//!   thread runs on, whose daemon receiver is pinned to that CPU: waking it
+//!   is a switch on this CPU, not a wake-up of another (idle) one; the daemon charges the device model and
 //!   writes the reply to its own descriptor of the same `/dev/fuse`
 //!   connection when the modeled access completes (data from the store);
 //! * where the plane refuses readahead (`readahead.rs`), the helper refuses
@@ -66,21 +68,31 @@ struct StoreBackend {
 }
 
 /// The way to the daemon that never blocks: a record goes straight into
-/// the socket when it has room (no thread hop on a miss), else into the
-/// queue of the forwarder thread, which may block on the socket.
+/// the socket of the CPU this thread runs on when it has room (no thread
+/// hop on a miss, and the receiver's wake-up stays on this CPU), else into
+/// the queue of the forwarder thread, which may block on a socket.
 #[derive(Clone)]
 struct ToDaemon {
-    sock: Arc<File>,
+    /// One per CPU (the daemon pins socket `i`'s receiver to CPU `i`).
+    socks: Arc<Vec<File>>,
     queue: Sender<Vec<u8>>,
 }
 
 impl ToDaemon {
+    /// The socket for the CPU the caller runs on.
+    fn sock(&self) -> &File {
+        // SAFETY: sched_getcpu takes no arguments; -1 means unknown.
+        let cpu = unsafe { libc::sched_getcpu() };
+        let i = usize::try_from(cpu).unwrap_or(0) % self.socks.len().max(1);
+        &self.socks[i]
+    }
+
     /// Sends one record; false once the daemon is gone.
     fn send(&self, msg: Vec<u8>) -> bool {
         // SAFETY: a non-blocking send of a valid buffer on a socket we own.
         let n = unsafe {
             libc::send(
-                self.sock.as_raw_fd(),
+                self.sock().as_raw_fd(),
                 msg.as_ptr().cast(),
                 msg.len(),
                 libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
@@ -131,7 +143,8 @@ impl PoolBackend for StoreBackend {
 /// Parsed [`HELPER_ENV`].
 struct HelperSpec {
     dev: RawFd,
-    sock: RawFd,
+    /// One socket per CPU.
+    socks: Vec<RawFd>,
     store: RawFd,
     /// The readahead map (-1: readahead is not refused).
     ra: RawFd,
@@ -142,7 +155,7 @@ struct HelperSpec {
 fn parse_spec(s: &str) -> Option<HelperSpec> {
     let mut spec = HelperSpec {
         dev: -1,
-        sock: -1,
+        socks: Vec::new(),
         store: -1,
         ra: -1,
         size: 0,
@@ -152,7 +165,12 @@ fn parse_spec(s: &str) -> Option<HelperSpec> {
         let (k, v) = part.split_once('=')?;
         match k {
             "dev" => spec.dev = v.parse().ok()?,
-            "sock" => spec.sock = v.parse().ok()?,
+            "sock" => {
+                spec.socks = v
+                    .split(',')
+                    .map(|f| f.parse().ok().filter(|&fd: &RawFd| fd >= 0))
+                    .collect::<Option<_>>()?
+            }
             "store" => spec.store = v.parse().ok()?,
             "ra" => spec.ra = v.parse().ok()?,
             "size" => spec.size = v.parse().ok()?,
@@ -160,7 +178,12 @@ fn parse_spec(s: &str) -> Option<HelperSpec> {
             _ => return None,
         }
     }
-    (spec.dev >= 0 && spec.sock >= 0 && spec.store >= 0 && spec.size > 0).then_some(spec)
+    let ok = spec.dev >= 0
+        && !spec.socks.is_empty()
+        && spec.socks.len() <= crate::helper_link::MAX_SOCKETS
+        && spec.store >= 0
+        && spec.size > 0;
+    ok.then_some(spec)
 }
 
 /// If this process was started as a plane helper ([`HELPER_ENV`] set),
@@ -186,12 +209,17 @@ pub fn helper_main_if_requested() {
 fn run_helper(spec: HelperSpec) {
     // SAFETY: a plain prctl with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
-    // SAFETY: the daemon handed these three fds to this process alone
+    // SAFETY: the daemon handed these fds to this process alone
     // (HELPER_ENV names them); each is wrapped exactly once.
-    let (dev, sock, store) = unsafe {
+    let (dev, socks, store) = unsafe {
         (
             Arc::new(File::from_raw_fd(spec.dev)),
-            Arc::new(File::from_raw_fd(spec.sock)),
+            Arc::new(
+                spec.socks
+                    .iter()
+                    .map(|&fd| File::from_raw_fd(fd))
+                    .collect::<Vec<_>>(),
+            ),
             File::from_raw_fd(spec.store),
         )
     };
@@ -210,7 +238,7 @@ fn run_helper(spec: HelperSpec) {
     };
     let (tx, rx) = mpsc::channel::<Vec<u8>>();
     let to_daemon = ToDaemon {
-        sock: sock.clone(),
+        socks: socks.clone(),
         queue: tx,
     };
     let misses = Arc::new(MissStarts {
@@ -226,11 +254,11 @@ fn run_helper(spec: HelperSpec) {
         spec.size,
     ));
     {
-        let sock = sock.clone();
+        let socks = socks.clone();
         // A forwarder that blocks on a full socket holds up no reader.
         let _ = thread::Builder::new()
             .name("plane-forward".into())
-            .spawn(move || forward(&sock, rx));
+            .spawn(move || forward(&socks[0], rx));
     }
     for i in 0..HELPER_READERS {
         let (server, dev, to) = (server.clone(), dev.clone(), to_daemon.clone());
@@ -248,7 +276,7 @@ fn run_helper(spec: HelperSpec) {
     // The daemon sends nothing; its end closing (or its exit) ends us.
     let mut buf = [0u8; 64];
     loop {
-        match (&*sock).read(&mut buf) {
+        match (&socks[0]).read(&mut buf) {
             Ok(0) => return,
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -385,7 +413,11 @@ mod tests {
     #[test]
     fn the_spec_round_trips_and_rejects_garbage() {
         let s = parse_spec("dev=3 sock=4 store=5 size=8192").expect("parses");
-        assert_eq!((s.dev, s.sock, s.store, s.ra, s.size), (3, 4, 5, -1, 8192));
+        assert_eq!((s.dev, s.store, s.ra, s.size), (3, 5, -1, 8192));
+        assert_eq!(s.socks, [4]);
+        let s = parse_spec("dev=3 sock=4,7,8 store=5 size=8192").expect("parses");
+        assert_eq!(s.socks, [4, 7, 8]);
+        assert!(parse_spec("dev=3 sock=4,,8 store=5 size=8192").is_none());
         let s = parse_spec("dev=3 sock=4 store=5 size=8192 ra=6 seccomp=log").expect("parses");
         assert_eq!((s.ra, s.seccomp), (6, HelperSeccomp::Log));
         assert!(parse_spec("dev=3 sock=4 store=5 size=8192 seccomp=allow").is_none());

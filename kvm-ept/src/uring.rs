@@ -300,7 +300,7 @@ fn scatter_reply(e: &mut Entry, out: &[u8], unique: u64) {
 }
 
 /// Pins the calling thread to `cpu` (best effort).
-fn pin_to(cpu: usize) {
+pub(crate) fn pin_to(cpu: usize) {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes
     // inside it (cpu is checked against its size); sched_setaffinity reads
     // it for the calling thread.

@@ -27,9 +27,6 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 
-/// Threads of a split plane that take the helper's forwarded misses.
-const SPLIT_RECEIVERS: usize = 2;
-
 impl FusePoolPlane {
     /// Mounts a pool of `size` bytes at `mountpoint` (an existing directory)
     /// served by `backend`. Needs `CAP_SYS_ADMIN` and `/dev/fuse`.
@@ -131,7 +128,7 @@ impl FusePoolPlane {
         let path = mountpoint.join(POOL_NAME);
         let file = Arc::new(open_pool(&path)?);
         if options.refuse_readahead {
-            let _ = server.pool_file.set(file.clone());
+            let _ = server.pool_file.set(Arc::downgrade(&file));
         }
         if options.compensation == Compensation::Auto {
             m.calibrator = start_calibration(&m, mountpoint);
@@ -280,15 +277,17 @@ fn start_receivers(
 ) -> Result<(), MountPlaneError> {
     let refusals = m.server.readahead.as_ref().map(|r| r.file());
     let helper = crate::helper_link::Helper::spawn(cmd, dev, store, refusals, size)?;
-    let sock = helper.sock.clone();
+    let socks = helper.socks.clone();
     m.helper = Some(helper);
     // From mountinfo: finding it asks the helper nothing (a helper that
     // died at its start cannot hang the mount).
     let abort = crate::exit_guard::fusectl_abort_path(&m.mountpoint).ok();
-    for i in 0..SPLIT_RECEIVERS {
-        let (s, d, k, tx) = (m.server.clone(), dev.clone(), sock.clone(), pace_tx.clone());
+    // One receiver per socket, pinned to that socket's CPU (see `split`).
+    for (cpu, k) in socks.into_iter().enumerate() {
+        let (s, d, tx) = (m.server.clone(), dev.clone(), pace_tx.clone());
         let abort = abort.clone();
-        let h = spawn_thread(format!("pool-fwd{i}"), move || {
+        let h = spawn_thread(format!("pool-fwd{cpu}"), move || {
+            crate::uring::pin_to(cpu);
             forwarded(&s, &d, &k, tx, abort.as_deref())
         })?;
         lock(&m.threads.readers).push(h);

@@ -313,7 +313,7 @@ fn send_store(dev: &File, head: &mut Vec<u8>, offset: u64, data: &[u8]) -> io::R
 /// answered by request threads, never by this one); a failure only costs
 /// the next fault a refused READ.
 fn retire(server: &Server, offset: u64, len: u64) {
-    let Some(file) = server.pool_file.get() else {
+    let Some(file) = server.pool_file.get().and_then(std::sync::Weak::upgrade) else {
         return;
     };
     // SAFETY: a plain system call on an fd the server holds; no pointers.

@@ -51,8 +51,9 @@ pub(crate) struct Server {
     /// forgets invalidated pages in the shared map).
     pub(super) refuse_here: bool,
     /// The pool file, once open: the notifier reads retired pages ahead
-    /// through it.
-    pub(crate) pool_file: std::sync::OnceLock<Arc<std::fs::File>>,
+    /// through it. Weak: the plane closes the file in its own order (a
+    /// close asks the server, which must still be there to answer).
+    pub(crate) pool_file: std::sync::OnceLock<std::sync::Weak<std::fs::File>>,
     /// The last calibration READ's stamps.
     pub(super) calib: CalibStamps,
     /// INIT offers FUSE over io_uring.
