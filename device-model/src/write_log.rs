@@ -88,7 +88,7 @@ pub struct WriteLogStats {
     pub stall_ns: u64,
 }
 
-/// NAND work one call caused (added to the access's [`crate::Outcome`]).
+/// NAND work one call caused (the device adds it to the access's outcome).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CleanCost {
     /// NAND page reads.
