@@ -165,6 +165,16 @@ pub struct DeviceTotals {
     pub sampling_deferred_programs: u64,
     /// Access sampling: time the sampler spent arming pages (ns).
     pub sampling_busy_ns: u64,
+    /// Write log: 64-byte lines written into it.
+    pub log_writes: u64,
+    /// Write log: reads it served.
+    pub log_hits: u64,
+    /// Write log: lines that merged (rewrites, lines cleaned together).
+    pub log_coalesced: u64,
+    /// Write log: cleaning passes.
+    pub log_cleanings: u64,
+    /// Write log: time writes waited for room (ns).
+    pub log_stall_ns: u64,
 }
 
 /// Prometheus metric type.
@@ -270,6 +280,11 @@ impl DeviceTotals {
             f("cxlfs_sampling_deferred_pages_total", Counter, "Access sampling: write-backs of armed pages whose NAND program was deferred (dirty in the model until evicted).", n(self.sampling_deferred_pages)),
             f("cxlfs_sampling_deferred_programs_total", Counter, "Access sampling: deferred NAND programs charged since.", n(self.sampling_deferred_programs)),
             f("cxlfs_sampling_busy_seconds_total", Counter, "Access sampling: time the sampler spent arming pages.", self.sampling_busy_ns as f64 / 1e9),
+            f("cxlfs_log_writes_all_total", Counter, "Write log: 64-byte lines written into it (cache.write_log_bytes).", n(self.log_writes)),
+            f("cxlfs_log_hits_all_total", Counter, "Write log: reads it served (hit latency, no NAND read).", n(self.log_hits)),
+            f("cxlfs_log_coalesced_all_total", Counter, "Write log: lines that merged (rewrites of a logged line, lines of one page cleaned together).", n(self.log_coalesced)),
+            f("cxlfs_log_cleanings_total", Counter, "Write log: cleaning passes.", n(self.log_cleanings)),
+            f("cxlfs_log_stall_seconds_total", Counter, "Write log: time writes waited for room.", self.log_stall_ns as f64 / 1e9),
         ];
         const PLACED: &str =
             "Pool pages placed (touched) per tier; dram pages are always resident.";
@@ -388,6 +403,10 @@ pub struct MemoryRegionSample {
     /// Resident region pages access sampling armed (dropped from the
     /// plane so that their next access traps): what sampling cost.
     pub sampling_armed_pages: u64,
+    /// Lines of the region's write-backs the device's write log took.
+    pub log_writes: u64,
+    /// Region traps the write log served.
+    pub log_hits: u64,
     /// Prefetched region pages pushed into the plane (read through the
     /// region file by the daemon's filler, uncharged): their first guest
     /// touch is a hit with no trap.
@@ -426,6 +445,8 @@ pub const REGION_FAMILIES: &[RegionFamily] = &[
     RegionFamily { name: "cxlfs_region_sampled_accesses_total", kind: FamilyKind::Counter, help: "Accesses to resident region pages caught by access sampling (hits the policy saw).", value: |r| r.sampled_accesses },
     RegionFamily { name: "cxlfs_region_sampling_armed_pages_total", kind: FamilyKind::Counter, help: "Resident region pages access sampling armed (their next access traps).", value: |r| r.sampling_armed_pages },
     RegionFamily { name: "cxlfs_region_prefetch_filled_pages_total", kind: FamilyKind::Counter, help: "Prefetched region pages pushed into the plane (their first touch does not trap).", value: |r| r.prefetch_filled_pages },
+    RegionFamily { name: "cxlfs_region_log_writes_total", kind: FamilyKind::Counter, help: "Lines of the region's write-backs the device's write log took.", value: |r| r.log_writes },
+    RegionFamily { name: "cxlfs_region_log_hits_total", kind: FamilyKind::Counter, help: "Region traps the device's write log served.", value: |r| r.log_hits },
 ];
 
 /// When and which sample a set of lines is.

@@ -18,6 +18,10 @@
 //!   with the device's prefetcher on, region pages it fills are pushed into
 //!   the plane (read through the region file, never written over); a guest
 //!   writing and re-reading 16 MiB on node 1 meanwhile gets its bytes back.
+//! * `region_write_backs_go_through_the_device_write_log`: with the
+//!   device's write log on (`cache.write_log_bytes`), the region's
+//!   write-backs are charged through it (the region's and the device's log
+//!   counters) and 16 MiB written on node 1 read back intact.
 #![allow(clippy::unwrap_used)]
 
 use cxlfs_e2e::{exclusive, Daemon, VmOptions, GUEST_PRELUDE};
@@ -427,6 +431,53 @@ numactl --membind=1 sha256sum </dev/shm/a >$out/read2.sum
     assert!(
         r.prefetch_filled_pages > 0,
         "prefetched region pages were pushed into the plane: {r:?}\n{}",
+        d.diagnostics()
+    );
+    let st = d.stop();
+    assert!(st.success(), "clean shutdown: {st}\n{}", d.diagnostics());
+}
+
+#[test]
+fn region_write_backs_go_through_the_device_write_log() {
+    let _serial = exclusive();
+    let mut d = Daemon::start(
+        &["vm0"],
+        &[
+            "--cxl-memory",
+            "vm0=128MiB",
+            "--set",
+            &format!("cache.size_bytes={CACHE}"),
+            "--set",
+            "cache.write_log_bytes=1MiB",
+        ],
+        |_| {},
+    );
+    d.write_guest_script(&format!(
+        r#"{GUEST_PRELUDE}
+out=/mnt/.cxlfs
+numactl --membind=1 sh -c "dd if=/dev/urandom bs=1M count=16 2>/dev/null | tee /dev/shm/a | sha256sum" >$out/written.sum
+numactl --membind=1 sha256sum </dev/shm/a >$out/read.sum
+"#
+    ));
+    let run = d.boot("vm0", &cxl_vm()).wait();
+    assert!(run.ok(), "{}\n{}", run.describe(), d.diagnostics());
+    let out = d.share().join(".cxlfs");
+    let hash = |f: &str| {
+        let t = fs::read_to_string(out.join(f)).unwrap();
+        t.split_whitespace().next().unwrap().to_string()
+    };
+    assert_eq!(hash("written.sum").len(), 64);
+    assert_eq!(hash("written.sum"), hash("read.sum"), "16 MiB intact");
+    let snap = d.snapshot();
+    let r = snap.memory_regions.into_iter().next().unwrap();
+    assert!(
+        r.writeback_bytes >= 8 << 20,
+        "2× the cache written: write-backs happened: {r:?}"
+    );
+    // A 4 KiB write-back is 64 lines of the log.
+    assert!(
+        r.log_writes >= r.writeback_bytes / 4096 * 64 / 2,
+        "the region's write-backs were charged through the write log: {r:?}\n{}",
         d.diagnostics()
     );
     let st = d.stop();

@@ -19,6 +19,9 @@ impl From<&Charge> for DeviceWork {
             host_programs: a.host_programs,
             nand_erases: a.nand_erases,
             gc_runs: a.gc_runs,
+            log_writes: a.log_writes,
+            log_hits: a.log_hits,
+            log_coalesced: a.log_coalesced,
         }
     }
 }
@@ -53,6 +56,11 @@ impl DeviceSource for SharedDevice {
             write_amplification: st.nand.write_amplification(),
             prefetch_issued: st.prefetch_issued,
             prefetch_used: st.prefetch_used,
+            log_writes: st.log_writes,
+            log_hits: st.log_hits,
+            log_coalesced: st.log_coalesced,
+            log_cleanings: st.log_cleanings,
+            log_stall_ns: st.log_stall_ns,
             evictions: st.evictions,
             resident_pages: st.resident_pages,
             dirty_pages: st.dirty_pages,

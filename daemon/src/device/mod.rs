@@ -32,6 +32,7 @@ pub use pool::{page_runs, Pool, EXTENT_SIZE, PAGE};
 use crate::ids::FileKey;
 use crate::sync::lock;
 use cxlfs_device_model::nand::NandStats;
+use cxlfs_device_model::write_log::WriteLogStats;
 use cxlfs_device_model::{AccessError, Device, DeviceStats, Op, PageFilter};
 use events::Observers;
 use placement::{Placement, SetCxlRatioError, Tier};
@@ -59,17 +60,30 @@ pub struct DeviceActivity {
     pub prefetch_issued: u64,
     /// Prefetched pages used by a demand access.
     pub prefetch_used: u64,
+    /// Lines written into the device's write log (`cache.write_log_bytes`).
+    pub log_writes: u64,
+    /// Reads served from the write log.
+    pub log_hits: u64,
+    /// Logged lines that merged (rewrites, and lines cleaned together).
+    pub log_coalesced: u64,
 }
 
+/// The counters [`DeviceActivity`] is the difference of.
+type ActivityCounters = (NandStats, (u64, u64), WriteLogStats);
+
 impl DeviceActivity {
-    fn read(dev: &Device) -> (NandStats, (u64, u64)) {
-        (dev.nand_stats(), dev.prefetch_counts())
+    fn read(dev: &Device) -> ActivityCounters {
+        let log = dev.write_log().map(|l| l.stats()).unwrap_or_default();
+        (dev.nand_stats(), dev.prefetch_counts(), log)
     }
 
-    fn between(before: &(NandStats, (u64, u64)), after: &(NandStats, (u64, u64))) -> Self {
-        let (n0, (pi0, pu0)) = before;
-        let (n1, (pi1, pu1)) = after;
+    fn between(before: &ActivityCounters, after: &ActivityCounters) -> Self {
+        let (n0, (pi0, pu0), l0) = before;
+        let (n1, (pi1, pu1), l1) = after;
         DeviceActivity {
+            log_writes: l1.writes.saturating_sub(l0.writes),
+            log_hits: l1.hits.saturating_sub(l0.hits),
+            log_coalesced: l1.coalesced.saturating_sub(l0.coalesced),
             nand_reads: n1.reads().saturating_sub(n0.reads()),
             nand_programs: n1.programs().saturating_sub(n0.programs()),
             host_programs: n1.host_programs.saturating_sub(n0.host_programs),

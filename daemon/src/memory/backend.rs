@@ -64,6 +64,9 @@ impl PoolBackend for RegionBackend {
             .map_err(|e| ServeMissError::Device(e.to_string()))?;
         self.stats.traps.fetch_add(1, Ordering::Relaxed);
         self.stats
+            .log_hits
+            .fetch_add(charge.activity.log_hits, Ordering::Relaxed);
+        self.stats
             .sampled_accesses
             .fetch_add(charge.sampled_pages, Ordering::Relaxed);
         self.stats
@@ -112,6 +115,9 @@ impl PoolBackend for RegionBackend {
             .write_back_memory(arrival_ns, self.base + pool_offset, len)
             .map_err(|e| WritebackError::Device(e.to_string()))?;
         self.stats.writeback_bytes.fetch_add(len, Ordering::Relaxed);
+        self.stats
+            .log_writes
+            .fetch_add(c.activity.log_writes, Ordering::Relaxed);
         Ok(c.completes_at_ns)
     }
 }

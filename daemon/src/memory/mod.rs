@@ -72,6 +72,10 @@ pub struct RegionStats {
     pub sampling_armed_pages: AtomicU64,
     /// Prefetched pages pushed into the plane (the filler's reads).
     pub filled_pages: AtomicU64,
+    /// Lines of write-backs the device's write log took.
+    pub log_writes: AtomicU64,
+    /// Traps the write log served.
+    pub log_hits: AtomicU64,
 }
 
 /// One VM's region.
@@ -263,6 +267,8 @@ impl Region {
             sampled_accesses: s.sampled_accesses.load(Ordering::Relaxed),
             sampling_armed_pages: s.sampling_armed_pages.load(Ordering::Relaxed),
             prefetch_filled_pages: s.filled_pages.load(Ordering::Relaxed),
+            log_writes: s.log_writes.load(Ordering::Relaxed),
+            log_hits: s.log_hits.load(Ordering::Relaxed),
         }
     }
 

@@ -64,11 +64,17 @@ pub struct DeviceWork {
     pub nand_erases: u64,
     /// Garbage collections (victim blocks) while it ran.
     pub gc_runs: u64,
+    /// Lines written into the device's write log while it ran.
+    pub log_writes: u64,
+    /// Reads the write log served while it ran.
+    pub log_hits: u64,
+    /// Logged lines that merged while it ran.
+    pub log_coalesced: u64,
 }
 
 impl DeviceWork {
     /// The values, in the order of [`VmMetrics::work_counters`].
-    fn values(&self) -> [u64; 10] {
+    fn values(&self) -> [u64; 13] {
         [
             self.page_hits,
             self.page_misses,
@@ -80,6 +86,9 @@ impl DeviceWork {
             self.host_programs,
             self.nand_erases,
             self.gc_runs,
+            self.log_writes,
+            self.log_hits,
+            self.log_coalesced,
         ]
     }
 }
@@ -174,6 +183,9 @@ vm_counters! {
     gc_runs => "cxlfs_vm_gc_runs_total", all device(gc_runs), help "GC victim blocks reclaimed during the VM's accesses.";
     prefetch_issued => "cxlfs_vm_prefetch_issued_total", all device(prefetch_issued), help "Prefetches the device issued on the VM's misses.";
     prefetch_used => "cxlfs_vm_prefetch_used_total", all device(prefetch_used), help "Prefetched pages the VM used.";
+    log_writes => "cxlfs_vm_log_writes_total", all device(log_writes), help "64-byte lines the VM's writes and write-backs put into the device's write log (cache.write_log_bytes).";
+    log_hits => "cxlfs_vm_log_hits_total", all device(log_hits), help "The VM's reads the device's write log served (hit latency, no NAND read).";
+    log_coalesced => "cxlfs_vm_log_coalesced_total", all device(log_coalesced), help "Logged lines that merged during the VM's accesses (rewrites of a logged line, lines of one page cleaned together).";
     trap_modeled_ns => "cxlfs_vm_trap_modeled_ns_total", help "Modeled time of the VM's DAX traps, summed (arrival to modeled completion, ns; divided by its traps: the mean a trap should take).";
     sampled_accesses => "cxlfs_vm_sampled_file_accesses_total", help "Traps of the VM on DAX pool pages access sampling had armed: accesses to resident file pages the device's policy saw as hits.";
     dax_maps => "cxlfs_dax_maps_total", help "DAX window slots mapped (VHOST_USER_BACKEND_SHMEM_MAP).";
@@ -201,7 +213,7 @@ impl VmMetrics {
 
     /// The counters [`DeviceWork`] feeds, in the order of its values; they
     /// are the ones `reset_stats` zeroes.
-    pub(super) fn work_counters(&self) -> [&AtomicU64; 10] {
+    pub(super) fn work_counters(&self) -> [&AtomicU64; 13] {
         [
             &self.device_hits,
             &self.device_misses,
@@ -213,6 +225,9 @@ impl VmMetrics {
             &self.host_programs,
             &self.nand_erases,
             &self.gc_runs,
+            &self.log_writes,
+            &self.log_hits,
+            &self.log_coalesced,
         ]
     }
 
