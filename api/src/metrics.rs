@@ -628,7 +628,7 @@ mod tests {
     fn device_families_are_named_once() {
         let d = snapshot().device;
         let f = d.families();
-        assert_eq!(f.len(), 31);
+        assert_eq!(f.len(), 36);
         let get = |name: &str| f.iter().find(|x| x.name == name).unwrap();
         assert_eq!(get("cxlfs_cxl_ratio_percent").value, 50.0);
         assert_eq!(get("cxlfs_placed_cxl_share").value, 0.75);
