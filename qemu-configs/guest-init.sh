@@ -60,6 +60,18 @@ if [ -n "$cxl_nodes" ]; then
     mkdir -p /run/cxlfs
     echo "$cxl_nodes" >/run/cxlfs/cxl-nodes
 fi
+# Memory tiers (Linux 6.1+; with an HMAT, 6.7+ puts a slower node in a
+# lower tier): CXLFS-MEMORY-TIERS=<tier>:<nodelist>;... in tier order
+# (a larger number is a slower tier), also in /run/cxlfs/memory-tiers.
+tiers=
+for t in $(ls -d /sys/devices/virtual/memory_tiering/memory_tier* 2>/dev/null | sed 's/.*memory_tier//' | sort -n); do
+    nodes=$(cat "/sys/devices/virtual/memory_tiering/memory_tier$t/nodelist" 2>/dev/null)
+    [ -n "$nodes" ] && tiers="$tiers${tiers:+;}$t:$nodes"
+done
+if [ -n "$cxl_nodes" ] && [ -n "$tiers" ]; then
+    say "CXLFS-MEMORY-TIERS=$tiers"
+    echo "$tiers" >/run/cxlfs/memory-tiers
+fi
 
 tag=cxlfs
 mountopts=

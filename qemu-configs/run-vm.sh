@@ -30,6 +30,18 @@
 #   --cxl-memory-path FILE
 #                     the region file by path (tests without the daemon; QEMU
 #                     creates it if missing)
+#   --cxl-latency NS  memory mode: node 1's access latency in the guest's ACPI
+#                     HMAT (default: 250 = 170 for a CXL link + 80). Memory
+#                     mode always describes both nodes in an HMAT (-machine
+#                     hmat=on): node 0 at $CXLFS_DRAM_LATENCY_NS (default 100)
+#                     and $CXLFS_DRAM_BANDWIDTH (default 20G, bytes/s), node 1
+#                     at --cxl-latency and --cxl-bandwidth, so a kernel with
+#                     memory tiering (6.7+: the image's backports kernel) puts
+#                     node 1 in a lower tier than node 0. The guest's init
+#                     reports the tiers: CXLFS-MEMORY-TIERS=<tier>:<nodes>,...
+#   --cxl-bandwidth BW
+#                     memory mode: node 1's access bandwidth in the HMAT, bytes
+#                     per second with a K, M, G or T suffix (default: 8G)
 #   --smp N           vCPUs (default: 2)
 #   --name NAME       VM name: QEMU -name, guest hostname, exit file (default: vm0)
 #   --serial FILE     serial console log (default: $TMPDIR/cxlfs-NAME.serial.log)
@@ -75,7 +87,7 @@ qemu="${QEMU:-qemu-system-x86_64}"
 cache_root="${CXLFS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cxlfs}"
 image="" socket="" tag=cxlfs mountopts="" cache_size="" mem=1G smp=2 name=vm0 serial="" cmd=""
 append="" accel=auto tcg_thread="${CXLFS_TCG_THREAD:-auto}" cpu="" timeout_s=600 socket_wait=10 follow=0 print_only=0
-have_cmd=0 compat=0 cxl_mem="" cxl_fd="" cxl_path=""
+have_cmd=0 compat=0 cxl_mem="" cxl_fd="" cxl_path="" cxl_lat=250 cxl_bw=8G
 extra=()
 while (($#)); do
     case "$1" in
@@ -88,6 +100,8 @@ while (($#)); do
         --cxl-memory) cxl_mem="$2"; shift 2 ;;
         --cxl-memory-fd) cxl_fd="$2"; shift 2 ;;
         --cxl-memory-path) cxl_path="$2"; shift 2 ;;
+        --cxl-latency) cxl_lat="$2"; shift 2 ;;
+        --cxl-bandwidth) cxl_bw="$2"; shift 2 ;;
         --smp) smp="$2"; shift 2 ;;
         --name) name="$2"; shift 2 ;;
         --serial) serial="$2"; shift 2 ;;
@@ -239,18 +253,33 @@ else
     # Memory mode: node 0 = the RAM and every vCPU; node 1 = the CXL-SSD region,
     # no vCPUs, distance 50 (QEMU fills in 1->0 = 50 and the local 10s). -m must
     # be the sum of the nodes. Commas in mem-path are doubled (QEMU's escaping).
+    # The HMAT says what each node costs from node 0's CPUs (node 1's initiator);
+    # a kernel with memory tiering derives the tiers from it.
+    dram_lat="${CXLFS_DRAM_LATENCY_NS:-100}" dram_bw="${CXLFS_DRAM_BANDWIDTH:-20G}"
+    for v in "$dram_lat" "$cxl_lat"; do
+        [[ "$v" =~ ^[1-9][0-9]*$ ]] || die "HMAT latencies are whole nanoseconds (got '$v')"
+    done
+    for v in "$dram_bw" "$cxl_bw"; do
+        [[ "$v" =~ ^[1-9][0-9]*[KMGT]?$ ]] || die "HMAT bandwidths are bytes/s like 8G (got '$v')"
+    done
+    lb="hmat-lb,initiator=0,hierarchy=memory"
     mem_args=(-m "$((mem_mib + cxl_mib))M"
         -object "memory-backend-memfd,id=mem,size=$mem,share=on"
         -numa "node,nodeid=0,cpus=0-$((max_cpus - 1)),memdev=mem"
         -object "memory-backend-file,id=cxlmem,mem-path=${cxl_backing//,/,,},size=$cxl_mem,share=on"
-        -numa "node,nodeid=1,memdev=cxlmem"
-        -numa "dist,src=0,dst=1,val=50")
+        -numa "node,nodeid=1,memdev=cxlmem,initiator=0"
+        -numa "dist,src=0,dst=1,val=50"
+        -numa "$lb,target=0,data-type=access-latency,latency=$dram_lat"
+        -numa "$lb,target=0,data-type=access-bandwidth,bandwidth=$dram_bw"
+        -numa "$lb,target=1,data-type=access-latency,latency=$cxl_lat"
+        -numa "$lb,target=1,data-type=access-bandwidth,bandwidth=$cxl_bw")
+    machine="q35,hmat=on"
     # All of node 1 above 4 GiB (when node 0 fits below): the guest kernel's
     # low-memory allocations (swiotlb, DMA32, the initrd QEMU loads at the
     # top of low RAM) then stay on node 0, as on a host whose CXL memory sits
     # above its DRAM. Without this a 2 GiB node took ~78 k traps at boot.
     if ((mem_mib <= 2048)); then
-        machine="q35,max-ram-below-4g=${mem_mib}M"
+        machine="$machine,max-ram-below-4g=${mem_mib}M"
     fi
 fi
 args=("$qemu" -name "$name" -machine "$machine" "${accel_args[@]}" -smp "$smp_arg" "${mem_args[@]}"

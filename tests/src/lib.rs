@@ -77,13 +77,39 @@ pub fn guest_image() -> &'static Path {
     })
 }
 
+/// The guest image with Debian's bookworm-backports kernel (6.12: memory
+/// tiering from the ACPI HMAT, weighted interleave), built or found in the
+/// cache like [`guest_image`].
+pub fn guest_image_backports() -> &'static Path {
+    static IMAGE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    once_path(&IMAGE, || {
+        script_result_args(
+            "qemu-configs/build-guest-image.sh",
+            &["--kernel", "backports"],
+            "backports guest image",
+            |dir| dir.join("vmlinuz").is_file(),
+        )
+    })
+}
+
 /// Runs one of the project's build scripts (`rel` from the repo root; its
 /// log goes to stderr) and returns the path it prints as its last line,
 /// which `ok` must accept.
 fn script_result(rel: &str, what: &str, ok: impl Fn(&Path) -> bool) -> Result<PathBuf, String> {
+    script_result_args(rel, &[], what, ok)
+}
+
+/// [`script_result`] with arguments for the script.
+fn script_result_args(
+    rel: &str,
+    args: &[&str],
+    what: &str,
+    ok: impl Fn(&Path) -> bool,
+) -> Result<PathBuf, String> {
     let script = repo_root().join(rel);
     let t = Instant::now();
     let out = Command::new(&script)
+        .args(args)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
@@ -235,6 +261,9 @@ pub struct VmOptions {
     /// region (its size, QEMU syntax): the guest is started through
     /// `cxlfs ctl memory-fd VM -- run-vm.sh ... --cxl-memory-fd {fd}`.
     pub cxl_memory: Option<String>,
+    /// Boot the image with the bookworm-backports kernel
+    /// ([`guest_image_backports`]) instead of the default one.
+    pub backports_kernel: bool,
 }
 
 impl VmOptions {
@@ -261,6 +290,7 @@ impl Default for VmOptions {
             cache_size: None,
             qemu: None,
             cxl_memory: None,
+            backports_kernel: false,
         }
     }
 }
@@ -403,8 +433,13 @@ impl Daemon {
                 c
             }
         };
+        let image = if opts.backports_kernel {
+            guest_image_backports()
+        } else {
+            guest_image()
+        };
         cmd.arg("--image")
-            .arg(guest_image())
+            .arg(image)
             .arg("--socket")
             .arg(self.socket(vm))
             .args([

@@ -22,6 +22,9 @@
 //!   device's write log on (`cache.write_log_bytes`), the region's
 //!   write-backs are charged through it (the region's and the device's log
 //!   counters) and 16 MiB written on node 1 read back intact.
+//! * `the_cxl_node_is_a_lower_memory_tier_than_dram`: the backports kernel
+//!   (6.12) reads the HMAT `run-vm.sh` gives memory mode and puts node 1 in
+//!   a lower memory tier than node 0 (without the HMAT both share one).
 #![allow(clippy::unwrap_used)]
 
 use cxlfs_e2e::{exclusive, Daemon, VmOptions, GUEST_PRELUDE};
@@ -478,6 +481,43 @@ numactl --membind=1 sha256sum </dev/shm/a >$out/read.sum
     assert!(
         r.log_writes >= r.writeback_bytes / 4096 * 64 / 2,
         "the region's write-backs were charged through the write log: {r:?}\n{}",
+        d.diagnostics()
+    );
+    let st = d.stop();
+    assert!(st.success(), "clean shutdown: {st}\n{}", d.diagnostics());
+}
+
+#[test]
+fn the_cxl_node_is_a_lower_memory_tier_than_dram() {
+    let _serial = exclusive();
+    let mut d = daemon();
+    d.write_guest_script(&format!(
+        r#"{GUEST_PRELUDE}
+cat /run/cxlfs/memory-tiers >/mnt/.cxlfs/tiers 2>&1 || echo none >/mnt/.cxlfs/tiers
+"#
+    ));
+    let opts = VmOptions {
+        backports_kernel: true,
+        ..cxl_vm()
+    };
+    let run = d.boot("vm0", &opts).wait();
+    assert!(run.ok(), "{}\n{}", run.describe(), d.diagnostics());
+    let tiers = fs::read_to_string(d.share().join(".cxlfs/tiers")).unwrap();
+    // "<tier>:<nodes>;..." in tier order; a larger tier is slower.
+    let of = |node: &str| {
+        tiers.trim().split(';').find_map(|t| {
+            let (tier, nodes) = t.split_once(':')?;
+            nodes
+                .split(',')
+                .any(|n| n == node)
+                .then(|| tier.parse::<u32>().ok())
+                .flatten()
+        })
+    };
+    let (dram, cxl) = (of("0"), of("1"));
+    assert!(
+        dram.is_some() && cxl.is_some() && cxl > dram,
+        "node 1 in a lower tier than node 0: {tiers:?}\n{}",
         d.diagnostics()
     );
     let st = d.stop();

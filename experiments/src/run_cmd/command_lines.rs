@@ -96,9 +96,17 @@ pub(super) fn vm_args(plan: &RunPlan, vm: &str) -> Vec<String> {
             ]
             .map(String::from),
         );
+        // The guest's HMAT: node 1 costs a CXL link plus the device's hit.
+        let latency = CXL_LINK_NS.saturating_add(plan.device.cache.hit_latency_ns);
+        a.extend(["--cxl-latency".to_string(), latency.to_string()]);
     }
     a
 }
+
+/// A CXL link's share of a load's latency (ns), added to the device's hit
+/// latency for node 1's HMAT entry: about what a CXL memory expander adds
+/// to a local DRAM access.
+const CXL_LINK_NS: u64 = 170;
 
 /// The template variables every guest of a run shares: the spec's `vars`,
 /// the device cache size (`cache_bytes`), the CXL memory region size
