@@ -137,7 +137,7 @@ fn start_memory(
         &cfg.memory_regions,
         &dir,
         &HelperCommand {
-            seccomp: seccomp.for_helper(),
+            seccomp,
             ..HelperCommand::current_exe()
         },
         cfg.queues.dax_compensation,

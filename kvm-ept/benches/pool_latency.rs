@@ -221,7 +221,7 @@ fn mount_as(b: &Arc<BenchBackend>, r: Readers, compensation: Compensation) -> Fi
             let helper = residency::HelperCommand {
                 program: env!("CARGO_BIN_EXE_cxlfs-plane-helper").into(),
                 args: Vec::new(),
-                seccomp: residency::HelperSeccomp::Kill,
+                seccomp: residency::SeccompMode::Kill,
             };
             let p = FusePoolPlane::mount_split(
                 dir.path(),

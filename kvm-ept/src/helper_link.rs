@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::thread;
 use zerocopy::{Immutable, KnownLayout};
 
-pub use crate::helper_seccomp::HelperSeccomp;
+pub use crate::helper_seccomp::SeccompMode;
 
 /// The environment variable that makes a program a plane helper: its value
 /// says which inherited descriptors to use (`dev=N sock=N store=N size=N`,
@@ -82,7 +82,7 @@ pub struct HelperCommand {
     pub args: Vec<OsString>,
     /// What a call outside the helper's allow-list does
     /// ([`crate::helper_seccomp`]).
-    pub seccomp: HelperSeccomp,
+    pub seccomp: SeccompMode,
 }
 
 impl HelperCommand {
@@ -92,7 +92,7 @@ impl HelperCommand {
         HelperCommand {
             program: PathBuf::from("/proc/self/exe"),
             args: Vec::new(),
-            seccomp: HelperSeccomp::Kill,
+            seccomp: SeccompMode::Kill,
         }
     }
 }
@@ -175,9 +175,7 @@ impl Helper {
             .join(",");
         let mut spec = format!(
             "dev={} sock={socks} store={} size={size} seccomp={}",
-            fds[0],
-            fds[1],
-            cmd.seccomp.word()
+            fds[0], fds[1], cmd.seccomp
         );
         if ra >= 0 {
             spec.push_str(&format!(" ra={ra}"));

@@ -11,14 +11,14 @@ use seccompiler::{
 };
 use std::collections::BTreeMap;
 
-/// What a call outside the helper's list does (the daemon passes its own
-/// `--seccomp` action on).
+/// What a call outside an allow-list does: the daemon's `--seccomp`
+/// (virtiofsd's), which its plane helpers take on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum HelperSeccomp {
-    /// Kill the helper (the daemon then aborts its connection).
+pub enum SeccompMode {
+    /// Kill the process (the default).
     #[default]
     Kill,
-    /// Allow and log it (`dmesg`).
+    /// Allow and log it (`dmesg`): for finding what a new path needs.
     Log,
     /// Send SIGSYS.
     Trap,
@@ -26,32 +26,35 @@ pub enum HelperSeccomp {
     None,
 }
 
-impl HelperSeccomp {
-    /// The word in the helper's environment.
-    pub(crate) fn word(self) -> &'static str {
-        match self {
-            HelperSeccomp::Kill => "kill",
-            HelperSeccomp::Log => "log",
-            HelperSeccomp::Trap => "trap",
-            HelperSeccomp::None => "none",
+impl std::str::FromStr for SeccompMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "kill" => Ok(SeccompMode::Kill),
+            "log" => Ok(SeccompMode::Log),
+            "trap" => Ok(SeccompMode::Trap),
+            "none" => Ok(SeccompMode::None),
+            other => Err(format!(
+                "unknown seccomp action {other:?} (kill, log, trap, none)"
+            )),
         }
     }
+}
 
-    /// The action named by [`HelperSeccomp::word`].
-    pub(crate) fn from_word(w: &str) -> Option<Self> {
-        Some(match w {
-            "kill" => HelperSeccomp::Kill,
-            "log" => HelperSeccomp::Log,
-            "trap" => HelperSeccomp::Trap,
-            "none" => HelperSeccomp::None,
-            _ => return None,
+impl std::fmt::Display for SeccompMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SeccompMode::Kill => "kill",
+            SeccompMode::Log => "log",
+            SeccompMode::Trap => "trap",
+            SeccompMode::None => "none",
         })
     }
 }
 
 /// Why the helper's filter could not be installed.
 #[derive(Debug, thiserror::Error)]
-pub enum InstallHelperSeccompError {
+pub enum InstallSeccompModeError {
     /// The rules do not compile for this architecture.
     #[error("cannot build the helper's seccomp filter")]
     Build(#[source] seccompiler::BackendError),
@@ -100,13 +103,13 @@ const ALLOWED: &[i64] = &[
     libc::SYS_exit_group,
 ];
 
-/// The compiled filter (`None` for [`HelperSeccomp::None`]).
-pub(crate) fn filter(mode: HelperSeccomp) -> Result<Option<BpfProgram>, InstallHelperSeccompError> {
+/// The compiled filter (`None` for [`SeccompMode::None`]).
+pub(crate) fn filter(mode: SeccompMode) -> Result<Option<BpfProgram>, InstallSeccompModeError> {
     let mismatch = match mode {
-        HelperSeccomp::None => return Ok(None),
-        HelperSeccomp::Kill => SeccompAction::KillProcess,
-        HelperSeccomp::Log => SeccompAction::Log,
-        HelperSeccomp::Trap => SeccompAction::Trap,
+        SeccompMode::None => return Ok(None),
+        SeccompMode::Kill => SeccompAction::KillProcess,
+        SeccompMode::Log => SeccompAction::Log,
+        SeccompMode::Trap => SeccompAction::Trap,
     };
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         ALLOWED.iter().map(|&nr| (nr, Vec::new())).collect();
@@ -119,22 +122,22 @@ pub(crate) fn filter(mode: HelperSeccomp) -> Result<Option<BpfProgram>, InstallH
         libc::PR_SET_NAME as u64,
     )
     .and_then(|c| SeccompRule::new(vec![c]))
-    .map_err(InstallHelperSeccompError::Build)?;
+    .map_err(InstallSeccompModeError::Build)?;
     rules.insert(libc::SYS_prctl, vec![set_name]);
     let arch: TargetArch = std::env::consts::ARCH
         .try_into()
-        .map_err(InstallHelperSeccompError::Build)?;
+        .map_err(InstallSeccompModeError::Build)?;
     let f = SeccompFilter::new(rules, mismatch, SeccompAction::Allow, arch)
-        .map_err(InstallHelperSeccompError::Build)?;
+        .map_err(InstallSeccompModeError::Build)?;
     BpfProgram::try_from(f)
         .map(Some)
-        .map_err(InstallHelperSeccompError::Build)
+        .map_err(InstallSeccompModeError::Build)
 }
 
 /// Installs the list on every thread of the helper.
-pub(crate) fn install(mode: HelperSeccomp) -> Result<(), InstallHelperSeccompError> {
+pub(crate) fn install(mode: SeccompMode) -> Result<(), InstallSeccompModeError> {
     if let Some(prog) = filter(mode)? {
-        seccompiler::apply_filter_all_threads(&prog).map_err(InstallHelperSeccompError::Install)?;
+        seccompiler::apply_filter_all_threads(&prog).map_err(InstallSeccompModeError::Install)?;
     }
     Ok(())
 }
@@ -146,17 +149,17 @@ mod tests {
     #[test]
     fn every_action_has_a_word_and_compiles() {
         for m in [
-            HelperSeccomp::Kill,
-            HelperSeccomp::Log,
-            HelperSeccomp::Trap,
-            HelperSeccomp::None,
+            SeccompMode::Kill,
+            SeccompMode::Log,
+            SeccompMode::Trap,
+            SeccompMode::None,
         ] {
-            assert_eq!(HelperSeccomp::from_word(m.word()), Some(m));
+            assert_eq!(m.to_string().parse::<SeccompMode>(), Ok(m));
             assert_eq!(
                 filter(m).expect("compiles").is_some(),
-                m != HelperSeccomp::None
+                m != SeccompMode::None
             );
         }
-        assert_eq!(HelperSeccomp::from_word("allow"), None);
+        assert!("allow".parse::<SeccompMode>().is_err());
     }
 }

@@ -54,7 +54,7 @@ pub mod vm;
 pub use fuse_plane::{
     ActiveTransport, FusePoolPlane, MountPlaneError, PlaneOptions, ReaderMode, Transport,
 };
-pub use helper_seccomp::HelperSeccomp;
+pub use helper_seccomp::SeccompMode;
 pub use metrics::{PlaneMetrics, PlaneMetricsSnapshot};
 pub use split::{helper_main_if_requested, HelperCommand};
 pub use vm::{VmId, VmResolver};

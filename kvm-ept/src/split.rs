@@ -42,7 +42,7 @@
 use crate::fuse_plane::{Outcome, Server};
 use crate::helper_link::{monotonic_ns, Forward, ForwardKind, FORWARD_LEN, MAX_FORWARD};
 pub use crate::helper_link::{HelperCommand, SpawnHelperError, HELPER_ENV};
-use crate::helper_seccomp::HelperSeccomp;
+use crate::helper_seccomp::SeccompMode;
 use crate::readahead::ReadaheadRefusals;
 use crate::{Miss, MissReply, PoolBackend, ServeMissError, WritebackError};
 use fuse_abi::zerocopy::IntoBytes;
@@ -149,7 +149,7 @@ struct HelperSpec {
     /// The readahead map (-1: readahead is not refused).
     ra: RawFd,
     size: u64,
-    seccomp: HelperSeccomp,
+    seccomp: SeccompMode,
 }
 
 fn parse_spec(s: &str) -> Option<HelperSpec> {
@@ -159,7 +159,7 @@ fn parse_spec(s: &str) -> Option<HelperSpec> {
         store: -1,
         ra: -1,
         size: 0,
-        seccomp: HelperSeccomp::Kill,
+        seccomp: SeccompMode::Kill,
     };
     for part in s.split_whitespace() {
         let (k, v) = part.split_once('=')?;
@@ -174,7 +174,7 @@ fn parse_spec(s: &str) -> Option<HelperSpec> {
             "store" => spec.store = v.parse().ok()?,
             "ra" => spec.ra = v.parse().ok()?,
             "size" => spec.size = v.parse().ok()?,
-            "seccomp" => spec.seccomp = HelperSeccomp::from_word(v)?,
+            "seccomp" => spec.seccomp = v.parse().ok()?,
             _ => return None,
         }
     }
@@ -419,7 +419,7 @@ mod tests {
         assert_eq!(s.socks, [4, 7, 8]);
         assert!(parse_spec("dev=3 sock=4,,8 store=5 size=8192").is_none());
         let s = parse_spec("dev=3 sock=4 store=5 size=8192 ra=6 seccomp=log").expect("parses");
-        assert_eq!((s.ra, s.seccomp), (6, HelperSeccomp::Log));
+        assert_eq!((s.ra, s.seccomp), (6, SeccompMode::Log));
         assert!(parse_spec("dev=3 sock=4 store=5 size=8192 seccomp=allow").is_none());
         assert!(parse_spec("dev=3 sock=4 size=8192").is_none());
         assert!(parse_spec("dev=3 sock=4 store=5 size=0").is_none());

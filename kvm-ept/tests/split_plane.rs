@@ -100,7 +100,7 @@ fn split_plane() -> Option<Fixture> {
         args: Vec::new(),
         // Serving under its allow-list: a call missing from it kills the
         // helper, and these tests fail.
-        seccomp: residency::HelperSeccomp::Kill,
+        seccomp: residency::SeccompMode::Kill,
     };
     let opts = PlaneOptions {
         detach: true,

@@ -35,7 +35,7 @@ fn helper() -> HelperCommand {
             .map(Into::into)
             .to_vec(),
         // The test harness around the helper makes calls of its own.
-        seccomp: residency::HelperSeccomp::Log,
+        seccomp: residency::SeccompMode::Log,
     }
 }
 

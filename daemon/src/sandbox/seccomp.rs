@@ -10,58 +10,7 @@
 use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, SeccompRule, TargetArch};
 use std::collections::BTreeMap;
 
-/// What a call outside the list does (virtiofsd's `--seccomp`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SeccompMode {
-    /// Kill the process (the default).
-    #[default]
-    Kill,
-    /// Allow and log it (`dmesg`): for finding what a new path needs.
-    Log,
-    /// Send SIGSYS.
-    Trap,
-    /// No filter.
-    None,
-}
-
-impl std::str::FromStr for SeccompMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "kill" => Ok(SeccompMode::Kill),
-            "log" => Ok(SeccompMode::Log),
-            "trap" => Ok(SeccompMode::Trap),
-            "none" => Ok(SeccompMode::None),
-            other => Err(format!(
-                "unknown seccomp action {other:?} (kill, log, trap, none)"
-            )),
-        }
-    }
-}
-
-impl std::fmt::Display for SeccompMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            SeccompMode::Kill => "kill",
-            SeccompMode::Log => "log",
-            SeccompMode::Trap => "trap",
-            SeccompMode::None => "none",
-        })
-    }
-}
-
-impl SeccompMode {
-    /// The same action for a memory region's plane helper, which serves
-    /// under an allow-list of its own (`residency::helper_seccomp`).
-    pub fn for_helper(self) -> residency::HelperSeccomp {
-        match self {
-            SeccompMode::Kill => residency::HelperSeccomp::Kill,
-            SeccompMode::Log => residency::HelperSeccomp::Log,
-            SeccompMode::Trap => residency::HelperSeccomp::Trap,
-            SeccompMode::None => residency::HelperSeccomp::None,
-        }
-    }
-}
+pub use residency::SeccompMode;
 
 /// Why the filter could not be installed.
 #[derive(Debug, thiserror::Error)]
