@@ -17,6 +17,9 @@
 //!   and refault all the time; no operation may be turned off as unsupported.
 //!   Then `cxlfs-fsx --self-test-corrupt` on the same mount must fail: its
 //!   checks do catch a byte changed behind its back.
+//! * `fsx_dax_small_cache_with_a_write_log`: the same fsx run with the
+//!   device's write log on (`cache.write_log_bytes`): every write-back goes
+//!   through the log; fsx's checks hold and the log took lines.
 //! * `locks_between_two_vms`: POSIX locks across VMs on one daemon: VM1 sees
 //!   VM0's write lock (F_GETLK, F_SETLK = EAGAIN) and its F_SETLKW waits until
 //!   VM0 lets go.
@@ -88,6 +91,17 @@ fn fsx_dax_small_cache_with_access_sampling() {
     let armed = m.count("cxlfs_sampling_armed_pages_total", &[]);
     eprintln!("sampling: {armed} pages armed, {sampled} sampled accesses");
     assert!(armed > 0 && sampled > 0, "sampling caught nothing");
+}
+
+#[test]
+fn fsx_dax_small_cache_with_a_write_log() {
+    // Every write-back of the run lands in a 256 KiB log (64-byte lines,
+    // cleaned at 51 % full): fsx's checks hold, and the log was used.
+    let m = fsx_dax(&["--set", "cache.write_log_bytes=256KiB"]);
+    let lines = m.count("cxlfs_log_writes_all_total", &[]);
+    let cleanings = m.count("cxlfs_log_cleanings_total", &[]);
+    eprintln!("write log: {lines} lines written, {cleanings} cleanings");
+    assert!(lines > 0, "no write-back went through the write log");
 }
 
 /// The fsx run of the DAX tests over a 1 MiB device cache, with `extra`
