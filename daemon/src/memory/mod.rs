@@ -290,10 +290,7 @@ impl Region {
         let runs = crate::device::page_runs(&mine)
             .into_iter()
             .map(|(p, n)| (p * PAGE, n * PAGE));
-        // Kept as tombstones: a later touch traps straight into its own
-        // page, without a refused readahead on its path.
-        let evict = |o, l| self.plane.evict_to_tombstones(o, l);
-        residency::evict_ranges(evict, runs, wait, "region pages");
+        residency::evict_ranges(|o, l| self.plane.evict(o, l), runs, wait, "region pages");
         mine.len() as u64
     }
 

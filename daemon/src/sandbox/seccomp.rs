@@ -151,9 +151,6 @@ const COMMON: &[i64] = &[
     libc::SYS_fchownat,
     libc::SYS_ftruncate,
     libc::SYS_fallocate,
-    // A memory region's notifier reads evicted pages ahead (to refusal:
-    // they stay as tombstones).
-    libc::SYS_readahead,
     libc::SYS_utimensat,
     libc::SYS_fsync,
     libc::SYS_fdatasync,
