@@ -139,6 +139,101 @@ pub fn command_line(
         .transpose()
 }
 
+/// The shell functions every guest script starts with.
+const PRELUDE: &str = r#"# Written by `cxlfs run` (experiments/src/guest_script.rs); run by every guest.
+vm="$CXLFS_VM"
+out="/mnt/.cxlfs/out/$vm"
+barrier() {
+    : >"/mnt/.cxlfs/sync/ready-$vm-$1"
+    while [ ! -e "/mnt/.cxlfs/sync/go-$1" ]; do sleep 0.05; done
+}
+# nodes cxl|dram|N...: node numbers, comma separated (cxl: the CPU-less
+# memory nodes, memory mode; dram: the nodes with CPUs).
+nodes() {
+    r=
+    for n in "$@"; do
+        case "$n" in
+        cxl) l=$(cat /run/cxlfs/cxl-nodes 2>/dev/null)
+             [ -n "$l" ] || { echo "no CXL memory node in this guest (set daemon.cxl_memory)"; return 1; } ;;
+        dram) l=$(for d in /sys/devices/system/node/node[0-9]*; do
+                      [ -n "$(cat "$d/cpulist")" ] && echo "${d##*/node}"; done) ;;
+        *) l=$n ;;
+        esac
+        r="$r $l"
+    done
+    echo $r | tr ' ' ','
+}
+# weights NAME:W...: NODE:W,NODE:W (each node of NAME gets weight W).
+weights() {
+    r=
+    for nw in "$@"; do
+        l=$(nodes "${nw%%:*}") || { echo "$l"; return 1; }
+        for n in $(echo "$l" | tr ',' ' '); do r="$r${r:+,}$n:${nw#*:}"; done
+    done
+    echo "$r"
+}
+# run_phase K KIND NODESPEC COMMAND...: COMMAND under the memory policy
+# (numactl; cxlfs-numa for weighted interleave), its stdout, stderr and
+# exit status in $out/K/.
+run_phase() {
+    k=$1 kind=$2 spec=$3; shift 3
+    d="$out/$k"
+    mkdir -p "$d"
+    case "$kind" in
+    none) ;;
+    weighted) w=$(weights $spec) || { echo "$w" >"$d/stderr"; echo 3 >"$d/rc"; return; }
+              set -- cxlfs-numa --weighted-interleave "$w" -- "$@" ;;
+    *) n=$(nodes $spec) || { echo "$n" >"$d/stderr"; echo 3 >"$d/rc"; return; }
+       set -- numactl "--$kind=$n" -- "$@" ;;
+    esac
+    tier_counters >/tmp/vmstat-$k.0 2>/dev/null
+    # The counters every second while the phase runs (vmstat.jsonl).
+    ( while :; do
+          tier_counters >/tmp/vmstat-$k.s 2>/dev/null
+          t=$(cut -d' ' -f1 /proc/uptime)
+          j=$(vmstat_json /tmp/vmstat-$k.0 /tmp/vmstat-$k.s)
+          if [ "$j" = "{}" ]; then echo "{\"t_s\":$t}"; else echo "{\"t_s\":$t,${j#?}"; fi
+          sleep 1
+      done ) >"$d/vmstat.jsonl" 2>/dev/null &
+    sampler=$!
+    CXLFS_OUT="$d" "$@" >"$d/stdout" 2>"$d/stderr"
+    echo $? >"$d/rc"
+    kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
+    tier_counters >/tmp/vmstat-$k.1 2>/dev/null
+    vmstat_json /tmp/vmstat-$k.0 /tmp/vmstat-$k.1 >"$d/vmstat.json"
+}
+# set_tiering K PROMOTION DEMOTION (1 or 0): the guest kernel's memory
+# tiering from phase K on; what failed goes to $out/K/stderr (rc 3).
+set_tiering() {
+    d="$out/$1"
+    mkdir -p "$d"
+    nb=0; [ "$2" = 1 ] && nb=2
+    dm=false; [ "$3" = 1 ] && dm=true
+    { echo "$nb" >/proc/sys/kernel/numa_balancing && echo "$dm" >/sys/kernel/mm/numa/demotion_enabled; } 2>"$d/stderr" && return 0
+    echo "cannot set memory tiering (kernel.numa_balancing=$nb, demotion_enabled=$dm)" >>"$d/stderr"
+    echo 3 >"$d/rc"
+    return 1
+}
+# The tiering counters of /proc/vmstat, one "name value" a line.
+tier_counters() {
+    grep -E '^(pgpromote_success|pgdemote_kswapd|pgdemote_direct|numa_hint_faults) ' /proc/vmstat
+}
+# vmstat_json BEFORE AFTER: the counters' growth as one JSON object.
+vmstat_json() {
+    awk 'NR == FNR { a[$1] = $2; next }
+         { printf "%s\"%s\":%d", (n++ ? "," : "{"), $1, $2 - a[$1] }
+         END { print (n ? "}" : "{}") }' "$1" "$2"
+}
+# fio_phase K KIND NODESPEC FIO-ARGS...: fio's JSON in $out/K/fio.json.
+fio_phase() {
+    k=$1; kind=$2 spec=$3; shift 3
+    run_phase "$k" "$kind" "$spec" fio --output-format=json --output="/tmp/$k.json" "$@"
+    cp "/tmp/$k.json" "$out/$k/fio.json" 2>/dev/null
+}
+{ fio --version; uname -r; } >/tmp/versions.txt 2>&1
+cp /tmp/versions.txt "$out/versions.txt"
+"#;
+
 /// The whole `.cxlfs/run.sh`; `base` holds the template variables every
 /// guest shares (the spec's `vars`, `cache_bytes`, ...).
 pub fn script(
@@ -146,67 +241,7 @@ pub fn script(
     base: &BTreeMap<String, TemplateValue>,
 ) -> Result<String, RenderTemplateError> {
     let mut s = String::new();
-    let _ = write!(
-        s,
-        r#"# Written by `cxlfs run` (experiments/src/guest_script.rs); run by every guest.
-vm="$CXLFS_VM"
-out="/mnt/.cxlfs/out/$vm"
-barrier() {{
-    : >"/mnt/.cxlfs/sync/ready-$vm-$1"
-    while [ ! -e "/mnt/.cxlfs/sync/go-$1" ]; do sleep 0.05; done
-}}
-# nodes cxl|dram|N...: node numbers, comma separated (cxl: the CPU-less
-# memory nodes, memory mode; dram: the nodes with CPUs).
-nodes() {{
-    r=
-    for n in "$@"; do
-        case "$n" in
-        cxl) l=$(cat /run/cxlfs/cxl-nodes 2>/dev/null)
-             [ -n "$l" ] || {{ echo "no CXL memory node in this guest (set daemon.cxl_memory)"; return 1; }} ;;
-        dram) l=$(for d in /sys/devices/system/node/node[0-9]*; do
-                      [ -n "$(cat "$d/cpulist")" ] && echo "${{d##*/node}}"; done) ;;
-        *) l=$n ;;
-        esac
-        r="$r $l"
-    done
-    echo $r | tr ' ' ','
-}}
-# weights NAME:W...: NODE:W,NODE:W (each node of NAME gets weight W).
-weights() {{
-    r=
-    for nw in "$@"; do
-        l=$(nodes "${{nw%%:*}}") || {{ echo "$l"; return 1; }}
-        for n in $(echo "$l" | tr ',' ' '); do r="$r${{r:+,}}$n:${{nw#*:}}"; done
-    done
-    echo "$r"
-}}
-# run_phase K KIND NODESPEC COMMAND...: COMMAND under the memory policy
-# (numactl; cxlfs-numa for weighted interleave), its stdout, stderr and
-# exit status in $out/K/.
-run_phase() {{
-    k=$1 kind=$2 spec=$3; shift 3
-    d="$out/$k"
-    mkdir -p "$d"
-    case "$kind" in
-    none) ;;
-    weighted) w=$(weights $spec) || {{ echo "$w" >"$d/stderr"; echo 3 >"$d/rc"; return; }}
-              set -- cxlfs-numa --weighted-interleave "$w" -- "$@" ;;
-    *) n=$(nodes $spec) || {{ echo "$n" >"$d/stderr"; echo 3 >"$d/rc"; return; }}
-       set -- numactl "--$kind=$n" -- "$@" ;;
-    esac
-    CXLFS_OUT="$d" "$@" >"$d/stdout" 2>"$d/stderr"
-    echo $? >"$d/rc"
-}}
-# fio_phase K KIND NODESPEC FIO-ARGS...: fio's JSON in $out/K/fio.json.
-fio_phase() {{
-    k=$1; kind=$2 spec=$3; shift 3
-    run_phase "$k" "$kind" "$spec" fio --output-format=json --output="/tmp/$k.json" "$@"
-    cp "/tmp/$k.json" "$out/$k/fio.json" 2>/dev/null
-}}
-{{ fio --version; uname -r; }} >/tmp/versions.txt 2>&1
-cp /tmp/versions.txt "$out/versions.txt"
-"#
-    );
+    s.push_str(PRELUDE);
     for (k, v) in &spec.vars {
         let _ = writeln!(
             s,
@@ -229,16 +264,25 @@ cp /tmp/versions.txt "$out/versions.txt"
             }
             let (kind, nodes) = policy_words(phase.numa.as_ref());
             let head = format!("{k} {kind} {}", sh_quote(&nodes));
+            // Tiering first; the phase runs only if it could be set.
+            let then = phase.tiering.map_or(String::new(), |t| {
+                let on = |b: bool| u8::from(b);
+                format!(
+                    "set_tiering {k} {} {} && ",
+                    on(t.promotion),
+                    on(t.demotion)
+                )
+            });
             if let Some(cmd) = command_line(phase, &vars)? {
-                let _ = writeln!(s, "    run_phase {head} sh -c {}", sh_quote(&cmd));
+                let _ = writeln!(s, "    {then}run_phase {head} sh -c {}", sh_quote(&cmd));
             } else if job_file(spec, phase).is_some() {
-                let _ = writeln!(s, "    fio_phase {head} {}", job_file_in_guest(k));
+                let _ = writeln!(s, "    {then}fio_phase {head} {}", job_file_in_guest(k));
             } else {
                 let args: Vec<String> = fio_args(spec, phase, &vm, index)
                     .iter()
                     .map(|a| sh_quote(a))
                     .collect();
-                let _ = writeln!(s, "    fio_phase {head} {}", args.join(" "));
+                let _ = writeln!(s, "    {then}fio_phase {head} {}", args.join(" "));
             }
         }
         let _ = writeln!(s, "    barrier {}\n    ;;", spec.phases.len());
@@ -325,6 +369,60 @@ jobs = [{ name = "a", rw = "read" }, { bs = "1m", opendir = "it's" }]
             .status()
             .unwrap();
         assert!(st.success());
+    }
+
+    #[test]
+    fn tiering_is_set_before_its_phase_and_needs_a_cxl_node() {
+        let text = r#"
+name = "t"
+[daemon]
+cxl_memory = "64MiB"
+[[phases]]
+name = "warm"
+command = "true"
+[[phases]]
+name = "tiered"
+command = "true"
+tiering = { promotion = true, demotion = true }
+[[phases]]
+name = "demote-only"
+command = "true"
+tiering = { demotion = true }
+"#;
+        let spec = load_str("t.toml", text, &[]).unwrap().spec;
+        let s = script(&spec, &BTreeMap::new()).unwrap();
+        assert!(s.contains("    run_phase 0 none"), "{s}");
+        assert!(s.contains("    set_tiering 1 1 1 && run_phase 1 none"), "{s}");
+        assert!(s.contains("    set_tiering 2 0 1 && run_phase 2 none"), "{s}");
+        let st = std::process::Command::new("sh")
+            .args(["-n", "-c", &s])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let no_node = text.replace("cxl_memory = \"64MiB\"", "");
+        let e = load_str("t.toml", &no_node, &[]).unwrap_err().to_string();
+        assert!(e.contains("tiering"), "{e}");
+    }
+
+    #[test]
+    fn vmstat_json_reports_the_counters_growth() {
+        let f = &PRELUDE[PRELUDE.find("vmstat_json() {").unwrap()..];
+        let f = &f[..f.find("\n}\n").unwrap() + 3];
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::write(&a, "numa_hint_faults 10\npgpromote_success 5\n").unwrap();
+        std::fs::write(&b, "numa_hint_faults 25\npgpromote_success 5\n").unwrap();
+        let out = std::process::Command::new("sh")
+            .args(["-c", &format!("{f}vmstat_json \"$1\" \"$2\""), "sh"])
+            .arg(&a)
+            .arg(&b)
+            .output()
+            .unwrap();
+        let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            got,
+            serde_json::json!({"numa_hint_faults": 15, "pgpromote_success": 0})
+        );
     }
 
     #[test]

@@ -14,6 +14,12 @@ pub(super) fn check_phase(spec: &Spec, p: &PhaseSpec) -> Result<(), KeyError> {
     if let Some(n) = &p.numa {
         check_numa(spec, n)?;
     }
+    if p.tiering.is_some() && spec.daemon.cxl_memory.is_none() {
+        return Err((
+            "tiering".into(),
+            "memory tiering needs a CXL node: set daemon.cxl_memory".into(),
+        ));
+    }
     for (name, o) in &p.outputs {
         check_output(name, o)?;
     }

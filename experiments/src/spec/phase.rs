@@ -219,6 +219,26 @@ pub struct PhaseSpec {
     /// Drop the guest's page cache before the phase.
     #[serde(default)]
     pub drop_caches: bool,
+    /// Linux memory tiering in the guest for this phase and after (memory
+    /// mode): promotion through NUMA-balancing hinting faults
+    /// (`kernel.numa_balancing=2`) and demotion on reclaim
+    /// (`/sys/kernel/mm/numa/demotion_enabled`).
+    #[serde(default)]
+    pub tiering: Option<TieringSpec>,
+}
+
+/// `tiering = { promotion = true, demotion = true }`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TieringSpec {
+    /// Promote hot pages of the slower tier (NUMA balancing in tiering
+    /// mode, `kernel.numa_balancing=2`; 0 when off).
+    #[serde(default)]
+    pub promotion: bool,
+    /// Demote cold pages to the slower tier on reclaim
+    /// (`demotion_enabled`).
+    #[serde(default)]
+    pub demotion: bool,
 }
 
 #[cfg(test)]
