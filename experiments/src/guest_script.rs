@@ -267,11 +267,7 @@ pub fn script(
             // Tiering first; the phase runs only if it could be set.
             let then = phase.tiering.map_or(String::new(), |t| {
                 let on = |b: bool| u8::from(b);
-                format!(
-                    "set_tiering {k} {} {} && ",
-                    on(t.promotion),
-                    on(t.demotion)
-                )
+                format!("set_tiering {k} {} {} && ", on(t.promotion), on(t.demotion))
             });
             if let Some(cmd) = command_line(phase, &vars)? {
                 let _ = writeln!(s, "    {then}run_phase {head} sh -c {}", sh_quote(&cmd));
@@ -392,8 +388,14 @@ tiering = { demotion = true }
         let spec = load_str("t.toml", text, &[]).unwrap().spec;
         let s = script(&spec, &BTreeMap::new()).unwrap();
         assert!(s.contains("    run_phase 0 none"), "{s}");
-        assert!(s.contains("    set_tiering 1 1 1 && run_phase 1 none"), "{s}");
-        assert!(s.contains("    set_tiering 2 0 1 && run_phase 2 none"), "{s}");
+        assert!(
+            s.contains("    set_tiering 1 1 1 && run_phase 1 none"),
+            "{s}"
+        );
+        assert!(
+            s.contains("    set_tiering 2 0 1 && run_phase 2 none"),
+            "{s}"
+        );
         let st = std::process::Command::new("sh")
             .args(["-n", "-c", &s])
             .status()
