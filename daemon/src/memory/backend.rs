@@ -34,15 +34,15 @@ impl FillReads {
 /// What a region's plane calls: traps and write-backs against the device
 /// and the backing store.
 pub(super) struct RegionBackend {
-    shared: Arc<SharedDevice>,
+    pub(super) shared: Arc<SharedDevice>,
     /// The region's first device byte.
-    base: u64,
-    store: Arc<File>,
-    stats: Arc<RegionStats>,
+    pub(super) base: u64,
+    pub(super) store: Arc<File>,
+    pub(super) stats: Arc<RegionStats>,
     /// Set while the region is released: write-backs are not charged.
-    releasing: Arc<AtomicBool>,
+    pub(super) releasing: Arc<AtomicBool>,
     /// The filler thread, whose reads are not traps.
-    fills: Arc<FillReads>,
+    pub(super) fills: Arc<FillReads>,
 }
 
 impl PoolBackend for RegionBackend {
@@ -79,13 +79,7 @@ impl PoolBackend for RegionBackend {
             charge.completes_at_ns.saturating_sub(miss.arrival_ns),
             Ordering::Relaxed,
         );
-        Ok(MissReply {
-            data: MissData::File {
-                file: self.store.clone(),
-                offset: miss.pool_offset,
-            },
-            completes_at_ns: charge.completes_at_ns,
-        })
+        Ok(self.reply_from_store(miss.pool_offset, charge.completes_at_ns))
     }
 
     fn on_writeback(
@@ -123,22 +117,14 @@ impl PoolBackend for RegionBackend {
 }
 
 impl RegionBackend {
-    /// A region's backend over `store`, for the device bytes from `base`.
-    pub(super) fn new(
-        shared: Arc<SharedDevice>,
-        base: u64,
-        store: Arc<File>,
-        stats: Arc<RegionStats>,
-        releasing: Arc<AtomicBool>,
-        fills: Arc<FillReads>,
-    ) -> Self {
-        RegionBackend {
-            shared,
-            base,
-            store,
-            stats,
-            releasing,
-            fills,
+    /// A reply with the store's bytes at `offset`, due at `completes_at_ns`.
+    fn reply_from_store(&self, offset: u64, completes_at_ns: u64) -> MissReply {
+        MissReply {
+            data: MissData::File {
+                file: self.store.clone(),
+                offset,
+            },
+            completes_at_ns,
         }
     }
 
@@ -156,12 +142,6 @@ impl RegionBackend {
             return Err(ServeMissError::NotHeld);
         }
         self.stats.filled_pages.fetch_add(pages, Ordering::Relaxed);
-        Ok(MissReply {
-            data: MissData::File {
-                file: self.store.clone(),
-                offset: miss.pool_offset,
-            },
-            completes_at_ns: miss.arrival_ns,
-        })
+        Ok(self.reply_from_store(miss.pool_offset, miss.arrival_ns))
     }
 }

@@ -186,14 +186,14 @@ impl Region {
         })?);
         let stats = Arc::new(RegionStats::default());
         let releasing = Arc::new(AtomicBool::new(false));
-        let backend = Arc::new(RegionBackend::new(
-            shared.clone(),
+        let backend = Arc::new(RegionBackend {
+            shared: shared.clone(),
             base,
-            store.clone(),
-            stats.clone(),
-            releasing.clone(),
-            setup.fills.clone(),
-        ));
+            store: store.clone(),
+            stats: stats.clone(),
+            releasing: releasing.clone(),
+            fills: setup.fills.clone(),
+        });
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
