@@ -14,7 +14,29 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use tracing_subscriber::EnvFilter;
 
+/// glibc's malloc gives each busy thread an arena of its own (up to eight
+/// per core) and, once a large buffer is freed, serves large buffers from
+/// the arenas too; the daemon's many request threads then keep freed memory
+/// in each, and its resident memory climbs for as long as it runs (the
+/// soak measured 9 → 91 MiB over 20 minutes with 17 MiB of live heap).
+/// Two arenas and a fixed 128 KiB mmap threshold keep it flat (16–18 MiB
+/// over the same soak). `MALLOC_ARENA_MAX` or a malloc `GLIBC_TUNABLES` in
+/// the environment win.
+fn bound_malloc_arenas() {
+    let tuned = std::env::var_os("MALLOC_ARENA_MAX").is_some()
+        || std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("malloc"));
+    if !tuned {
+        // SAFETY: mallopt takes two integers; called first thing in main,
+        // before any other thread exists.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, 2);
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 128 << 10);
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    bound_malloc_arenas();
     // A memory region's plane helper is this same program re-run: it
     // serves and exits here, before anything else starts.
     residency::helper_main_if_requested();

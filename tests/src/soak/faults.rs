@@ -15,6 +15,10 @@ use std::time::{Duration, Instant};
 pub enum Fault {
     /// SIGKILL of one VM's QEMU, then the VM booted again under its name.
     KillVm,
+    /// SIGSTOP of one VM's QEMU for a few seconds (under the daemon's DAX
+    /// reply timeout), then SIGCONT: a front-end that answers nothing,
+    /// SETUPMAPPING's map requests included, while its guest is frozen.
+    StallVm,
     /// SIGSTOP of the daemon for a few seconds, then SIGCONT.
     StopDaemon,
     /// The share's file system filled up on the host, then freed.
@@ -31,11 +35,12 @@ pub enum Fault {
 
 impl Fault {
     /// Every fault, in the order a schedule takes them.
-    pub const ALL: [Fault; 6] = [
+    pub const ALL: [Fault; 7] = [
         Fault::ControlStorm,
         Fault::TruncateMapped,
         Fault::KillVm,
         Fault::Enospc,
+        Fault::StallVm,
         Fault::DeleteMapped,
         Fault::StopDaemon,
     ];
@@ -44,6 +49,7 @@ impl Fault {
     pub fn name(self) -> &'static str {
         match self {
             Fault::KillVm => "SIGKILL a VM + restart",
+            Fault::StallVm => "front-end silent (SIGSTOP)",
             Fault::StopDaemon => "SIGSTOP/SIGCONT daemon",
             Fault::Enospc => "ENOSPC on the share",
             Fault::TruncateMapped => "truncate a mapped file",
@@ -226,9 +232,9 @@ mod tests {
             Duration::from_secs(30),
             2,
         );
-        assert_eq!(s.len(), 12);
+        assert_eq!(s.len(), 14);
         assert_eq!(s[0], (Duration::from_secs(30), Fault::ControlStorm));
-        assert_eq!(s[6].1, Fault::ControlStorm);
+        assert_eq!(s[7].1, Fault::ControlStorm);
         assert!(s.iter().all(|(at, _)| *at < Duration::from_secs(270)));
         assert!(s.windows(2).all(|w| w[0].0 < w[1].0));
         for f in Fault::ALL {

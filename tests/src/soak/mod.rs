@@ -36,6 +36,9 @@ pub struct SoakConfig {
     pub vms: usize,
     /// Passes over every fault.
     pub rounds: u32,
+    /// A device whose pool is smaller than the guests' files
+    /// (`SOAK_SMALL_POOL=1`): the pool runs short all along.
+    pub small_pool: bool,
     /// What fails it.
     pub bounds: Bounds,
 }
@@ -55,6 +58,7 @@ impl SoakConfig {
             length: Duration::from_secs_f64(minutes.max(1.0) * 60.0),
             vms: env_knob("SOAK_VMS", 4usize).max(1),
             rounds: ((minutes / 15.0).floor() as u32).max(1),
+            small_pool: env_knob("SOAK_SMALL_POOL", 0u8) != 0,
             bounds: Bounds {
                 rss_growth_pct: long.then_some(2.0),
                 rss_cap_mib: 256,
@@ -65,6 +69,27 @@ impl SoakConfig {
             },
         }
     }
+}
+
+/// Pool bytes left for files on the soak's device.
+pub const POOL_FOR_FILES: u64 = 100 << 20;
+
+/// A small device (2 channels x 2 LUNs x 1 plane, blocks of 1 MiB, 7 %
+/// over-provisioned) with just enough blocks for the VMs' 64 MiB memory
+/// regions and [`POOL_FOR_FILES`] (50 extents of 2 MiB), less than the
+/// guests' files take (each file takes an extent): the pool keeps running
+/// short, so idle files are reclaimed and extents aliased all along. Off by
+/// default: the daemon still fails a DAX mapping with ENOMEM when every
+/// extent belongs to a file some guest holds (tests/README.md, "The soak").
+fn small_device(vms: usize) -> Vec<String> {
+    let mib = (vms as u64 * 64) + (POOL_FOR_FILES >> 20) + 2;
+    let blocks = (mib as f64 / (4.0 * 0.93)).ceil() as u64;
+    vec![
+        "nand.channels=2".into(),
+        "nand.luns_per_channel=2".into(),
+        "nand.planes_per_lun=1".into(),
+        format!("nand.blocks_per_plane={blocks}"),
+    ]
 }
 
 /// The share's own tmpfs, unmounted on drop (after the daemon is gone).
@@ -97,6 +122,11 @@ pub fn run_soak(cfg: &SoakConfig) -> Report {
     let shared = seeded_bytes(SHARED_BYTES as u64, 11);
     let victim = seeded_bytes(1 << 20, 12);
     let mut args: Vec<String> = vec!["--set".into(), "cache.size_bytes=8MiB".into()];
+    if cfg.small_pool {
+        for set in small_device(cfg.vms) {
+            args.extend(["--set".into(), set]);
+        }
+    }
     for n in &names {
         args.extend(["--cxl-memory".into(), format!("{n}=64MiB")]);
     }
@@ -135,12 +165,15 @@ pub fn run_soak(cfg: &SoakConfig) -> Report {
         Duration::from_secs(30).min(cfg.length / 10),
         cfg.rounds,
     );
-    let mut kills = 0usize;
+    let mut turns: BTreeMap<Fault, usize> = BTreeMap::new();
     for (at, fault) in plan {
         soak.idle_until(at);
-        let vm = (fault == Fault::KillVm).then(|| {
-            kills += 1;
-            names[(kills - 1) % names.len()].clone()
+        let vm = matches!(fault, Fault::KillVm | Fault::StallVm).then(|| {
+            let turn = turns.entry(fault).or_default();
+            *turn += 1;
+            // Stalls start one VM further on than kills.
+            let offset = usize::from(fault == Fault::StallVm);
+            names[(*turn - 1 + offset) % names.len()].clone()
         });
         soak.inject(fault, vm, cfg);
     }
@@ -208,6 +241,7 @@ impl Soak {
         let hold = Duration::from_secs(5);
         let outcome = match fault {
             Fault::KillVm => self.kill_and_restart(vm.as_deref().unwrap_or("vm0"), cfg),
+            Fault::StallVm => self.stall_vm(vm.as_deref().unwrap_or("vm0"), Duration::from_secs(6)),
             Fault::StopDaemon => self.stop_daemon(hold),
             Fault::Enospc => fill_share(&share, Duration::from_secs(10)),
             Fault::TruncateMapped => truncate_mapped(&share.join(VICTIM_FILE), &self.victim, hold),
@@ -232,6 +266,14 @@ impl Soak {
             end,
             outcome,
         });
+    }
+
+    fn stall_vm(&mut self, vm: &str, hold: Duration) -> Result<String, String> {
+        let qemu = qemu_pid(self.daemon.work_dir(), vm).ok_or("no QEMU process for the VM")?;
+        signal(qemu, libc::SIGSTOP);
+        std::thread::sleep(hold);
+        signal(qemu, libc::SIGCONT);
+        Ok(format!("QEMU {qemu} stopped {hold:?}"))
     }
 
     fn stop_daemon(&mut self, hold: Duration) -> Result<String, String> {
@@ -331,6 +373,7 @@ impl Soak {
         }
         let (files_checked, file_mismatches) = check_files(&share.join(SOAK_DIR), &self.names);
         let kernel_problems = kernel_problems(&self.serial_logs);
+        let pool_aliased_extents = self.daemon.snapshot().device.pool_aliased_extents;
         let st = self.daemon.stop();
         if !st.success() {
             unstopped.push(format!("cxlfsd exited {st}"));
@@ -344,6 +387,8 @@ impl Soak {
             kernel_problems,
             unstopped,
             length,
+            pool_aliased_extents,
+            small_pool: cfg.small_pool,
             bounds: cfg.bounds,
         }
     }
