@@ -140,10 +140,9 @@ fn demo_sweep_through_slurm_matches_the_local_run() {
     assert_eq!(plots, pngs(&local));
 
     // One array task per run, each on this node, each with its provenance.
-    let sweep: Value = serde_json::from_str(
-        &std::fs::read_to_string(slurm.join("slurm/sweep.json")).unwrap(),
-    )
-    .unwrap();
+    let sweep: Value =
+        serde_json::from_str(&std::fs::read_to_string(slurm.join("slurm/sweep.json")).unwrap())
+            .unwrap();
     let jobs = sweep["jobs"].as_array().unwrap();
     assert_eq!(jobs.len(), 1, "{sweep:#}");
     assert_eq!(jobs[0]["runs"], serde_json::json!([1, 2, 3]));
@@ -163,21 +162,26 @@ fn demo_sweep_through_slurm_matches_the_local_run() {
         assert_eq!(p["slurm"]["slurm_array_task_id"], n.to_string(), "{p:#}");
         assert_eq!(p["slurm"]["slurm_array_job_id"], id, "{p:#}");
         assert!(
-            p["accel"].as_str().is_some_and(|a| a.starts_with("tcg") || a.starts_with("kvm")),
+            p["accel"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("tcg") || a.starts_with("kvm")),
             "{p:#}"
         );
-        assert!(p["host"]["cpu_model"].is_string() && p["kernel"].is_string(), "{p:#}");
+        assert!(
+            p["host"]["cpu_model"].is_string() && p["kernel"].is_string(),
+            "{p:#}"
+        );
     }
     let prov: Value =
         serde_json::from_str(&std::fs::read_to_string(slurm.join("provenance.json")).unwrap())
             .unwrap();
     assert_eq!(prov["runs_done"], 3, "{prov:#}");
-    assert!(prov["guest"]["fio"].as_str().is_some_and(|v| v.starts_with("fio-")));
+    assert!(prov["guest"]["fio"]
+        .as_str()
+        .is_some_and(|v| v.starts_with("fio-")));
 
     let per_run = (slurm_s - local_s) / runs as f64;
-    eprintln!(
-        "side by side: local {local_s:.1} s, Slurm {slurm_s:.1} s: {per_run:+.1} s per run"
-    );
+    eprintln!("side by side: local {local_s:.1} s, Slurm {slurm_s:.1} s: {per_run:+.1} s per run");
     assert!(
         per_run <= 10.0,
         "Slurm's overhead {per_run:.1} s per run (local {local_s:.1} s, Slurm {slurm_s:.1} s)"
@@ -247,7 +251,10 @@ fn a_cancelled_task_is_a_failed_row_and_resume_reruns_only_it() {
         queued(&id).contains(&task1)
     });
     std::thread::sleep(Duration::from_secs(3));
-    let st = Command::new("scancel").arg(format!("{id}_1")).status().unwrap();
+    let st = Command::new("scancel")
+        .arg(format!("{id}_1"))
+        .status()
+        .unwrap();
     assert!(st.success());
     wait_until("the job done", Duration::from_secs(600), || {
         queued(&id).is_empty()
@@ -276,7 +283,11 @@ fn a_cancelled_task_is_a_failed_row_and_resume_reruns_only_it() {
     let sweep: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("slurm/sweep.json")).unwrap())
             .unwrap();
-    assert_eq!(sweep["jobs"][1]["runs"], serde_json::json!([1]), "{sweep:#}");
+    assert_eq!(
+        sweep["jobs"][1]["runs"],
+        serde_json::json!([1]),
+        "{sweep:#}"
+    );
     assert_eq!(
         std::fs::metadata(&run2).unwrap().modified().unwrap(),
         before,

@@ -192,3 +192,84 @@ fn node_provenance(dir: &Path) -> Option<Value> {
     let text = fs::read_to_string(dir.join(node::FILE)).ok()?;
     serde_json::from_str(&text).ok()
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::run_cmd::record::ROWS_FILE;
+    use crate::run_cmd::test_spec::SPEC;
+    use crate::spec::load_str;
+
+    fn task(state: &str, node: &str) -> TaskState {
+        TaskState {
+            run: 1,
+            job: "7_1".into(),
+            state: state.into(),
+            exit_code: "0:15".into(),
+            node: node.into(),
+        }
+    }
+
+    fn statuses(rows: &[Row]) -> Vec<&str> {
+        rows.iter().map(|r| r["status"].as_str().unwrap()).collect()
+    }
+
+    #[test]
+    fn runs_without_rows_fail_or_are_missing_with_slurms_state() {
+        let plans = load_str("t.toml", SPEC, &[])
+            .unwrap()
+            .expand(false)
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        // Killed before it wrote rows: failed, one row per phase and VM + all.
+        let rows = rows_of_run(&plans[0], dir.path(), Some(&task("CANCELLED", "n1"))).unwrap();
+        assert_eq!(rows.len(), 2 * 3);
+        assert_eq!(statuses(&rows), ["failed"; 6]);
+        assert_eq!(rows[0]["slurm_state"], "CANCELLED");
+        assert_eq!(rows[0]["slurm_job"], "7_1");
+        assert_eq!(rows[0]["daemon.cxl_ratio"], 0);
+        let e = rows[2]["error"].as_str().unwrap();
+        assert!(e.contains("7_1 CANCELLED (exit 0:15) on n1"), "{e}");
+        // Still pending, cancelled before it ran, or unknown to Slurm: missing.
+        for st in [Some(task("PENDING", "")), Some(task("CANCELLED", "")), None] {
+            let rows = rows_of_run(&plans[0], dir.path(), st.as_ref()).unwrap();
+            assert_eq!(statuses(&rows), ["missing"; 6], "{st:?}");
+        }
+        let rows = rows_of_run(&plans[0], dir.path(), None).unwrap();
+        assert_eq!(rows[0]["slurm_state"], "unknown");
+    }
+
+    #[test]
+    fn a_runs_own_rows_are_kept_and_marked_when_slurm_ended_it() {
+        let plans = load_str("t.toml", SPEC, &[])
+            .unwrap()
+            .expand(false)
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let write = |status: &str| {
+            let rows: Vec<Value> = (0..6)
+                .map(|i| json!({"run": 1, "vm": i.to_string(), "status": status, "error": null}))
+                .collect();
+            fs::write(dir.path().join(ROWS_FILE), Value::from(rows).to_string()).unwrap();
+        };
+        write("ok");
+        let rows = rows_of_run(&plans[0], dir.path(), Some(&task("COMPLETED", "n1"))).unwrap();
+        assert_eq!(statuses(&rows), ["ok"; 6]);
+        assert!(
+            rows[0].get("slurm_state").is_none(),
+            "ok rows stay as a local run wrote them"
+        );
+        // scancel while it ran: the task wrote `interrupted` rows.
+        write("interrupted");
+        let rows = rows_of_run(&plans[0], dir.path(), Some(&task("CANCELLED", "n1"))).unwrap();
+        assert_eq!(statuses(&rows), ["failed"; 6]);
+        assert_eq!(rows[0]["error"], "slurm: CANCELLED; ");
+        // The run itself failed (the task exited 1): its own error stays.
+        write("failed");
+        let rows = rows_of_run(&plans[0], dir.path(), Some(&task("FAILED", "n1"))).unwrap();
+        assert_eq!(statuses(&rows), ["failed"; 6]);
+        assert_eq!(rows[0]["slurm_state"], "FAILED");
+        assert!(rows[0]["error"].is_null());
+    }
+}
