@@ -113,6 +113,7 @@ fn demo_sweep_through_slurm_matches_the_local_run() {
     let run = run_experiment(&spec, &local, &img);
     let local_s = t.elapsed().as_secs_f64();
     check_ran("local cxlfs run", &run, &dir);
+    let local_err = run.stderr;
     let t = Instant::now();
     let on_slurm: Vec<&OsStr> = img
         .iter()
@@ -130,10 +131,19 @@ fn demo_sweep_through_slurm_matches_the_local_run() {
         assert_eq!(r["status"], "ok", "{r:#}");
     }
     assert_eq!(keys(&lr), keys(&sr), "the same (run, phase, vm) rows");
+    let columns = |d: &Path| -> Vec<String> {
+        serde_json::from_value(results(d)["columns"].clone()).unwrap()
+    };
+    let (lc, sc) = (columns(&local), columns(&slurm));
+    let only = |a: &[String], b: &[String]| -> Vec<String> {
+        a.iter().filter(|c| !b.contains(c)).cloned().collect()
+    };
     assert_eq!(
-        results(&local)["columns"],
-        results(&slurm)["columns"],
-        "the same columns"
+        lc,
+        sc,
+        "not the same columns: only local {:?}, only Slurm {:?}",
+        only(&lc, &sc),
+        only(&sc, &lc)
     );
     let plots = pngs(&slurm);
     assert!(!plots.is_empty(), "no plots drawn from the Slurm sweep");
@@ -180,12 +190,37 @@ fn demo_sweep_through_slurm_matches_the_local_run() {
         .as_str()
         .is_some_and(|v| v.starts_with("fio-")));
 
-    let per_run = (slurm_s - local_s) / runs as f64;
-    eprintln!("side by side: local {local_s:.1} s, Slurm {slurm_s:.1} s: {per_run:+.1} s per run");
+    // Slurm's own cost: wall time outside the runs themselves (submission,
+    // scheduling, task start, polling, collect), over the local sweep's; the
+    // runs' own times swing with the load on this shared machine.
+    let local_runs: f64 = run_times(&String::from_utf8_lossy(&local_err));
+    let slurm_runs: f64 = (1..=3)
+        .map(|n| {
+            run_times(&std::fs::read_to_string(slurm.join(format!("slurm/{id}_{n}.out"))).unwrap())
+        })
+        .sum();
+    let per_run = ((slurm_s - slurm_runs) - (local_s - local_runs)) / runs as f64;
+    eprintln!(
+        "side by side: local {local_s:.1} s (runs {local_runs:.1} s), Slurm {slurm_s:.1} s \
+         (runs {slurm_runs:.1} s): Slurm adds {per_run:.2} s per run outside the runs, \
+         {:+.1} s per run wall-clock",
+        (slurm_s - local_s) / runs as f64
+    );
     assert!(
         per_run <= 10.0,
         "Slurm's overhead {per_run:.1} s per run (local {local_s:.1} s, Slurm {slurm_s:.1} s)"
     );
+}
+
+/// The sum of `run N/M [...] STATUS in X.Ys` times in a `cxlfs run` log.
+fn run_times(log: &str) -> f64 {
+    log.lines()
+        .filter_map(|l| {
+            let after_label = l.split_once("] ")?.1;
+            let took = after_label.split_once(" in ")?.1;
+            took.split('s').next()?.parse::<f64>().ok()
+        })
+        .sum()
 }
 
 /// The tasks of job `id` still queued (`squeue` lines `TASK STATE`).
