@@ -5,7 +5,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 CXLFS := $(TARGET_DIR)/release/cxlfs
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test bench fuzz lint unit e2e image qemu slurm toolchain fonts build clean fuse-uring
+.PHONY: demo test bench fuzz lint unit e2e soak image qemu slurm toolchain fonts build clean fuse-uring
 
 ## The main job: the virtiofs-on-CXL ratio sweep, small (experiments/demo.toml):
 ## cxlfsd with a DAX window, two guests sharing four files, fio zipf random reads,
@@ -38,6 +38,19 @@ unit: fonts
 e2e: toolchain image qemu fonts slurm
 	$(CARGO) build --release --locked -p cxlfsd
 	$(CARGO) test --locked -p cxlfs-e2e -- --test-threads=1
+
+## The soak (tests/tests/soak.rs, tests/README.md): SOAK_VMS guests (default 4) on
+## one cxlfsd for SOAK_MINUTES (default 60 here; `make test` runs the 5-minute form),
+## every fault on a schedule; prints its table (also into SOAK_REPORT) and fails on
+## any loss, leak, stuck guest or guest kernel problem.
+SOAK_MINUTES ?= 60
+SOAK_VMS ?= 4
+SOAK_REPORT ?= results/soak.txt
+soak: toolchain image qemu fonts
+	$(CARGO) build --release --locked -p cxlfsd
+	mkdir -p $(dir $(SOAK_REPORT))
+	SOAK_MINUTES=$(SOAK_MINUTES) SOAK_VMS=$(SOAK_VMS) SOAK_REPORT=$(abspath $(SOAK_REPORT)) \
+		$(CARGO) test --locked -p cxlfs-e2e --test soak -- --nocapture
 
 ## FUSE over io_uring for the residency plane (Linux >= 6.14, kvm-ept/README.md):
 ## turns on the fuse module's switch where it exists and we may (root). It only

@@ -12,8 +12,8 @@
 
 use crate::distributions::{self, Distribution};
 use crate::plot_data::{
-    distribution_figure, distribution_name, line_figure, read_series, short_name,
-    timeseries_fields, timeseries_figure, timeseries_run, value_text, Figure,
+    distribution_figure, distribution_name, line_figure, read_phase_series, read_series,
+    short_name, timeseries_fields, timeseries_figure, timeseries_run, value_text, Figure,
 };
 use crate::plot_draw::draw;
 use crate::plot_spec::{PlotKind, PlotSpec};
@@ -222,7 +222,12 @@ pub fn figure(
         }
         PlotKind::Timeseries => {
             let run = timeseries_run(res, p)?;
-            let text = read_series(dir, run)?;
+            let text = match &p.source {
+                Some(file) => {
+                    read_phase_series(dir, run, p.vm.as_deref()?, p.phase.as_deref()?, file)?
+                }
+                None => read_series(dir, run)?,
+            };
             let title = p
                 .title
                 .clone()

@@ -123,6 +123,10 @@ fn exact(col: &str) -> Option<AxisInfo> {
         "share" => a("Share of loads", "%", 1.0),
         "cumulative_share" => a("Cumulative share of loads", "%", 1.0),
         "time_s" => a("Time since the first sample", "s", 1.0),
+        "pgpromote_success" => a("Pages promoted to DRAM", "", 1.0),
+        "pgdemote_kswapd" => a("Pages demoted by kswapd", "", 1.0),
+        "pgdemote_direct" => a("Pages demoted in direct reclaim", "", 1.0),
+        "numa_hint_faults" => a("NUMA hinting faults", "", 1.0),
         _ => return None,
     })
 }

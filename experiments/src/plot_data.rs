@@ -752,6 +752,45 @@ pub fn read_series(dir: &Path, run: u32) -> Option<String> {
     .ok()
 }
 
+/// Reads a guest phase's series `DIR/runs/NNN/out/VM/PHASE/FILE` (lines
+/// with the guest's uptime `t_s`) as a `metrics.jsonl` text of that VM
+/// (`ts_unix_ms` from `t_s`); None: no such file, or a name that is not a
+/// plain file name.
+pub fn read_phase_series(
+    dir: &Path,
+    run: u32,
+    vm: &str,
+    phase: &str,
+    file: &str,
+) -> Option<String> {
+    let plain = |s: &str| !s.is_empty() && !s.contains('/') && s != "." && s != "..";
+    if !(plain(vm) && plain(phase) && plain(file)) {
+        return None;
+    }
+    let path = dir
+        .join("runs")
+        .join(format!("{run:03}"))
+        .join("out")
+        .join(vm)
+        .join(phase)
+        .join(file);
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut out = String::new();
+    for line in text.lines() {
+        let Ok(Value::Object(mut o)) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let Some(t) = o.remove("t_s").and_then(|t| t.as_f64()) else {
+            continue;
+        };
+        o.insert("ts_unix_ms".into(), Value::from((t * 1e3).round() as u64));
+        o.insert("vm".into(), Value::from(vm));
+        out.push_str(&Value::Object(o).to_string());
+        out.push('\n');
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -924,5 +963,30 @@ mod tests {
         assert_eq!(f.curves[0].points[1], Pt::at(1.0, 100.0));
         assert_eq!(f.y.label, "Pages");
         assert!(timeseries_figure("", &p, "t").is_none());
+    }
+
+    #[test]
+    fn a_guest_phase_series_reads_as_its_vm_s_samples() {
+        let dir = std::env::temp_dir().join(format!("cxlfs-phase-series-{}", std::process::id()));
+        let at = dir.join("runs/002/out/vm0/chase");
+        std::fs::create_dir_all(&at).unwrap();
+        std::fs::write(
+            at.join("vmstat.jsonl"),
+            "{\"t_s\":4.5,\"pgpromote_success\":0}\nnot json\n{\"t_s\":6.0,\"pgpromote_success\":48}\n",
+        )
+        .unwrap();
+        let text = read_phase_series(&dir, 2, "vm0", "chase", "vmstat.jsonl").unwrap();
+        let p = PlotSpec {
+            kind: PlotKind::Timeseries,
+            fields: Some(vec!["pgpromote_success".into()]),
+            vm: Some("vm0".into()),
+            ..PlotSpec::default()
+        };
+        let f = timeseries_figure(&text, &p, "t").unwrap();
+        assert_eq!(f.curves.len(), 1);
+        assert_eq!(f.curves[0].points, [Pt::at(0.0, 0.0), Pt::at(1.5, 48.0)]);
+        assert!(read_phase_series(&dir, 2, "vm0", "chase", "../x").is_none());
+        assert!(read_phase_series(&dir, 3, "vm0", "chase", "vmstat.jsonl").is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -83,6 +83,12 @@ pub struct PlotSpec {
     /// `trap_latency_ns.p99`); default: `["traps"]`.
     #[serde(default)]
     pub fields: Option<Vec<String>>,
+    /// `timeseries`: a file each guest command phase wrote, one JSON object
+    /// per line with the guest's uptime `t_s` (`vmstat.jsonl`), read from
+    /// `runs/NNN/out/VM/PHASE/` (`vm` and `phase` say which); default: the
+    /// daemon's `runs/NNN/metrics.jsonl`.
+    #[serde(default)]
+    pub source: Option<String>,
     /// `timeseries`: the run to draw (default: the first `ok` run that
     /// matches `filter`).
     #[serde(default)]

@@ -634,7 +634,7 @@ fn shipped_experiment_specs_expand() {
         ("policy-hit-rate.toml", 7, 7),
         ("prefetch-degree.toml", 5, 5),
         ("redis.toml", 3, 3),
-        ("tiering.toml", 3, 1),
+        ("tiering.toml", 12, 4),
         ("virtiofs-cxl-ratio.toml", 8 * 2, 8 * 2),
     ];
     let mut shipped: Vec<String> = std::fs::read_dir(dir)

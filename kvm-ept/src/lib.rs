@@ -154,6 +154,22 @@ pub enum WritebackError {
     Device(String),
 }
 
+impl WritebackError {
+    /// The errno the kernel keeps for the page's `fsync` / `msync`
+    /// callers: a full or over-quota file system stays itself (ENOSPC,
+    /// EDQUOT, EFBIG: the writer can do something about it), every other
+    /// failure is EIO.
+    pub fn errno(&self) -> i32 {
+        match self {
+            WritebackError::Io(e) => e
+                .raw_os_error()
+                .filter(|c| [libc::ENOSPC, libc::EDQUOT, libc::EFBIG].contains(c))
+                .unwrap_or(libc::EIO),
+            WritebackError::Device(_) => libc::EIO,
+        }
+    }
+}
+
 /// What the daemon implements: it charges the device model and moves data.
 ///
 /// Called on the plane's request threads. Implementations must not block

@@ -33,6 +33,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+pub mod soak;
+
 pub use cxlfs::procs::{http_get, tail};
 pub use cxlfs::prometheus::{Metrics, Sample};
 pub use cxlfs_api::metrics::MetricsSnapshot;
@@ -480,6 +482,11 @@ impl Daemon {
             started: Instant::now(),
             limit: opts.timeout + Duration::from_secs(30),
         }
+    }
+
+    /// The daemon's process id (`None` once stopped or killed).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// Reads `/metrics.json`: the daemon's snapshot, with its own types.

@@ -45,6 +45,19 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+/// The errno a guest gets when its file's pool pages could not be written
+/// back: the kernel's own for a full or over-quota share (ENOSPC, EDQUOT,
+/// EFBIG), which the guest's writer can act on; EIO for anything else.
+fn sync_errno(e: &SyncPoolError) -> Errno {
+    match &e.source {
+        residency::SendNotifyError::Kernel(io) => io
+            .raw_os_error()
+            .filter(|c| [libc::ENOSPC, libc::EDQUOT, libc::EFBIG].contains(c))
+            .map_or(Errno::IO, Errno::from_raw_os_error),
+        _ => Errno::IO,
+    }
+}
+
 /// A file's dirty pool pages could not be written back.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot write back pool pages {offset:#x}+{len:#x}")]
@@ -649,7 +662,7 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
             let key = self.inner.file_key(nodeid, Some(fh))?;
             if let Err(e) = c.sync_file_range(key, 0, u64::MAX) {
                 tracing::warn!(error = %e, "lseek: cannot write back the file's pool pages");
-                return Err(Errno::IO);
+                return Err(sync_errno(&e));
             }
         }
         self.inner.lseek(ctx, nodeid, fh, offset, whence)
@@ -676,7 +689,7 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
                 let g = c.change_guard(key_out);
                 if let Err(e) = c.sync_file_range(key_in, copy.off_in, copy.len) {
                     tracing::warn!(error = %e, "copy_file_range: cannot write back the source's pool pages");
-                    return Err(Errno::IO);
+                    return Err(sync_errno(&e));
                 }
                 c.evict_file_range(key_out, copy.off_out, copy.len);
                 Some(g)
@@ -712,7 +725,7 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
             let key = self.inner.file_key(nodeid, Some(fh))?;
             if let Err(e) = c.sync_file_range(key, 0, u64::MAX) {
                 tracing::warn!(error = %e, "fsync: cannot write back the file's pool pages");
-                return Err(Errno::IO);
+                return Err(sync_errno(&e));
             }
         }
         self.inner.fsync(ctx, nodeid, fh, datasync)

@@ -152,7 +152,9 @@ fn check_files(spec: &Spec) -> Result<(), KeyError> {
     Ok(())
 }
 
-/// Each swept key has values and is not under `sweep` itself.
+/// Each swept key has values and is not under `sweep` itself; a list of
+/// cases (tables) has only cases, each with its own `name` and keys that
+/// could be swept themselves.
 fn check_sweep_keys(spec: &Spec) -> Result<(), KeyError> {
     for (k, values) in &spec.sweep {
         if values.is_empty() {
@@ -160,6 +162,37 @@ fn check_sweep_keys(spec: &Spec) -> Result<(), KeyError> {
         }
         if k.starts_with("sweep") || k.is_empty() {
             return Err((format!("sweep.{k}"), "cannot sweep this key".into()));
+        }
+        if values.iter().any(toml::Value::is_table) {
+            check_cases(k, values)?;
+        }
+    }
+    Ok(())
+}
+
+/// A swept key's cases: all tables, each named once, each setting keys.
+fn check_cases(k: &str, cases: &[toml::Value]) -> Result<(), KeyError> {
+    let mut names = Vec::new();
+    for (i, case) in cases.iter().enumerate() {
+        let at = format!("sweep.{k}.{i}");
+        let Some(t) = case.as_table() else {
+            return Err((at, "all values are cases (tables) or none is".into()));
+        };
+        let Some(name) = t.get("name").and_then(toml::Value::as_str) else {
+            return Err((at, "a case needs a `name` (its value in results)".into()));
+        };
+        if names.contains(&name) {
+            return Err((at, format!("case `{name}` is named twice")));
+        }
+        names.push(name);
+        let keys: Vec<&String> = t.keys().filter(|key| key.as_str() != "name").collect();
+        if keys.is_empty() {
+            return Err((at, format!("case `{name}` sets no key")));
+        }
+        for key in keys {
+            if key.starts_with("sweep") || key.starts_with("image") || key.is_empty() {
+                return Err((format!("{at}.{key}"), "cannot sweep this key".into()));
+            }
         }
     }
     Ok(())

@@ -2,6 +2,10 @@
 //! [`RunPlan`] per sweep point and repeat (the cartesian product of the
 //! swept values set into the tree), with `--quick` applied — its `[quick]
 //! set` keys before the sweep, its shrinking to each point's spec.
+//!
+//! A swept key whose values are tables is a list of *cases*: each case has
+//! a `name` (the key's value in results) and sets its other keys, dotted
+//! paths, together — several settings that only make sense as a set.
 
 use super::check::{device_config, parse_tree};
 use super::quick::apply_quick;
@@ -88,8 +92,12 @@ impl LoadedSpec {
         let mut plans = Vec::new();
         let mut run = 0;
         for point in 0..points {
-            let params = point_params(&dims, point);
-            let (spec, context) = self.point_spec(&params, quick)?;
+            let chosen = point_params(&dims, point);
+            let (spec, context) = self.point_spec(&chosen, quick)?;
+            let params: Vec<(String, toml::Value)> = chosen
+                .iter()
+                .map(|(k, v)| (k.clone(), case_name(v).unwrap_or_else(|| v.clone())))
+                .collect();
             let device =
                 device_config(&spec.daemon).map_err(|(key, message)| LoadSpecError::Key {
                     path: self.path.clone(),
@@ -126,19 +134,24 @@ impl LoadedSpec {
             t.remove("sweep");
         }
         for (k, v) in params {
-            set_path(&mut tree, &split_path(k), v.clone()).map_err(|message| {
-                LoadSpecError::Key {
-                    path: self.path.clone(),
-                    key: format!("sweep.{k}"),
-                    message,
-                }
-            })?;
+            for (key, value) in point_sets(k, v) {
+                set_path(&mut tree, &split_path(&key), value.clone()).map_err(|message| {
+                    LoadSpecError::Key {
+                        path: self.path.clone(),
+                        key: format!("sweep.{key}"),
+                        message,
+                    }
+                })?;
+            }
         }
         let context = format!(
             " (sweep point {})",
             params
                 .iter()
-                .map(|(k, v)| format!("{k}={}", value_text(v)))
+                .map(|(k, v)| {
+                    let v = case_name(v).unwrap_or_else(|| v.clone());
+                    format!("{k}={}", value_text(&v))
+                })
                 .collect::<Vec<_>>()
                 .join(" ")
         );
@@ -152,6 +165,24 @@ impl LoadedSpec {
             })?;
         }
         Ok((spec, context))
+    }
+}
+
+/// A case's name (`None` for a plain value).
+fn case_name(v: &toml::Value) -> Option<toml::Value> {
+    v.as_table().and_then(|t| t.get("name")).cloned()
+}
+
+/// What one swept value sets: `key = value`, or each of a case's keys
+/// (all but `name`).
+fn point_sets<'a>(key: &'a str, v: &'a toml::Value) -> Vec<(String, &'a toml::Value)> {
+    match v.as_table() {
+        Some(case) => case
+            .iter()
+            .filter(|(k, _)| k.as_str() != "name")
+            .map(|(k, v)| (k.clone(), v))
+            .collect(),
+        None => vec![(key.to_string(), v)],
     }
 }
 
@@ -172,6 +203,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use crate::spec::load_str;
     use crate::spec::test_specs::{MEMORY, SPEC};
+    use crate::spec::NumaSpec;
 
     #[test]
     fn sweep_expands_to_the_cartesian_product_with_repeats() {
@@ -226,6 +258,65 @@ mod tests {
         let plans = l2.expand(false).unwrap();
         assert_eq!(plans.len(), 1);
         assert_eq!(plans[0].label(), "default");
+    }
+
+    #[test]
+    fn a_list_of_cases_sets_each_case_s_keys_together() {
+        let cases = r#"
+[sweep]
+config = [
+  { name = "cxl", "phases.0.numa" = { membind = "cxl" }, "vars.x" = 0.5 },
+  { name = "split", "phases.0.numa" = { ratio = "1:1" }, "vars.x" = 2.0 },
+]
+"#;
+        let spec = MEMORY.replace("[sweep]\n\"vars.x\" = [0.5, 2.0]\n", "") + cases;
+        let plans = load_str("m.toml", &spec, &[])
+            .unwrap()
+            .expand(false)
+            .unwrap();
+        assert_eq!(plans.len(), 2);
+        assert_eq!(plans[0].label(), "config=cxl");
+        assert_eq!(plans[1].params[0].1.as_str(), Some("split"));
+        assert_eq!(plans[0].spec.vars["x"].as_float(), Some(0.5));
+        assert_eq!(plans[1].spec.vars["x"].as_float(), Some(2.0));
+        assert!(matches!(
+            plans[0].spec.phases[0].numa,
+            Some(NumaSpec::Membind(_))
+        ));
+        assert_eq!(
+            plans[1].spec.phases[0].numa,
+            Some(NumaSpec::Ratio("1:1".into()))
+        );
+        // Cases are all tables, named once, each setting a real key.
+        for (bad, says) in [
+            (
+                "config = [{ name = \"a\", \"vars.x\" = 1.0 }, 3]",
+                "cases (tables) or none",
+            ),
+            ("config = [{ \"vars.x\" = 1.0 }]", "needs a `name`"),
+            (
+                "config = [{ name = \"a\", \"vars.x\" = 1.0 }, { name = \"a\", \"vars.x\" = 2.0 }]",
+                "named twice",
+            ),
+            ("config = [{ name = \"a\" }]", "sets no key"),
+            (
+                "config = [{ name = \"a\", \"image.kernel\" = \"x\" }]",
+                "cannot sweep",
+            ),
+            (
+                "config = [{ name = \"a\", \"daemon.cxl_rattio\" = 1 }]",
+                "cxl_rattio",
+            ),
+        ] {
+            let spec =
+                MEMORY.replace("[sweep]\n\"vars.x\" = [0.5, 2.0]\n", "") + "[sweep]\n" + bad + "\n";
+            let e = load_str("m.toml", &spec, &[])
+                .and_then(|l| l.expand(false))
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

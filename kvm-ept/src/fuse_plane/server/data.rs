@@ -154,7 +154,7 @@ impl Server {
             Ok(t) => t,
             Err(e) => {
                 tracing::warn!(offset = w.offset, len = data.len(), error = %e, "pool write-back failed");
-                return Err(libc::EIO);
+                return Err(e.errno());
             }
         };
         self.metrics.writeback(data.len() as u64);

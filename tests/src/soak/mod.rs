@@ -1,0 +1,417 @@
+//! A soak: N TCG guests on one `cxlfsd` — DAX files and a CXL memory node
+//! each, a small device cache so evictions and write-backs never stop —
+//! running [`guest_job`] for the whole time while the host injects faults
+//! on a schedule ([`faults`]), samples the daemon ([`samples`]) and at the
+//! end checks every file and log into a [`Report`].
+//!
+//! The share is a tmpfs of its own (so the host can fill it: ENOSPC), the
+//! shared file is read by every guest, and the mapped "victim" file is
+//! truncated and deleted under them. A killed VM boots again under its
+//! name once its region has been released; its serial logs are kept per
+//! boot for the kernel checks.
+
+pub mod faults;
+pub mod guest_job;
+pub mod report;
+pub mod samples;
+
+use crate::{env_knob, seeded_bytes, sha256_hex, Daemon, Vm, VmOptions};
+use cxlfs::procs::signal;
+use faults::{control_storm, delete_mapped, fill_share, schedule, truncate_mapped, Fault};
+use guest_job::{guest_job, SHARED_BYTES, SHARED_FILE, SOAK_DIR, STOP_FILE, VICTIM_FILE};
+use report::{read_guest_log, Bounds, FaultRecord, Report};
+use samples::{sample_process, DaemonSample};
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// How long and how wide a soak is (`SOAK_MINUTES`, `SOAK_VMS`).
+#[derive(Debug, Clone, Copy)]
+pub struct SoakConfig {
+    /// Length of the loaded part (faults included).
+    pub length: Duration,
+    /// Guests.
+    pub vms: usize,
+    /// Passes over every fault.
+    pub rounds: u32,
+    /// What fails it.
+    pub bounds: Bounds,
+}
+
+impl SoakConfig {
+    /// `SOAK_MINUTES` (default 5), `SOAK_VMS` (default 4); every fault
+    /// once per 15 minutes, at least once; latency windows of 5 minutes
+    /// (1 minute under 30 minutes). Leak bounds: 2 % growth over the second
+    /// half from 30 minutes on. A short soak's second half still holds the
+    /// daemon's warm-up (allocator arenas, tables filling with the guests'
+    /// files), so there its anonymous memory is only capped (256 MiB, as
+    /// always) and descriptors and threads get 10 %.
+    pub fn from_env() -> SoakConfig {
+        let minutes: f64 = env_knob("SOAK_MINUTES", 5.0);
+        let long = minutes >= 30.0;
+        SoakConfig {
+            length: Duration::from_secs_f64(minutes.max(1.0) * 60.0),
+            vms: env_knob("SOAK_VMS", 4usize).max(1),
+            rounds: ((minutes / 15.0).floor() as u32).max(1),
+            bounds: Bounds {
+                rss_growth_pct: long.then_some(2.0),
+                rss_cap_mib: 256,
+                fd_growth_pct: if long { 2.0 } else { 10.0 },
+                stuck_after: Duration::from_secs(180),
+                neighbour_p99_ratio: 1.5,
+                window: Duration::from_secs(if long { 300 } else { 60 }),
+            },
+        }
+    }
+}
+
+/// The share's own tmpfs, unmounted on drop (after the daemon is gone).
+struct ShareMount(PathBuf);
+
+impl Drop for ShareMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// The soak's processes and what it has seen so far.
+struct Soak {
+    daemon: Daemon,
+    vms: Vec<Option<Vm>>,
+    names: Vec<String>,
+    boots_at: BTreeMap<String, Vec<Duration>>,
+    serial_logs: Vec<PathBuf>,
+    samples: Vec<DaemonSample>,
+    faults: Vec<FaultRecord>,
+    started: Instant,
+    next_sample: Duration,
+    victim: Vec<u8>,
+}
+
+/// Runs a soak and returns what it found (the caller asserts on it, and
+/// holds [`crate::exclusive`]).
+pub fn run_soak(cfg: &SoakConfig) -> Report {
+    let names: Vec<String> = (0..cfg.vms).map(|i| format!("vm{i}")).collect();
+    let shared = seeded_bytes(SHARED_BYTES as u64, 11);
+    let victim = seeded_bytes(1 << 20, 12);
+    let mut args: Vec<String> = vec!["--set".into(), "cache.size_bytes=8MiB".into()];
+    for n in &names {
+        args.extend(["--cxl-memory".into(), format!("{n}=64MiB")]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut mount = None;
+    let daemon = Daemon::start(&name_refs, &args, |share| {
+        mount = Some(mount_share(share));
+        fs::create_dir_all(share.join(SOAK_DIR)).expect("create the soak dir");
+        fs::write(share.join(SHARED_FILE), &shared).expect("write the shared file");
+        fs::write(share.join(VICTIM_FILE), &victim).expect("write the mapped file");
+    });
+    let _mount = mount;
+    let sum = sha256_hex(&daemon.share().join(SHARED_FILE));
+    daemon.write_guest_script(&guest_job(&sum));
+    let mut soak = Soak {
+        daemon,
+        vms: Vec::new(),
+        names: names.clone(),
+        boots_at: BTreeMap::new(),
+        serial_logs: Vec::new(),
+        samples: Vec::new(),
+        faults: Vec::new(),
+        started: Instant::now(),
+        next_sample: Duration::ZERO,
+        victim,
+    };
+    for (i, n) in names.iter().enumerate() {
+        let vm = soak.boot(n, cfg);
+        soak.vms.push(Some(vm));
+        debug_assert_eq!(soak.vms.len(), i + 1);
+    }
+    let plan = schedule(
+        Duration::from_secs(45).min(cfg.length / 5),
+        cfg.length,
+        Duration::from_secs(30).min(cfg.length / 10),
+        cfg.rounds,
+    );
+    let mut kills = 0usize;
+    for (at, fault) in plan {
+        soak.idle_until(at);
+        let vm = (fault == Fault::KillVm).then(|| {
+            kills += 1;
+            names[(kills - 1) % names.len()].clone()
+        });
+        soak.inject(fault, vm, cfg);
+    }
+    soak.idle_until(cfg.length);
+    soak.finish(cfg)
+}
+
+/// Mounts a 512 MiB tmpfs over `share` (it becomes the share's own file
+/// system) and makes `.cxlfs` in it again.
+fn mount_share(share: &Path) -> ShareMount {
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=512m,mode=0755", "cxlfs-soak"])
+        .arg(share)
+        .status()
+        .expect("run mount");
+    assert!(st.success(), "mount a tmpfs on the share (root?): {st}");
+    fs::create_dir_all(share.join(".cxlfs")).expect("create .cxlfs");
+    ShareMount(share.to_path_buf())
+}
+
+impl Soak {
+    fn now(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Boots `vm` (DAX window and CXL node), recording when.
+    fn boot(&mut self, vm: &str, cfg: &SoakConfig) -> Vm {
+        let opts = VmOptions {
+            mem: "384M".into(),
+            cxl_memory: Some("64M".into()),
+            timeout: cfg.length + Duration::from_secs(900),
+            ..VmOptions::dax("32M")
+        };
+        let at = self.now();
+        self.boots_at.entry(vm.to_string()).or_default().push(at);
+        self.daemon.boot(vm, &opts)
+    }
+
+    /// Samples the daemon every 10 s until `until` (since the start).
+    fn idle_until(&mut self, until: Duration) {
+        while self.now() < until {
+            self.tick();
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// Takes a sample if one is due.
+    fn tick(&mut self) {
+        let now = self.now();
+        if now < self.next_sample {
+            return;
+        }
+        self.next_sample = now + Duration::from_secs(10);
+        let Some(pid) = self.daemon.pid() else { return };
+        let pool = self.daemon.snapshot().device.pool_allocated_bytes;
+        if let Some(s) = sample_process(pid, now, pool) {
+            self.samples.push(s);
+        }
+    }
+
+    /// Injects one fault and records it.
+    fn inject(&mut self, fault: Fault, vm: Option<String>, cfg: &SoakConfig) {
+        let start = self.now();
+        let share = self.daemon.share().to_path_buf();
+        let hold = Duration::from_secs(5);
+        let outcome = match fault {
+            Fault::KillVm => self.kill_and_restart(vm.as_deref().unwrap_or("vm0"), cfg),
+            Fault::StopDaemon => self.stop_daemon(hold),
+            Fault::Enospc => fill_share(&share, Duration::from_secs(10)),
+            Fault::TruncateMapped => truncate_mapped(&share.join(VICTIM_FILE), &self.victim, hold),
+            Fault::DeleteMapped => delete_mapped(&share.join(VICTIM_FILE), &self.victim, hold),
+            Fault::ControlStorm => {
+                let ratio = self.daemon.snapshot().device.cxl_ratio;
+                let sock = self.daemon.work_dir().join("control.sock");
+                control_storm(&sock, &self.names, SHARED_FILE, ratio)
+            }
+        };
+        let end = self.now();
+        eprintln!(
+            "soak {:>7.1}s {}{}: {outcome:?}",
+            start.as_secs_f64(),
+            fault.name(),
+            vm.as_deref().map(|v| format!(" ({v})")).unwrap_or_default()
+        );
+        self.faults.push(FaultRecord {
+            fault,
+            vm,
+            start,
+            end,
+            outcome,
+        });
+    }
+
+    fn stop_daemon(&mut self, hold: Duration) -> Result<String, String> {
+        let pid = self.daemon.pid().ok_or("the daemon is gone")?;
+        signal(pid, libc::SIGSTOP);
+        std::thread::sleep(hold);
+        signal(pid, libc::SIGCONT);
+        Ok(format!("stopped {hold:?}"))
+    }
+
+    /// SIGKILL of `vm`'s QEMU; once the VM is gone and its region released,
+    /// it boots again; done when the new boot has logged its start.
+    fn kill_and_restart(&mut self, vm: &str, cfg: &SoakConfig) -> Result<String, String> {
+        let i = self
+            .names
+            .iter()
+            .position(|n| n == vm)
+            .ok_or("no such VM")?;
+        let releases = |d: &Daemon| {
+            d.snapshot()
+                .memory_regions
+                .iter()
+                .find(|r| r.vm == vm)
+                .map_or(0, |r| r.releases)
+        };
+        let before = releases(&self.daemon);
+        let qemu = qemu_pid(self.daemon.work_dir(), vm).ok_or("no QEMU process for the VM")?;
+        signal(qemu, libc::SIGKILL);
+        let mut old = self.vms[i].take().ok_or("the VM was not running")?;
+        let released = self.wait_for(Duration::from_secs(60), |s| {
+            !old.running() && releases(&s.daemon) > before
+        });
+        drop(old);
+        let restarted = self.restart(i, vm, cfg);
+        released.map_err(|_| "the killed VM's region was not released within 60 s".to_string())?;
+        restarted?;
+        Ok(format!("killed QEMU {qemu}; region released; booted again"))
+    }
+
+    /// Boots VM `i` again, its last serial log kept; done when the new boot
+    /// has logged its start.
+    fn restart(&mut self, i: usize, vm: &str, cfg: &SoakConfig) -> Result<(), String> {
+        let serial = self.daemon.work_dir().join(format!("{vm}.serial.log"));
+        let kept = serial.with_extension(format!("log.{}", self.serial_logs.len()));
+        let _ = fs::rename(&serial, &kept);
+        self.serial_logs.push(kept);
+        let laps = self.daemon.share().join(SOAK_DIR).join(vm).join("laps");
+        let boots = |p: &Path| fs::read_to_string(p).map_or(0, |t| t.matches(" BOOT ").count());
+        let booted = boots(&laps);
+        let vm_now = self.boot(vm, cfg);
+        self.vms[i] = Some(vm_now);
+        self.wait_for(Duration::from_secs(300), |_| boots(&laps) > booted)
+            .map_err(|_| "the restarted VM did not start its job within 300 s".to_string())
+    }
+
+    /// Polls `done` (sampling meanwhile) until it holds or `limit` passes.
+    fn wait_for(
+        &mut self,
+        limit: Duration,
+        mut done: impl FnMut(&mut Soak) -> bool,
+    ) -> Result<(), ()> {
+        let t = Instant::now();
+        while t.elapsed() < limit {
+            if done(self) {
+                return Ok(());
+            }
+            self.tick();
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Err(())
+    }
+
+    /// Stops the guests, checks the files and logs, stops the daemon.
+    fn finish(mut self, cfg: &SoakConfig) -> Report {
+        let length = self.now();
+        let share = self.daemon.share().to_path_buf();
+        fs::write(share.join(STOP_FILE), b"").expect("write the stop file");
+        let mut unstopped = Vec::new();
+        for (i, vm) in self.vms.iter_mut().enumerate() {
+            let Some(vm) = vm.take() else { continue };
+            let run = vm.wait();
+            if !run.ok() {
+                unstopped.push(format!("{} ({})", self.names[i], run.describe()));
+            }
+        }
+        let mut guests = BTreeMap::new();
+        for n in &self.names {
+            let dir = share.join(SOAK_DIR).join(n);
+            let read = |f: &str| fs::read_to_string(dir.join(f)).unwrap_or_default();
+            let boots = self.boots_at.get(n).cloned().unwrap_or_default();
+            guests.insert(
+                n.clone(),
+                read_guest_log(&read("laps"), &read("errors"), &boots),
+            );
+            self.serial_logs
+                .push(self.daemon.work_dir().join(format!("{n}.serial.log")));
+        }
+        let (files_checked, file_mismatches) = check_files(&share.join(SOAK_DIR), &self.names);
+        let kernel_problems = kernel_problems(&self.serial_logs);
+        let st = self.daemon.stop();
+        if !st.success() {
+            unstopped.push(format!("cxlfsd exited {st}"));
+        }
+        Report {
+            guests,
+            faults: self.faults,
+            samples: self.samples,
+            files_checked,
+            file_mismatches,
+            kernel_problems,
+            unstopped,
+            length,
+            bounds: cfg.bounds,
+        }
+    }
+}
+
+/// The QEMU process of `vm` on this daemon (its command line names the
+/// work directory and `-name VM`).
+fn qemu_pid(work: &Path, vm: &str) -> Option<u32> {
+    let dir = work.to_string_lossy().to_string();
+    let name = format!("\0-name\0{vm}\0");
+    fs::read_dir("/proc").ok()?.find_map(|e| {
+        let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let cmd = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let cmd = String::from_utf8_lossy(&cmd);
+        // argv[0] itself (not `timeout` or a shell whose arguments name it).
+        let argv0 = cmd.split('\0').next().unwrap_or("");
+        let qemu = Path::new(argv0)
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("qemu-system"));
+        (qemu && cmd.contains(&dir) && cmd.contains(&name)).then_some(pid)
+    })
+}
+
+/// Every `w.SLOT.SUM.bin` a guest left: its content against its name.
+fn check_files(dir: &Path, vms: &[String]) -> (u64, Vec<String>) {
+    let mut checked = 0;
+    let mut bad = Vec::new();
+    for vm in vms {
+        let Ok(entries) = fs::read_dir(dir.join(vm)) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            let parts: Vec<&str> = name.split('.').collect();
+            if let ["w", _, sum, "bin"] = parts.as_slice() {
+                checked += 1;
+                let got = sha256_hex(&e.path());
+                if got != *sum {
+                    bad.push(format!("{vm}/{name}: content sums to {got}"));
+                }
+            }
+        }
+    }
+    (checked, bad)
+}
+
+/// Oopses, BUGs, panics and hung tasks in the guests' serial logs.
+fn kernel_problems(logs: &[PathBuf]) -> Vec<String> {
+    const SIGNS: [&str; 6] = [
+        "Oops",
+        "BUG:",
+        "Kernel panic",
+        "blocked for more than",
+        "general protection fault",
+        "soft lockup",
+    ];
+    let mut found = Vec::new();
+    for p in logs {
+        let text = fs::read(p)
+            .map(|b| String::from_utf8_lossy(&b).to_string())
+            .unwrap_or_default();
+        for line in text.lines().filter(|l| SIGNS.iter().any(|s| l.contains(s))) {
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy().to_string())
+                .unwrap_or_default();
+            found.push(format!("{name}: {}", line.trim()));
+        }
+    }
+    found
+}
