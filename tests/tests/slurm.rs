@@ -134,7 +134,14 @@ fn demo_sweep_through_slurm_matches_the_local_run() {
     let columns = |d: &Path| -> Vec<String> {
         serde_json::from_value(results(d)["columns"].clone()).unwrap()
     };
-    let (lc, sc) = (columns(&local), columns(&slurm));
+    // A FUSE opcode counted in the daemon's final sample only when the
+    // guest's unmount (DESTROY) beats it: present or not by chance, in two
+    // local runs as well (measured: 1 of 2 local and 1 of 2 Slurm sweeps had
+    // `metrics.fuse_ops.DESTROY`).
+    let racy = |c: &String| c == "metrics.fuse_ops.DESTROY";
+    let (mut lc, mut sc) = (columns(&local), columns(&slurm));
+    lc.retain(|c| !racy(c));
+    sc.retain(|c| !racy(c));
     let only = |a: &[String], b: &[String]| -> Vec<String> {
         a.iter().filter(|c| !b.contains(c)).cloned().collect()
     };
