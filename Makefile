@@ -5,7 +5,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 CXLFS := $(TARGET_DIR)/release/cxlfs
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: demo test bench fuzz lint unit e2e soak image qemu toolchain fonts build clean fuse-uring
+.PHONY: demo test bench fuzz lint unit e2e soak image qemu slurm toolchain fonts build clean fuse-uring
 
 ## The main job: the virtiofs-on-CXL ratio sweep, small (experiments/demo.toml):
 ## cxlfsd with a DAX window, two guests sharing four files, fio zipf random reads,
@@ -32,9 +32,10 @@ unit: fonts
 	cd fuzz && env -u CARGO_TARGET_DIR $(CARGO) test --locked -p cxlfs-fuzz-harness
 
 ## Real guests on cxlfsd: builds the guest image (cached; installs QEMU etc. with
-## apt-get when missing) and cxlfsd in release mode, then runs the guests one
-## test at a time (2 cores, TCG).
-e2e: toolchain image qemu fonts
+## apt-get when missing) and cxlfsd in release mode, starts the one-node Slurm
+## cluster (`cxlfs run --slurm`'s test), then runs the guests one test at a time
+## (2 cores, TCG).
+e2e: toolchain image qemu fonts slurm
 	$(CARGO) build --release --locked -p cxlfsd
 	$(CARGO) test --locked -p cxlfs-e2e -- --test-threads=1
 
@@ -61,6 +62,11 @@ fuse-uring:
 		if (echo Y > $$p) 2>/dev/null; then echo "fuse: enable_uring=Y"; \
 		else echo "fuse: cannot set $$p (not root?); the pool plane stays on /dev/fuse"; fi; \
 	fi
+
+## A one-node Slurm cluster on this machine (slurm-wlm and munge with apt-get when
+## missing; munged, slurmctld, slurmd started; idempotent): tests/README.md.
+slurm:
+	tests/slurm/start-cluster.sh
 
 ## The test-guest image (kernel + initramfs with fio, busybox), cached by content hash.
 image:

@@ -8,7 +8,8 @@
 //! * `cxlfs image build` — build (or find cached) the test-guest image;
 //! * `cxlfs ctl` — cache control of a running `cxlfsd` (its control socket).
 //! * `cxlfs run SPEC.toml --out DIR` — an experiment: `cxlfsd` + N guests
-//!   running fio over a sweep, results as CSV/JSON/PNG; `cxlfs plot DIR`
+//!   running fio over a sweep, results as CSV/JSON/PNG (`--slurm`: as a
+//!   Slurm job array, `cxlfs collect DIR` merging it); `cxlfs plot DIR`
 //!   and `cxlfs table DIR` re-read a results directory.
 
 mod ctl_cmd;
@@ -72,6 +73,9 @@ enum Command {
     Ctl(ctl_cmd::CtlArgs),
     /// Run an experiment: cxlfsd + N guests running fio, over a sweep; write a results directory.
     Run(Box<run_cmd::RunArgs>),
+    /// Merge the runs of a `cxlfs run --slurm` results directory into its
+    /// results files and plots (failed and missing runs as rows with Slurm's state).
+    Collect(run_cmd::CollectArgs),
     /// Re-draw the PNG plots of a results directory.
     Plot(results::ResultsDirArgs),
     /// Print a results directory as a text table.
@@ -120,6 +124,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Image(cmd) => Ok(image_cmd::run(&cmd)?),
         Command::Ctl(args) => ctl_cmd::run(&args),
         Command::Run(args) => run_cmd::run(&args),
+        Command::Collect(args) => run_cmd::collect_cmd(&args),
         Command::Plot(args) => plot_cmd::run(&args),
         Command::Table(args) => table_cmd::run(&args),
         Command::Config(args) => {

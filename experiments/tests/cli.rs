@@ -758,3 +758,71 @@ fn table_and_plot_read_a_results_directory() {
     let e = fails(&["table", "/nonexistent-results"]);
     assert!(e.contains("results.json"), "{e}");
 }
+
+#[test]
+fn slurm_options_need_slurm_and_collect_needs_a_slurm_sweep() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("s.toml");
+    std::fs::write(
+        &spec,
+        "name = \"s\"\n[vms]\ncount = 1\n[[phases]]\nname = \"p\"\n[sweep]\n\"fio.bs\" = [\"4k\", \"8k\"]\n",
+    )
+    .unwrap();
+    let (p, d) = (spec.to_str().unwrap(), dir.path().to_str().unwrap());
+    let e = fails(&["run", p, "--out", d, "--partition", "x", "--dry-run"]);
+    assert!(e.contains("--slurm"), "{e}");
+    let e = fails(&["run", p, "--out", d, "--only-run", "3"]);
+    assert!(e.contains("--only-run 3: the sweep has runs 1 to 2"), "{e}");
+    let e = fails(&["collect", d]);
+    assert!(
+        e.contains("not a `cxlfs run --slurm` results directory"),
+        "{e}"
+    );
+
+    // A sweep whose job Slurm does not know: run 1 left its rows, run 2 none.
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(out.join("slurm")).unwrap();
+    std::fs::create_dir_all(out.join("runs/001")).unwrap();
+    let sweep = serde_json::json!({"spec": spec, "sets": [], "quick": false,
+        "jobs": [{"job_id": "999999999", "runs": [1, 2], "script": "slurm/job-1.sh", "submitted_unix_ms": 0}]});
+    std::fs::write(out.join("slurm/sweep.json"), sweep.to_string()).unwrap();
+    std::fs::write(out.join("provenance.json"), "{}").unwrap();
+    let rows = serde_json::json!([
+        {"run": 1, "point": 0, "repeat": 0, "phase": "p", "status": "ok", "vm": "vm0", "fio.bs": "4k"},
+        {"run": 1, "point": 0, "repeat": 0, "phase": "p", "status": "ok", "vm": "all", "fio.bs": "4k"},
+    ]);
+    std::fs::write(out.join("runs/001/rows.json"), rows.to_string()).unwrap();
+    let o = out.to_str().unwrap();
+    ok(&["collect", o, "--no-plots"]);
+    let res: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let got: Vec<(i64, &str, &str, &str)> = res["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["run"].as_i64().unwrap(),
+                r["vm"].as_str().unwrap(),
+                r["status"].as_str().unwrap(),
+                r["fio.bs"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (1, "vm0", "ok", "4k"),
+            (1, "all", "ok", "4k"),
+            (2, "vm0", "missing", "8k"),
+            (2, "all", "missing", "8k")
+        ]
+    );
+    assert!(std::fs::read_to_string(out.join("results.csv"))
+        .unwrap()
+        .contains(",slurm_state"));
+    let prov: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("provenance.json")).unwrap())
+            .unwrap();
+    assert_eq!(prov["runs_done"], 1, "{prov}");
+}

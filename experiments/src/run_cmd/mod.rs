@@ -10,6 +10,10 @@
 //! fio JSON and the metrics series are read, rows written. Any failure marks
 //! the run `failed` with its error, and the sweep goes on.
 //!
+//! With `--slurm` the same runs are array tasks of one Slurm job, each
+//! `cxlfs run --only-run N`, and `cxlfs collect` merges their rows as the
+//! local sweep would have written them.
+//!
 //! This module holds the entry point and the sweep (results directory,
 //! Ctrl-C, one run after another, the closing table and plots); the steps
 //! live in its submodules, each using only those listed before it:
@@ -24,6 +28,12 @@
 //! * [`execute`]: one run, start to end;
 //! * [`rows`]: a run's result rows and histograms;
 //! * [`provenance`]: the sweep's `provenance.json`;
+//! * [`record`]: one run recorded into `runs/NNN/`, runs merged into the
+//!   results files (shared by the local sweep and Slurm);
+//! * [`node`]: the provenance of the node one Slurm task ran on;
+//! * [`only_run`]: `--only-run N`, one run of the sweep (an array task);
+//! * [`slurm`]: `--slurm`, the sweep as a Slurm job array, and `cxlfs
+//!   collect DIR`, its runs merged;
 //! * [`progress`]: the progress bar or lines.
 
 mod args;
@@ -31,28 +41,31 @@ mod command_lines;
 mod daemon;
 mod execute;
 mod guests;
+mod node;
+mod only_run;
 mod progress;
 mod provenance;
+mod record;
 mod rows;
 mod run_output;
 mod share;
+mod slurm;
 #[cfg(test)]
 mod test_spec;
 mod tools;
 
 pub use args::RunArgs;
+pub use slurm::{collect_cmd, CollectArgs};
 
-use crate::distributions;
 use crate::plot;
 use crate::results::{ResultsFile, Row};
 use crate::spec::{self, RunPlan};
 use crate::text_table::text_table;
 use anyhow::{bail, Context, Result};
 use command_lines::{daemon_args, phase_text};
-use execute::execute;
 use progress::Progress;
-use provenance::{plan_json, Provenance};
-use rows::{distributions_of, rows_of};
+use provenance::Provenance;
+use record::{forget_distributions, merge_run, record_run};
 use run_output::RunOutput;
 use serde_json::Value;
 use std::fs;
@@ -74,6 +87,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let plans = loaded.expand(args.quick)?;
     if args.dry_run {
         return print_dry_run(&plans);
+    }
+    if let Some(n) = args.only_run {
+        return only_run::run_task(args, &loaded.spec, &plans, n);
+    }
+    if args.slurm {
+        return slurm::run_on_slurm(args, &loaded.spec, &plans);
     }
     let out_dir = prepare_out_dir(args)?;
     let dax = plans.iter().any(|p| p.spec.daemon.dax);
@@ -108,10 +127,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     }
     sweep.bar.finish();
     provenance.finish(done, interrupted)?;
-    if !args.no_plots {
-        draw_plots(&results, &loaded.spec.plots, &out_dir);
-    }
-    print!("{}", text_table(&results));
+    show_results(&results, &loaded.spec.plots, &out_dir, args.no_plots);
     eprintln!(
         "cxlfs run: {done} of {} run(s) in {:.0}s; results in {}",
         plans.len(),
@@ -165,12 +181,7 @@ fn prepare_out_dir(args: &RunArgs) -> Result<PathBuf> {
     let out_dir =
         fs::canonicalize(&args.out).with_context(|| format!("resolving {}", args.out.display()))?;
     // A re-run (--force) starts the histograms afresh: they are appended per run.
-    match fs::remove_file(out_dir.join(distributions::FILE)) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(e).context("removing the old distributions.jsonl")
-        }
-        _ => {}
-    }
+    forget_distributions(&out_dir)?;
     Ok(out_dir)
 }
 
@@ -204,52 +215,63 @@ impl Sweep<'_> {
         provenance: &mut Provenance,
         results: &mut ResultsFile,
     ) -> Result<bool> {
-        let run_dir = self.out_dir.join("runs").join(format!("{:03}", plan.run));
-        fs::create_dir_all(&run_dir)?;
-        fs::write(
-            run_dir.join("plan.json"),
-            serde_json::to_string_pretty(&plan_json(plan, Some(self.tools)))?,
-        )?;
         self.bar.start(plan.run, self.plans.len(), &plan.label());
         let t = Instant::now();
-        let output = execute(plan, self.tools, &run_dir, self.stop);
-        if let Some(v) = &output.guest_versions {
+        let rec = record_run(plan, self.tools, self.out_dir, self.stop)?;
+        if let Some(v) = &rec.output.guest_versions {
             provenance.set_guest(v);
         }
-        let rows = rows_of(plan, &output);
-        distributions::append(self.out_dir, &distributions_of(plan, &output))?;
-        self.bar
-            .done(self.run_line(plan, &output, &rows, t.elapsed()));
-        results.push(rows);
-        results.write(self.out_dir)?;
-        Ok(output.interrupted)
-    }
-
-    /// How a run ended, for the progress: its status, time and error.
-    fn run_line(&self, plan: &RunPlan, output: &RunOutput, rows: &[Row], took: Duration) -> String {
-        let status = if output.interrupted {
-            "interrupted".to_string()
-        } else {
-            rows.last()
-                .and_then(|r| r.get("status"))
-                .and_then(Value::as_str)
-                .unwrap_or("failed")
-                .to_string()
-        };
-        let err = rows
-            .last()
-            .and_then(|r| r.get("error"))
-            .and_then(Value::as_str)
-            .map(|e| format!(": {e}"))
-            .unwrap_or_default();
-        format!(
-            "run {}/{} [{}] {status} in {:.1}s{err}",
-            plan.run,
+        self.bar.done(run_line(
+            plan,
             self.plans.len(),
-            plan.label(),
-            took.as_secs_f64()
-        )
+            &rec.output,
+            &rec.rows,
+            t.elapsed(),
+        ));
+        merge_run(results, self.out_dir, rec.rows, &rec.distributions)?;
+        results.write(self.out_dir)?;
+        Ok(rec.output.interrupted)
     }
+}
+
+/// How a run ended, for the progress: its status, time and error.
+fn run_line(
+    plan: &RunPlan,
+    total: usize,
+    output: &RunOutput,
+    rows: &[Row],
+    took: Duration,
+) -> String {
+    let status = if output.interrupted {
+        "interrupted".to_string()
+    } else {
+        rows.last()
+            .and_then(|r| r.get("status"))
+            .and_then(Value::as_str)
+            .unwrap_or("failed")
+            .to_string()
+    };
+    let err = rows
+        .last()
+        .and_then(|r| r.get("error"))
+        .and_then(Value::as_str)
+        .map(|e| format!(": {e}"))
+        .unwrap_or_default();
+    format!(
+        "run {}/{total} [{}] {status} in {:.1}s{err}",
+        plan.run,
+        plan.label(),
+        took.as_secs_f64()
+    )
+}
+
+/// Draws the sweep's plots into `out_dir` (unless `no_plots`) and prints
+/// the results table.
+fn show_results(results: &ResultsFile, plots: &[spec::PlotSpec], out_dir: &Path, no_plots: bool) {
+    if !no_plots {
+        draw_plots(results, plots, out_dir);
+    }
+    print!("{}", text_table(results));
 }
 
 /// Draws the sweep's plots into `out_dir`; a failure is only reported.

@@ -1,7 +1,8 @@
 //! `provenance.json` of a results directory: the command, the spec (its
 //! text, as `spec.toml` too, and as loaded), the machine and tools, each
 //! run's effective configuration, the guest's fio and kernel, and when the
-//! sweep started and ended; rewritten as the sweep goes.
+//! sweep started and ended; rewritten as the sweep goes (for a Slurm sweep:
+//! started at submission, finished by `cxlfs collect`).
 
 use super::args::RunArgs;
 use super::command_lines::{daemon_args, phase_text, vm_args};
@@ -9,7 +10,7 @@ use super::rows::toml_to_json;
 use super::run_output::unix_ms;
 use super::tools::{output_of, repo_root, Tools};
 use crate::spec::{size_value, RunPlan, Spec};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -61,6 +62,23 @@ impl Provenance {
         });
     }
 
+    /// The `provenance.json` a sweep started in `out_dir` (a Slurm sweep's,
+    /// to be finished by `cxlfs collect`).
+    pub(super) fn open(out_dir: &Path) -> Result<Self> {
+        let path = out_dir.join("provenance.json");
+        let text =
+            fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let value =
+            serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
+        Ok(Provenance { value, path })
+    }
+
+    /// Sets a top-level field (`slurm`: the jobs and the nodes runs ran on);
+    /// written with the next [`Provenance::finish`].
+    pub(super) fn set(&mut self, key: &str, value: Value) {
+        self.value[key] = value;
+    }
+
     /// Records the end of the sweep and writes `provenance.json`.
     pub(super) fn finish(&mut self, runs_done: usize, interrupted: bool) -> Result<()> {
         self.value["finished_unix_ms"] = json!(unix_ms());
@@ -84,6 +102,25 @@ fn machine_facts(tools: Option<&Tools>) -> Value {
     let git = |args: &[&str]| output_of(Command::new("git").arg("-C").arg(&repo).args(args));
     let rev = git(&["rev-parse", "HEAD"]);
     let dirty = !git(&["status", "--porcelain", "--untracked-files=no"]).is_empty();
+    json!({
+        "git": {"revision": rev, "dirty": dirty},
+        "cxlfs_version": env!("CARGO_PKG_VERSION"),
+        "cxlfsd": tools.map(|t| json!({
+            "path": t.cxlfsd.display().to_string(),
+            "version": output_of(Command::new(&t.cxlfsd).arg("--version")),
+            "metrics_file_supported": t.metrics_file,
+        })),
+        "qemu": tools.map(|t| json!({
+            "binary": t.qemu,
+            "version": output_of(Command::new(&t.qemu).arg("--version")).lines().next().unwrap_or("").to_string(),
+        })),
+        "guest_image": tools.map(|t| t.image.display().to_string()),
+        "host": host_facts(),
+    })
+}
+
+/// This machine: `uname -a`, CPU model and count, memory.
+pub(super) fn host_facts() -> Value {
     let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let cpu_model = cpuinfo
         .lines()
@@ -100,24 +137,10 @@ fn machine_facts(tools: Option<&Tools>) -> Value {
         .find(|l| l.starts_with("MemTotal"))
         .map(|l| l.trim_start_matches("MemTotal:").trim().to_string());
     json!({
-        "git": {"revision": rev, "dirty": dirty},
-        "cxlfs_version": env!("CARGO_PKG_VERSION"),
-        "cxlfsd": tools.map(|t| json!({
-            "path": t.cxlfsd.display().to_string(),
-            "version": output_of(Command::new(&t.cxlfsd).arg("--version")),
-            "metrics_file_supported": t.metrics_file,
-        })),
-        "qemu": tools.map(|t| json!({
-            "binary": t.qemu,
-            "version": output_of(Command::new(&t.qemu).arg("--version")).lines().next().unwrap_or("").to_string(),
-        })),
-        "guest_image": tools.map(|t| t.image.display().to_string()),
-        "host": {
-            "uname": output_of(Command::new("uname").arg("-a")),
-            "cpu_model": cpu_model,
-            "cpus": cpus,
-            "mem_total": mem,
-        },
+        "uname": output_of(Command::new("uname").arg("-a")),
+        "cpu_model": cpu_model,
+        "cpus": cpus,
+        "mem_total": mem,
     })
 }
 
