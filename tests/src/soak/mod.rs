@@ -50,7 +50,11 @@ impl SoakConfig {
     /// half from 30 minutes on. A short soak's second half still holds the
     /// daemon's warm-up (allocator arenas, tables filling with the guests'
     /// files), so there its anonymous memory is only capped (256 MiB, as
-    /// always) and descriptors and threads get 10 %.
+    /// always) and descriptors and threads get 10 %. Neighbours beside a
+    /// killed or stalled VM: 1.5x their latency outside faults from 30
+    /// minutes on; 4x in a short soak, whose one kill and one stall give
+    /// about 20 laps, on a 2-core host where the restarted guest's boot
+    /// takes the others' CPU (2.2x measured under `make test`).
     pub fn from_env() -> SoakConfig {
         let minutes: f64 = env_knob("SOAK_MINUTES", 5.0);
         let long = minutes >= 30.0;
@@ -64,7 +68,7 @@ impl SoakConfig {
                 rss_cap_mib: 256,
                 fd_growth_pct: if long { 2.0 } else { 10.0 },
                 stuck_after: Duration::from_secs(180),
-                neighbour_p99_ratio: 1.5,
+                neighbour_p99_ratio: if long { 1.5 } else { 4.0 },
                 window: Duration::from_secs(if long { 300 } else { 60 }),
             },
         }
