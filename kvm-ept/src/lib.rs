@@ -154,17 +154,21 @@ pub enum WritebackError {
     Device(String),
 }
 
+/// The errno a failed write-back leaves its writers (`fsync`, `msync`):
+/// a full or over-quota file system stays itself (ENOSPC, EDQUOT, EFBIG:
+/// the writer can do something about it), every other failure is EIO.
+pub fn writeback_errno(e: &io::Error) -> i32 {
+    e.raw_os_error()
+        .filter(|c| [libc::ENOSPC, libc::EDQUOT, libc::EFBIG].contains(c))
+        .unwrap_or(libc::EIO)
+}
+
 impl WritebackError {
-    /// The errno the kernel keeps for the page's `fsync` / `msync`
-    /// callers: a full or over-quota file system stays itself (ENOSPC,
-    /// EDQUOT, EFBIG: the writer can do something about it), every other
-    /// failure is EIO.
+    /// The errno the kernel keeps for the page's `fsync` / `msync` callers
+    /// ([`writeback_errno`]; a device refusal is EIO).
     pub fn errno(&self) -> i32 {
         match self {
-            WritebackError::Io(e) => e
-                .raw_os_error()
-                .filter(|c| [libc::ENOSPC, libc::EDQUOT, libc::EFBIG].contains(c))
-                .unwrap_or(libc::EIO),
+            WritebackError::Io(e) => writeback_errno(e),
             WritebackError::Device(_) => libc::EIO,
         }
     }

@@ -701,6 +701,25 @@ impl Drop for Vm {
     }
 }
 
+/// The QEMU process of guest `vm` of the daemon whose work directory is
+/// `work` (argv[0] is QEMU, not `timeout` or a shell that names it; its
+/// arguments hold the directory and `-name VM`): for tests that signal it.
+pub fn qemu_pid(work: &Path, vm: &str) -> Option<u32> {
+    let dir = work.to_string_lossy().to_string();
+    let name = format!("\0-name\0{vm}\0");
+    fs::read_dir("/proc").ok()?.find_map(|e| {
+        let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let cmd = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let cmd = String::from_utf8_lossy(&cmd);
+        // argv[0] itself (not `timeout` or a shell whose arguments name it).
+        let argv0 = cmd.split('\0').next().unwrap_or("");
+        let qemu = Path::new(argv0)
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("qemu-system"));
+        (qemu && cmd.contains(&dir) && cmd.contains(&name)).then_some(pid)
+    })
+}
+
 /// Per-direction numbers of one fio job, from `--output-format=json`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct FioStats {

@@ -245,7 +245,7 @@ numactl --membind=1 sh -c '
         .output()
         .unwrap();
     assert!(!past.status.success(), "a range past the region is refused");
-    let qemu = qemu_of(&d).expect("the VM's QEMU process");
+    let qemu = cxlfs_e2e::qemu_pid(d.work_dir(), "vm0").expect("the VM's QEMU process");
     // SAFETY: a signal to the test's own QEMU.
     unsafe { libc::kill(qemu as i32, libc::SIGKILL) };
     let t = Instant::now();
@@ -262,21 +262,6 @@ numactl --membind=1 sh -c '
     assert_eq!(r.device_resident_pages, 0, "{r:?}");
     let st = d.stop();
     assert!(st.success(), "clean shutdown: {st}\n{}", d.diagnostics());
-}
-
-/// The QEMU process serving this daemon's VM (its command line names the
-/// test's work directory).
-fn qemu_of(d: &Daemon) -> Option<u32> {
-    let dir = d.work_dir().to_string_lossy().to_string();
-    fs::read_dir("/proc").ok()?.find_map(|e| {
-        let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
-        let cmd = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-        let cmd = String::from_utf8_lossy(&cmd);
-        (cmd.starts_with("qemu-system") || cmd.contains("/qemu-system"))
-            .then_some(())
-            .filter(|_| cmd.contains(&dir))
-            .map(|_| pid)
-    })
 }
 
 /// `Some(())` once `pid` is gone or a zombie.

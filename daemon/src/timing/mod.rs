@@ -46,14 +46,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// The errno a guest gets when its file's pool pages could not be written
-/// back: the kernel's own for a full or over-quota share (ENOSPC, EDQUOT,
-/// EFBIG), which the guest's writer can act on; EIO for anything else.
+/// back ([`residency::writeback_errno`]: ENOSPC, EDQUOT, EFBIG stay
+/// themselves, anything else is EIO).
 fn sync_errno(e: &SyncPoolError) -> Errno {
     match &e.source {
-        residency::SendNotifyError::Kernel(io) => io
-            .raw_os_error()
-            .filter(|c| [libc::ENOSPC, libc::EDQUOT, libc::EFBIG].contains(c))
-            .map_or(Errno::IO, Errno::from_raw_os_error),
+        residency::SendNotifyError::Kernel(io) => {
+            Errno::from_raw_os_error(residency::writeback_errno(io))
+        }
         _ => Errno::IO,
     }
 }

@@ -94,10 +94,7 @@ impl LoadedSpec {
         for point in 0..points {
             let chosen = point_params(&dims, point);
             let (spec, context) = self.point_spec(&chosen, quick)?;
-            let params: Vec<(String, toml::Value)> = chosen
-                .iter()
-                .map(|(k, v)| (k.clone(), case_name(v).unwrap_or_else(|| v.clone())))
-                .collect();
+            let params = shown(&chosen);
             let device =
                 device_config(&spec.daemon).map_err(|(key, message)| LoadSpecError::Key {
                     path: self.path.clone(),
@@ -146,12 +143,9 @@ impl LoadedSpec {
         }
         let context = format!(
             " (sweep point {})",
-            params
+            shown(params)
                 .iter()
-                .map(|(k, v)| {
-                    let v = case_name(v).unwrap_or_else(|| v.clone());
-                    format!("{k}={}", value_text(&v))
-                })
+                .map(|(k, v)| format!("{k}={}", value_text(v)))
                 .collect::<Vec<_>>()
                 .join(" ")
         );
@@ -168,9 +162,16 @@ impl LoadedSpec {
     }
 }
 
-/// A case's name (`None` for a plain value).
-fn case_name(v: &toml::Value) -> Option<toml::Value> {
-    v.as_table().and_then(|t| t.get("name")).cloned()
+/// The swept keys as results show them: a case by its `name`, any other
+/// value as it is.
+fn shown(params: &[(String, toml::Value)]) -> Vec<(String, toml::Value)> {
+    params
+        .iter()
+        .map(|(k, v)| {
+            let name = v.as_table().and_then(|t| t.get("name"));
+            (k.clone(), name.unwrap_or(v).clone())
+        })
+        .collect()
 }
 
 /// What one swept value sets: `key = value`, or each of a case's keys

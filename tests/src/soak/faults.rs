@@ -110,31 +110,16 @@ pub fn fill_share(share: &Path, hold: Duration) -> Result<String, String> {
     ))
 }
 
-/// Allocates `len` bytes of `f` from `offset` (`fallocate(2)`: tmpfs takes
-/// the pages now).
+/// Allocates `len` bytes of `f` from `offset` (`fallocate(2)`: tmpfs
+/// takes the pages now).
 fn fallocate(f: &fs::File, offset: u64, len: u64) -> Result<(), String> {
-    use std::os::fd::AsRawFd;
-    let offset = i64::try_from(offset).map_err(|e| e.to_string())?;
-    let len = i64::try_from(len).map_err(|e| e.to_string())?;
-    // SAFETY: fallocate on a descriptor we own, no pointers.
-    let rc = unsafe { libc::fallocate(f.as_raw_fd(), 0, offset, len) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error().to_string())
-    }
+    rustix::fs::fallocate(f, rustix::fs::FallocateFlags::empty(), offset, len)
+        .map_err(|e| e.to_string())
 }
 
 /// Free bytes of the file system that holds `p` (`statvfs`).
 pub fn free_bytes(p: &Path) -> Result<u64, String> {
-    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
-    // SAFETY: statvfs is plain old data; zeroed is a valid value.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a NUL-terminated path and a pointer to our own struct.
-    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error().to_string());
-    }
+    let st = rustix::fs::statvfs(p).map_err(|e| e.to_string())?;
     Ok(st.f_bavail * st.f_frsize)
 }
 

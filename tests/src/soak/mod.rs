@@ -15,7 +15,7 @@ pub mod guest_job;
 pub mod report;
 pub mod samples;
 
-use crate::{env_knob, seeded_bytes, sha256_hex, Daemon, Vm, VmOptions};
+use crate::{env_knob, qemu_pid, seeded_bytes, sha256_hex, Daemon, Vm, VmOptions};
 use cxlfs::procs::signal;
 use faults::{control_storm, delete_mapped, fill_share, schedule, truncate_mapped, Fault};
 use guest_job::{guest_job, SHARED_BYTES, SHARED_FILE, SOAK_DIR, STOP_FILE, VICTIM_FILE};
@@ -284,17 +284,12 @@ impl Soak {
 
     fn stall_vm(&mut self, vm: &str, hold: Duration) -> Result<String, String> {
         let qemu = qemu_pid(self.daemon.work_dir(), vm).ok_or("no QEMU process for the VM")?;
-        signal(qemu, libc::SIGSTOP);
-        std::thread::sleep(hold);
-        signal(qemu, libc::SIGCONT);
+        pause(qemu, hold);
         Ok(format!("QEMU {qemu} stopped {hold:?}"))
     }
 
     fn stop_daemon(&mut self, hold: Duration) -> Result<String, String> {
-        let pid = self.daemon.pid().ok_or("the daemon is gone")?;
-        signal(pid, libc::SIGSTOP);
-        std::thread::sleep(hold);
-        signal(pid, libc::SIGCONT);
+        pause(self.daemon.pid().ok_or("the daemon is gone")?, hold);
         Ok(format!("stopped {hold:?}"))
     }
 
@@ -408,22 +403,11 @@ impl Soak {
     }
 }
 
-/// The QEMU process of `vm` on this daemon (its command line names the
-/// work directory and `-name VM`).
-fn qemu_pid(work: &Path, vm: &str) -> Option<u32> {
-    let dir = work.to_string_lossy().to_string();
-    let name = format!("\0-name\0{vm}\0");
-    fs::read_dir("/proc").ok()?.find_map(|e| {
-        let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
-        let cmd = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-        let cmd = String::from_utf8_lossy(&cmd);
-        // argv[0] itself (not `timeout` or a shell whose arguments name it).
-        let argv0 = cmd.split('\0').next().unwrap_or("");
-        let qemu = Path::new(argv0)
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("qemu-system"));
-        (qemu && cmd.contains(&dir) && cmd.contains(&name)).then_some(pid)
-    })
+/// SIGSTOP of `pid` for `hold`, then SIGCONT.
+fn pause(pid: u32, hold: Duration) {
+    signal(pid, libc::SIGSTOP);
+    std::thread::sleep(hold);
+    signal(pid, libc::SIGCONT);
 }
 
 /// Every `w.SLOT.SUM.bin` a guest left: its content against its name.
