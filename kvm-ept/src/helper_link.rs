@@ -19,8 +19,9 @@ pub use crate::helper_seccomp::SeccompMode;
 
 /// The environment variable that makes a program a plane helper: its value
 /// says which inherited descriptors to use (`dev=N sock=N store=N size=N`,
-/// and `ra=N`: the readahead map, where the plane refuses readahead) and
-/// `seccomp=kill|log|trap|none`.
+/// and `ra=N`: the readahead map, where the plane refuses readahead),
+/// `seccomp=kill|log|trap|none`, and `ring=1` where its INIT may offer
+/// FUSE over io_uring.
 pub const HELPER_ENV: &str = "CXLFS_PLANE_HELPER";
 
 /// What a forwarded message is.
@@ -31,6 +32,16 @@ pub(crate) enum ForwardKind {
     Read = 1,
     /// A write-back the helper stored: `offset`, `len`, `pid`.
     Stored = 2,
+    /// A `FUSE_READ` that arrived on the helper's ring: answered with a
+    /// [`Verdict`] and the reply on the same socket (the helper commits
+    /// it when due); the raw request follows the header.
+    ReadRing = 3,
+    /// A `FUSE_READ` the helper answered itself from the store (its ring
+    /// had no entry to spare): charged, never answered.
+    ReadServed = 4,
+    /// The helper's transport, once it serves: `len` ring queues (0:
+    /// `/dev/fuse`).
+    Hello = 5,
 }
 
 /// The header of every helper → daemon message (one `SOCK_SEQPACKET`
@@ -52,6 +63,25 @@ pub(crate) struct Forward {
 
 /// Bytes of [`Forward`].
 pub(crate) const FORWARD_LEN: usize = std::mem::size_of::<Forward>();
+
+/// The header of a daemon → helper reply to a [`ForwardKind::ReadRing`]
+/// (one `SOCK_SEQPACKET` record: this, then the whole FUSE reply).
+#[derive(Debug, Clone, Copy, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[repr(C)]
+pub(crate) struct Verdict {
+    /// The request's `unique`.
+    pub unique: u64,
+    /// When the helper is to commit the reply (`CLOCK_MONOTONIC` ns).
+    pub due_mono_ns: u64,
+}
+
+/// Bytes of [`Verdict`].
+pub(crate) const VERDICT_LEN: usize = std::mem::size_of::<Verdict>();
+
+/// Largest verdict record: the header, the FUSE out-header and a read of
+/// `max_write` bytes.
+pub(crate) const MAX_VERDICT: usize =
+    VERDICT_LEN + fuse_abi::OUT_HEADER_LEN + crate::fuse_plane::MAX_WRITE as usize;
 
 /// Most sockets (CPUs) a helper gets.
 pub(crate) const MAX_SOCKETS: usize = 64;
@@ -142,23 +172,29 @@ pub(crate) struct Helper {
     pub socks: Vec<Arc<File>>,
 }
 
-/// Sockets for a helper: one per configured CPU, at most [`MAX_SOCKETS`].
-fn socket_count() -> usize {
+/// Sockets for a helper: one per possible CPU (the kernel's ring queues)
+/// and configured CPU, at most [`MAX_SOCKETS`].
+pub(crate) fn socket_count() -> usize {
     // SAFETY: sysconf with a constant name; no pointers.
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
-    usize::try_from(n).unwrap_or(1).clamp(1, MAX_SOCKETS)
+    usize::try_from(n)
+        .unwrap_or(1)
+        .max(crate::uring::possible_cpus())
+        .clamp(1, MAX_SOCKETS)
 }
 
 impl Helper {
     /// Starts `cmd` as the helper of the connection on `dev`, storing
     /// write-backs in `store`, refusing readahead on the shared map
-    /// `refusals` (if any), for a pool file of `size` bytes.
+    /// `refusals` (if any), for a pool file of `size` bytes; `ring`: its
+    /// INIT offers FUSE over io_uring.
     pub fn spawn(
         cmd: &HelperCommand,
         dev: &File,
         store: &File,
         refusals: Option<&File>,
         size: u64,
+        ring: bool,
     ) -> Result<Self, SpawnHelperError> {
         let pairs = (0..socket_count())
             .map(|_| seqpacket_pair())
@@ -179,6 +215,9 @@ impl Helper {
         );
         if ra >= 0 {
             spec.push_str(&format!(" ra={ra}"));
+        }
+        if ring {
+            spec.push_str(" ring=1");
         }
         let mut c = Command::new(&cmd.program);
         c.args(&cmd.args).env(HELPER_ENV, spec).stdin(Stdio::null());

@@ -69,10 +69,16 @@ const ALLOWED: &[i64] = &[
     libc::SYS_read,
     libc::SYS_write,
     libc::SYS_writev,
+    libc::SYS_pread64,
     libc::SYS_pwrite64,
     libc::SYS_sendto,
     libc::SYS_recvfrom,
     libc::SYS_close,
+    // The ring (set up before the filter; its SQEs are restricted to FUSE
+    // commands and polls), and the main thread's wait for the daemon.
+    libc::SYS_io_uring_enter,
+    libc::SYS_poll,
+    libc::SYS_ppoll,
     // Memory (the allocator).
     libc::SYS_brk,
     libc::SYS_mmap,

@@ -75,6 +75,9 @@ fn per_queue_cap(queues: usize) -> usize {
 /// `user_data` of the stop eventfd's poll.
 const STOP_TAG: u64 = u64::MAX;
 
+/// `user_data` of the poll for deferred replies.
+const DEFER_TAG: u64 = u64::MAX - 1;
+
 /// Whether the host kernel offers FUSE over io_uring to a new connection.
 pub fn kernel_offers() -> bool {
     std::fs::read_to_string(ENABLE_PARAM)
@@ -109,6 +112,27 @@ pub(crate) enum Due {
     Now,
     /// At this time (the server's clock).
     At(u64),
+    /// Not known yet: the server handed the request on, and its reply
+    /// comes back through [`RingServer::take_deferred`] (a deferring ring,
+    /// [`RingConfig::deferring`]). The entry waits for it.
+    Deferred,
+}
+
+/// What [`RingServer::take_deferred`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Deferred {
+    /// The reply to request `unique` (in the caller's buffer), due at
+    /// `due_ns` (the server's clock).
+    Reply {
+        /// The request's `unique` (its entry's commit id).
+        unique: u64,
+        /// When to commit it.
+        due_ns: u64,
+    },
+    /// Nothing more ready now.
+    Empty,
+    /// The way replies come back is gone: no more will.
+    Closed,
 }
 
 /// What answers the requests that arrive through the ring.
@@ -117,11 +141,25 @@ pub(crate) trait RingServer: Send + Sync + 'static {
     fn now_ns(&self) -> u64;
     /// Answers `request` (a whole FUSE request: in-header, then arguments)
     /// into `out` (out-header, then the reply). Every ring request gets a
-    /// reply: an entry is reused only once its reply is committed.
-    fn answer(&self, request: &[u8], arrival_ns: u64, out: &mut Vec<u8>) -> Due;
+    /// reply: an entry is reused only once its reply is committed. The
+    /// server may return [`Due::Deferred`] only where `may_defer` is set
+    /// (a deferring worker keeps one entry that never waits).
+    fn answer(&self, request: &[u8], arrival_ns: u64, out: &mut Vec<u8>, may_defer: bool) -> Due;
     /// Called first on each worker thread (marks it as one that answers
-    /// requests and so must never wait for a notification).
-    fn enter_worker(&self);
+    /// requests and so must never wait for a notification); `queue`: the
+    /// one queue a pinned worker serves.
+    fn enter_worker(&self, queue: Option<u16>);
+    /// Where replies to requests of `queue` deferred by this server become
+    /// readable (polled by that queue's worker); `None`: nothing is
+    /// deferred.
+    fn deferred_fd(&self, _queue: u16) -> Option<RawFd> {
+        None
+    }
+    /// The next reply to a deferred request of `queue`, into `out`
+    /// (out-header, then the reply); never blocks.
+    fn take_deferred(&self, _queue: u16, _out: &mut Vec<u8>) -> Deferred {
+        Deferred::Closed
+    }
 }
 
 /// How the ring is laid out.
@@ -137,6 +175,11 @@ pub(crate) struct RingConfig {
     pub payload_len: usize,
     /// One worker polls its completion queue instead of sleeping ones.
     pub poll: bool,
+    /// One sleeping worker per queue, pinned to its CPU, with `per_queue`
+    /// entries: for a server that defers requests ([`Due::Deferred`]), so
+    /// the worker must never wait for one reply while its other entries
+    /// take requests. At most all but one of its entries wait at once.
+    pub deferring: bool,
 }
 
 /// Why the ring could not be started.
@@ -383,7 +426,17 @@ impl RingSet {
                 ..config
             },
         };
-        let specs = if config.poll {
+        let specs = if config.deferring {
+            (0..config.queues)
+                .filter_map(|q| {
+                    Some(WorkerSpec {
+                        queues: vec![u16::try_from(q).ok()?],
+                        entries_per_queue: config.per_queue,
+                        pin: Some(q),
+                    })
+                })
+                .collect()
+        } else if config.poll {
             vec![WorkerSpec {
                 queues: (0..config.queues)
                     .filter_map(|q| u16::try_from(q).ok())
@@ -451,7 +504,7 @@ impl RingSet {
     /// not grow).
     pub(crate) fn grow_to(&mut self, per_queue: usize) -> Result<(), StartRingError> {
         let want = per_queue.min(per_queue_cap(self.config.queues));
-        if self.config.poll || want <= self.config.per_queue {
+        if self.config.poll || self.config.deferring || want <= self.config.per_queue {
             return Ok(());
         }
         let specs = self.sleeping_specs(want);
@@ -523,7 +576,11 @@ impl WorkerCtx {
     /// Registers this worker's entries, reports on `ready`, then serves
     /// until stopped. Returns the entries (their buffers outlive the ring).
     fn run(self, ready: &mpsc::Sender<Result<(), StartRingError>>) -> Vec<Entry> {
-        self.server.enter_worker();
+        let queue = match self.spec.queues.as_slice() {
+            [q] if self.spec.pin.is_some() => Some(*q),
+            _ => None,
+        };
+        self.server.enter_worker(queue);
         if let Some(cpu) = self.spec.pin {
             pin_to(cpu);
         }
@@ -536,7 +593,7 @@ impl WorkerCtx {
             .flat_map(|&q| (0..per).map(move |_| q))
             .map(|q| Entry::new(q, self.payload_len))
             .collect();
-        let slots = u32::try_from(entries.len() + 1).unwrap_or(u32::MAX);
+        let slots = u32::try_from(entries.len() + 2).unwrap_or(u32::MAX);
         let mut ring = match restricted_ring(slots) {
             Ok(r) => r,
             Err(e) => {
@@ -596,7 +653,7 @@ impl WorkerCtx {
         // Registration errors come back at once; a request may too.
         cqes.extend(ring.completion().map(|c| (c.user_data(), c.result())));
         let refused = cqes.iter().find(|&&(tag, res)| {
-            tag != STOP_TAG && res < 0 && res != -libc::EAGAIN && res != -libc::EINTR
+            tag < DEFER_TAG && res < 0 && res != -libc::EAGAIN && res != -libc::EINTR
         });
         if let Some(&(tag, res)) = refused {
             let qid = entries.get(tag as usize).map_or(0, |e| e.qid);
@@ -606,9 +663,34 @@ impl WorkerCtx {
             }));
             return LoopEnd::Failed(io::Error::from_raw_os_error(-res));
         }
+        let defer_queue = match self.spec.queues.as_slice() {
+            [q] if self.server.deferred_fd(*q).is_some() => Some(*q),
+            _ => None,
+        };
+        if let Some(q) = defer_queue {
+            if let Err(e) = self.poll_deferred(ring, q) {
+                let _ = ready.send(Err(StartRingError::Setup(e)));
+                return LoopEnd::Failed(io::Error::other("deferred poll not queued"));
+            }
+        }
         let _ = ready.send(Ok(()));
-        self.event_loop(ring, entries, cqes)
+        self.event_loop(ring, entries, cqes, defer_queue)
     }
+}
+
+/// A worker's state between completions.
+struct LoopState {
+    /// Replies waiting for their time: (due, entry).
+    held: BinaryHeap<Reverse<(u64, usize)>>,
+    /// Entries whose request the server deferred: (unique, entry).
+    deferred: Vec<(u64, usize)>,
+    /// Entries the kernel has not cancelled.
+    alive: usize,
+    /// The queue whose deferred replies this worker polls for, while
+    /// they can still come.
+    defer_queue: Option<u16>,
+    req: Vec<u8>,
+    out: Vec<u8>,
 }
 
 impl WorkerCtx {
@@ -619,107 +701,35 @@ impl WorkerCtx {
         ring: &mut IoUring<squeue::Entry128, cqueue::Entry>,
         entries: &mut [Entry],
         mut cqes: Vec<(u64, i32)>,
+        defer_queue: Option<u16>,
     ) -> LoopEnd {
-        let dev = self.dev.as_raw_fd();
-        let server = &*self.server;
-        let mut held: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
-        let mut req: Vec<u8> = Vec::with_capacity(abi::IN_HEADER_LEN + 128 + self.payload_len);
-        let mut out: Vec<u8> = Vec::with_capacity(abi::OUT_HEADER_LEN + self.payload_len);
-        let mut alive = entries.len();
+        let mut st = LoopState {
+            held: BinaryHeap::new(),
+            deferred: Vec::new(),
+            alive: entries.len(),
+            defer_queue,
+            req: Vec::with_capacity(abi::IN_HEADER_LEN + 128 + self.payload_len),
+            out: Vec::with_capacity(abi::OUT_HEADER_LEN + self.payload_len),
+        };
         loop {
             for (tag, res) in cqes.drain(..) {
-                if tag == STOP_TAG {
-                    return LoopEnd::Stopped;
-                }
-                let Some(e) = entries.get_mut(tag as usize) else {
-                    continue;
+                let step = match tag {
+                    STOP_TAG => return LoopEnd::Stopped,
+                    DEFER_TAG => self.on_deferred_ready(ring, entries, &mut st),
+                    _ => self.on_entry(ring, entries, &mut st, tag as usize, res),
                 };
-                if res < 0 {
-                    if res == -libc::EAGAIN || res == -libc::EINTR {
-                        // Not initialized yet, or interrupted: again.
-                        let sqe = if e.registered {
-                            commit_sqe(dev, tag as usize, e)
-                        } else {
-                            let mut iov = [libc::iovec {
-                                iov_base: std::ptr::null_mut(),
-                                iov_len: 0,
-                            }; 2];
-                            let sqe = register_sqe(dev, tag as usize, e, &mut iov);
-                            // The iovecs must live until submitted.
-                            if let Err(err) = push_and_submit(ring, &sqe) {
-                                return LoopEnd::Failed(err);
-                            }
-                            continue;
-                        };
-                        if let Err(err) = push(ring, &sqe) {
-                            return LoopEnd::Failed(err);
-                        }
-                    } else {
-                        if !e.dead && res != -libc::ENOTCONN && res != -libc::ECANCELED {
-                            tracing::warn!(qid = e.qid, error = %io::Error::from_raw_os_error(-res), "ring entry failed");
-                        }
-                        if !e.dead {
-                            e.dead = true;
-                            alive -= 1;
-                        }
-                    }
-                    continue;
-                }
-                e.registered = true;
-                let arrival = server.now_ns();
-                e.commit_id = e.header.ring_ent_in_out.commit_id;
-                let due = match gather_request(e, &mut req) {
-                    Some(_) => server.answer(&req, arrival, &mut out),
-                    None => {
-                        tracing::warn!(qid = e.qid, "undecodable ring request");
-                        out.clear();
-                        OutHeader::error_only(e.commit_id, libc::EINVAL).encode(&mut out);
-                        Due::Now
-                    }
-                };
-                scatter_reply(e, &out, e.commit_id);
-                match due {
-                    Due::Now => {
-                        if let Err(err) = push(ring, &commit_sqe(dev, tag as usize, e)) {
-                            return LoopEnd::Failed(err);
-                        }
-                    }
-                    Due::At(t) => held.push(Reverse((t, tag as usize))),
+                if let Err(err) = step {
+                    return LoopEnd::Failed(err);
                 }
             }
-            if alive == 0 {
+            if st.alive == 0 {
                 return LoopEnd::AllCancelled;
             }
-            let now = server.now_ns();
-            while let Some(&Reverse((t, idx))) = held.peek() {
-                if t > now {
-                    break;
-                }
-                held.pop();
-                if let Some(e) = entries.get(idx) {
-                    if let Err(err) = push(ring, &commit_sqe(dev, idx, e)) {
-                        return LoopEnd::Failed(err);
-                    }
-                }
+            if let Err(err) = self.commit_due(ring, entries, &mut st) {
+                return LoopEnd::Failed(err);
             }
-            let next = held.peek().map(|&Reverse((t, _))| t.saturating_sub(now));
-            let res = match (self.poll, next) {
-                // Poll: submit what is queued, never sleep.
-                (true, _) => submit_queued(ring),
-                (false, None) => ring.submit_and_wait(1).map(drop),
-                (false, Some(left)) if left > pace::SPIN_NS => {
-                    let ts = types::Timespec::from(Duration::from_nanos(left - pace::SPIN_NS));
-                    let args = types::SubmitArgs::new().timespec(&ts);
-                    ring.submitter().submit_with_args(1, &args).map(drop)
-                }
-                // A reply is due within the spin window: keep polling.
-                (false, Some(_)) => submit_queued(ring),
-            };
-            if let Err(e) = res {
-                match e.raw_os_error() {
-                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY) => {}
-                    _ => return LoopEnd::Failed(e),
-                }
+            if let Err(err) = self.wait(ring, &st) {
+                return LoopEnd::Failed(err);
             }
             let mut cq = ring.completion();
             if cq.is_empty() {
@@ -728,6 +738,206 @@ impl WorkerCtx {
             cqes.extend(cq.by_ref().map(|c| (c.user_data(), c.result())));
         }
     }
+
+    /// A completion of entry `idx`: a request to answer, or an error.
+    fn on_entry(
+        &self,
+        ring: &mut IoUring<squeue::Entry128, cqueue::Entry>,
+        entries: &mut [Entry],
+        st: &mut LoopState,
+        idx: usize,
+        res: i32,
+    ) -> io::Result<()> {
+        let dev = self.dev.as_raw_fd();
+        let waiting = st.deferred.len();
+        let Some(e) = entries.get_mut(idx) else {
+            return Ok(());
+        };
+        if res < 0 {
+            return on_entry_error(ring, dev, idx, e, res, &mut st.alive);
+        }
+        e.registered = true;
+        let arrival = self.server.now_ns();
+        e.commit_id = e.header.ring_ent_in_out.commit_id;
+        // One entry never waits, for a deferred reply or for its time, so
+        // whatever the server waits for, this worker keeps taking requests.
+        let may_defer = st.defer_queue.is_some() && waiting + st.held.len() + 1 < st.alive;
+        let due = match gather_request(e, &mut st.req) {
+            Some(_) => self.server.answer(&st.req, arrival, &mut st.out, may_defer),
+            None => {
+                tracing::warn!(qid = e.qid, "undecodable ring request");
+                st.out.clear();
+                OutHeader::error_only(e.commit_id, libc::EINVAL).encode(&mut st.out);
+                Due::Now
+            }
+        };
+        let due = match due {
+            Due::Deferred if may_defer => {
+                st.deferred.push((e.commit_id, idx));
+                return Ok(());
+            }
+            Due::Deferred => {
+                tracing::warn!(qid = e.qid, "a ring request deferred where it may not be");
+                st.out.clear();
+                OutHeader::error_only(e.commit_id, libc::EIO).encode(&mut st.out);
+                Due::Now
+            }
+            d => d,
+        };
+        scatter_reply(e, &st.out, e.commit_id);
+        match due {
+            Due::At(t) => st.held.push(Reverse((t, idx))),
+            _ => push(ring, &commit_sqe(dev, idx, e))?,
+        }
+        Ok(())
+    }
+
+    /// The deferred replies' descriptor is readable: takes every reply
+    /// ready, holds each until due, and polls again.
+    fn on_deferred_ready(
+        &self,
+        ring: &mut IoUring<squeue::Entry128, cqueue::Entry>,
+        entries: &mut [Entry],
+        st: &mut LoopState,
+    ) -> io::Result<()> {
+        let Some(q) = st.defer_queue else {
+            return Ok(());
+        };
+        loop {
+            match self.server.take_deferred(q, &mut st.out) {
+                Deferred::Reply { unique, due_ns } => {
+                    let Some(pos) = st.deferred.iter().position(|&(u, _)| u == unique) else {
+                        tracing::warn!(unique, "a deferred reply for no waiting entry");
+                        continue;
+                    };
+                    let (_, idx) = st.deferred.swap_remove(pos);
+                    if let Some(e) = entries.get_mut(idx) {
+                        scatter_reply(e, &st.out, unique);
+                        st.held.push(Reverse((due_ns, idx)));
+                    }
+                }
+                Deferred::Empty => break,
+                Deferred::Closed => {
+                    // Nothing will answer the waiting entries: each gets
+                    // an error, and the descriptor is no longer polled.
+                    for (unique, idx) in st.deferred.drain(..) {
+                        if let Some(e) = entries.get_mut(idx) {
+                            st.out.clear();
+                            OutHeader::error_only(unique, libc::EIO).encode(&mut st.out);
+                            scatter_reply(e, &st.out, unique);
+                            st.held.push(Reverse((0, idx)));
+                        }
+                    }
+                    st.defer_queue = None;
+                    return Ok(());
+                }
+            }
+        }
+        self.poll_deferred(ring, q)
+    }
+
+    /// Polls (once) the descriptor of `queue`'s deferred replies.
+    fn poll_deferred(
+        &self,
+        ring: &mut IoUring<squeue::Entry128, cqueue::Entry>,
+        queue: u16,
+    ) -> io::Result<()> {
+        let Some(fd) = self.server.deferred_fd(queue) else {
+            return Ok(());
+        };
+        let poll = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32)
+            .build()
+            .user_data(DEFER_TAG);
+        push(ring, &poll.into())
+    }
+
+    /// Commits the held replies that are due.
+    fn commit_due(
+        &self,
+        ring: &mut IoUring<squeue::Entry128, cqueue::Entry>,
+        entries: &[Entry],
+        st: &mut LoopState,
+    ) -> io::Result<()> {
+        let now = self.server.now_ns();
+        while let Some(&Reverse((t, idx))) = st.held.peek() {
+            if t > now {
+                break;
+            }
+            st.held.pop();
+            if let Some(e) = entries.get(idx) {
+                push(ring, &commit_sqe(self.dev.as_raw_fd(), idx, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Submits what is queued and waits for the next completion: not at
+    /// all when polling, until [`pace::SPIN_NS`] before the next held
+    /// reply is due, or (nothing held) until something completes.
+    fn wait(
+        &self,
+        ring: &mut IoUring<squeue::Entry128, cqueue::Entry>,
+        st: &LoopState,
+    ) -> io::Result<()> {
+        let now = self.server.now_ns();
+        let next = st.held.peek().map(|&Reverse((t, _))| t.saturating_sub(now));
+        let res = match (self.poll, next) {
+            // Poll: submit what is queued, never sleep.
+            (true, _) => submit_queued(ring),
+            (false, None) => ring.submit_and_wait(1).map(drop),
+            (false, Some(left)) if left > pace::SPIN_NS => {
+                let ts = types::Timespec::from(Duration::from_nanos(left - pace::SPIN_NS));
+                let args = types::SubmitArgs::new().timespec(&ts);
+                ring.submitter().submit_with_args(1, &args).map(drop)
+            }
+            // A reply is due within the spin window: keep polling.
+            (false, Some(_)) => submit_queued(ring),
+        };
+        match res {
+            Err(e)
+                if !matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME | libc::EINTR | libc::EBUSY)
+                ) =>
+            {
+                Err(e)
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// An entry's command failed: `EAGAIN` / `EINTR` (not initialized yet,
+/// or interrupted) resubmits it; anything else (the connection ending)
+/// marks it dead.
+fn on_entry_error(
+    ring: &mut IoUring<squeue::Entry128, cqueue::Entry>,
+    dev: RawFd,
+    idx: usize,
+    e: &mut Entry,
+    res: i32,
+    alive: &mut usize,
+) -> io::Result<()> {
+    if res == -libc::EAGAIN || res == -libc::EINTR {
+        if e.registered {
+            return push(ring, &commit_sqe(dev, idx, e));
+        }
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; 2];
+        let sqe = register_sqe(dev, idx, e, &mut iov);
+        // The iovecs must live until submitted.
+        return push_and_submit(ring, &sqe);
+    }
+    if !e.dead && res != -libc::ENOTCONN && res != -libc::ECANCELED {
+        tracing::warn!(qid = e.qid, error = %io::Error::from_raw_os_error(-res), "ring entry failed");
+    }
+    if !e.dead {
+        e.dead = true;
+        *alive -= 1;
+    }
+    Ok(())
 }
 
 /// A ring of `slots` SQE128s that can carry only FUSE ring commands and

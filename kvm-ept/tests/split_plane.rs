@@ -15,7 +15,7 @@ use residency::{
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,6 +27,8 @@ const DELAY_NS: u64 = 10_000;
 /// are logged.
 struct StoreBackend {
     start: Instant,
+    /// How long a miss takes (modeled).
+    miss_ns: AtomicU64,
     store: Arc<File>,
     misses: Mutex<Vec<Miss>>,
     stored: Mutex<Vec<(u64, u64, u32)>>,
@@ -43,7 +45,7 @@ impl PoolBackend for StoreBackend {
                 file: self.store.clone(),
                 offset: m.pool_offset,
             },
-            completes_at_ns: m.arrival_ns + DELAY_NS,
+            completes_at_ns: m.arrival_ns + self.miss_ns.load(Ordering::Relaxed),
         })
     }
     fn on_writeback(&self, _: u64, _: &[u8], _: u32, _: u64) -> Result<u64, WritebackError> {
@@ -90,6 +92,7 @@ fn split_plane() -> Option<Fixture> {
     let store = Arc::new(memfd(POOL));
     let b = Arc::new(StoreBackend {
         start: Instant::now(),
+        miss_ns: AtomicU64::new(DELAY_NS),
         store: store.clone(),
         misses: Mutex::new(Vec::new()),
         stored: Mutex::new(Vec::new()),
@@ -379,4 +382,119 @@ fn the_plane_shuts_down_and_reaps_its_helper() {
         std::io::Error::last_os_error().raw_os_error(),
         Some(libc::ESRCH)
     );
+}
+
+/// Pins the calling thread to `cpu`.
+fn pin(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes
+    // inside it; sched_setaffinity reads it for the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0
+        );
+    }
+}
+
+/// Where the kernel offers FUSE over io_uring, the helper takes the
+/// requests on a ring (one queue per possible CPU) and its misses reach
+/// this process as ring requests.
+#[test]
+fn the_helper_takes_requests_on_a_ring_where_the_kernel_offers_one() {
+    if !residency::uring::kernel_offers() {
+        skip_or_fail("the host kernel does not offer FUSE over io_uring");
+        return;
+    }
+    let Some(fx) = split_plane() else { return };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while fx.p.transport() == residency::ActiveTransport::DevFuse && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    match fx.p.transport() {
+        residency::ActiveTransport::IoUring { queues, .. } => {
+            assert_eq!(queues, residency::uring::possible_cpus())
+        }
+        t => panic!("the helper stayed on {t:?}"),
+    }
+    let ptr = map(fx.p.map_target()) as usize;
+    for page in 0..8 {
+        // SAFETY: in bounds of the live mapping.
+        let v = unsafe {
+            (ptr as *const u8)
+                .add((page * PAGE_SIZE) as usize)
+                .read_volatile()
+        };
+        assert_eq!(v, 0);
+    }
+    assert!(
+        fx.p.ring_requests() >= 8,
+        "misses came through the ring: {}",
+        fx.p.ring_requests()
+    );
+    // SAFETY: unmaps exactly what `map` mapped.
+    unsafe { libc::munmap(ptr as *mut libc::c_void, POOL as usize) };
+}
+
+/// The helper never waits for this process: with twice a ring queue's
+/// entries in slow misses on one CPU, the misses beyond what the queue
+/// can hold are answered at once (from the store), and a write-back from
+/// that CPU is answered long before the slow misses are.
+#[test]
+fn a_queue_full_of_slow_misses_still_answers_write_backs() {
+    let Some(fx) = split_plane() else { return };
+    let ptr = map(fx.p.map_target()) as usize;
+    // Page 0 dirty (its first touch a fast miss).
+    // SAFETY: in bounds of the live writable mapping.
+    unsafe { (ptr as *mut u8).add(3).write_volatile(0x5a) };
+    let slow = Duration::from_secs(3);
+    fx.b.miss_ns
+        .store(slow.as_nanos() as u64, Ordering::Relaxed);
+    let started = Instant::now();
+    let threads = 2 * residency::split::RING_DEPTH;
+    let (tx, rx) = std::sync::mpsc::channel();
+    for i in 0..threads {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            pin(0);
+            let page = 1 + i as u64;
+            // SAFETY: in bounds of the live mapping (PAGES > threads).
+            let v = unsafe {
+                (ptr as *const u8)
+                    .add((page * PAGE_SIZE) as usize)
+                    .read_volatile()
+            };
+            let _ = tx.send((v, started.elapsed()));
+        });
+    }
+    drop(tx);
+    std::thread::sleep(Duration::from_millis(300));
+    let synced = within(Duration::from_secs(2), "msync of a dirty page", move || {
+        pin(0);
+        // SAFETY: syncs the first page of the live mapping.
+        let rc =
+            unsafe { libc::msync(ptr as *mut libc::c_void, PAGE_SIZE as usize, libc::MS_SYNC) };
+        (rc, started.elapsed())
+    });
+    assert_eq!(synced.0, 0, "msync: {}", std::io::Error::last_os_error());
+    assert!(
+        synced.1 < slow,
+        "the write-back waited for the slow misses ({:?})",
+        synced.1
+    );
+    let reads: Vec<(u8, Duration)> = rx.iter().take(threads).collect();
+    assert_eq!(reads.len(), threads);
+    assert!(
+        reads.iter().all(|r| r.0 == 0),
+        "every page read its (zero) data"
+    );
+    let fast = reads.iter().filter(|r| r.1 < slow).count();
+    assert!(fast < threads, "no miss was held for its modeled time");
+    assert!(
+        fx.b.stored_bytes() >= PAGE_SIZE,
+        "the dirty page was stored"
+    );
+    // SAFETY: unmaps exactly what `map` mapped.
+    unsafe { libc::munmap(ptr as *mut libc::c_void, POOL as usize) };
 }

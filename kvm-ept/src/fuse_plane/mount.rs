@@ -85,7 +85,10 @@ impl FusePoolPlane {
         let plan_uring = transport::plan_uring(options.transport, split.is_some())?;
         let dev = open_device()?;
         mount_fuse(mountpoint, &dev)?;
-        if options.mode == ReaderMode::Spin || plan_uring {
+        // A split plane's helper reads the same open file, blocking; its
+        // own INIT offers the ring, and it starts the ring itself.
+        let local_uring = plan_uring && split.is_none();
+        if split.is_none() && (options.mode == ReaderMode::Spin || plan_uring) {
             // Spinning readers, or readers that poll beside a wake eventfd.
             set_nonblocking(&dev);
         }
@@ -93,10 +96,10 @@ impl FusePoolPlane {
             backend,
             size,
             &options,
-            plan_uring,
+            local_uring,
             split.is_some(),
         )?);
-        let wake = if plan_uring {
+        let wake = if local_uring {
             Some(Arc::new(
                 crate::uring::new_eventfd().map_err(MountPlaneError::Spawn)?,
             ))
@@ -115,10 +118,12 @@ impl FusePoolPlane {
         m.notify_tx = Some(notify_tx);
         start_pacer_and_notifier(&mut m, &dev, pace_rx, notify_rx)?;
         match split {
-            Some((store, cmd)) => start_receivers(&mut m, &dev, store, cmd, size, pace_tx)?,
+            Some((store, cmd)) => {
+                start_receivers(&mut m, &dev, (store, cmd), size, plan_uring, pace_tx)?
+            }
             None => start_readers(&m, &dev, pace_tx, &options, plan_uring, wake)?,
         }
-        if plan_uring {
+        if local_uring {
             m.ring = transport::start_ring(&server, &dev, &options)?.map(std::sync::Mutex::new);
         }
         m.root = Some(open_root(mountpoint)?);
@@ -265,18 +270,18 @@ fn start_pacer_and_notifier(
 }
 
 /// A split plane: starts the helper process that reads `/dev/fuse` (its
-/// write-backs go to `store`), and the threads that take the misses it
-/// forwards.
+/// write-backs go to `store`; `ring`: its INIT offers FUSE over io_uring),
+/// and the threads that take the misses it forwards.
 fn start_receivers(
     m: &mut Mounted,
     dev: &Arc<File>,
-    store: &File,
-    cmd: &HelperCommand,
+    (store, cmd): (&File, &HelperCommand),
     size: u64,
+    ring: bool,
     pace_tx: Sender<Held>,
 ) -> Result<(), MountPlaneError> {
     let refusals = m.server.readahead.as_ref().map(|r| r.file());
-    let helper = crate::helper_link::Helper::spawn(cmd, dev, store, refusals, size)?;
+    let helper = crate::helper_link::Helper::spawn(cmd, dev, store, refusals, size, ring)?;
     let socks = helper.socks.clone();
     m.helper = Some(helper);
     // From mountinfo: finding it asks the helper nothing (a helper that

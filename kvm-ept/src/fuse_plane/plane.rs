@@ -13,6 +13,7 @@ use crate::{
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 
 /// The residency plane over a FUSE pool file. See the module docs.
@@ -53,7 +54,15 @@ impl FusePoolPlane {
                     poll: c.poll,
                 }
             }
-            None => ActiveTransport::DevFuse,
+            None => match self.m.server.helper_ring_queues.load(Ordering::Acquire) {
+                0 => ActiveTransport::DevFuse,
+                // A split plane's helper: one pinned worker per queue.
+                queues => ActiveTransport::IoUring {
+                    queues,
+                    workers: queues,
+                    poll: false,
+                },
+            },
         }
     }
 

@@ -18,14 +18,17 @@ const INIT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Whether INIT is to offer FUSE over io_uring, before the mount: the
 /// transport asked for, what the host kernel offers, and whether a ring can
-/// be created here at all. A `split` plane's helper reads `/dev/fuse`.
-/// Fails when [`Transport::IoUring`] was asked for and cannot be had.
+/// be created here at all. A `split` plane's helper takes the ring (one
+/// socket per queue: at most [`MAX_SOCKETS`](crate::helper_link::MAX_SOCKETS)
+/// queues). Fails when [`Transport::IoUring`] was asked for and cannot be
+/// had.
 pub(super) fn plan_uring(transport: Transport, split: bool) -> Result<bool, MountPlaneError> {
     let offered = crate::uring::kernel_offers();
+    let sockets_enough = crate::uring::possible_cpus() <= crate::helper_link::socket_count();
     if transport == Transport::IoUring {
-        if split {
+        if split && !sockets_enough {
             return Err(MountPlaneError::NoUring(
-                "a split plane's helper reads /dev/fuse",
+                "a split plane's helper has one socket per CPU queue, and this host has more queues",
             ));
         }
         if !offered {
@@ -36,7 +39,7 @@ pub(super) fn plan_uring(transport: Transport, split: bool) -> Result<bool, Moun
     }
     // A ring that cannot even be created (io_uring_disabled, seccomp,
     // memory) must be known before INIT offers it.
-    let wanted = !split && transport != Transport::DevFuse && offered;
+    let wanted = (!split || sockets_enough) && transport != Transport::DevFuse && offered;
     match (wanted, wanted.then(crate::uring::probe)) {
         (true, Some(Err(e))) if transport == Transport::IoUring => {
             Err(MountPlaneError::Ring(StartRingError::Setup(e)))
@@ -47,6 +50,21 @@ pub(super) fn plan_uring(transport: Transport, split: bool) -> Result<bool, Moun
         }
         (wanted, _) => Ok(wanted),
     }
+}
+
+/// Waits for the kernel's INIT (at most [`INIT_TIMEOUT`]); whether its
+/// answer granted FUSE over io_uring.
+pub(crate) fn init_granted_ring(server: &Server) -> bool {
+    let waited = Instant::now();
+    while !server.init_answered.load(Ordering::Acquire) && waited.elapsed() < INIT_TIMEOUT {
+        thread::sleep(Duration::from_micros(200));
+    }
+    server.uring_granted.load(Ordering::Acquire)
+}
+
+/// A ring entry's payload buffer: the connection's largest argument.
+pub(crate) fn ring_payload_len() -> usize {
+    (MAX_WRITE as usize).max(abi::MIN_READ_BUFFER)
 }
 
 /// After a mount whose INIT offered the ring: waits for the kernel's INIT
@@ -63,12 +81,7 @@ pub(super) fn start_ring(
     // Once INIT grants the ring, the kernel holds every request
     // until each queue has an entry: start the ring before the
     // first request (no path may be touched before).
-    let waited = Instant::now();
-    while !server.init_answered.load(Ordering::Acquire) && waited.elapsed() < INIT_TIMEOUT {
-        thread::sleep(Duration::from_micros(200));
-    }
-    let granted = server.uring_granted.load(Ordering::Acquire);
-    let started = if granted {
+    let started = if init_granted_ring(server) {
         let queues = crate::uring::possible_cpus();
         let poll = options.mode == ReaderMode::Spin;
         let config = RingConfig {
@@ -78,8 +91,9 @@ pub(super) fn start_ring(
             } else {
                 options.readers.max(1)
             },
-            payload_len: (MAX_WRITE as usize).max(abi::MIN_READ_BUFFER),
+            payload_len: ring_payload_len(),
             poll,
+            deferring: false,
         };
         let ring_server: Arc<dyn RingServer> = server.clone();
         RingSet::start(dev, ring_server, config).map(Some)

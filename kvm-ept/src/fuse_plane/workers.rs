@@ -36,7 +36,13 @@ impl crate::uring::RingServer for Server {
         self.backend.now_ns()
     }
 
-    fn answer(&self, request: &[u8], arrival_ns: u64, out: &mut Vec<u8>) -> crate::uring::Due {
+    fn answer(
+        &self,
+        request: &[u8],
+        arrival_ns: u64,
+        out: &mut Vec<u8>,
+        _may_defer: bool,
+    ) -> crate::uring::Due {
         use crate::uring::Due;
         self.metrics.ring_request();
         match self.handle(request, arrival_ns, out) {
@@ -54,7 +60,7 @@ impl crate::uring::RingServer for Server {
         }
     }
 
-    fn enter_worker(&self) {
+    fn enter_worker(&self, _queue: Option<u16>) {
         REQUEST_THREAD.with(|c| c.set(true));
     }
 }
@@ -229,9 +235,11 @@ fn deliver(server: &Server, dev: &File, pacer: &Sender<Held>, out: &mut Vec<u8>,
 /// Daemon threads of a split plane: misses and stored write-backs that
 /// the helper forwards. A miss is answered exactly as a local reader
 /// would (same server, same pacing); the reply goes to this process's
-/// descriptor of the connection. If the helper goes away while the plane
-/// is up, nothing could answer write-backs any more: the connection is
-/// aborted (every waiter gets an error) rather than left to hang.
+/// descriptor of the connection, or, for a miss from the helper's ring,
+/// back to the helper on `sock` with when it is due. If the helper goes
+/// away while the plane is up, nothing could answer write-backs any more:
+/// the connection is aborted (every waiter gets an error) rather than left
+/// to hang.
 pub(super) fn forwarded(
     server: &Server,
     dev: &File,
@@ -239,7 +247,7 @@ pub(super) fn forwarded(
     pacer: Sender<Held>,
     abort: Option<&Path>,
 ) {
-    use crate::helper_link::{ForwardKind, FORWARD_LEN};
+    use crate::helper_link::{ForwardKind as K, FORWARD_LEN};
     REQUEST_THREAD.with(|c| c.set(true));
     let mut buf = vec![0u8; crate::helper_link::MAX_FORWARD];
     let mut out: Vec<u8> = Vec::with_capacity(abi::OUT_HEADER_LEN + MAX_WRITE as usize);
@@ -247,21 +255,38 @@ pub(super) fn forwarded(
         // The helper stamped the arrival on the monotonic clock.
         let age = crate::helper_link::monotonic_ns().saturating_sub(f.mono_ns);
         let arrival = server.backend.now_ns().saturating_sub(age);
-        if f.kind == ForwardKind::Read as u32 {
-            let outcome = server.handle(&buf[FORWARD_LEN..n], arrival, &mut out);
-            deliver(server, dev, &pacer, &mut out, outcome);
-        } else if f.kind == ForwardKind::Stored as u32 {
-            match server
-                .backend
-                .on_stored_writeback(f.offset, f.len, f.pid, arrival)
-            {
-                Ok(_) => server.metrics.writeback(f.len),
-                Err(e) => {
-                    tracing::warn!(offset = f.offset, len = f.len, error = %e, "cannot charge a stored write-back")
+        let req = &buf[FORWARD_LEN..n];
+        match f.kind {
+            k if k == K::Read as u32 => {
+                let outcome = server.handle(req, arrival, &mut out);
+                deliver(server, dev, &pacer, &mut out, outcome);
+            }
+            k if k == K::ReadRing as u32 => {
+                server.metrics.ring_request();
+                let outcome = server.handle(req, arrival, &mut out);
+                send_verdict(server, sock, req, &out, outcome);
+            }
+            k if k == K::ReadServed as u32 => {
+                // Answered by the helper already: charged only.
+                let _ = server.handle(req, arrival, &mut out);
+            }
+            k if k == K::Stored as u32 => {
+                match server
+                    .backend
+                    .on_stored_writeback(f.offset, f.len, f.pid, arrival)
+                {
+                    Ok(_) => server.metrics.writeback(f.len),
+                    Err(e) => {
+                        tracing::warn!(offset = f.offset, len = f.len, error = %e, "cannot charge a stored write-back")
+                    }
                 }
             }
-        } else {
-            tracing::warn!(kind = f.kind, "unknown message from the plane helper");
+            k if k == K::Hello as u32 => {
+                let queues = usize::try_from(f.len).unwrap_or(0);
+                server.helper_ring_queues.store(queues, Ordering::Release);
+                tracing::info!(ring_queues = queues, "the pool plane helper serves");
+            }
+            k => tracing::warn!(kind = k, "unknown message from the plane helper"),
         }
     }
     if server.stop.load(Ordering::Acquire) {
@@ -272,6 +297,34 @@ pub(super) fn forwarded(
         if let Err(e) = std::fs::write(p, b"1") {
             tracing::error!(error = %e, path = %p.display(), "cannot abort the plane's connection");
         }
+    }
+}
+
+/// Sends the helper the reply to a miss from its ring (`out`, as
+/// `outcome` says) and when to commit it, on the monotonic clock both
+/// processes read. Blocking is fine here: the helper never waits for us.
+fn send_verdict(server: &Server, sock: &File, req: &[u8], out: &[u8], outcome: Outcome) {
+    use crate::helper_link::Verdict;
+    use fuse_abi::zerocopy::IntoBytes;
+    let now = server.backend.now_ns();
+    let due = match outcome {
+        Outcome::ReplyAt(t) => t,
+        Outcome::Reply | Outcome::ReplyAndExit => now,
+        Outcome::None => return,
+    };
+    let Ok(h) = InHeader::parse(&mut Cursor::new(req)) else {
+        return;
+    };
+    let v = Verdict {
+        unique: h.unique,
+        due_mono_ns: crate::helper_link::monotonic_ns().saturating_add(due.saturating_sub(now)),
+    };
+    let want = v.as_bytes().len() + out.len();
+    match (&*sock).write_vectored(&[IoSlice::new(v.as_bytes()), IoSlice::new(out)]) {
+        Ok(n) if n == want => {}
+        Ok(n) => tracing::warn!(n, want, "short verdict to the plane helper"),
+        // The helper gone: its end of the socket tells the receiver.
+        Err(e) => tracing::debug!(error = %e, "cannot send a verdict to the plane helper"),
     }
 }
 

@@ -62,6 +62,9 @@ pub(crate) struct Server {
     pub(super) uring_granted: AtomicBool,
     /// INIT has been answered (set just before its reply is written).
     pub(super) init_answered: AtomicBool,
+    /// A split plane's helper takes requests on a ring of this many
+    /// queues (0: on `/dev/fuse`, or not heard from yet).
+    pub(crate) helper_ring_queues: AtomicUsize,
 }
 
 /// What the last `READ` of the calibration file saw (backend clock), and
@@ -147,6 +150,7 @@ impl Server {
             offer_uring: false,
             uring_granted: AtomicBool::new(false),
             init_answered: AtomicBool::new(false),
+            helper_ring_queues: AtomicUsize::new(0),
         }
     }
 

@@ -29,6 +29,16 @@
 //!   first refused `READ`, so the refusal's round trip lies inside the
 //!   modeled time, not on top of it.
 //!
+//! * where the kernel offers FUSE over io_uring, the helper takes requests
+//!   on a ring instead (`ring.rs`): one worker per CPU queue, pinned there,
+//!   so a fault wakes a thread on its own CPU. A miss is forwarded on that
+//!   CPU's socket and its entry waits; the daemon answers with the reply
+//!   and when it is due (a verdict), and the worker commits it then. The
+//!   worker never waits for a verdict: it keeps taking requests on its
+//!   other entries, and one entry never waits at all — a READ that would
+//!   take it is answered from the store at once (and the daemon told, to
+//!   charge it). So write-backs are answered here too.
+//!
 //! So whatever the daemon's threads wait for, write-backs are answered, and
 //! every `munmap` — the daemon's, the VMM's, an exiting process's — ends.
 //! Notifications (`NOTIFY_STORE` / `NOTIFY_INVAL_INODE`) stay with the
@@ -38,6 +48,10 @@
 //! daemon's own executable), run with [`HELPER_ENV`] set; its `main` must
 //! call [`helper_main_if_requested`] before anything else. It dies when the
 //! daemon closes its end of the socket (or exits).
+
+mod ring;
+
+pub use ring::RING_DEPTH;
 
 use crate::fuse_plane::{Outcome, Server};
 use crate::helper_link::{monotonic_ns, Forward, ForwardKind, FORWARD_LEN, MAX_FORWARD};
@@ -63,8 +77,14 @@ const HELPER_READERS: usize = 4;
 /// The helper's backend: stores write-backs, never serves a miss (the
 /// reader forwards every READ before it reaches the server).
 struct StoreBackend {
-    store: File,
+    store: Arc<File>,
     to_daemon: ToDaemon,
+}
+
+thread_local! {
+    /// The ring queue a pinned ring worker serves: its forwards go on that
+    /// queue's socket, where its verdicts come back.
+    static QUEUE: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
 }
 
 /// The way to the daemon that never blocks: a record goes straight into
@@ -79,12 +99,14 @@ struct ToDaemon {
 }
 
 impl ToDaemon {
-    /// The socket for the CPU the caller runs on.
+    /// The socket of the caller's ring queue, else of the CPU it runs on.
     fn sock(&self) -> &File {
-        // SAFETY: sched_getcpu takes no arguments; -1 means unknown.
-        let cpu = unsafe { libc::sched_getcpu() };
-        let i = usize::try_from(cpu).unwrap_or(0) % self.socks.len().max(1);
-        &self.socks[i]
+        let i = QUEUE.with(std::cell::Cell::get).unwrap_or_else(|| {
+            // SAFETY: sched_getcpu takes no arguments; -1 means unknown.
+            let cpu = unsafe { libc::sched_getcpu() };
+            usize::try_from(cpu).unwrap_or(0)
+        });
+        &self.socks[i % self.socks.len().max(1)]
     }
 
     /// Sends one record; false once the daemon is gone.
@@ -150,6 +172,8 @@ struct HelperSpec {
     ra: RawFd,
     size: u64,
     seccomp: SeccompMode,
+    /// INIT may offer FUSE over io_uring.
+    ring: bool,
 }
 
 fn parse_spec(s: &str) -> Option<HelperSpec> {
@@ -160,6 +184,7 @@ fn parse_spec(s: &str) -> Option<HelperSpec> {
         ra: -1,
         size: 0,
         seccomp: SeccompMode::Kill,
+        ring: false,
     };
     for part in s.split_whitespace() {
         let (k, v) = part.split_once('=')?;
@@ -175,6 +200,7 @@ fn parse_spec(s: &str) -> Option<HelperSpec> {
             "ra" => spec.ra = v.parse().ok()?,
             "size" => spec.size = v.parse().ok()?,
             "seccomp" => spec.seccomp = v.parse().ok()?,
+            "ring" => spec.ring = v == "1",
             _ => return None,
         }
     }
@@ -220,7 +246,7 @@ fn run_helper(spec: HelperSpec) {
                     .map(|&fd| File::from_raw_fd(fd))
                     .collect::<Vec<_>>(),
             ),
-            File::from_raw_fd(spec.store),
+            Arc::new(File::from_raw_fd(spec.store)),
         )
     };
     let refusals = if spec.ra >= 0 {
@@ -246,13 +272,17 @@ fn run_helper(spec: HelperSpec) {
         size: spec.size,
         first_refusal: Mutex::new(HashMap::new()),
     });
-    let server = Arc::new(Server::new(
+    let mut server = Server::new(
         Arc::new(StoreBackend {
-            store,
+            store: store.clone(),
             to_daemon: to_daemon.clone(),
         }),
         spec.size,
-    ));
+    );
+    if spec.ring {
+        server = server.offering_uring();
+    }
+    let server = Arc::new(server);
     {
         let socks = socks.clone();
         // A forwarder that blocks on a full socket holds up no reader.
@@ -267,20 +297,63 @@ fn run_helper(spec: HelperSpec) {
             .name(format!("plane-req{i}"))
             .spawn(move || helper_reader(&server, &dev, &to, &misses));
     }
+    // A ring the kernel granted must be up before anything else is asked
+    // (the kernel holds every request until each queue has an entry).
+    let ring = if spec.ring {
+        let helper_ring = ring::HelperRing {
+            server: server.clone(),
+            to_daemon: to_daemon.clone(),
+            misses: misses.clone(),
+            store,
+            size: spec.size,
+        };
+        match ring::start(&server, &dev, helper_ring) {
+            Ok(r) => r,
+            Err(e) => {
+                // The daemon sees this process end and aborts the mount.
+                eprintln!("cxlfs plane helper: {e}");
+                return;
+            }
+        }
+    } else {
+        None
+    };
+    let queues = ring.as_ref().map_or(0, |r| r.config().queues);
+    let hello = Forward {
+        kind: ForwardKind::Hello as u32,
+        len: queues as u64,
+        ..Forward::default()
+    };
+    let _ = to_daemon.send(hello.as_bytes().to_vec());
     drop(to_daemon);
     // Serving from here on: nothing but the calls on the helper's list.
     if let Err(e) = crate::helper_seccomp::install(spec.seccomp) {
         eprintln!("cxlfs plane helper: {e}");
         return;
     }
-    // The daemon sends nothing; its end closing (or its exit) ends us.
-    let mut buf = [0u8; 64];
+    // Its end closing (or its exit) ends us; what the daemon sends on the
+    // sockets is for the ring workers.
+    wait_for_hangup(&socks[0]);
+    // The process ends now: its workers need no stopping (a stop would
+    // also close descriptors through calls outside the allow-list).
+    std::mem::forget(ring);
+}
+
+/// Waits until the daemon's end of `sock` is gone.
+fn wait_for_hangup(sock: &File) {
+    let mut fds = [libc::pollfd {
+        fd: sock.as_raw_fd(),
+        events: 0,
+        revents: 0,
+    }];
     loop {
-        match (&socks[0]).read(&mut buf) {
-            Ok(0) => return,
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return,
+        // SAFETY: `fds` is a valid array of one pollfd for the call.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 1, -1) };
+        if rc > 0 && fds[0].revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+            return;
+        }
+        if rc < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
         }
     }
 }
@@ -305,7 +378,7 @@ const MAX_CARRIED: usize = 4096;
 
 /// The helper's part of the readahead refusal, and when each thread's
 /// fault began.
-struct MissStarts {
+pub(crate) struct MissStarts {
     /// The map shared with the daemon (`None`: readahead is served).
     refusals: Option<ReadaheadRefusals>,
     size: u64,
@@ -314,7 +387,7 @@ struct MissStarts {
 }
 
 /// What the helper does with a READ.
-enum ReadAction {
+pub(crate) enum ReadAction {
     /// Refused here (`EIO`): readahead of pages never refused before.
     Refuse,
     /// Forwarded with this arrival (the fault's first refusal, if recent).
@@ -327,7 +400,7 @@ impl MissStarts {
     }
 
     /// Decides a READ of `req` (header `h`) that arrived at `arrival`.
-    fn read(&self, h: &InHeader, req: &[u8], arrival: u64) -> ReadAction {
+    pub(crate) fn read(&self, h: &InHeader, req: &[u8], arrival: u64) -> ReadAction {
         let Some(refusals) = &self.refusals else {
             return ReadAction::Forward(arrival);
         };
