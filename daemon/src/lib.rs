@@ -73,7 +73,7 @@ pub use daemon::{listen, DaemonState, Features, ListeningVm, SessionOptions, VmS
 pub use device::placement::{tier_at, Placement, Tier};
 pub use device::{SharedDevice, EXTENT_SIZE, PAGE};
 pub use ids::FileKey;
-pub use memory::MemoryRegions;
+pub use memory::{MemoryRegions, RegionPlane};
 pub use metrics::file::MetricsFileWriter;
 pub use metrics::{render_prometheus, serve as serve_metrics, Metrics, VmMetrics};
 pub use passthrough::{CacheMode, GuestIds, IdMap, PassthroughFs};

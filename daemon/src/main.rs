@@ -6,7 +6,7 @@ use cxlfsd::sandbox::{caps, seccomp, Keep, Leftovers, SandboxMode};
 use cxlfsd::server::ServerOptions;
 use cxlfsd::{
     AccessSampler, Cli, ControlSocket, DaemonConfig, DaemonState, Features, ListeningVm,
-    MemoryRegions, MetricsFileWriter, Placement, SessionOptions, SharedDevice, VmSpec,
+    MemoryRegions, MetricsFileWriter, Placement, RegionPlane, SessionOptions, SharedDevice, VmSpec,
 };
 use residency::HelperCommand;
 use std::path::{Path, PathBuf};
@@ -162,10 +162,10 @@ fn start_memory(
             seccomp,
             ..HelperCommand::current_exe()
         },
-        // Off: a region's probes see the slow wake-up mode of an idle vCPU
-        // now and then, and a floor from it released misses faster than
-        // the modeled NAND read (DESIGN.md, "Latency compensation").
-        residency::pace::Compensation::Off,
+        RegionPlane {
+            compensation: cfg.queues.dax_compensation,
+            transport: cfg.queues.plane_transport,
+        },
     )?;
     let _ = std::fs::remove_dir(&dir);
     Ok(Some(m))

@@ -102,7 +102,10 @@ pub(crate) fn planes() -> Option<(Rig, Arc<MemoryRegions>, Arc<Controller>)> {
         &[spec],
         dir.path(),
         &helper(),
-        residency::pace::Compensation::Off,
+        crate::memory::RegionPlane {
+            compensation: residency::pace::Compensation::Off,
+            transport: residency::Transport::Auto,
+        },
     )
     .unwrap();
     let plane: Arc<dyn PlaneSource> = rig.dax.clone();

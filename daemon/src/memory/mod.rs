@@ -154,10 +154,20 @@ pub enum StartMemoryError {
 struct PlaneSetup<'a> {
     /// The helper process's command.
     helper: &'a HelperCommand,
-    /// Latency compensation of the region's misses.
-    compensation: Compensation,
+    /// Latency compensation and transport of the region's plane.
+    plane: RegionPlane,
     /// The filler thread, whose reads are not traps.
     fills: Arc<FillReads>,
+}
+
+/// How a region's plane runs (the daemon's `--latency-compensation` for
+/// DAX and its `--plane-transport`).
+#[derive(Debug, Clone, Copy)]
+pub struct RegionPlane {
+    /// Latency compensation of the region's misses.
+    pub compensation: Compensation,
+    /// What carries the helper's requests.
+    pub transport: residency::Transport,
 }
 
 /// A sparse memfd of `size` bytes (reads as zeros).
@@ -208,7 +218,8 @@ impl Region {
         let options = PlaneOptions {
             detach: true,
             refuse_readahead: true,
-            compensation: setup.compensation,
+            compensation: setup.plane.compensation,
+            transport: setup.plane.transport,
             ..PlaneOptions::default()
         };
         let plane = FusePoolPlane::mount_split(dir, size, backend, options, &store, setup.helper)
@@ -357,19 +368,19 @@ impl MemoryRegions {
     /// device's evictions. Call before any thread of the daemon maps guest
     /// memory (and before the sandbox: it runs a program). Misses are
     /// released ahead of their modeled completion as `compensation` says
-    /// (as the DAX plane's).
+    /// (as the DAX plane's), over the transport `plane` names.
     pub fn start(
         shared: &Arc<SharedDevice>,
         specs: &[MemoryRegionSpec],
         dir: &Path,
         helper: &HelperCommand,
-        compensation: Compensation,
+        plane: RegionPlane,
     ) -> Result<Arc<Self>, StartMemoryError> {
         let mut base = shared.memory_base();
         let mut regions = Vec::new();
         let setup = PlaneSetup {
             helper,
-            compensation,
+            plane,
             fills: Arc::new(FillReads::default()),
         };
         for spec in specs {
