@@ -48,8 +48,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -198,6 +201,30 @@ static void fail(const char *fmt, ...)
     fputc('\n', stderr);
     dump_log();
     exit(1);
+}
+
+/* Below this much free space, a SIGBUS on a mapped store is the share
+ * being full: the daemon reserves host space (up to a 2 MiB DAX range)
+ * before it maps a range writable, and a mapped store it cannot back is a
+ * SIGBUS, as on a local file system. */
+#define FULL_SHARE_BYTES (8u << 20)
+
+/* SIGBUS: says whether the share was (nearly) full then, and ends. Only
+ * async-signal-safe calls (the statfs system call, write, _exit). */
+static void on_sigbus(int sig)
+{
+    (void)sig;
+    struct statfs st;
+    int full = syscall(SYS_fstatfs, F.fd, &st) == 0 &&
+               (uint64_t)st.f_bavail * (uint64_t)st.f_bsize < FULL_SHARE_BYTES;
+    static const char nospc[] =
+        "cxlfs-fsx: SIGBUS on a mapped access with the share full: No space left on device\n";
+    static const char other[] = "cxlfs-fsx: FAILED: SIGBUS on a mapped access\n";
+    if (full)
+        (void)!write(2, nospc, sizeof nospc - 1);
+    else
+        (void)!write(2, other, sizeof other - 1);
+    _exit(1);
 }
 
 /* The shadow and the file differ at got[bad - off]: show both around it. */
@@ -790,6 +817,9 @@ int main(int argc, char **argv)
     if (maxop > maxlen)
         maxop = maxlen;
     page_size = sysconf(_SC_PAGESIZE);
+    struct sigaction sa = { .sa_handler = on_sigbus };
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, NULL);
     rng_state = seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL;
     if (!rng_state)
         rng_state = 1;

@@ -276,6 +276,13 @@ impl DaxSession {
             tracing::warn!(vm = %self.metrics.name, "pool full: no extent of its own for a DAX slot");
             Errno::NOMEM
         })?;
+        if writable {
+            self.dax
+                .reserve_for_stores(key, m.foffset, m.len)
+                .inspect_err(|e| {
+                    tracing::debug!(vm = %self.metrics.name, error = %e, foffset = m.foffset, "no host space for a writable DAX slot")
+                })?;
+        }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let slot = Slot {
             key,

@@ -35,8 +35,11 @@ impl DaxPlane {
     /// The pool extent of file chunk `chunk` of `key` for a window slot,
     /// allocated if needed and marked as window-mapped; the host file is
     /// kept open for traps and write-backs (`open` runs only the first
-    /// time). `Ok(None)`: the pool is full and the chunk has no extent of
-    /// its own.
+    /// time). A full pool first gives back what idle files and unmapped
+    /// extents of other files hold
+    /// ([`SharedDevice::make_room_for_window`]). `Ok(None)`: still full,
+    /// and the chunk has no extent of its own. Never call it from a plane
+    /// thread, nor holding a slot table.
     pub fn window_extent(
         &self,
         key: FileKey,
@@ -48,6 +51,10 @@ impl DaxPlane {
             Some(f) => f,
             None => Arc::new(open()?),
         };
+        if let Some(e) = self.window_extent_of(key, chunk, &file) {
+            return Ok(Some(e));
+        }
+        self.shared.make_room_for_window();
         Ok(self.window_extent_of(key, chunk, &file))
     }
 
@@ -61,6 +68,38 @@ impl DaxPlane {
         w.files.entry(key).or_insert_with(|| file.clone());
         w.extents.insert(extent);
         Some(extent)
+    }
+
+    /// Reserves host blocks under `[foffset, foffset + len)` of `key`'s
+    /// file (clipped to its size) before a window maps it writable. A store
+    /// through the window reaches the host later, in a write-back the
+    /// daemon makes, where a full share could only fail it with nobody to
+    /// tell; so the share's ENOSPC / EDQUOT comes now, as the guest's error
+    /// for the write or the mapped store (a `SIGBUS`), as a Linux file
+    /// system answers a `page_mkwrite` it cannot back. Blocks already
+    /// allocated cost nothing; a file system without `fallocate` (or one
+    /// that copies on write) is left unreserved.
+    pub fn reserve_for_stores(
+        &self,
+        key: FileKey,
+        foffset: u64,
+        len: u64,
+    ) -> Result<(), rustix::io::Errno> {
+        let Some(file) = self.window_file(key) else {
+            return Ok(());
+        };
+        let size = u64::try_from(rustix::fs::fstat(&*file)?.st_size).unwrap_or(0);
+        let end = foffset
+            .saturating_add(len)
+            .min(size.div_ceil(PAGE).saturating_mul(PAGE));
+        if end <= foffset {
+            return Ok(());
+        }
+        let keep = rustix::fs::FallocateFlags::KEEP_SIZE;
+        match rustix::fs::fallocate(&*file, keep, foffset, end - foffset) {
+            Err(e) if e == rustix::io::Errno::OPNOTSUPP || e == rustix::io::Errno::NOSYS => Ok(()),
+            r => r,
+        }
     }
 
     /// The host file of `key`, if it was ever mapped into a window.

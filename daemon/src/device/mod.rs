@@ -811,6 +811,34 @@ impl SharedDevice {
         }
     }
 
+    /// Makes room for one DAX window slot, which must map an extent of its
+    /// file's own: idle files first ([`SharedDevice::make_room`]), then the
+    /// extents no window maps of files VMs still reference, the file with
+    /// the most first (their dirty pages are written back to the files
+    /// first; their next touch takes an extent again, or shares one). At
+    /// most [`MAKE_ROOM_FILES`] files. Same rules as `make_room`.
+    pub fn make_room_for_window(&self) {
+        self.make_room(1);
+        let mut tried = Vec::new();
+        while tried.len() < MAKE_ROOM_FILES {
+            let next = self.read(|pool, _| {
+                (pool.free_count() == 0)
+                    .then(|| pool.largest_referenced(&tried))
+                    .flatten()
+            });
+            let Some(key) = next else { return };
+            tried.push(key);
+            let n = self.reclaim_where(key, 0, false);
+            if n > 0 {
+                tracing::debug!(
+                    ?key,
+                    extents = n,
+                    "pool full: extents taken from a referenced file for a window slot"
+                );
+            }
+        }
+    }
+
     /// Reclaims the file's chunks from `from_chunk` on (the file was
     /// truncated to `from_chunk` chunks or fewer): their device pages are
     /// discarded unwritten (the bytes are gone from the host file), the

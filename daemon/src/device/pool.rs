@@ -130,7 +130,8 @@ impl Pool {
         self.next - self.free.len() as u64
     }
 
-    /// Chunks that had to share an extent because the pool was full.
+    /// Chunks that share an extent because the pool was full (until one
+    /// gets an extent of its own).
     pub fn aliased_chunks(&self) -> u64 {
         self.aliased
     }
@@ -224,9 +225,8 @@ impl Pool {
             }
             self.files.remove(&key);
         }
-        for e in &own {
-            self.owners.remove(e);
-        }
+        // The owners stay until the extents are freed: the plane writes
+        // back the taken extents' dirty pages meanwhile, to their files.
         own
     }
 
@@ -250,10 +250,12 @@ impl Pool {
         own
     }
 
-    /// Returns extents taken with [`Pool::take_file`] to the pool.
+    /// Returns extents taken with [`Pool::take_file`] (or
+    /// [`Pool::take`]) to the pool; their owners are forgotten now.
     pub fn free_extents(&mut self, extents: &[u64]) {
         for e in extents {
             self.census.forget_extent(*e);
+            self.owners.remove(e);
         }
         self.free.extend(extents);
     }
@@ -261,10 +263,44 @@ impl Pool {
     /// The extent holding file chunk `chunk` as the file's own (allocated
     /// if needed); `None` when the pool is full and the chunk would have
     /// to share an extent (a DAX window slot must map the file's own pages).
+    /// A chunk that shares an extent (the pool was full when it was first
+    /// touched) gets one of its own once one is free.
     pub fn own_extent(&mut self, key: FileKey, chunk: u64) -> Option<u64> {
         self.extent_for(key, chunk);
         let raw = *self.files.get(&key)?.extents.get(&chunk)?;
-        (raw < self.capacity_extents).then_some(raw)
+        if raw < self.capacity_extents {
+            return Some(raw);
+        }
+        let e = self.free_extent()?;
+        self.files.get_mut(&key)?.extents.insert(chunk, e);
+        self.owners.insert(e, (key, chunk));
+        self.aliased = self.aliased.saturating_sub(1);
+        Some(e)
+    }
+
+    /// An extent off the free list or never handed out, if any.
+    fn free_extent(&mut self) -> Option<u64> {
+        if let Some(e) = self.free.pop() {
+            return Some(e);
+        }
+        (self.next < self.capacity_extents).then(|| {
+            self.next += 1;
+            self.next - 1
+        })
+    }
+
+    /// The file some VM references that owns the most extents, leaving
+    /// out `skip` (ties: the smaller key): where a DAX slot takes extents
+    /// from when no idle file has any. Work is bounded by the files.
+    pub fn largest_referenced(&self, skip: &[FileKey]) -> Option<FileKey> {
+        let cap = self.capacity_extents;
+        self.files
+            .iter()
+            .filter(|(k, f)| f.refs > 0 && !skip.contains(k))
+            .map(|(k, f)| (f.extents.values().filter(|&&e| e < cap).count(), *k))
+            .filter(|&(n, _)| n > 0)
+            .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)))
+            .map(|(_, k)| k)
     }
 
     /// The file's own extents (not shared ones) as `(chunk, extent)`, in
@@ -301,15 +337,11 @@ impl Pool {
 
     fn extent_for(&mut self, key: FileKey, chunk: u64) -> u64 {
         let cap = self.capacity_extents.max(1);
-        let file = self.files.entry(key).or_default();
-        if let Some(&e) = file.extents.get(&chunk) {
+        if let Some(&e) = self.files.get(&key).and_then(|f| f.extents.get(&chunk)) {
             return e;
         }
-        let e = if let Some(e) = self.free.pop() {
+        let e = if let Some(e) = self.free_extent() {
             e
-        } else if self.next < self.capacity_extents {
-            self.next += 1;
-            self.next - 1
         } else {
             // Full even after `SharedDevice::make_room` reclaimed idle files'
             // extents: share one (deterministically) rather than fail the I/O.
@@ -317,7 +349,7 @@ impl Pool {
             self.aliased += 1;
             (key.ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ chunk) % cap + cap
         };
-        file.extents.insert(chunk, e);
+        self.files.entry(key).or_default().extents.insert(chunk, e);
         if e < self.capacity_extents {
             self.owners.insert(e, (key, chunk));
         }
@@ -443,6 +475,63 @@ mod tests {
     const K: FileKey = FileKey { dev: 1, ino: 2 };
 
     #[test]
+    fn an_aliased_chunk_gets_its_own_extent_once_one_is_free() {
+        let mut p = Pool::new(2 * EXTENT_SIZE);
+        let other = FileKey { dev: 1, ino: 3 };
+        p.acquire(K);
+        p.acquire(other);
+        assert_eq!(p.own_extent(K, 0), Some(0));
+        assert_eq!(p.own_extent(K, 1), Some(1));
+        // Full: the other file's chunk shares an extent, and has none of
+        // its own for a window.
+        assert_eq!(p.segments(other, 0, 4096).len(), 1);
+        assert_eq!(p.aliased_chunks(), 1);
+        assert_eq!(p.own_extent(other, 0), None);
+        // K's chunk 1 is taken back: the alias becomes an own extent.
+        let taken = p.take(K, 1, &|_| false);
+        assert_eq!(taken, [1]);
+        // Taken, not yet freed: still owned (its dirty pages are written
+        // back to K meanwhile).
+        assert_eq!(p.owner_of(1), Some(ExtentOwner { key: K, chunk: 1 }));
+        p.free_extents(&taken);
+        assert_eq!(p.owner_of(1), None);
+        assert_eq!(p.own_extent(other, 0), Some(1));
+        assert_eq!(
+            p.owner_of(1),
+            Some(ExtentOwner {
+                key: other,
+                chunk: 0
+            })
+        );
+        assert_eq!(p.aliased_chunks(), 0);
+        assert_eq!(p.segments(other, 0, 4096)[0].addr, EXTENT_SIZE);
+    }
+
+    #[test]
+    fn the_largest_referenced_file_gives_extents_first() {
+        let mut p = Pool::new(8 * EXTENT_SIZE);
+        let (a, b, idle) = (
+            FileKey { dev: 1, ino: 10 },
+            FileKey { dev: 1, ino: 11 },
+            FileKey { dev: 1, ino: 12 },
+        );
+        for k in [a, b, idle] {
+            p.acquire(k);
+        }
+        p.segments(a, 0, EXTENT_SIZE);
+        p.segments(b, 0, 3 * EXTENT_SIZE);
+        p.segments(idle, 0, 4 * EXTENT_SIZE);
+        p.release(idle, false);
+        assert_eq!(p.largest_referenced(&[]), Some(b));
+        assert_eq!(p.largest_referenced(&[b]), Some(a));
+        assert_eq!(
+            p.largest_referenced(&[a, b]),
+            None,
+            "idle files are make_room's"
+        );
+    }
+
+    #[test]
     fn runs_coalesce() {
         assert_eq!(page_runs(&[1, 2, 3, 7, 9, 10]), [(1, 3), (7, 1), (9, 2)]);
         assert!(page_runs(&[]).is_empty());
@@ -497,8 +586,10 @@ mod tests {
         let taken = p.take(K, 1, &|e| e == mapped);
         assert_eq!(taken.len(), 2);
         assert!(p.extent_of(K, 0).is_some() && p.extent_of(K, 3).is_some());
-        assert!(taken.iter().all(|e| p.owner_of(*e).is_none()));
+        // Owned until freed: their dirty pages are written back meanwhile.
+        assert!(taken.iter().all(|e| p.owner_of(*e).is_some_and(|o| o.key == K)));
         p.free_extents(&taken);
+        assert!(taken.iter().all(|e| p.owner_of(*e).is_none()));
         assert_eq!(p.allocated_extents(), 2);
         p.release(K, false);
         assert_eq!(p.oldest_idle(), Some(K));
