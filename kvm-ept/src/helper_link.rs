@@ -57,7 +57,9 @@ pub(crate) struct Forward {
     pub mono_ns: u64,
     /// Pool offset (`Stored`).
     pub offset: u64,
-    /// Bytes (`Stored`).
+    /// Bytes (`Stored`); ring queues (`Hello`); for a READ, how long
+    /// before `mono_ns` the same thread's first refused READ arrived (the
+    /// fault began then), 0 if none.
     pub len: u64,
 }
 

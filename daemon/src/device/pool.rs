@@ -587,7 +587,9 @@ mod tests {
         assert_eq!(taken.len(), 2);
         assert!(p.extent_of(K, 0).is_some() && p.extent_of(K, 3).is_some());
         // Owned until freed: their dirty pages are written back meanwhile.
-        assert!(taken.iter().all(|e| p.owner_of(*e).is_some_and(|o| o.key == K)));
+        assert!(taken
+            .iter()
+            .all(|e| p.owner_of(*e).is_some_and(|o| o.key == K)));
         p.free_extents(&taken);
         assert!(taken.iter().all(|e| p.owner_of(*e).is_none()));
         assert_eq!(p.allocated_extents(), 2);

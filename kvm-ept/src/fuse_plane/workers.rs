@@ -252,9 +252,18 @@ pub(super) fn forwarded(
     let mut buf = vec![0u8; crate::helper_link::MAX_FORWARD];
     let mut out: Vec<u8> = Vec::with_capacity(abi::OUT_HEADER_LEN + MAX_WRITE as usize);
     while let Some((f, n)) = crate::helper_link::recv_forward(sock, &mut buf) {
-        // The helper stamped the arrival on the monotonic clock.
-        let age = crate::helper_link::monotonic_ns().saturating_sub(f.mono_ns);
-        let arrival = server.backend.now_ns().saturating_sub(age);
+        // A miss arrives when it reaches this process: the hop from the
+        // helper is trap-path cost like the fault's own, outside the
+        // modeled time (compensation takes both off). A fault that began
+        // with a refused READ began that much earlier (`len`, at most the
+        // helper's carry bound). A stored write-back arrived at the helper.
+        let now = server.backend.now_ns();
+        let arrival = if f.kind == K::Stored as u32 {
+            let age = crate::helper_link::monotonic_ns().saturating_sub(f.mono_ns);
+            now.saturating_sub(age)
+        } else {
+            now.saturating_sub(f.len.min(MAX_FAULT_LEAD_NS))
+        };
         let req = &buf[FORWARD_LEN..n];
         match f.kind {
             k if k == K::Read as u32 => {
@@ -299,6 +308,10 @@ pub(super) fn forwarded(
         }
     }
 }
+
+/// Most a forwarded miss's start is moved back for the refused READs
+/// before it (the helper carries at most 500 µs).
+const MAX_FAULT_LEAD_NS: u64 = 1_000_000;
 
 /// Sends the helper the reply to a miss from its ring (`out`, as
 /// `outcome` says) and when to commit it, on the monotonic clock both

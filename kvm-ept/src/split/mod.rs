@@ -25,9 +25,11 @@
 //! * where the plane refuses readahead (`readahead.rs`), the helper refuses
 //!   it itself, on a map shared with the daemon (whose notifier forgets
 //!   invalidated pages there): a refused `READ` costs no trip to the daemon.
-//!   The miss forwarded next by the same thread carries the arrival of its
-//!   first refused `READ`, so the refusal's round trip lies inside the
-//!   modeled time, not on top of it.
+//!   The miss forwarded next by the same thread says how long before it
+//!   its first refused `READ` came, so the refusal's round trip lies
+//!   inside the modeled time, not on top of it. The hop to the daemon does
+//!   not: a miss arrives when the daemon gets it (that hop is trap-path
+//!   cost, taken off by compensation like the fault's own).
 //!
 //! * where the kernel offers FUSE over io_uring, the helper takes requests
 //!   on a ring instead (`ring.rs`): one worker per CPU queue, pinned there,
@@ -457,7 +459,8 @@ fn helper_reader(server: &Server, dev: &File, to_daemon: &ToDaemon, misses: &Mis
                 };
                 let f = Forward {
                     kind: ForwardKind::Read as u32,
-                    mono_ns,
+                    mono_ns: arrival,
+                    len: arrival.saturating_sub(mono_ns),
                     ..Forward::default()
                 };
                 let mut msg = Vec::with_capacity(FORWARD_LEN + n);

@@ -80,10 +80,11 @@ pub(crate) fn start(
 impl HelperRing {
     /// Forwards a miss to the daemon: answered later (`ReadRing`), or
     /// already answered here (`ReadServed`). False once the daemon is gone.
-    fn forward(&self, kind: ForwardKind, mono_ns: u64, req: &[u8]) -> bool {
+    fn forward(&self, kind: ForwardKind, (arrival, start): (u64, u64), req: &[u8]) -> bool {
         let f = Forward {
             kind: kind as u32,
-            mono_ns,
+            mono_ns: arrival,
+            len: arrival.saturating_sub(start),
             ..Forward::default()
         };
         let mut msg = Vec::with_capacity(FORWARD_LEN + req.len());
@@ -135,7 +136,7 @@ impl HelperRing {
         out: &mut Vec<u8>,
         may_defer: bool,
     ) -> Due {
-        let mono_ns = match self.misses.read(h, req, arrival) {
+        let start = match self.misses.read(h, req, arrival) {
             ReadAction::Refuse => {
                 out.clear();
                 OutHeader::error_only(h.unique, libc::EIO).encode(out);
@@ -144,7 +145,7 @@ impl HelperRing {
             ReadAction::Forward(t) => t,
         };
         if may_defer {
-            if self.forward(ForwardKind::ReadRing, mono_ns, req) {
+            if self.forward(ForwardKind::ReadRing, (arrival, start), req) {
                 return Due::Deferred;
             }
             out.clear();
@@ -153,7 +154,7 @@ impl HelperRing {
         }
         self.serve_here(h, req, out);
         // Charged by the daemon all the same (the daemon gone: served).
-        let _ = self.forward(ForwardKind::ReadServed, mono_ns, req);
+        let _ = self.forward(ForwardKind::ReadServed, (arrival, start), req);
         Due::Now
     }
 }
