@@ -36,14 +36,10 @@ pub struct SoakConfig {
     pub vms: usize,
     /// Passes over every fault.
     pub rounds: u32,
-    /// Whether the share is filled (ENOSPC). `SOAK_ENOSPC`; default: on
-    /// from 30 minutes, off in the short form that `make test` runs: a
-    /// window store whose write-back fails on a full share can be lost
-    /// without an error to the guest (fsx saw 14 096 bytes go stale in one
-    /// of four runs: tests/README.md, "The soak").
+    /// Whether the share is filled (ENOSPC). `SOAK_ENOSPC`; default on.
     pub enospc: bool,
-    /// A device whose pool is smaller than the guests' files
-    /// (`SOAK_SMALL_POOL=1`): the pool runs short all along.
+    /// A device whose pool is smaller than the guests' files: the pool
+    /// runs short all along. `SOAK_SMALL_POOL`; default on.
     pub small_pool: bool,
     /// What fails it.
     pub bounds: Bounds,
@@ -68,8 +64,8 @@ impl SoakConfig {
             length: Duration::from_secs_f64(minutes.max(1.0) * 60.0),
             vms: env_knob("SOAK_VMS", 4usize).max(1),
             rounds: ((minutes / 15.0).floor() as u32).max(1),
-            small_pool: env_knob("SOAK_SMALL_POOL", 0u8) != 0,
-            enospc: env_knob("SOAK_ENOSPC", u8::from(long)) != 0,
+            small_pool: env_knob("SOAK_SMALL_POOL", 1u8) != 0,
+            enospc: env_knob("SOAK_ENOSPC", 1u8) != 0,
             bounds: Bounds {
                 rss_growth_pct: long.then_some(2.0),
                 rss_cap_mib: 256,
@@ -89,9 +85,8 @@ pub const POOL_FOR_FILES: u64 = 100 << 20;
 /// over-provisioned) with just enough blocks for the VMs' 64 MiB memory
 /// regions and [`POOL_FOR_FILES`] (50 extents of 2 MiB), less than the
 /// guests' files take (each file takes an extent): the pool keeps running
-/// short, so idle files are reclaimed and extents aliased all along. Off by
-/// default: the daemon still fails a DAX mapping with ENOMEM when every
-/// extent belongs to a file some guest holds (tests/README.md, "The soak").
+/// short, so idle files are reclaimed, extents taken back from files
+/// guests hold (for window slots) and chunks aliased all along.
 fn small_device(vms: usize) -> Vec<String> {
     let mib = (vms as u64 * 64) + (POOL_FOR_FILES >> 20) + 2;
     let blocks = (mib as f64 / (4.0 * 0.93)).ceil() as u64;
