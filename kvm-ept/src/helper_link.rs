@@ -81,9 +81,8 @@ pub(crate) struct Verdict {
 pub(crate) const VERDICT_LEN: usize = std::mem::size_of::<Verdict>();
 
 /// Largest verdict record: the header, the FUSE out-header and a read of
-/// `max_write` bytes.
-pub(crate) const MAX_VERDICT: usize =
-    VERDICT_LEN + fuse_abi::OUT_HEADER_LEN + crate::fuse_plane::MAX_WRITE as usize;
+/// 128 KiB (a plane's `max_write`, which the plane asserts fits).
+pub(crate) const MAX_VERDICT: usize = VERDICT_LEN + fuse_abi::OUT_HEADER_LEN + (128 << 10);
 
 /// Most sockets (CPUs) a helper gets.
 pub(crate) const MAX_SOCKETS: usize = 64;

@@ -91,6 +91,12 @@ pub const MAX_READAHEAD: u32 = 4096;
 /// Largest WRITE (write-back) accepted.
 pub const MAX_WRITE: u32 = 128 * 1024;
 
+// A split plane's verdicts carry a whole READ reply.
+const _: () = assert!(
+    crate::helper_link::VERDICT_LEN + fuse_abi::OUT_HEADER_LEN + MAX_WRITE as usize
+        <= crate::helper_link::MAX_VERDICT
+);
+
 /// Locks `m`, whether or not a thread panicked while holding it.
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
