@@ -204,9 +204,12 @@ fn cylon_latency_is_bimodal_and_matches_the_replay() {
         "a working set that fits the cache still trapped: {fits_slow} loads >= tR \
          (DRAM at the same size: {dram_fits_slow}) of {fits_loads}"
     );
+    // Misses at NAND time: compensation (on by default) releases a miss
+    // ahead of its modeled completion by the trap path's measured cost, to
+    // within a few µs either way (one run's mode: 39 923 ns).
     assert!(
-        miss_mode >= NAND_READ_NS,
-        "miss mode {miss_mode:.0} ns < tR {NAND_READ_NS}"
+        miss_mode >= NAND_READ_NS - 3_000.0,
+        "miss mode {miss_mode:.0} ns < tR {NAND_READ_NS} - 3 us"
     );
     // Bimodal: both modes hold a real share of the loads, with next to
     // nothing between them (5 us .. tR). Loads of 1-5 us are device hits
