@@ -5,7 +5,7 @@
 //!
 //! * `cylon-latency`: device-cache hits on the CXL node within 1.5x of
 //!   DRAM's median; with a working set 1.75x the cache the latency is
-//!   bimodal (miss mode at least the modeled NAND read), and the
+//!   bimodal (miss mode at the modeled NAND read, within 3 µs), and the
 //!   full-system hit share is within 5 points of what the device model's
 //!   replay of the same sequence predicts;
 //! * `bandwidth-vs-wss-memory`: a plateau up to 0.5x the cache (every
@@ -212,14 +212,15 @@ fn cylon_latency_is_bimodal_and_matches_the_replay() {
         "miss mode {miss_mode:.0} ns < tR {NAND_READ_NS} - 3 us"
     );
     // Bimodal: both modes hold a real share of the loads, with next to
-    // nothing between them (5 us .. tR). Loads of 1-5 us are device hits
+    // nothing between them (5 us .. tR - 3 us: compensated misses sit at
+    // tR within a few µs either way). Loads of 1-5 us are device hits
     // whose page QEMU had not mapped yet (a host minor fault, no NAND).
     let total = hits + misses;
     assert!(
         hits > 0.2 * total && misses > 0.2 * total,
         "hits {hits} misses {misses}"
     );
-    let between = count(&cxl, SPLIT_NS, NAND_READ_NS);
+    let between = count(&cxl, SPLIT_NS, NAND_READ_NS - 3_000.0);
     assert!(between < 0.05 * total, "{between} loads between the modes");
     assert!(
         hit_mode * 10.0 < miss_mode,
