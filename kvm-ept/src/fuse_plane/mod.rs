@@ -68,7 +68,7 @@ pub use options::{
     MAX_READERS,
 };
 pub use plane::FusePoolPlane;
-pub(crate) use server::{error_reply, Outcome, Server};
+pub(crate) use server::{error_reply, read_full, Outcome, Server};
 pub(crate) use transport::{init_granted_ring, ring_payload_len};
 pub use workers::on_request_thread;
 pub(crate) use workers::write_reply;

@@ -8,7 +8,7 @@
 //! waits for the daemon, so a write-back always finds an entry.
 
 use super::{MissStarts, ReadAction, ToDaemon, QUEUE};
-use crate::fuse_plane::{Outcome, Server, CALIB_NODEID, POOL_NODEID};
+use crate::fuse_plane::{error_reply, Outcome, Server, CALIB_NODEID, POOL_NODEID};
 use crate::helper_link::{
     monotonic_ns, Forward, ForwardKind, Verdict, FORWARD_LEN, MAX_FORWARD, MAX_VERDICT, VERDICT_LEN,
 };
@@ -18,7 +18,6 @@ use fuse_abi::{opcode, Cursor, InHeader, OutHeader, ReadIn};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 /// Entries per queue: misses in flight per CPU (one more never waits).
@@ -99,30 +98,29 @@ impl HelperRing {
         let mut c = Cursor::new(req);
         let parsed = InHeader::parse(&mut c).and_then(|_| c.read::<ReadIn>());
         let Ok(r) = parsed else {
-            OutHeader::error_only(h.unique, libc::EINVAL).encode(out);
+            error_reply(out, h.unique, libc::EINVAL);
             return;
         };
         let limit = match h.nodeid {
             POOL_NODEID => self.size,
             CALIB_NODEID => crate::PAGE_SIZE,
             _ => {
-                OutHeader::error_only(h.unique, libc::ENOENT).encode(out);
+                error_reply(out, h.unique, libc::ENOENT);
                 return;
             }
         };
         let len = u64::from(r.size).min(limit.saturating_sub(r.offset)) as usize;
         let Ok(head) = OutHeader::for_payload(h.unique, 0, len) else {
-            OutHeader::error_only(h.unique, libc::EIO).encode(out);
+            error_reply(out, h.unique, libc::EIO);
             return;
         };
         head.encode(out);
         let start = out.len();
         out.resize(start + len, 0);
         if h.nodeid == POOL_NODEID {
-            if let Err(e) = read_full(&self.store, &mut out[start..], r.offset) {
-                out.clear();
+            if let Err(e) = crate::fuse_plane::read_full(&self.store, &mut out[start..], r.offset) {
                 let errno = e.raw_os_error().unwrap_or(libc::EIO);
-                OutHeader::error_only(h.unique, errno).encode(out);
+                error_reply(out, h.unique, errno);
             }
         }
     }
@@ -138,8 +136,7 @@ impl HelperRing {
     ) -> Due {
         let start = match self.misses.read(h, req, arrival) {
             ReadAction::Refuse => {
-                out.clear();
-                OutHeader::error_only(h.unique, libc::EIO).encode(out);
+                error_reply(out, h.unique, libc::EIO);
                 return Due::Now;
             }
             ReadAction::Forward(t) => t,
@@ -148,8 +145,7 @@ impl HelperRing {
             if self.forward(ForwardKind::ReadRing, (arrival, start), req) {
                 return Due::Deferred;
             }
-            out.clear();
-            OutHeader::error_only(h.unique, libc::EIO).encode(out);
+            error_reply(out, h.unique, libc::EIO);
             return Due::Now;
         }
         self.serve_here(h, req, out);
@@ -157,21 +153,6 @@ impl HelperRing {
         let _ = self.forward(ForwardKind::ReadServed, (arrival, start), req);
         Due::Now
     }
-}
-
-/// Reads `buf.len()` bytes at `offset` (zeros past the end).
-fn read_full(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        match file.read_at(&mut buf[done..], offset + done as u64) {
-            Ok(0) => break,
-            Ok(n) => done += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    buf[done..].fill(0);
-    Ok(())
 }
 
 impl RingServer for HelperRing {
@@ -191,8 +172,7 @@ impl RingServer for HelperRing {
             Outcome::ReplyAt(t) => Due::At(t),
             Outcome::None => {
                 let unique = header.map_or(0, |h| h.unique);
-                out.clear();
-                OutHeader::error_only(unique, libc::EIO).encode(out);
+                error_reply(out, unique, libc::EIO);
                 Due::Now
             }
         }

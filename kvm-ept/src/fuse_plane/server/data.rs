@@ -16,6 +16,21 @@ use std::sync::atomic::Ordering;
 /// 2-vCPU host).
 const RING_CALIB_HOLD_NS: u64 = 50_000;
 
+/// Reads `buf.len()` bytes of `file` at `offset` (zeros past its end).
+pub(crate) fn read_full(file: &std::fs::File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf[done..].fill(0);
+    Ok(())
+}
+
 impl Server {
     /// `READ`: of the pool, a miss timed by the backend, released at its
     /// modeled completion less the floor; of the calibration file, see
@@ -75,20 +90,11 @@ impl Server {
             }
             MissData::Zeros => dst.fill(0),
             MissData::File { file, offset } => {
-                let mut done = 0;
-                while done < len {
-                    match file.read_at(&mut dst[done..], offset + done as u64) {
-                        Ok(0) => break,
-                        Ok(n) => done += n,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => {
-                            tracing::warn!(offset = r.offset, error = %e, "reading pool data failed");
-                            self.metrics.trap_error();
-                            return Err(e.raw_os_error().unwrap_or(libc::EIO));
-                        }
-                    }
+                if let Err(e) = read_full(&file, dst, offset) {
+                    tracing::warn!(offset = r.offset, error = %e, "reading pool data failed");
+                    self.metrics.trap_error();
+                    return Err(e.raw_os_error().unwrap_or(libc::EIO));
                 }
-                dst[done..].fill(0);
             }
         }
         self.metrics.trap(vm, r.offset, len as u64);

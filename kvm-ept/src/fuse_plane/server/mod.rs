@@ -9,6 +9,8 @@
 //! `READ` and `WRITE`: misses, calibration reads and write-backs.
 
 mod data;
+
+pub(crate) use data::read_full;
 #[cfg(test)]
 mod tests;
 
