@@ -142,6 +142,12 @@ pub struct DeviceTotals {
     pub pool_allocated_bytes: u64,
     /// File chunks that had to share an extent.
     pub pool_aliased_extents: u64,
+    /// Inode references the VMs' sessions hold on pool files (0 with no
+    /// VM connected).
+    pub pool_file_refs: u64,
+    /// Pool bytes of files some VM references (the rest of the allocated
+    /// bytes belong to idle files and can be reclaimed).
+    pub pool_held_bytes: u64,
     /// Residency-plane traps (all VMs and unknown threads).
     pub traps: u64,
     /// Traps of threads of no registered VMM.
@@ -271,6 +277,8 @@ impl DeviceTotals {
             f("cxlfs_shared_pages", Gauge, "Pool pages mapped by two or more VMs' DAX windows.", n(self.shared_pages)),
             f("cxlfs_pool_allocated_bytes", Gauge, "Pool bytes allocated to files.", n(self.pool_allocated_bytes)),
             f("cxlfs_pool_aliased_extents_total", Counter, "File chunks that had to share a pool extent.", n(self.pool_aliased_extents)),
+            f("cxlfs_pool_file_references", Gauge, "Inode references the VMs' sessions hold on pool files.", n(self.pool_file_refs)),
+            f("cxlfs_pool_held_bytes", Gauge, "Pool bytes of files some VM references (the rest can be reclaimed).", n(self.pool_held_bytes)),
             f("cxlfs_pool_resident_bytes", Gauge, "Pool bytes resident in the residency plane (upper bound).", n(self.pool_resident_bytes)),
             f("cxlfs_pool_evictions_total", Counter, "Pool ranges evicted from the residency plane.", n(self.pool_evictions)),
             f("cxlfs_pool_prefetch_stores_total", Counter, "Prefetched pages pushed into the residency plane (NOTIFY_STORE): first touches that do not trap.", n(self.pool_prefetch_stores)),
@@ -628,7 +636,7 @@ mod tests {
     fn device_families_are_named_once() {
         let d = snapshot().device;
         let f = d.families();
-        assert_eq!(f.len(), 36);
+        assert_eq!(f.len(), 38);
         let get = |name: &str| f.iter().find(|x| x.name == name).unwrap();
         assert_eq!(get("cxlfs_cxl_ratio_percent").value, 50.0);
         assert_eq!(get("cxlfs_placed_cxl_share").value, 0.75);

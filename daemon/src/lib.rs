@@ -43,7 +43,8 @@
 //!   clock, its events;
 //! * `metrics` — counters, histograms, the endpoints (uses only `sync`);
 //! * `config` — command line and `daemon.toml`, validated once;
-//! * `ids`, [`abi`], `signals`, `sync` (the poison-tolerant lock every
+//! * `ids`, [`abi`], `signals`, `heap` (the allocator's free memory back
+//!   to the host every minute), `sync` (the poison-tolerant lock every
 //!   module uses) — leaves; [`sandbox`] beside them.
 
 pub mod abi;
@@ -53,6 +54,7 @@ mod control;
 mod daemon;
 mod dax;
 mod device;
+mod heap;
 mod ids;
 mod memory;
 mod metrics;
@@ -72,6 +74,7 @@ pub use control::{ControlSocket, StartControlError};
 pub use daemon::{listen, DaemonState, Features, ListeningVm, SessionOptions, VmServer};
 pub use device::placement::{tier_at, Placement, Tier};
 pub use device::{SharedDevice, EXTENT_SIZE, PAGE};
+pub use heap::{spawn_heap_trimmer, trim_heap, HEAP_TRIM_EVERY};
 pub use ids::FileKey;
 pub use memory::{MemoryRegions, RegionPlane};
 pub use metrics::file::MetricsFileWriter;

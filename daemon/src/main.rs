@@ -302,6 +302,9 @@ fn serve_until_signal(
     for vm in listening {
         threads.push(state.spawn_listening(vm)?);
     }
+    if let Err(e) = cxlfsd::spawn_heap_trimmer(cxlfsd::HEAP_TRIM_EVERY) {
+        tracing::warn!(error = %e, "cannot start the heap trimmer: memory freed after a burst stays resident");
+    }
     let sig = cxlfsd::wait_for_termination();
     tracing::info!(signal = sig, "shutting down");
     state.request_shutdown();

@@ -39,8 +39,7 @@ pub(crate) enum ForwardKind {
     /// A `FUSE_READ` the helper answered itself from the store (its ring
     /// had no entry to spare): charged, never answered.
     ReadServed = 4,
-    /// The helper's transport, once it serves: `len` ring queues (0:
-    /// `/dev/fuse`).
+    /// The helper's transport, once it serves: `queues`.
     Hello = 5,
 }
 
@@ -57,10 +56,13 @@ pub(crate) struct Forward {
     pub mono_ns: u64,
     /// Pool offset (`Stored`).
     pub offset: u64,
-    /// Bytes (`Stored`); ring queues (`Hello`); for a READ, how long
-    /// before `mono_ns` the same thread's first refused READ arrived (the
-    /// fault began then), 0 if none.
+    /// Bytes (`Stored`).
     pub len: u64,
+    /// A READ: how long before `mono_ns` the same thread's first refused
+    /// READ arrived (the fault began then), 0 if none.
+    pub lead_ns: u64,
+    /// `Hello`: the helper's ring queues (0: `/dev/fuse`).
+    pub queues: u64,
 }
 
 /// Bytes of [`Forward`].

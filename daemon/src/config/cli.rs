@@ -72,10 +72,11 @@ pub struct Cli {
     /// before.
     #[arg(long, value_name = "auto|off|NS|dax=..,fuse=..")]
     pub latency_compensation: Option<String>,
-    /// How the residency plane (DAX) talks to the host kernel: auto
-    /// (default: FUSE over io_uring where the kernel offers it, i.e.
+    /// How the residency planes (the DAX window's, and memory mode's
+    /// region helpers) talk to the host kernel: auto (default: FUSE over
+    /// io_uring where the kernel offers it, i.e.
     /// `/sys/module/fuse/parameters/enable_uring` is Y, else /dev/fuse) |
-    /// dev-fuse | io-uring (refuse to start the plane without it).
+    /// dev-fuse | io-uring (refuse to start a plane without it).
     #[arg(long, value_name = "auto|dev-fuse|io-uring")]
     pub plane_transport: Option<String>,
     /// One plane thread polls for traps instead of sleeping ones: saves a

@@ -71,7 +71,8 @@ settings! {
         /// Latency compensation: "auto", "off" or a duration ("12us"), or
         /// "dax=SPEC,fuse=SPEC".
         latency_compensation: String,
-        /// Residency plane transport: "auto", "dev-fuse" or "io-uring".
+        /// Residency planes' transport (DAX and memory regions): "auto",
+        /// "dev-fuse" or "io-uring".
         plane_transport: String,
         /// One polling plane thread instead of sleeping ones.
         plane_poll: bool,

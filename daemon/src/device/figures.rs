@@ -30,7 +30,7 @@ impl DeviceSource for SharedDevice {
     fn totals(&self) -> DeviceTotals {
         let st = self.stats();
         let cxl_ratio = self.cxl_ratio();
-        let (placed_dram_pages, placed_cxl_pages, pool_allocated_bytes, pool_aliased_extents) =
+        let (placed_dram_pages, placed_cxl_pages, pool_allocated_bytes, pool_aliased_extents, held) =
             self.read(|pool, _| {
                 let (d, c) = pool.placed_pages(cxl_ratio);
                 (
@@ -38,6 +38,7 @@ impl DeviceSource for SharedDevice {
                     c,
                     pool.allocated_extents() * EXTENT_SIZE,
                     pool.aliased_chunks(),
+                    pool.held(),
                 )
             });
         let sampling = self.sampling_counts();
@@ -70,6 +71,8 @@ impl DeviceSource for SharedDevice {
             placed_cxl_pages,
             pool_allocated_bytes,
             pool_aliased_extents,
+            pool_file_refs: held.refs,
+            pool_held_bytes: held.extents * EXTENT_SIZE,
             ..DeviceTotals::default()
         }
     }

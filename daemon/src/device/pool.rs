@@ -83,6 +83,15 @@ pub struct Pool {
     idle_seq: u64,
 }
 
+/// What the VMs' sessions hold in the pool ([`Pool::held`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolHeld {
+    /// Inode references on pool files.
+    pub refs: u64,
+    /// Extents owned by files with a reference.
+    pub extents: u64,
+}
+
 /// One contiguous piece of a file range in device address space.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Segment {
@@ -148,12 +157,20 @@ impl Pool {
     /// A VM dropped a reference (`deleted`: the host file has no links
     /// left); returns the references left. A file with none joins the idle
     /// list and keeps its extents until the caller reclaims them
-    /// ([`Pool::take`]).
+    /// ([`Pool::take`]); one with no extent is forgotten at once (a file a
+    /// guest only looked up or listed holds nothing worth keeping).
     pub fn release(&mut self, key: FileKey, deleted: bool) -> u64 {
         let Some(f) = self.files.get_mut(&key) else {
             return 0;
         };
         f.refs = f.refs.saturating_sub(1);
+        if f.refs == 0 && f.extents.is_empty() {
+            if let Some(seq) = f.idle {
+                self.idle.remove(&seq);
+            }
+            self.files.remove(&key);
+            return 0;
+        }
         if f.refs == 0 {
             f.deleted |= deleted;
             if f.idle.is_none() {
@@ -316,6 +333,20 @@ impl Pool {
             .collect();
         v.sort_unstable();
         v
+    }
+
+    /// What the VMs' sessions hold now: their inode references on pool
+    /// files, and the extents those files own. The other allocated extents
+    /// belong to idle files and can be reclaimed; with no VM connected
+    /// both are 0. Work is bounded by the files.
+    pub fn held(&self) -> PoolHeld {
+        let cap = self.capacity_extents;
+        let mut held = PoolHeld::default();
+        for f in self.files.values().filter(|f| f.refs > 0) {
+            held.refs += f.refs;
+            held.extents += f.extents.values().filter(|&&e| e < cap).count() as u64;
+        }
+        held
     }
 
     /// Whether the pool knows the file (references or extents).
@@ -528,6 +559,59 @@ mod tests {
             None,
             "idle files are make_room's"
         );
+    }
+
+    #[test]
+    fn what_sessions_hold_goes_with_their_last_reference() {
+        let mut p = Pool::new(8 * EXTENT_SIZE);
+        let other = FileKey { dev: 1, ino: 3 };
+        p.acquire(K);
+        p.acquire(K);
+        p.acquire(other);
+        p.segments(K, 0, 2 * EXTENT_SIZE);
+        p.segments(other, 0, 1);
+        assert_eq!(
+            p.held(),
+            PoolHeld {
+                refs: 3,
+                extents: 3
+            }
+        );
+        p.release(other, false);
+        assert_eq!(
+            p.held(),
+            PoolHeld {
+                refs: 2,
+                extents: 2
+            }
+        );
+        p.release(K, false);
+        p.release(K, false);
+        // Idle files keep their extents, but nobody holds them.
+        assert_eq!(p.held(), PoolHeld::default());
+        assert_eq!(p.allocated_extents(), 3);
+    }
+
+    #[test]
+    fn a_released_file_with_no_extent_is_forgotten() {
+        let mut p = Pool::new(8 * EXTENT_SIZE);
+        let looked_up: Vec<FileKey> = (0..1000).map(|ino| FileKey { dev: 2, ino }).collect();
+        for &k in &looked_up {
+            p.acquire(k);
+            p.acquire(k);
+        }
+        p.acquire(K);
+        p.segments(K, 0, 1);
+        for &k in &looked_up {
+            assert_eq!(p.release(k, false), 1);
+            assert!(p.knows(k), "a reference is left");
+            assert_eq!(p.release(k, false), 0);
+        }
+        p.release(K, false);
+        // Only the file with an extent is kept (idle), and reclaimed first.
+        assert!(looked_up.iter().all(|&k| !p.knows(k)));
+        assert_eq!(p.oldest_idle(), Some(K));
+        assert_eq!(p.files.len(), 1);
     }
 
     #[test]

@@ -255,14 +255,14 @@ pub(super) fn forwarded(
         // A miss arrives when it reaches this process: the hop from the
         // helper is trap-path cost like the fault's own, outside the
         // modeled time (compensation takes both off). A fault that began
-        // with a refused READ began that much earlier (`len`, at most the
+        // with a refused READ began that much earlier (`lead_ns`, at most the
         // helper's carry bound). A stored write-back arrived at the helper.
         let now = server.backend.now_ns();
         let arrival = if f.kind == K::Stored as u32 {
             let age = crate::helper_link::monotonic_ns().saturating_sub(f.mono_ns);
             now.saturating_sub(age)
         } else {
-            now.saturating_sub(f.len.min(MAX_FAULT_LEAD_NS))
+            now.saturating_sub(f.lead_ns.min(MAX_FAULT_LEAD_NS))
         };
         let req = &buf[FORWARD_LEN..n];
         match f.kind {
@@ -291,7 +291,7 @@ pub(super) fn forwarded(
                 }
             }
             k if k == K::Hello as u32 => {
-                let queues = usize::try_from(f.len).unwrap_or(0);
+                let queues = usize::try_from(f.queues).unwrap_or(0);
                 server.helper_ring_queues.store(queues, Ordering::Release);
                 tracing::info!(ring_queues = queues, "the pool plane helper serves");
             }

@@ -157,6 +157,7 @@ impl PoolBackend for StoreBackend {
             mono_ns: arrival_ns,
             offset: pool_offset,
             len: data.len() as u64,
+            ..Forward::default()
         };
         // The daemon gone: the write is stored all the same.
         let _ = self.to_daemon.send(f.as_bytes().to_vec());
@@ -323,7 +324,7 @@ fn run_helper(spec: HelperSpec) {
     let queues = ring.as_ref().map_or(0, |r| r.config().queues);
     let hello = Forward {
         kind: ForwardKind::Hello as u32,
-        len: queues as u64,
+        queues: queues as u64,
         ..Forward::default()
     };
     let _ = to_daemon.send(hello.as_bytes().to_vec());
@@ -460,7 +461,7 @@ fn helper_reader(server: &Server, dev: &File, to_daemon: &ToDaemon, misses: &Mis
                 let f = Forward {
                     kind: ForwardKind::Read as u32,
                     mono_ns: arrival,
-                    len: arrival.saturating_sub(mono_ns),
+                    lead_ns: arrival.saturating_sub(mono_ns),
                     ..Forward::default()
                 };
                 let mut msg = Vec::with_capacity(FORWARD_LEN + n);
@@ -511,6 +512,8 @@ mod tests {
             mono_ns: 11,
             offset: 4096,
             len: 8192,
+            lead_ns: 3,
+            queues: 2,
         };
         let (a, b) = seqpacket_pair().expect("socketpair");
         (&a).write_all(f.as_bytes()).expect("send");
@@ -518,8 +521,8 @@ mod tests {
         let (g, n) = recv_forward(&b, &mut buf).expect("one record");
         assert_eq!(n, FORWARD_LEN);
         assert_eq!(
-            (g.kind, g.pid, g.mono_ns, g.offset, g.len),
-            (2, 7, 11, 4096, 8192)
+            (g.kind, g.pid, g.mono_ns, g.offset, g.len, g.lead_ns, g.queues),
+            (2, 7, 11, 4096, 8192, 3, 2)
         );
         drop(a);
         assert!(

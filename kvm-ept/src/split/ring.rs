@@ -83,7 +83,7 @@ impl HelperRing {
         let f = Forward {
             kind: kind as u32,
             mono_ns: arrival,
-            len: arrival.saturating_sub(start),
+            lead_ns: arrival.saturating_sub(start),
             ..Forward::default()
         };
         let mut msg = Vec::with_capacity(FORWARD_LEN + req.len());

@@ -20,7 +20,7 @@ use cxlfs::procs::signal;
 use faults::{control_storm, delete_mapped, fill_share, schedule, truncate_mapped, Fault};
 use guest_job::{guest_job, SHARED_BYTES, SHARED_FILE, SOAK_DIR, STOP_FILE, VICTIM_FILE};
 use report::{read_guest_log, Bounds, FaultRecord, Report};
-use samples::{sample_process, DaemonSample};
+use samples::{sample_process, DaemonSample, PoolSample};
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -237,7 +237,7 @@ impl Soak {
         }
         self.next_sample = now + Duration::from_secs(10);
         let Some(pid) = self.daemon.pid() else { return };
-        let pool = self.daemon.snapshot().device.pool_allocated_bytes;
+        let pool = pool_sample(&self.daemon);
         if let Some(s) = sample_process(pid, now, pool) {
             self.samples.push(s);
         }
@@ -304,6 +304,7 @@ impl Soak {
                 .map_or(0, |r| r.releases)
         };
         let before = releases(&self.daemon);
+        let pool_before = pool_sample(&self.daemon);
         let qemu = qemu_pid(self.daemon.work_dir(), vm).ok_or("no QEMU process for the VM")?;
         signal(qemu, libc::SIGKILL);
         let mut old = self.vms[i].take().ok_or("the VM was not running")?;
@@ -311,10 +312,20 @@ impl Soak {
             !old.running() && releases(&s.daemon) > before
         });
         drop(old);
+        let pool_released = pool_sample(&self.daemon);
         let restarted = self.restart(i, vm, cfg);
         released.map_err(|_| "the killed VM's region was not released within 60 s".to_string())?;
         restarted?;
-        Ok(format!("killed QEMU {qemu}; region released; booted again"))
+        let pool_after = pool_sample(&self.daemon);
+        Ok(format!(
+            "killed QEMU {qemu}; region released; booted again; pool references {} → {} → {}, held {} → {} → {} MiB",
+            pool_before.file_refs,
+            pool_released.file_refs,
+            pool_after.file_refs,
+            pool_before.held_bytes >> 20,
+            pool_released.held_bytes >> 20,
+            pool_after.held_bytes >> 20
+        ))
     }
 
     /// Boots VM `i` again, its last serial log kept; done when the new boot
@@ -375,6 +386,16 @@ impl Soak {
             self.serial_logs
                 .push(self.daemon.work_dir().join(format!("{n}.serial.log")));
         }
+        // Each session returns its pool references when its front-end has
+        // gone; with every VM stopped, nothing may be held.
+        let t = Instant::now();
+        let mut pool_left = pool_sample(&self.daemon);
+        while (pool_left.file_refs > 0 || pool_left.held_bytes > 0)
+            && t.elapsed() < Duration::from_secs(30)
+        {
+            std::thread::sleep(Duration::from_millis(200));
+            pool_left = pool_sample(&self.daemon);
+        }
         let (files_checked, file_mismatches) = check_files(&share.join(SOAK_DIR), &self.names);
         let kernel_problems = kernel_problems(&self.serial_logs);
         let pool_aliased_extents = self.daemon.snapshot().device.pool_aliased_extents;
@@ -392,9 +413,20 @@ impl Soak {
             unstopped,
             length,
             pool_aliased_extents,
+            pool_left,
             small_pool: cfg.small_pool,
             bounds: cfg.bounds,
         }
+    }
+}
+
+/// The pool's figures now (`/metrics.json`).
+fn pool_sample(d: &Daemon) -> PoolSample {
+    let dev = d.snapshot().device;
+    PoolSample {
+        allocated_bytes: dev.pool_allocated_bytes,
+        held_bytes: dev.pool_held_bytes,
+        file_refs: dev.pool_file_refs,
     }
 }
 

@@ -3,9 +3,9 @@
 //! that prints as tables and lists every problem that fails the soak.
 
 use super::faults::Fault;
-use super::samples::{growth_pct, DaemonSample};
+use super::samples::{growth_pct, per_hour, DaemonSample, PoolSample};
 use std::collections::BTreeMap;
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::time::Duration;
 
 /// One lap of a guest's loop, on the host's clock.
@@ -125,6 +125,9 @@ pub struct Report {
     pub length: Duration,
     /// File chunks that had to share a pool extent (the pool ran short).
     pub pool_aliased_extents: u64,
+    /// What the VMs' sessions still held in the pool once every VM had
+    /// stopped (nothing, unless a session leaked its references).
+    pub pool_left: PoolSample,
     /// The pool was sized to run short (it must have).
     pub small_pool: bool,
     /// The bounds.
@@ -270,6 +273,14 @@ impl Report {
                 self.bounds.rss_cap_mib
             ));
         }
+        let left = self.pool_left;
+        if left.file_refs > 0 || left.held_bytes > 0 {
+            p.push(format!(
+                "after every VM stopped, the daemon still holds {} pool file references ({} MiB of extents)",
+                left.file_refs,
+                left.held_bytes >> 20
+            ));
+        }
         for (name, growth, bound) in self.growths() {
             if growth > bound {
                 p.push(format!(
@@ -305,66 +316,90 @@ impl Report {
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut s = String::new();
-        let _ = writeln!(s, "soak: {:.0?}, {} VMs", self.length, self.guests.len());
-        let _ = writeln!(
-            s,
-            "\n{:<10} {:>6} {:>6} {:>7} {:>8} {:>8}  injected",
+        writeln!(f, "soak: {:.0?}, {} VMs", self.length, self.guests.len())?;
+        self.write_guests(f)?;
+        self.write_windows(f)?;
+        self.write_faults(f)?;
+        self.write_daemon(f)?;
+        self.write_verdict(f)
+    }
+}
+
+/// Nanoseconds as microseconds, or `-` for none.
+fn us(v: Option<f64>) -> String {
+    v.map_or("-".to_string(), |v| format!("{:.1} µs", v / 1e3))
+}
+
+impl Report {
+    /// Per VM: boots, laps, errors, its latency outside faults and beside
+    /// a faulted VM; then the same over every VM.
+    fn write_guests(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "\n{:<10} {:>6} {:>6} {:>7} {:>9} {:>9}  injected",
             "vm", "boots", "laps", "errors", "calm p99", "beside"
-        );
+        )?;
         for (vm, g) in &self.guests {
             let (calm, during) = self.neighbour_latency(vm);
-            let us = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.1}µs", v / 1e3));
-            let _ = writeln!(
-                s,
-                "{vm:<10} {:>6} {:>6} {:>7} {:>8} {:>8}  {:?}",
+            writeln!(
+                f,
+                "{vm:<10} {:>6} {:>6} {:>7} {:>9} {:>9}  {:?}",
                 g.boots,
                 g.laps.len(),
                 g.errors.len(),
                 us(calm),
                 us(during),
                 g.injected
-            );
+            )?;
         }
         let (calm, during, n) = self.neighbours_pooled();
-        let us = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.1} µs", v / 1e3));
-        let _ = writeln!(
-            s,
+        writeln!(
+            f,
             "all VMs: median lap p99 {} outside faults, {} beside a killed or stalled VM ({n} laps)",
             us(calm),
             us(during)
-        );
-        let _ = writeln!(
-            s,
+        )
+    }
+
+    /// Per VM and window: median lap p50 / p99 of lap p99s.
+    fn write_windows(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
             "\nlatency per {:.0?} window (median of lap p50 / p99 of lap p99, µs):",
             self.bounds.window
-        );
+        )?;
+        let w = self.bounds.window.as_secs_f64().max(1.0);
+        let n = (self.length.as_secs_f64() / w).ceil() as usize;
         for (vm, g) in &self.guests {
-            let _ = write!(s, "{vm:<10}");
-            let w = self.bounds.window.as_secs_f64().max(1.0);
-            let n = (self.length.as_secs_f64() / w).ceil() as usize;
+            write!(f, "{vm:<10}")?;
             for i in 0..n {
                 let laps: Vec<&Lap> = g
                     .laps
                     .iter()
                     .filter(|l| (l.at.as_secs_f64() / w) as usize == i)
                     .collect();
-                let p50: Vec<f64> = laps.iter().map(|l| l.p50_ns).collect();
-                let p99: Vec<f64> = laps.iter().map(|l| l.p99_ns).collect();
                 if laps.is_empty() {
-                    let _ = write!(s, "  -");
+                    write!(f, "  -")?;
                     continue;
                 }
-                let _ = write!(
-                    s,
+                let p50: Vec<f64> = laps.iter().map(|l| l.p50_ns).collect();
+                let p99: Vec<f64> = laps.iter().map(|l| l.p99_ns).collect();
+                write!(
+                    f,
                     "  {:.1}/{:.1}",
                     percentile(&p50, 50.0) / 1e3,
                     percentile(&p99, 99.0) / 1e3
-                );
+                )?;
             }
-            let _ = writeln!(s);
+            writeln!(f)?;
         }
-        let _ = writeln!(s, "\nfaults:");
+        Ok(())
+    }
+
+    /// Every fault with its window and outcome, then how many of each
+    /// survived.
+    fn write_faults(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "\nfaults:")?;
         let mut counts: BTreeMap<&str, (u32, u32)> = BTreeMap::new();
         for r in &self.faults {
             let c = counts.entry(r.fault.name()).or_default();
@@ -374,75 +409,120 @@ impl fmt::Display for Report {
                 Ok(d) => d.clone(),
                 Err(e) => format!("FAILED: {e}"),
             };
-            let _ = writeln!(
-                s,
+            writeln!(
+                f,
                 "  {:>7.1}s–{:>7.1}s {:<26} {:<5} {what}",
                 r.start.as_secs_f64(),
                 r.end.as_secs_f64(),
                 r.fault.name(),
                 r.vm.as_deref().unwrap_or("")
-            );
+            )?;
         }
         for (name, (n, ok)) in &counts {
-            let _ = writeln!(s, "  {name}: {ok} of {n} survived");
+            writeln!(f, "  {name}: {ok} of {n} survived")?;
         }
-        let _ = writeln!(
-            s,
+        Ok(())
+    }
+
+    /// The daemon's first and last sample, growth over the second half, the
+    /// pool, and what the VMs still held after they stopped.
+    fn write_daemon(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
             "\ndaemon (first / last sample; growth over the second half):"
-        );
-        if let (Some(a), Some(z)) = (self.samples.first(), self.samples.last()) {
-            let g = self.growths();
-            let _ = writeln!(
-                s,
-                "  anonymous RSS {} → {} MiB ({:+.1} %); by minute: {}",
-                a.anon_rss_kib >> 10,
-                z.anon_rss_kib >> 10,
-                g[0].1,
-                self.samples
-                    .iter()
-                    .step_by(6)
-                    .map(|x| (x.anon_rss_kib >> 10).to_string())
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            );
-            let _ = writeln!(
-                s,
-                "  open descriptors {} → {} ({:+.1} %)",
-                a.fds, z.fds, g[1].1
-            );
-            let _ = writeln!(
-                s,
-                "  threads {} → {} ({:+.1} %)",
-                a.threads, z.threads, g[2].1
-            );
-            let _ = writeln!(
-                s,
-                "  pool bytes allocated {} → {} MiB (peak {} MiB); file chunks aliased: {}",
-                a.pool_bytes >> 20,
-                z.pool_bytes >> 20,
-                self.samples.iter().map(|x| x.pool_bytes).max().unwrap_or(0) >> 20,
-                self.pool_aliased_extents
-            );
+        )?;
+        match (self.samples.first(), self.samples.last()) {
+            (Some(a), Some(z)) => self.write_samples(f, a, z)?,
+            _ => writeln!(f, "  no sample")?,
         }
-        let _ = writeln!(
-            s,
+        writeln!(
+            f,
+            "  after every VM stopped, the VMs held: {} MiB of pool, {} file references",
+            self.pool_left.held_bytes >> 20,
+            self.pool_left.file_refs
+        )
+    }
+
+    /// The first and last of the daemon's samples, growth, the pool.
+    fn write_samples(
+        &self,
+        f: &mut fmt::Formatter<'_>,
+        a: &DaemonSample,
+        z: &DaemonSample,
+    ) -> fmt::Result {
+        let g = self.growths();
+        let by_minute: Vec<String> = self
+            .samples
+            .iter()
+            .step_by(6)
+            .map(|x| format!("{:.1}", x.anon_rss_kib as f64 / 1024.0))
+            .collect();
+        // `+ 0.0`: a slope of -0 prints as 0.
+        let rate = |figure: fn(&DaemonSample) -> u64| per_hour(&self.samples, figure) + 0.0;
+        writeln!(
+            f,
+            "  anonymous RSS {} → {} MiB ({:+.1} %, {:+.1} MiB/h); by minute: {}",
+            a.anon_rss_kib >> 10,
+            z.anon_rss_kib >> 10,
+            g[0].1,
+            rate(|x| x.anon_rss_kib) / 1024.0,
+            by_minute.join(" ")
+        )?;
+        writeln!(
+            f,
+            "  open descriptors {} → {} ({:+.1} %, {:+.0}/h)",
+            a.fds,
+            z.fds,
+            g[1].1,
+            rate(|x| x.fds)
+        )?;
+        writeln!(
+            f,
+            "  threads {} → {} ({:+.1} %, {:+.0}/h)",
+            a.threads,
+            z.threads,
+            g[2].1,
+            rate(|x| x.threads)
+        )?;
+        let peak = self.samples.iter().map(|x| x.pool.allocated_bytes).max();
+        writeln!(
+            f,
+            "  pool bytes allocated {} → {} MiB (peak {} MiB); file chunks aliased: {}",
+            a.pool.allocated_bytes >> 20,
+            z.pool.allocated_bytes >> 20,
+            peak.unwrap_or(0) >> 20,
+            self.pool_aliased_extents
+        )?;
+        writeln!(
+            f,
+            "  pool held by the VMs {} → {} MiB, {} → {} file references",
+            a.pool.held_bytes >> 20,
+            z.pool.held_bytes >> 20,
+            a.pool.file_refs,
+            z.pool.file_refs
+        )
+    }
+
+    /// The host's file check and the verdict.
+    fn write_verdict(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
             "\nfiles checked by the host: {} ({} mismatched)",
             self.files_checked,
             self.file_mismatches.len()
-        );
+        )?;
         let problems = self.problems();
         if problems.is_empty() {
-            let _ = writeln!(
-                s,
+            return writeln!(
+                f,
                 "verdict: nothing lost, nothing leaked, every guest served"
             );
-        } else {
-            let _ = writeln!(s, "verdict: {} problem(s):", problems.len());
-            for p in problems {
-                let _ = writeln!(s, "  {p}");
-            }
         }
-        f.write_str(&s)
+        writeln!(f, "verdict: {} problem(s):", problems.len())?;
+        for p in problems {
+            writeln!(f, "  {p}")?;
+        }
+        Ok(())
     }
 }
 
@@ -507,6 +587,7 @@ mod tests {
             unstopped: Vec::new(),
             length: secs(300),
             pool_aliased_extents: 1,
+            pool_left: PoolSample::default(),
             small_pool: true,
             bounds: Bounds {
                 rss_growth_pct: Some(2.0),
@@ -582,5 +663,27 @@ mod tests {
         assert!(p.contains("vm1: 7.0 MEMORY node1"), "{p}");
         assert!(p.contains("fault ENOSPC on the share"), "{p}");
         assert!(percentile(&[3.0, 1.0, 2.0], 50.0) == 2.0);
+    }
+
+    #[test]
+    fn pool_references_left_after_every_vm_stopped_fail_the_soak() {
+        let calm: Vec<Lap> = (0..30).map(|i| lap(i * 10, 10_000.0)).collect();
+        let mut r = report(calm.clone(), calm);
+        assert!(r.problems().is_empty(), "{:?}", r.problems());
+        r.pool_left = PoolSample {
+            allocated_bytes: 40 << 20,
+            held_bytes: 4 << 20,
+            file_refs: 3,
+        };
+        let p = r.problems().join("\n");
+        assert!(
+            p.contains("still holds 3 pool file references (4 MiB of extents)"),
+            "{p}"
+        );
+        assert!(
+            r.to_string()
+                .contains("after every VM stopped, the VMs held: 4 MiB of pool, 3 file references"),
+            "{r}"
+        );
     }
 }
