@@ -2,11 +2,11 @@
 //!
 //! glibc keeps the memory a burst freed in its arenas (one per thread
 //! group), so a daemon's resident memory follows the highest it ever held
-//! rather than what it holds: a VM stalled for seconds, whose notices and
-//! write-backs queue up, leaves a step that stays. `malloc_trim(0)` hands
-//! the free pages of every arena back (`madvise(MADV_DONTNEED)` and `brk`,
-//! both on the seccomp list); memory still in use stays, so a leak still
-//! shows. Measured in `tests/README.md`, "The soak".
+//! rather than what it holds: a burst leaves a step that stays.
+//! `malloc_trim(0)` hands the free pages of every arena back
+//! (`madvise(MADV_DONTNEED)` and `brk`, both on the seccomp list); memory
+//! still in use stays, so a leak still shows. Measured in
+//! `tests/README.md`, "The soak".
 
 use std::io;
 use std::thread;
