@@ -164,22 +164,27 @@ impl Pool {
             return 0;
         };
         f.refs = f.refs.saturating_sub(1);
-        if f.refs == 0 && f.extents.is_empty() {
-            if let Some(seq) = f.idle {
-                self.idle.remove(&seq);
-            }
-            self.files.remove(&key);
+        if f.refs > 0 {
+            return f.refs;
+        }
+        if f.extents.is_empty() {
+            self.forget(key);
             return 0;
         }
-        if f.refs == 0 {
-            f.deleted |= deleted;
-            if f.idle.is_none() {
-                self.idle_seq += 1;
-                f.idle = Some(self.idle_seq);
-                self.idle.insert(self.idle_seq, key);
-            }
+        f.deleted |= deleted;
+        if f.idle.is_none() {
+            self.idle_seq += 1;
+            f.idle = Some(self.idle_seq);
+            self.idle.insert(self.idle_seq, key);
         }
-        f.refs
+        0
+    }
+
+    /// Drops the file from the tables and the idle list.
+    fn forget(&mut self, key: FileKey) {
+        if let Some(seq) = self.files.remove(&key).and_then(|f| f.idle) {
+            self.idle.remove(&seq);
+        }
     }
 
     /// The idle file (no reference, extents held) released longest ago.
@@ -237,10 +242,7 @@ impl Pool {
             false
         });
         if f.extents.is_empty() && f.refs == 0 {
-            if let Some(seq) = f.idle {
-                self.idle.remove(&seq);
-            }
-            self.files.remove(&key);
+            self.forget(key);
         }
         // The owners stay until the extents are freed: the plane writes
         // back the taken extents' dirty pages meanwhile, to their files.
@@ -261,9 +263,7 @@ impl Pool {
     /// their pages are gone from the residency plane). Returns them.
     pub fn take_file(&mut self, key: FileKey) -> Vec<u64> {
         let own = self.take(key, 0, &|_| false);
-        if let Some(seq) = self.files.remove(&key).and_then(|f| f.idle) {
-            self.idle.remove(&seq);
-        }
+        self.forget(key);
         own
     }
 
