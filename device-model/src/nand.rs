@@ -275,7 +275,8 @@ struct Block {
     /// Pages programmed since the last erase.
     wp: u32,
     /// This block's reverse-map entries start at `rev * pages_per_block` in
-    /// `Nand::rev`; [`NO_BLOCK`] until the block is first opened.
+    /// `Nand::rev`; [`NO_BLOCK`] while the block holds no data (before it
+    /// is first opened, and once a full block's last valid page is gone).
     rev: u32,
     state: BlockState,
 }
@@ -337,8 +338,12 @@ pub struct Nand {
     lun_time: Vec<LunTime>,
     ch_free: Vec<u64>,
     l2p: LazyTable,
-    /// Reverse map slab: `pages_per_block` logical page numbers per opened block.
+    /// Reverse map slab: `pages_per_block` logical page numbers per block
+    /// that holds data (or was erased holding a slot).
     rev: Vec<u32>,
+    /// Slots of `rev` no block holds, taken before the slab grows: the slab
+    /// follows the blocks holding data, not every block ever written.
+    free_rev: Vec<u32>,
     /// Indexed by `lun * blocks_per_lun + block`.
     blocks: Vec<Block>,
     lun_ftl: Vec<LunFtl>,
@@ -428,6 +433,7 @@ impl Nand {
             ch_free,
             l2p,
             rev: Vec::new(),
+            free_rev: Vec::new(),
             blocks,
             lun_ftl,
             cursor: 0,
@@ -581,7 +587,7 @@ impl Nand {
         let erased: usize = self.lun_ftl.iter().map(|l| l.erased.capacity()).sum();
         chunks * chunk
             + tables
-            + (self.rev.len() * std::mem::size_of::<u32>()) as u64
+            + ((self.rev.len() + self.free_rev.capacity()) * std::mem::size_of::<u32>()) as u64
             + (self.blocks.len() * std::mem::size_of::<Block>()) as u64
             + (self.lun_ftl.len() * std::mem::size_of::<LunFtl>()) as u64
             + (erased * std::mem::size_of::<u32>()) as u64
@@ -613,7 +619,31 @@ impl Nand {
                 self.logical
             ));
         }
+        self.check_rev_slots()?;
         self.check_l2p_invariants()
+    }
+
+    /// Every slot of the reverse-map slab is held by one block or free, never
+    /// both, never twice.
+    fn check_rev_slots(&self) -> Result<(), String> {
+        let slots = self.rev.len() as u64 / self.pages_per_block;
+        let mut owner = vec![false; slots as usize];
+        let held = self
+            .blocks
+            .iter()
+            .filter(|b| b.rev != NO_BLOCK)
+            .map(|b| b.rev);
+        for slot in held.chain(self.free_rev.iter().copied()) {
+            match owner.get_mut(slot as usize) {
+                Some(seen @ false) => *seen = true,
+                Some(true) => return Err(format!("reverse-map slot {slot} held twice")),
+                None => return Err(format!("reverse-map slot {slot} past the slab ({slots})")),
+            }
+        }
+        match owner.iter().position(|seen| !seen) {
+            Some(slot) => Err(format!("reverse-map slot {slot} neither held nor free")),
+            None => Ok(()),
+        }
     }
 
     /// [`Self::check_invariants`] for LUN `g`: each block's write pointer,
@@ -653,8 +683,15 @@ impl Nand {
                     invalid_full += ppb - u64::from(blk.valid);
                 }
             }
-            if blk.state != BlockState::Free && blk.rev == NO_BLOCK {
-                return Err(format!("{}: used but has no reverse-map slot", ctx()));
+            let holds_data = blk.state == BlockState::Open || blk.valid > 0;
+            if holds_data && blk.rev == NO_BLOCK {
+                return Err(format!("{}: holds data but has no reverse-map slot", ctx()));
+            }
+            if blk.state == BlockState::Full && blk.valid == 0 && blk.rev != NO_BLOCK {
+                return Err(format!(
+                    "{}: empty full block keeps a reverse-map slot",
+                    ctx()
+                ));
             }
             lun_valid += u64::from(self.check_block_pages(g, b, &blk)?);
         }
@@ -900,9 +937,18 @@ impl Nand {
         let bi = lun * self.blocks_per_lun as usize + block as usize;
         let blk = self.blocks.get_mut(bi)?;
         if blk.rev == NO_BLOCK {
-            // First use of this block: give it a slot in the reverse-map slab.
-            blk.rev = (self.rev.len() as u64 / ppb) as u32;
-            self.rev.resize(self.rev.len() + ppb as usize, UNMAPPED);
+            // A block without a slot in the reverse-map slab: one no block
+            // holds, else a new one. A reused slot's stale entries are
+            // overwritten page by page; until then the forward map disowns
+            // them.
+            blk.rev = match self.free_rev.pop() {
+                Some(slot) => slot,
+                None => {
+                    let slot = (self.rev.len() as u64 / ppb) as u32;
+                    self.rev.resize(self.rev.len() + ppb as usize, UNMAPPED);
+                    slot
+                }
+            };
         }
         blk.state = BlockState::Open;
         let page = u64::from(blk.wp);
@@ -921,7 +967,8 @@ impl Nand {
 
     /// Counts physical page `ppn` as no longer holding valid data (its
     /// reverse-map entry is left stale, so a host overwrite touches one block
-    /// record and no reverse-map line).
+    /// record and no reverse-map line). A full block left with no valid page
+    /// gives its reverse-map slot back: nothing in it needs a reverse entry.
     fn invalidate(&mut self, ppn: u64) {
         let (lun, block) = self.locate(ppn);
         let bi = self.block_index(lun, block);
@@ -930,6 +977,10 @@ impl Nand {
             if blk.state == BlockState::Full {
                 if let Some(lf) = self.lun_ftl.get_mut(lun) {
                     lf.invalid_full += 1;
+                }
+                if blk.valid == 0 && blk.rev != NO_BLOCK {
+                    self.free_rev.push(blk.rev);
+                    blk.rev = NO_BLOCK;
                 }
             }
         }
@@ -979,6 +1030,9 @@ impl Nand {
         let mut copies = 0u64;
         let mut complete = true;
         for page in 0..self.pages_per_block {
+            if self.blocks.get(bi).map_or(true, |b| b.valid == 0) {
+                break; // the rest is stale, and the slot may be another block's now
+            }
             let lpn = self
                 .rev
                 .get((rev_base + page) as usize)
@@ -1000,7 +1054,8 @@ impl Nand {
         let mut busy = copies * (self.read_ns + self.program_ns);
         if complete {
             if let Some(blk) = self.blocks.get_mut(bi) {
-                // Erased: keeps its reverse-map slot (now all stale).
+                // Erased: its reverse-map slot went back when its last valid
+                // page moved.
                 blk.valid = 0;
                 blk.wp = 0;
                 blk.state = BlockState::Free;
