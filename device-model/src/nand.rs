@@ -339,7 +339,8 @@ pub struct Nand {
     ch_free: Vec<u64>,
     l2p: LazyTable,
     /// Reverse map slab: `pages_per_block` logical page numbers per block
-    /// that holds data (or was erased holding a slot).
+    /// that holds data (the open block, and full blocks with a valid page;
+    /// an erased block has given its slot back already).
     rev: Vec<u32>,
     /// Slots of `rev` no block holds, taken before the slab grows: the slab
     /// follows the blocks holding data, not every block ever written.
