@@ -7,6 +7,7 @@ use crate::device::PAGE;
 use crate::ids::FileKey;
 use crate::sync::lock;
 use crate::timing::{Coherence, DiscardId, FileGuard, SyncAllError, SyncPoolError};
+use rustix::io::Errno;
 
 impl Coherence for DaxPlane {
     fn change_guard(&self, key: FileKey) -> FileGuard<'_> {
@@ -100,6 +101,14 @@ impl Coherence for DaxPlane {
                 }
             }
         }
+    }
+
+    fn reserve_growth(&self, key: FileKey, new_size: u64) -> Result<(), Errno> {
+        self.reserve_for_growth(key, new_size)
+    }
+
+    fn reserve_hole(&self, key: FileKey, offset: u64, end: u64) {
+        self.reserve_after_hole(key, offset, end);
     }
 
     /// Writes back every dirty pool page (every file's window stores); the

@@ -29,6 +29,7 @@ mod discards;
 mod figures;
 mod fill_evict;
 mod filler;
+mod host_space;
 mod observer;
 pub mod session;
 #[cfg(test)]

@@ -52,8 +52,8 @@ enum SlotState {
 /// plane fills off its extent the whole time the guest could store there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Slot {
-    key: FileKey,
-    foffset: u64,
+    pub(super) key: FileKey,
+    pub(super) foffset: u64,
     pub(super) len: u64,
     pub(super) writable: bool,
     pub(super) extent: u64,
@@ -276,13 +276,6 @@ impl DaxSession {
             tracing::warn!(vm = %self.metrics.name, "pool full: no extent of its own for a DAX slot");
             Errno::NOMEM
         })?;
-        if writable {
-            self.dax
-                .reserve_for_stores(key, m.foffset, m.len)
-                .inspect_err(|e| {
-                    tracing::debug!(vm = %self.metrics.name, error = %e, foffset = m.foffset, "no host space for a writable DAX slot")
-                })?;
-        }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let slot = Slot {
             key,
@@ -412,6 +405,17 @@ impl DaxSession {
         let replaced = loop {
             drop(self.settled_slots(m.moffset)?);
             let _fill_guard = writable.then(|| self.dax.change_guard(key));
+            // Host blocks under a writable range, reserved under the guard
+            // a truncation holds too: the file's size cannot move between
+            // the reservation and the slot entering the table (a truncate
+            // up after that reserves for the slot itself).
+            if writable {
+                self.dax
+                    .reserve_for_stores(key, m.foffset, m.len)
+                    .inspect_err(|e| {
+                        tracing::debug!(vm = %self.metrics.name, error = %e, foffset = m.foffset, "no host space for a writable DAX slot");
+                    })?;
+            }
             let mut slots = lock(&self.slots);
             let old = slots.get(&m.moffset).copied();
             match old {
@@ -652,6 +656,24 @@ impl CacheWindow for DaxSession {
 
     fn forget_all(&self) {
         DaxSession::forget_all(self);
+    }
+}
+
+#[cfg(test)]
+impl DaxSession {
+    /// Enters a live writable slot of `key`'s chunk 0 on `extent`, as a
+    /// SETUPMAPPING would (the plane tests map the pool file themselves).
+    pub(super) fn enter_writable_slot(&self, key: FileKey, extent: u64) {
+        let slot = Slot {
+            key,
+            foffset: 0,
+            len: SLOT_SIZE,
+            writable: true,
+            extent,
+            state: SlotState::Live,
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+        };
+        lock(&self.slots).insert(0, slot);
     }
 }
 

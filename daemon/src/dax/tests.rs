@@ -20,7 +20,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 const P: u64 = PAGE;
-const C: Context = Context {
+pub(crate) const C: Context = Context {
     uid: 0,
     gid: 0,
     pid: 0,
@@ -64,11 +64,45 @@ impl Drop for Mapped {
 /// counts below cannot tell from the operation's own.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+/// A tmpfs mounted over a rig's share (a share that fills up), unmounted
+/// when the rig goes.
+struct SmallShare(std::ffi::CString);
+
+impl SmallShare {
+    fn mount(at: &std::path::Path, bytes: u64) -> Self {
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::ffi::CString::new(at.as_os_str().as_bytes()).unwrap();
+        let opts = std::ffi::CString::new(format!("size={bytes}")).unwrap();
+        // SAFETY: valid NUL-terminated strings that outlive the call.
+        let rc = unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                path.as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                opts.as_ptr().cast(),
+            )
+        };
+        assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
+        SmallShare(path)
+    }
+}
+
+impl Drop for SmallShare {
+    fn drop(&mut self) {
+        // SAFETY: a valid NUL-terminated path.
+        unsafe {
+            libc::umount2(self.0.as_ptr(), libc::MNT_DETACH);
+        }
+    }
+}
+
 pub(crate) struct Rig {
     _one: MutexGuard<'static, ()>,
-    fs: TimedFs<PassthroughFs>,
+    pub(crate) fs: TimedFs<PassthroughFs>,
     pub(crate) dax: Arc<DaxPlane>,
     pub(crate) shared: Arc<SharedDevice>,
+    _small: Option<SmallShare>,
     pub(crate) share: tempfile::TempDir,
     _mnt: tempfile::TempDir,
 }
@@ -76,8 +110,8 @@ pub(crate) struct Rig {
 /// An open file of the share: node, handle, key, and its chunk 0
 /// mapped from the pool.
 pub(crate) struct Opened {
-    nodeid: u64,
-    fh: u64,
+    pub(crate) nodeid: u64,
+    pub(crate) fh: u64,
     pub(crate) key: FileKey,
     pub(crate) map: Mapped,
 }
@@ -96,8 +130,17 @@ pub(crate) fn rig_device() -> Device {
     Device::new(cfg).unwrap()
 }
 
-/// [`rig`] over the shared device `make` builds of [`rig_device`].
+/// [`rig_on`] over the shared device `make` builds of [`rig_device`].
 pub(crate) fn rig_on(make: impl FnOnce(Device) -> SharedDevice) -> Option<Rig> {
+    rig_with(make, None)
+}
+
+/// [`rig`] whose share is a tmpfs of `share_bytes`, or the host's
+/// temporary directory.
+pub(crate) fn rig_with(
+    make: impl FnOnce(Device) -> SharedDevice,
+    share_bytes: Option<u64>,
+) -> Option<Rig> {
     let one = lock(&ONE_AT_A_TIME);
     let mnt = tempfile::tempdir().unwrap();
     let share = tempfile::tempdir().unwrap();
@@ -129,6 +172,7 @@ pub(crate) fn rig_on(make: impl FnOnce(Device) -> SharedDevice) -> Option<Rig> {
         // Older kernels have no knob: the counts below may then flake.
         let _ = std::fs::write(knob, "0");
     }
+    let small = share_bytes.map(|b| SmallShare::mount(share.path(), b));
     let fs = PassthroughFs::new(share.path(), CacheMode::Never).unwrap();
     let metrics = Arc::new(VmMetrics::new("t"));
     let coherence: Arc<dyn Coherence> = dax.clone();
@@ -138,6 +182,7 @@ pub(crate) fn rig_on(make: impl FnOnce(Device) -> SharedDevice) -> Option<Rig> {
         fs,
         dax,
         shared,
+        _small: small,
         share,
         _mnt: mnt,
     })
@@ -205,7 +250,7 @@ impl Rig {
     }
 }
 
-fn punch(o: &Opened, offset: u64, length: u64) -> Fallocate {
+pub(crate) fn punch(o: &Opened, offset: u64, length: u64) -> Fallocate {
     Fallocate {
         nodeid: o.nodeid,
         fh: o.fh,

@@ -2,7 +2,7 @@
 //! processes (whose traps count for them) and their sessions' windows.
 
 use super::{DaxPlane, DaxSession};
-use crate::ids::VmId;
+use crate::ids::{FileKey, VmId};
 use crate::metrics::VmMetrics;
 use crate::sync::lock;
 use std::sync::{Arc, Mutex};
@@ -89,6 +89,32 @@ impl DaxPlane {
                 .values()
                 .any(|slot| slot.writable && slot.extent == extent)
         })
+    }
+
+    /// The byte ranges `[start, end)` of `key`'s file that some VM's
+    /// window maps writable now (slots in flight included), merged and in
+    /// file order.
+    pub(super) fn writable_ranges(&self, key: FileKey) -> Vec<(u64, u64)> {
+        let sessions = self.live_sessions();
+        let mut ranges: Vec<(u64, u64)> = sessions
+            .iter()
+            .flat_map(|s| {
+                lock(&s.slots)
+                    .values()
+                    .filter(|slot| slot.writable && slot.key == key)
+                    .map(|slot| (slot.foffset, slot.foffset.saturating_add(slot.len)))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        ranges.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+        for (s, e) in ranges {
+            match merged.last_mut() {
+                Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                _ => merged.push((s, e)),
+            }
+        }
+        merged
     }
 
     /// Pool pages mapped by the windows of two or more VMs now.

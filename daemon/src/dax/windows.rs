@@ -70,38 +70,6 @@ impl DaxPlane {
         Some(extent)
     }
 
-    /// Reserves host blocks under `[foffset, foffset + len)` of `key`'s
-    /// file (clipped to its size) before a window maps it writable. A store
-    /// through the window reaches the host later, in a write-back the
-    /// daemon makes, where a full share could only fail it with nobody to
-    /// tell; so the share's ENOSPC / EDQUOT comes now, as the guest's error
-    /// for the write or the mapped store (a `SIGBUS`), as a Linux file
-    /// system answers a `page_mkwrite` it cannot back. Blocks already
-    /// allocated cost nothing; a file system without `fallocate` (or one
-    /// that copies on write) is left unreserved.
-    pub fn reserve_for_stores(
-        &self,
-        key: FileKey,
-        foffset: u64,
-        len: u64,
-    ) -> Result<(), rustix::io::Errno> {
-        let Some(file) = self.window_file(key) else {
-            return Ok(());
-        };
-        let size = u64::try_from(rustix::fs::fstat(&*file)?.st_size).unwrap_or(0);
-        let end = foffset
-            .saturating_add(len)
-            .min(size.div_ceil(PAGE).saturating_mul(PAGE));
-        if end <= foffset {
-            return Ok(());
-        }
-        let keep = rustix::fs::FallocateFlags::KEEP_SIZE;
-        match rustix::fs::fallocate(&*file, keep, foffset, end - foffset) {
-            Err(e) if e == rustix::io::Errno::OPNOTSUPP || e == rustix::io::Errno::NOSYS => Ok(()),
-            r => r,
-        }
-    }
-
     /// The host file of `key`, if it was ever mapped into a window.
     pub fn window_file(&self, key: FileKey) -> Option<Arc<File>> {
         lock(&self.state.windows).files.get(&key).cloned()

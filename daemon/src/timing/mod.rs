@@ -143,6 +143,27 @@ pub trait Coherence: Send + Sync {
     /// refused punch).
     fn end_discard(&self, id: DiscardId, restore: bool);
 
+    /// File `key` is about to grow to `new_size` (a truncation up, a
+    /// WRITE, FALLOCATE or copy past its end): the new bytes a window maps
+    /// writable, holes included, get host blocks first, as a store there
+    /// reaches the host only in a later write-back, which a full share
+    /// must not fail. Call it under the file's
+    /// [`Coherence::change_guard`], before the host file changes; an error
+    /// (`ENOSPC`, `EDQUOT`) refuses the operation, with nothing reserved
+    /// past the old end. The default reserves nothing.
+    fn reserve_growth(&self, key: FileKey, new_size: u64) -> Result<(), Errno> {
+        let _ = (key, new_size);
+        Ok(())
+    }
+
+    /// A FALLOCATE just made `[offset, end)` of file `key` a hole (punch,
+    /// zero, insert): where a window maps it writable, host blocks are
+    /// reserved again (best effort: the bytes are gone; a failure is
+    /// logged). Under the file's change guard. The default does nothing.
+    fn reserve_hole(&self, key: FileKey, offset: u64, end: u64) {
+        let _ = (key, offset, end);
+    }
+
     /// Writes back every dirty pool page of every file (SYNCFS); they stay
     /// resident. The default has nothing to write back.
     fn sync_all(&self) -> Result<(), SyncAllError> {
@@ -451,6 +472,7 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
         let discard = if attr.size < f.size {
             Some(discard_range(coherence.as_ref(), f.key, attr.size, to))
         } else {
+            coherence.reserve_growth(f.key, attr.size)?;
             coherence.evict_file_range(f.key, f.size, to - f.size);
             None
         };
@@ -540,11 +562,16 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
         let key = self.inner.file_key(nodeid, Some(fh))?;
         // DAX: the pool may hold (dirty) pages of this range; no plane fill
         // may read the file until the new bytes are in it.
-        let guard = self.coherence.as_ref().map(|c| {
-            let g = c.change_guard(key);
-            c.evict_file_range(key, offset, u64::from(size));
-            g
-        });
+        // A write past the end leaves a hole a window may map writable.
+        let guard = match self.coherence.as_ref() {
+            Some(c) => {
+                let g = c.change_guard(key);
+                c.reserve_growth(key, offset.saturating_add(u64::from(size)))?;
+                c.evict_file_range(key, offset, u64::from(size));
+                Some(g)
+            }
+            None => None,
+        };
         let n = self.inner.write(ctx, io)?.value;
         drop(guard);
         self.metrics
@@ -591,14 +618,21 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
                 // old last page were clamped away by write-backs so far;
                 // past the new size they would land in the file, so that
                 // page is written back (clamped) and dropped first.
+                // A range past the end leaves a hole a window may map
+                // writable: its blocks are reserved first.
                 let guard = match &self.coherence {
                     Some(c) if !keep_size => {
                         let f = self.inner.host_file(range.nodeid, Some(range.fh), false)?;
-                        (end > f.size && f.size % PAGE != 0).then(|| {
+                        if end > f.size {
                             let g = c.change_guard(f.key);
-                            c.evict_file_range(f.key, f.size, 1);
-                            g
-                        })
+                            c.reserve_growth(f.key, end)?;
+                            if f.size % PAGE != 0 {
+                                c.evict_file_range(f.key, f.size, 1);
+                            }
+                            Some(g)
+                        } else {
+                            None
+                        }
                     }
                     _ => None,
                 };
@@ -618,6 +652,9 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
                 if let Some(d) = discard {
                     d.commit();
                 }
+                if let Some(c) = &self.coherence {
+                    c.reserve_hole(key, range.offset, end);
+                }
                 self.device
                     .discard_file_range(key, range.offset, range.length);
                 drop(guard);
@@ -636,6 +673,10 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
                 });
                 let r = self.inner.fallocate(ctx, range)?;
                 self.device.discard_file_range(key, range.offset, u64::MAX);
+                if let (Some(c), false) = (&self.coherence, collapse) {
+                    // The inserted range is a hole.
+                    c.reserve_hole(key, range.offset, end);
+                }
                 if collapse {
                     if let Ok(f) = self.inner.host_file(range.nodeid, Some(range.fh), false) {
                         self.reclaim_past(key, f.size);
@@ -686,6 +727,7 @@ impl<F: FileSystem> FileSystem for TimedFs<F> {
         let guard = match &self.coherence {
             Some(c) => {
                 let g = c.change_guard(key_out);
+                c.reserve_growth(key_out, copy.off_out.saturating_add(copy.len))?;
                 if let Err(e) = c.sync_file_range(key_in, copy.off_in, copy.len) {
                     tracing::warn!(error = %e, "copy_file_range: cannot write back the source's pool pages");
                     return Err(sync_errno(&e));
