@@ -10,11 +10,10 @@
 //! `page_mkwrite` it cannot back), and when the file grows under a range
 //! a window already maps writable (a truncation up, or a WRITE, FALLOCATE
 //! or copy past the end that leaves a hole: that operation fails). A
-//! FALLOCATE that
-//! makes a hole under such a range (punch, zero, insert) has its blocks
-//! reserved again right after. Blocks already allocated cost nothing; a
-//! file system without `fallocate` (or one that copies on write) is left
-//! unreserved.
+//! FALLOCATE that makes a hole under such a range (punch, zero, insert)
+//! has its blocks reserved again right after. Blocks already allocated
+//! cost nothing; a file system without `fallocate` (or one that copies on
+//! write) is left unreserved.
 
 use super::DaxPlane;
 use crate::device::PAGE;
@@ -30,6 +29,18 @@ fn reserve(file: &File, offset: u64, len: u64) -> Result<(), Errno> {
         Err(e) if e == Errno::OPNOTSUPP || e == Errno::NOSYS => Ok(()),
         r => r,
     }
+}
+
+/// The parts of `ranges` (file byte ranges) within the whole pages that
+/// cover `[from, to)`.
+fn whole_pages(ranges: Vec<(u64, u64)>, from: u64, to: u64) -> Vec<(u64, u64)> {
+    let lo = from / PAGE * PAGE;
+    let hi = to.div_ceil(PAGE).saturating_mul(PAGE);
+    ranges
+        .into_iter()
+        .map(|(s, e)| (s.max(lo), e.min(hi)))
+        .filter(|(s, e)| s < e)
+        .collect()
 }
 
 impl DaxPlane {
@@ -51,41 +62,27 @@ impl DaxPlane {
         reserve(&file, foffset, end - foffset)
     }
 
-    /// The whole pages of `key`'s file bytes `[from, to)` that a window
-    /// maps writable now.
-    fn writable_pages(&self, key: FileKey, from: u64, to: u64) -> Vec<(u64, u64)> {
-        let lo = from / PAGE * PAGE;
-        let hi = to.div_ceil(PAGE).saturating_mul(PAGE);
-        self.writable_ranges(key)
-            .into_iter()
-            .map(|(s, e)| (s.max(lo), e.min(hi)))
-            .filter(|(s, e)| s < e)
-            .collect()
-    }
-
     /// `key`'s file is about to grow to `new_size` (a truncation up, a
     /// FALLOCATE or a WRITE past its end, a copy into it: under the file's
     /// change guard, before the host file changes): the new bytes a window
     /// maps writable get host blocks now (`KEEP_SIZE`, past the end for the
-    /// moment), holes included. On an error nothing reserved past the old
-    /// end is kept, and the operation is refused with it. Cheap for a file
-    /// no window maps writable (no system call).
+    /// moment), holes included. The size it grows from is read here, under
+    /// the guard (a caller's look before it may be stale), and only for a
+    /// file a window maps writable. On an error nothing reserved past the
+    /// old end is kept, and the operation is refused with it.
     pub(super) fn reserve_for_growth(&self, key: FileKey, new_size: u64) -> Result<(), Errno> {
         let Some(file) = self.window_file(key) else {
             return Ok(());
         };
-        if !self
-            .writable_ranges(key)
-            .first()
-            .is_some_and(|&(start, _)| start < new_size)
-        {
+        let writable = self.writable_ranges(key);
+        if !writable.first().is_some_and(|&(start, _)| start < new_size) {
             return Ok(());
         }
         let size = u64::try_from(rustix::fs::fstat(&*file)?.st_size).unwrap_or(0);
         if new_size <= size {
             return Ok(());
         }
-        let ranges = self.writable_pages(key, size, new_size);
+        let ranges = whole_pages(writable, size, new_size);
         let Some(err) = ranges
             .iter()
             .find_map(|&(s, e)| reserve(&file, s, e - s).err())
@@ -114,7 +111,7 @@ impl DaxPlane {
         let Some(file) = self.window_file(key) else {
             return;
         };
-        for (s, e) in self.writable_pages(key, from, to) {
+        for (s, e) in whole_pages(self.writable_ranges(key), from, to) {
             if let Err(err) = reserve(&file, s, e - s) {
                 tracing::warn!(error = %err, offset = s, len = e - s, "no host space under a writable DAX window after a hole was made there");
             }

@@ -71,20 +71,9 @@ struct SmallShare(std::ffi::CString);
 impl SmallShare {
     fn mount(at: &std::path::Path, bytes: u64) -> Self {
         use std::os::unix::ffi::OsStrExt;
-        let path = std::ffi::CString::new(at.as_os_str().as_bytes()).unwrap();
-        let opts = std::ffi::CString::new(format!("size={bytes}")).unwrap();
-        // SAFETY: valid NUL-terminated strings that outlive the call.
-        let rc = unsafe {
-            libc::mount(
-                c"tmpfs".as_ptr(),
-                path.as_ptr(),
-                c"tmpfs".as_ptr(),
-                0,
-                opts.as_ptr().cast(),
-            )
-        };
-        assert_eq!(rc, 0, "mount tmpfs: {}", std::io::Error::last_os_error());
-        SmallShare(path)
+        let size = format!("size={bytes}");
+        crate::sandbox::mount(None, at, Some("tmpfs"), 0, Some(&size)).expect("mount tmpfs");
+        SmallShare(std::ffi::CString::new(at.as_os_str().as_bytes()).unwrap())
     }
 }
 

@@ -105,7 +105,8 @@ fn mount_err(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Enter
     move |source| EnterSandboxError::Mount { what, path, source }
 }
 
-fn mount(
+/// `mount(2)`: `src`, `fstype` and `data` may be absent (null).
+pub(crate) fn mount(
     src: Option<&Path>,
     target: &Path,
     fstype: Option<&str>,
