@@ -240,6 +240,14 @@ fi
 
 # ---------------------------------------------------------- command line
 kargs="console=ttyS0 panic=-1 quiet mitigations=off cxlfs.vm=$name"
+# Under TCG every vCPU reads one TSC, QEMU's (the host's clock): it is
+# synchronized by construction. The guest kernel cannot tell: on qemu64 (an
+# AMD model without constant_tsc) with more than one possible CPU (maxcpus=2
+# above) it marks the TSC unstable and falls back to the HPET, and every
+# clock_gettime becomes an emulated MMIO read of about 2.3 µs — a timed load
+# of memory then costs 2-3 µs instead of hundreds of ns, and a device-cache
+# hit's latency is mostly the clock's.
+[[ "$accel" == tcg ]] && kargs+=" tsc=reliable"
 if [[ -n "$socket" ]]; then kargs+=" cxlfs.tag=$tag"; else kargs+=" cxlfs.tag=none"; fi
 [[ -n "$mountopts" ]] && kargs+=" cxlfs.mountopts=$mountopts"
 ((have_cmd)) && kargs+=" cxlfs.cmd_b64=$(printf '%s\n' "$cmd" | base64 -w0)"
