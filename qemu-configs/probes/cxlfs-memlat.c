@@ -28,10 +28,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cxlfs-probe.h"
+
+/* Loads per turn of an --against-node run (on each working set in turn). */
+#define TURN 4096u
 
 static uint64_t rng = 0x9e3779b97f4a7c15u;
 static uint64_t next_rand(void)
@@ -112,6 +116,7 @@ static void usage(void)
         "usage: cxlfs-memlat --size BYTES[k|m|g] [--stride BYTES (4096)] [--laps N (2)]\n"
         "                    [--warmup-laps N (1)] [--seed S (1)] [--sequence FILE]\n"
         "                    [--pattern uniform|zipf:S (uniform)] [--file PATH]\n"
+        "                    [--against-node N]\n"
         "       cxlfs-memlat SIZE_MIB [STRIDE_BYTES=4096] [PASSES=3]   (old form, old JSON)\n"
         "\n"
         "Chases pointers through a random cyclic permutation of the working set's\n"
@@ -142,7 +147,15 @@ static void usage(void)
         "never drawn are never touched); the lap's order (4 bytes a load) stays\n"
         "mapped during the laps and is read sequentially. The JSON adds pattern,\n"
         "pages, distinct_pages (drawn in a lap) and loads_per_s (measured laps'\n"
-        "loads over their wall time, clock reads included).\n");
+        "loads over their wall time, clock reads included).\n"
+        "\n"
+        "--against-node N (uniform chase, anonymous memory): a second working set\n"
+        "of the same size and the same cycle, bound to node N (mbind), is chased\n"
+        "in turn with the first, %u loads of one then %u of the other, warm-up\n"
+        "and measured laps alike: the two are timed through the same moments of\n"
+        "the host, whatever else it does. The histogram is the first's; the JSON\n"
+        "adds against_node, against_mean_ns, against_min_ns, against_p50_ns and\n"
+        "against_p99_ns for the second.\n", TURN, TURN);
 }
 
 /* Histogram: values < 16 ns get one bucket per ns; from 16 ns on, each
@@ -153,7 +166,15 @@ static void usage(void)
 #define SUB 16
 #define TOP_OCTAVE 30
 #define NBUCKETS (SUB + (TOP_OCTAVE - 4) * SUB + 1)
-static uint64_t hist[NBUCKETS];
+
+/* One working set's measured loads: the histogram, their sum, min and max. */
+struct stats {
+    uint64_t hist[NBUCKETS];
+    uint64_t sum, min, max;
+};
+#define STATS_INIT { .min = UINT64_MAX }
+/* The working set's (the JSON's histogram), and --against-node's. */
+static struct stats st = STATS_INIT, against_st = STATS_INIT;
 
 static unsigned bucket_of(uint64_t v)
 {
@@ -182,9 +203,9 @@ static void bucket_bounds(unsigned b, uint64_t max, uint64_t *lo, uint64_t *hi)
     }
 }
 
-/* The q-quantile from the histogram: linear inside the bucket that holds
- * rank q*count, clamped to [min, max]. */
-static double quantile(double q, uint64_t count, uint64_t min, uint64_t max)
+/* The q-quantile from the histogram `hist`: linear inside the bucket that
+ * holds rank q*count, clamped to [min, max]. */
+static double quantile(const uint64_t *hist, double q, uint64_t count, uint64_t min, uint64_t max)
 {
     double rank = q * (double)count, cum = 0;
     for (unsigned b = 0; b < NBUCKETS; b++) {
@@ -240,17 +261,14 @@ static int write_sequence(const char *path, const uint32_t *order, uint64_t n, u
     return close(fd);
 }
 
-/* Statistics of the measured loads: the histogram plus these. */
-static uint64_t st_sum, st_min = UINT64_MAX, st_max;
-
-static inline void record(uint64_t d)
+static inline void record(struct stats *s, uint64_t d)
 {
-    hist[bucket_of(d)]++;
-    st_sum += d;
-    if (d < st_min)
-        st_min = d;
-    if (d > st_max)
-        st_max = d;
+    s->hist[bucket_of(d)]++;
+    s->sum += d;
+    if (d < s->min)
+        s->min = d;
+    if (d > s->max)
+        s->max = d;
 }
 
 /* Cost of one clock read, as each measured load includes it: the median of
@@ -259,17 +277,14 @@ static inline void record(uint64_t d)
 static double timer_overhead(void)
 {
     enum { TIMER_READS = 1001 };
-    uint64_t tmin = UINT64_MAX, tmax = 0, prev = now_ns();
+    struct stats t_st = STATS_INIT;
+    uint64_t prev = now_ns();
     for (int i = 0; i < TIMER_READS; i++) {
-        uint64_t t = now_ns(), d = t - prev;
+        uint64_t t = now_ns();
+        record(&t_st, t - prev);
         prev = t;
-        hist[bucket_of(d)]++;
-        tmin = d < tmin ? d : tmin;
-        tmax = d > tmax ? d : tmax;
     }
-    double timer_ns = quantile(0.5, TIMER_READS, tmin, tmax);
-    memset(hist, 0, sizeof hist);
-    return timer_ns;
+    return quantile(t_st.hist, 0.5, TIMER_READS, t_st.min, t_st.max);
 }
 
 /* What a run was asked to do, for the JSON line. */
@@ -283,7 +298,7 @@ static const char *map_file;
 
 static int print_result(const struct run_args *a, double timer_ns, const char *extra)
 {
-    uint64_t count = a->laps * a->n, min = st_min, max = st_max;
+    uint64_t count = a->laps * a->n, min = st.min, max = st.max;
     char with_file[4352];
     snprintf(with_file, sizeof with_file, "%s%s%s%s", extra, map_file ? ",\"file\":\"" : "",
              map_file ? map_file : "", map_file ? "\"" : "");
@@ -295,16 +310,16 @@ static int print_result(const struct run_args *a, double timer_ns, const char *e
            ",\"p50_ns\":%.1f,\"p90_ns\":%.1f,\"p99_ns\":%.1f,\"p999_ns\":%.1f,\"max_ns\":%" PRIu64
            ",\"histogram\":{\"unit\":\"ns\",\"buckets\":[",
            a->size, a->stride, a->n, a->laps, a->warmup, a->seed, extra, timer_ns,
-           (double)st_sum / (double)count, min, quantile(0.5, count, min, max),
-           quantile(0.9, count, min, max), quantile(0.99, count, min, max),
-           quantile(0.999, count, min, max), max);
+           (double)st.sum / (double)count, min, quantile(st.hist, 0.5, count, min, max),
+           quantile(st.hist, 0.9, count, min, max), quantile(st.hist, 0.99, count, min, max),
+           quantile(st.hist, 0.999, count, min, max), max);
     int first = 1;
     for (unsigned b = 0; b < NBUCKETS; b++) {
-        if (!hist[b])
+        if (!st.hist[b])
             continue;
         uint64_t lo, hi;
         bucket_bounds(b, max, &lo, &hi);
-        printf("%s[%" PRIu64 ",%" PRIu64 ",%" PRIu64 "]", first ? "" : ",", lo, hi, hist[b]);
+        printf("%s[%" PRIu64 ",%" PRIu64 ",%" PRIu64 "]", first ? "" : ",", lo, hi, st.hist[b]);
         first = 0;
     }
     printf("]}}\n");
@@ -414,7 +429,7 @@ static int zipf_main(char *mem, const struct run_args *a, double s, const char *
             uint64_t off = (uint64_t)lines[i] * 64 + v;
             uint64_t t0 = now_ns();
             v = *(volatile uint64_t *)(mem + off);
-            record(now_ns() - t0);
+            record(&st, now_ns() - t0);
         }
     }
     uint64_t wall = now_ns() - start;
@@ -427,9 +442,67 @@ static int zipf_main(char *mem, const struct run_args *a, double s, const char *
     return print_result(a, timer_ns, extra) | (v != 0);
 }
 
+/* `size` bytes of anonymous memory bound to `node` (MPOL_BIND), or
+ * MAP_FAILED. The probe is static: no libnuma, the syscall itself. */
+static char *map_on_node(uint64_t size, uint64_t node)
+{
+    enum { MPOL_BIND_ = 2 };
+    char *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return m;
+    unsigned long mask = 1ul << node;
+    /* maxnode counts the mask's bits plus one, as libnuma passes it. */
+    if (syscall(SYS_mbind, m, size, MPOL_BIND_, &mask, 8 * sizeof mask + 1, 0) != 0) {
+        munmap(m, size);
+        return MAP_FAILED;
+    }
+    return m;
+}
+
+/* Builds the cycle in load order in `mem`: slot order[k] points at
+ * order[k+1]. Returns the first slot. */
+static void **build_chain(char *mem, const uint32_t *order, uint64_t n, uint64_t stride)
+{
+    for (uint64_t k = 0; k < n; k++)
+        *(void **)(mem + (uint64_t)order[k] * stride) = mem + (uint64_t)order[(k + 1) % n] * stride;
+    return (void **)(mem + (uint64_t)order[0] * stride);
+}
+
+/* `count` loads of the chase from *p, each timed into `s` (NULL: untimed). */
+static void chase(void *volatile **p, uint64_t count, struct stats *s)
+{
+    void *volatile *q = *p;
+    if (!s) {
+        for (uint64_t i = 0; i < count; i++)
+            q = (void *volatile *)*q;
+    } else {
+        for (uint64_t i = 0; i < count; i++) {
+            uint64_t t0 = now_ns();
+            q = (void *volatile *)*q;
+            record(s, now_ns() - t0);
+        }
+    }
+    *p = q;
+}
+
+/* `laps` laps of n loads over the chain at *p — and, with `other`, as many
+ * over the chain at *other, TURN loads of each in turn. */
+static void laps_in_turn(void *volatile **p, void *volatile **other, uint64_t laps, uint64_t n,
+                         struct stats *s, struct stats *other_s)
+{
+    for (uint64_t l = 0; l < laps; l++) {
+        for (uint64_t i = 0; i < n; i += TURN) {
+            uint64_t m = n - i < TURN ? n - i : TURN;
+            chase(p, m, s);
+            if (other)
+                chase(other, m, other_s);
+        }
+    }
+}
+
 static int flag_main(int argc, char **argv)
 {
-    uint64_t size = 0, stride = 4096, laps = 2, warmup = 1, seed = 1;
+    uint64_t size = 0, stride = 4096, laps = 2, warmup = 1, seed = 1, against = UINT64_MAX;
     double zipf_s = 0;
     const char *seq_path = NULL;
     for (int i = 1; i < argc; i++) {
@@ -457,6 +530,8 @@ static int flag_main(int argc, char **argv)
             bad = parse_u64(v, &seed);
         else if (!strcmp(a, "--pattern"))
             bad = parse_pattern(v, &zipf_s);
+        else if (!strcmp(a, "--against-node"))
+            bad = parse_u64(v, &against) || against >= 64;
         else if (!strcmp(a, "--sequence")) {
             seq_path = v;
             bad = 0;
@@ -484,6 +559,10 @@ static int flag_main(int argc, char **argv)
     uint64_t n = size / stride;
     if (n > UINT32_MAX) {
         fprintf(stderr, "cxlfs-memlat: more than 2^32 slots: use a larger stride\n");
+        return 2;
+    }
+    if (against != UINT64_MAX && (zipf_s > 0 || map_file)) {
+        fprintf(stderr, "cxlfs-memlat: --against-node is for the uniform chase of anonymous memory\n");
         return 2;
     }
     if (zipf_s > 0 && (size < 4096 || size / 64 > UINT32_MAX)) {
@@ -529,31 +608,36 @@ static int flag_main(int argc, char **argv)
         fprintf(stderr, "cxlfs-memlat: cannot write %s: %s\n", seq_path, strerror(errno));
         return 1;
     }
-    /* Build the chain in load order: slot order[k] points at order[k+1]. */
-    for (uint64_t k = 0; k < n; k++)
-        *(void **)(mem + (uint64_t)order[k] * stride) = mem + (uint64_t)order[(k + 1) % n] * stride;
-    void **start = (void **)(mem + (uint64_t)order[0] * stride);
+    void *volatile *p = (void *volatile *)build_chain(mem, order, n, stride);
+    void *volatile *q = NULL;
+    if (against != UINT64_MAX) {
+        char *other = map_on_node(size, against);
+        if (other == MAP_FAILED) {
+            fprintf(stderr, "cxlfs-memlat: --against-node %" PRIu64 ": %s\n", against, strerror(errno));
+            return 1;
+        }
+        q = (void *volatile *)build_chain(other, order, n, stride);
+    }
     /* Freed before any lap, so that its pages (on the measured node under
      * --membind) do not compete with the working set. */
     munmap(order, order_len);
     order = NULL;
 
     double timer_ns = timer_overhead();
-
-    void *volatile *p = (void *volatile *)start;
-    for (uint64_t l = 0; l < warmup; l++)
-        for (uint64_t i = 0; i < n; i++)
-            p = (void *volatile *)*p;
-
-    for (uint64_t l = 0; l < laps; l++) {
-        for (uint64_t i = 0; i < n; i++) {
-            uint64_t t0 = now_ns();
-            p = (void *volatile *)*p;
-            record(now_ns() - t0);
-        }
+    laps_in_turn(&p, q ? &q : NULL, warmup, n, NULL, NULL);
+    laps_in_turn(&p, q ? &q : NULL, laps, n, &st, &against_st);
+    char extra[256] = "";
+    if (q) {
+        uint64_t count = laps * n, lo = against_st.min, hi = against_st.max;
+        snprintf(extra, sizeof extra,
+                 ",\"against_node\":%" PRIu64 ",\"against_mean_ns\":%.1f,\"against_min_ns\":%" PRIu64
+                 ",\"against_p50_ns\":%.1f,\"against_p99_ns\":%.1f",
+                 against, (double)against_st.sum / (double)count, lo,
+                 quantile(against_st.hist, 0.5, count, lo, hi),
+                 quantile(against_st.hist, 0.99, count, lo, hi));
     }
-    /* (p is volatile: the chase cannot be optimised away.) */
-    return print_result(&ra, timer_ns, "") | (p == NULL);
+    /* (p and q are volatile: the chases cannot be optimised away.) */
+    return print_result(&ra, timer_ns, extra) | (p == NULL);
 }
 
 int main(int argc, char **argv)

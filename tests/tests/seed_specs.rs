@@ -177,12 +177,18 @@ fn cylon_latency_is_bimodal_and_matches_the_replay() {
     );
     // A device-cache hit is a load at memory speed: with the working set in
     // the cache, the CXL node's median is within 1.5x of DRAM's at the same
-    // size. (In the 1.75x run hits follow traps, on a host core whose caches
-    // the trap's threads just used: the hit mode there is reported, not
-    // asserted.)
+    // size, chased in turn with it by the same probe (`against_p50_ns`):
+    // phases apart, TCG's own memory speed drifts by up to 2x (DRAM 360 and
+    // 640 ns in one run). (In the 1.75x run hits follow traps, on a host
+    // core whose caches the trap's threads just used: the hit mode there is
+    // reported, not asserted.)
+    let fits_row = of(&rows, "vm0", "cxl-fits");
+    let fits_row = fits_row.first().expect("no cxl-fits row");
+    let (cxl_p50, dram_p50) = (f(fits_row, "out.p50_ns"), f(fits_row, "out.against_p50_ns"));
+    eprintln!("set half the cache, chased in turn: CXL {cxl_p50:.0} ns, DRAM {dram_p50:.0} ns");
     assert!(
-        fits_median <= 1.5 * dram_fits_median,
-        "CXL hits {fits_median:.0} ns vs DRAM {dram_fits_median:.0} ns"
+        cxl_p50 <= 1.5 * dram_p50,
+        "CXL hits {cxl_p50:.0} ns vs DRAM {dram_p50:.0} ns, chased in turn"
     );
     // No traps once the set is resident: loads at NAND time (>= tR) are as
     // rare as on DRAM at the same size (host preemptions of the vCPU
@@ -279,7 +285,8 @@ fn bandwidth_falls_from_a_plateau_to_a_nand_floor() {
         }
     }
     let plateau = bw(0.25).min(bw(0.5));
-    for w in points.windows(2).filter(|w| w[0].0 >= 0.5) {
+    // The fall through the knee, down to the floor at 2x.
+    for w in points.windows(2).filter(|w| w[0].0 >= 0.5 && w[1].0 <= 2.0) {
         assert!(
             w[1].1 <= 1.15 * w[0].1,
             "bandwidth climbs from {:?} to {:?}",
@@ -287,6 +294,15 @@ fn bandwidth_falls_from_a_plateau_to_a_nand_floor() {
             w[1]
         );
     }
+    // The floor: 2x and 4x both take one trap per page; they agree within
+    // 1.5x (4x read 1.05-1.27x 2x's in five runs here) and neither climbs
+    // back to the knee.
+    let floor_2x = bw(2.0);
+    assert!(
+        floor <= 1.5 * floor_2x && floor_2x <= 1.5 * floor && floor < bw(1.0),
+        "the floor is not flat: 2x {floor_2x:.0}, 4x {floor:.0}, 1x {:.0} MB/s",
+        bw(1.0)
+    );
     assert!(
         floor * 3.0 <= plateau,
         "floor {floor:.0} MB/s not 3x below the plateau {plateau:.0} MB/s"
