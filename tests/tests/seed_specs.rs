@@ -12,8 +12,9 @@
 //!   measured pass served by the device cache), a fall through the knee
 //!   that never climbs back, a floor at least 3x below the plateau;
 //! * `redis`: GET throughput falls from 0.33x to 1.06x to 2.10x the cache;
-//! * `cmm-h-interleave`: DRAM:CXL 3:1 >= 1:1 >= 0:1 (weighted interleave,
-//!   bookworm-backports kernel);
+//! * `cmm-h-interleave`: more of the dataset on the CXL node (DRAM:CXL
+//!   3:1, 1:1, 0:1; weighted interleave, bookworm-backports kernel) means
+//!   more device misses and no faster GETs;
 //! * `tiering` (SkyByte's host lever, bookworm-backports kernel, a fresh
 //!   guest per configuration): with demotion and promotion on, the guest
 //!   kernel promotes and demotes pages, and the chase runs at least 1.2x
@@ -365,9 +366,30 @@ fn cmm_h_interleave_orders_dram_cxl_ratios() {
         b / d,
         c / d
     );
+    // Each step puts more of the dataset on the CXL node: the GETs' device
+    // misses rise strictly (1.4 k / 6.3 k / 26 k here). Throughput follows
+    // within the noise of one 20 000-GET run under TCG on 2 cores (DRAM-only
+    // 1 490-3 313 GET/s over five runs): no step gains more than 20 %, and
+    // all-CXL is at most 0.8x DRAM-only (0.43-0.61x when the runs are calm).
+    let misses = |ratio: &str| -> f64 {
+        of(&rows, "vm0", "get")
+            .into_iter()
+            .filter(|r| r["phases.0.numa.ratio"] == ratio)
+            .map(|r| f(r, "device_misses"))
+            .sum()
+    };
+    let (ma, mb, mc) = (misses("3:1"), misses("1:1"), misses("0:1"));
     assert!(
-        a >= b && b >= c,
-        "3:1 {a:.0} >= 1:1 {b:.0} >= 0:1 {c:.0} ops/s does not hold"
+        ma < mb && mb < mc,
+        "device misses 3:1 {ma} < 1:1 {mb} < 0:1 {mc} does not hold"
+    );
+    assert!(
+        d >= 0.8 * a && a >= 0.8 * b && b >= 0.8 * c,
+        "GET/s climbs by more than 20 % as pages move to the CXL node: 1:0 {d:.0}, 3:1 {a:.0}, 1:1 {b:.0}, 0:1 {c:.0}"
+    );
+    assert!(
+        c <= 0.8 * d,
+        "all on the CXL node {c:.0} GET/s vs DRAM-only {d:.0}: not 0.8x or less"
     );
 }
 
