@@ -61,19 +61,25 @@ fn misses(m: &Metrics) -> (u64, u64, u64) {
     )
 }
 
+/// A pass of 4 KiB O_DIRECT sequential reads of `file` (fio), its JSON in
+/// `/tmp/pass{n}.json`.
 fn read_pass(n: u32, file: &str) -> String {
     read_pass_with(n, file, "--rw=read")
 }
 
-/// A pass of 4 KiB O_DIRECT reads of `file` (fio, `rw` as given), its JSON
-/// in `/tmp/pass{n}.json` and every read's completion latency, with its
-/// offset, in `/tmp/pass{n}_clat.1.log`.
-fn read_pass_with(n: u32, file: &str, rw: &str) -> String {
+/// A pass of 4 KiB O_DIRECT reads of `file` (fio, with `args`: its `--rw`
+/// at least), its JSON in `/tmp/pass{n}.json`.
+fn read_pass_with(n: u32, file: &str, args: &str) -> String {
     format!(
-        "run fio --name=pass{n} --filename=/mnt/{file} {rw} --bs=4k --direct=1 --ioengine=psync \
-         --write_lat_log=/tmp/pass{n} --log_offset=1 \
+        "run fio --name=pass{n} --filename=/mnt/{file} {args} --bs=4k --direct=1 --ioengine=psync \
          --output-format=json --output=/tmp/pass{n}.json\nhandshake {n}\n"
     )
+}
+
+/// fio arguments that log every read's completion latency, with its
+/// offset, in `/tmp/pass{n}_clat.1.log`.
+fn latency_log(n: u32) -> String {
+    format!("--write_lat_log=/tmp/pass{n} --log_offset=1")
 }
 
 /// One read from a fio latency log: (file offset, completion latency in
@@ -145,9 +151,9 @@ handshake 0
     script += &read_pass_with(
         4,
         "a.bin",
-        &format!("--rw=read:4k --io_size={}", FILE_A / 2),
+        &format!("--rw=read:4k --io_size={} {}", FILE_A / 2, latency_log(4)),
     );
-    script += &read_pass(5, "a.bin");
+    script += &read_pass_with(5, "a.bin", &format!("--rw=read {}", latency_log(5)));
     script += "cp /tmp/pass*.json /tmp/pass4_clat.1.log /tmp/pass5_clat.1.log /mnt/.cxlfs/\n";
     d.write_guest_script(&script);
 

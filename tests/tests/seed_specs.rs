@@ -346,14 +346,16 @@ fn redis_throughput_falls_as_the_dataset_outgrows_the_cache() {
 fn cmm_h_interleave_orders_dram_cxl_ratios() {
     let _serial = exclusive();
     let (_dir, rows) = run_spec("cmm-h-interleave");
-    let by_ratio = |ratio: &str| -> f64 {
+    // The mean of the GET rows' `column` at DRAM:CXL `ratio`.
+    let mean_at = |ratio: &str, column: &str| -> f64 {
         let r: Vec<&Value> = of(&rows, "vm0", "get")
             .into_iter()
             .filter(|r| r["phases.0.numa.ratio"] == ratio)
             .collect();
         assert!(!r.is_empty(), "no run at {ratio}");
-        r.iter().map(|r| f(r, "out.ops_per_sec")).sum::<f64>() / r.len() as f64
+        r.iter().map(|r| f(r, column)).sum::<f64>() / r.len() as f64
     };
+    let by_ratio = |ratio: &str| mean_at(ratio, "out.ops_per_sec");
     let (d, a, b, c) = (
         by_ratio("1:0"),
         by_ratio("3:1"),
@@ -371,13 +373,7 @@ fn cmm_h_interleave_orders_dram_cxl_ratios() {
     // within the noise of one 20 000-GET run under TCG on 2 cores (DRAM-only
     // 1 490-3 313 GET/s over five runs): no step gains more than 20 %, and
     // all-CXL is at most 0.8x DRAM-only (0.43-0.61x when the runs are calm).
-    let misses = |ratio: &str| -> f64 {
-        of(&rows, "vm0", "get")
-            .into_iter()
-            .filter(|r| r["phases.0.numa.ratio"] == ratio)
-            .map(|r| f(r, "device_misses"))
-            .sum()
-    };
+    let misses = |ratio: &str| mean_at(ratio, "device_misses");
     let (ma, mb, mc) = (misses("3:1"), misses("1:1"), misses("0:1"));
     assert!(
         ma < mb && mb < mc,
