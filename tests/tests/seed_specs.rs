@@ -355,37 +355,38 @@ fn cmm_h_interleave_orders_dram_cxl_ratios() {
         assert!(!r.is_empty(), "no run at {ratio}");
         r.iter().map(|r| f(r, column)).sum::<f64>() / r.len() as f64
     };
-    let by_ratio = |ratio: &str| mean_at(ratio, "out.ops_per_sec");
-    let (d, a, b, c) = (
-        by_ratio("1:0"),
-        by_ratio("3:1"),
-        by_ratio("1:1"),
-        by_ratio("0:1"),
-    );
+    // Each run's GET throughput over its DRAM-only twin's, benchmarked in
+    // turn in the same guest (one boot's GET/s varied 1 450-3 313 between
+    // runs; rounds taken in turn move together).
+    let norm = |ratio: &str| mean_at(ratio, "out.normalised");
+    let (d, a, b, c) = (norm("1:0"), norm("3:1"), norm("1:1"), norm("0:1"));
     eprintln!(
-        "GET ops/s normalised to DRAM-only: 3:1 {:.2}, 1:1 {:.2}, 0:1 {:.2} (DRAM {d:.0} ops/s)",
-        a / d,
-        b / d,
-        c / d
+        "GET ops/s over the DRAM-only twin's: 1:0 {d:.2}, 3:1 {a:.2}, 1:1 {b:.2}, 0:1 {c:.2}"
     );
     // Each step puts more of the dataset on the CXL node: the GETs' device
-    // misses rise strictly (1.4 k / 6.3 k / 26 k here). Throughput follows
-    // within the noise of one 20 000-GET run under TCG on 2 cores (DRAM-only
-    // 1 490-3 313 GET/s over five runs): no step gains more than 20 %, and
-    // all-CXL is at most 0.8x DRAM-only (0.43-0.61x when the runs are calm).
+    // misses rise strictly (1.5 k / 7 k / 27 k here).
     let misses = |ratio: &str| mean_at(ratio, "device_misses");
     let (ma, mb, mc) = (misses("3:1"), misses("1:1"), misses("0:1"));
     assert!(
         ma < mb && mb < mc,
         "device misses 3:1 {ma} < 1:1 {mb} < 0:1 {mc} does not hold"
     );
+    // All on DRAM, the two servers are the same: the pairing's own noise
+    // (4 rounds of 5 000 GETs each, each round within about 15 %).
     assert!(
-        d >= 0.8 * a && a >= 0.8 * b && b >= 0.8 * c,
-        "GET/s climbs by more than 20 % as pages move to the CXL node: 1:0 {d:.0}, 3:1 {a:.0}, 1:1 {b:.0}, 0:1 {c:.0}"
+        (0.8..=1.25).contains(&d),
+        "at 1:0 both servers sit on DRAM, yet one ran {d:.2}x the other"
+    );
+    // Throughput follows the misses: no step towards the CXL node gains
+    // more than 15 %, and all on the CXL node (the dataset 2x the device
+    // cache) runs at most 0.8x its twin and below 3:1 (0.58 here).
+    assert!(
+        a <= 1.15 * d && b <= 1.15 * a && c <= 1.15 * b,
+        "normalised GET/s climbs by more than 15 % as pages move to the CXL node: 1:0 {d:.2}, 3:1 {a:.2}, 1:1 {b:.2}, 0:1 {c:.2}"
     );
     assert!(
-        c <= 0.8 * d,
-        "all on the CXL node {c:.0} GET/s vs DRAM-only {d:.0}: not 0.8x or less"
+        c <= 0.8 && c <= 0.85 * a,
+        "all on the CXL node {c:.2}x the DRAM twin (3:1: {a:.2}x): not 0.8x or less, and 15 % under 3:1"
     );
 }
 
