@@ -240,16 +240,16 @@ fi
 
 # ---------------------------------------------------------- command line
 kargs="console=ttyS0 panic=-1 quiet mitigations=off cxlfs.vm=$name"
-# A one-vCPU TCG guest boots with tsc=reliable: its only CPU's TSC cannot
-# be out of sync with another's, but with maxcpus=2 (above) the kernel on
-# qemu64 (an AMD model without constant_tsc) counts two possible CPUs, marks
-# the TSC unstable and times with the HPET: every clock_gettime becomes an
-# emulated MMIO read of about 2.3 µs, and a timed load of memory costs 2-3 µs
-# instead of hundreds of ns. Guests with more vCPUs keep the kernel's choice
-# (the HPET, as before maxcpus=2): with the TSC, redis-benchmark on two
-# vCPUs under single-threaded TCG ran 1 490-2 211 GET/s against 2 544-3 313
-# with the HPET (DESIGN.md).
-[[ "$accel" == tcg && "$smp" == 1 ]] && kargs+=" tsc=reliable"
+# A TCG guest boots with tsc=reliable. Under TCG every vCPU's TSC is the
+# host's tick counter (plus one offset), so they cannot drift apart, but the kernel
+# on qemu64 (an AMD model without constant_tsc) checks them against each
+# other (a timing loop that emulated, descheduled vCPUs can fail), logs "Marking TSC
+# unstable due to TSCs unsynchronized" and times with the HPET: every
+# clock_gettime becomes an emulated MMIO read of about 2.3 us, and a timed
+# load of memory costs 2-3 us instead of hundreds of ns (DESIGN.md, "One
+# clock for TCG guests"). One vCPU counts too: maxcpus=2 (above) makes
+# two possible CPUs.
+[[ "$accel" == tcg ]] && kargs+=" tsc=reliable"
 if [[ -n "$socket" ]]; then kargs+=" cxlfs.tag=$tag"; else kargs+=" cxlfs.tag=none"; fi
 [[ -n "$mountopts" ]] && kargs+=" cxlfs.mountopts=$mountopts"
 ((have_cmd)) && kargs+=" cxlfs.cmd_b64=$(printf '%s\n' "$cmd" | base64 -w0)"

@@ -163,6 +163,8 @@ pub struct DaemonState {
     dax: Option<Arc<DaxPlane>>,
     control: Option<Arc<Controller>>,
     memory: Option<Arc<MemoryRegions>>,
+    /// The virtio-fs path's floor, shared by every VM's back-end.
+    fuse_floor: Arc<residency::pace::Floor>,
     shutdown: AtomicBool,
     live: Mutex<Vec<(String, ShutdownHandle)>>,
     sessions: Mutex<Vec<(String, Arc<VmServer>)>>,
@@ -274,7 +276,7 @@ impl DaemonState {
         memory: Option<Arc<MemoryRegions>>,
     ) -> Arc<Self> {
         // Measured now (auto: a few ms), before any VM is served.
-        metrics.set_fuse_compensation_ns(crate::backend::fuse_floor_ns(opts.queues.compensation));
+        let fuse_floor = crate::backend::fuse_floor::start(opts.queues.compensation, &metrics);
         Arc::new(DaemonState {
             metrics,
             shared,
@@ -282,6 +284,7 @@ impl DaemonState {
             dax,
             control,
             memory,
+            fuse_floor,
             shutdown: AtomicBool::new(false),
             live: Mutex::new(Vec::new()),
             sessions: Mutex::new(Vec::new()),
@@ -559,6 +562,7 @@ impl DaemonState {
             *self.shared.clock(),
             mem.clone(),
             self.opts.queues,
+            self.fuse_floor.clone(),
         )?);
         let daemon = VhostUserDaemon::new(format!("cxlfsd-{}", vm.name), backend.clone(), mem)
             .map_err(|e| format!("vhost-user daemon: {e}"))?;

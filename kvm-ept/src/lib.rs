@@ -36,7 +36,8 @@
 //! Pacing (sleeping, then spinning the last ~50 µs until a reply's modeled
 //! completion) happens here and in the daemon, never in the device model.
 //!
-//! Module map: [`fuse_plane`] ([`FusePoolPlane`]), [`pace`], [`vm`] (pid →
+//! Module map: [`fuse_plane`] ([`FusePoolPlane`]), [`pace`], [`wakeup_probe`]
+//! (the virtio-fs path's floor), [`vm`] (pid →
 //! VM attribution), [`metrics`], [`exit_guard`]. The FUSE wire format it
 //! speaks is the `cxlfs-fuse-abi` crate ([`fuse_abi`]), shared with `cxlfsd`.
 
@@ -50,6 +51,7 @@ mod readahead;
 pub mod split;
 pub mod uring;
 pub mod vm;
+pub mod wakeup_probe;
 
 pub use fuse_plane::{
     ActiveTransport, FusePoolPlane, MountPlaneError, PlaneOptions, ReaderMode, Transport,

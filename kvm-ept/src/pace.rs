@@ -6,7 +6,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Spin (instead of sleeping) for deadlines this close.
 pub const SPIN_NS: u64 = 50_000;
@@ -208,52 +208,6 @@ impl Floor {
     }
 }
 
-/// One wake-up of a sleeping host thread (ns): the median over `rounds`
-/// round trips between two threads (each sleeping in a futex until the
-/// other wakes it), halved. A lower bound of what a request that crosses a
-/// thread boundary pays once: what the virtio-fs path's
-/// [`Compensation::Auto`] takes as its floor (DESIGN.md says why).
-pub fn measure_wakeup_ns(rounds: usize) -> u64 {
-    let (to_tx, to_rx) = std::sync::mpsc::channel::<Instant>();
-    let (back_tx, back_rx) = std::sync::mpsc::channel::<Instant>();
-    let Ok(echo) = std::thread::Builder::new()
-        .name("wakeup-probe".into())
-        .spawn(move || {
-            for v in to_rx {
-                if back_tx.send(v).is_err() {
-                    break;
-                }
-            }
-        })
-    else {
-        return 0;
-    };
-    let mut rt = Vec::with_capacity(rounds);
-    for _ in 0..rounds.max(1) {
-        // Let the echo thread go to sleep first, as a server would be.
-        std::thread::sleep(Duration::from_micros(50));
-        let t0 = Instant::now();
-        if to_tx.send(t0).is_err() || back_rx.recv().is_err() {
-            break;
-        }
-        rt.push(t0.elapsed().as_nanos() as u64);
-    }
-    drop(to_tx);
-    let _ = echo.join();
-    if rt.is_empty() {
-        return 0;
-    }
-    rt.sort_unstable();
-    rt[rt.len() / 2] / 2
-}
-
-/// The process's [`measure_wakeup_ns`], measured once (64 round trips,
-/// about 5 ms) on first use.
-pub fn wakeup_floor_ns() -> u64 {
-    static ONCE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *ONCE.get_or_init(|| measure_wakeup_ns(64))
-}
-
 /// Something held until its modeled completion time.
 pub trait Deadline {
     /// When it may be released (the pacer's clock, ns).
@@ -422,12 +376,6 @@ mod tests {
         for bad in ["", "on", "-1", "12ms", "1.5us", "99999999999999999999"] {
             assert!(bad.parse::<Compensation>().is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn a_wakeup_is_measured_positive_and_bounded() {
-        let w = measure_wakeup_ns(16);
-        assert!(w > 0 && w < 10_000_000, "{w} ns");
     }
 
     struct Item(u64, u32);

@@ -19,10 +19,12 @@
 //! request and its reply cost outside the daemon (the guest's kick to the
 //! worker's pop, the used ring to the guest's wake-up), which the daemon
 //! cannot see; `auto` takes one measured host thread wake-up, a lower
-//! bound (DESIGN.md, "Latency compensation (issue 15)"). The pacing error
+//! bound, re-measured every few seconds ([`fuse_floor`]; DESIGN.md,
+//! "Latency compensation"). The pacing error
 //! is then the estimated guest-visible one, `release + floor − deadline`.
 
 pub mod chain;
+pub mod fuse_floor;
 
 use crate::abi::{self, InHeader};
 use crate::device::Clock;
@@ -162,6 +164,8 @@ struct Held {
     deadline_ns: u64,
     /// The modeled completion.
     modeled_ns: u64,
+    /// The floor it was held with (the pacing error is estimated with it).
+    floor_ns: u64,
     arrival_ns: u64,
     vring: Vring,
     queue: u16,
@@ -224,18 +228,8 @@ pub struct FsBackend {
     pacer: Mutex<Option<JoinHandle<()>>>,
     event_idx: Arc<AtomicBool>,
     /// What held replies are released ahead of their modeled completion by
-    /// (ns; 0: compensation off).
-    floor_ns: u64,
-}
-
-/// The floor of the virtio-fs path for `c` (ns): what a held reply is
-/// released ahead of its modeled completion by.
-pub fn fuse_floor_ns(c: pace::Compensation) -> u64 {
-    match c {
-        pace::Compensation::Off => 0,
-        pace::Compensation::Fixed(ns) => ns,
-        pace::Compensation::Auto => pace::wakeup_floor_ns(),
-    }
+    /// (the daemon's, shared by every VM; 0: compensation off).
+    floor: Arc<pace::Floor>,
 }
 
 /// Why a back-end could not be created.
@@ -248,7 +242,8 @@ pub enum CreateBackendError {
 
 impl FsBackend {
     /// A back-end serving `server` (VM `metrics.name`, DAX `window`) over
-    /// guest memory `mem`, stamping requests with `clock`.
+    /// guest memory `mem`, stamping requests with `clock` and releasing
+    /// held replies `floor` ahead of their modeled completion.
     pub fn new(
         server: Arc<dyn FuseHandler>,
         metrics: Arc<VmMetrics>,
@@ -256,18 +251,18 @@ impl FsBackend {
         clock: Clock,
         mem: GuestMem,
         queues: QueueOptions,
+        floor: Arc<pace::Floor>,
     ) -> Result<Self, CreateBackendError> {
         let (tx, rx) = mpsc::channel();
         let vm = metrics.clone();
         let event_idx = Arc::new(AtomicBool::new(false));
         let pacer_event_idx = event_idx.clone();
         let prio = queues.realtime_priority;
-        let floor_ns = fuse_floor_ns(queues.compensation);
         let pacer = thread::Builder::new()
             .name(format!("pacer-{}", vm.name))
             .spawn(move || {
                 make_realtime(prio);
-                run_pacer(rx, clock, vm, pacer_event_idx, floor_ns)
+                run_pacer(rx, clock, vm, pacer_event_idx)
             })
             .map_err(CreateBackendError::SpawnPacer)?;
         Ok(FsBackend {
@@ -280,7 +275,7 @@ impl FsBackend {
             pacer_tx: Mutex::new(Some(tx)),
             pacer: Mutex::new(Some(pacer)),
             event_idx,
-            floor_ns,
+            floor,
         })
     }
 
@@ -384,7 +379,7 @@ impl FsBackend {
                 let h = local.swap_remove(i);
                 any |= self.complete(&h.vring, h.head, h.len);
                 let done = self.clock.now_ns();
-                metrics.record_reply_compensated(h.arrival_ns, h.modeled_ns, done, self.floor_ns);
+                metrics.record_reply_compensated(h.arrival_ns, h.modeled_ns, done, h.floor_ns);
             } else {
                 i += 1;
             }
@@ -494,18 +489,20 @@ impl FsBackend {
         };
         // Ahead of the modeled completion by the floor (compensation off:
         // the modeled completion itself).
-        let deadline = pace::release_at(arrival, modeled, self.floor_ns);
+        let floor_ns = self.floor.current_ns();
+        let deadline = pace::release_at(arrival, modeled, floor_ns);
         let now = self.clock.now_ns();
         if now >= deadline {
             // Already due (zero latency, or a hit): reply inline.
             let done = self.complete(vring, head, len);
             let t = self.clock.now_ns();
-            metrics.record_reply_compensated(arrival, modeled, t, self.floor_ns);
+            metrics.record_reply_compensated(arrival, modeled, t, floor_ns);
             return done;
         }
         let held = Held {
             deadline_ns: deadline,
             modeled_ns: modeled,
+            floor_ns,
             arrival_ns: arrival,
             vring: vring.clone(),
             queue,
@@ -585,13 +582,7 @@ fn signal(vring: &Vring, event_idx: bool, vm: &str) {
     }
 }
 
-fn run_pacer(
-    rx: Receiver<Held>,
-    clock: Clock,
-    vm: Arc<VmMetrics>,
-    event_idx: Arc<AtomicBool>,
-    floor_ns: u64,
-) {
+fn run_pacer(rx: Receiver<Held>, clock: Clock, vm: Arc<VmMetrics>, event_idx: Arc<AtomicBool>) {
     pace::precise_timer_slack();
     pace::run_pacer(
         &rx,
@@ -613,7 +604,7 @@ fn run_pacer(
             }
             let done = clock.now_ns();
             for h in &due {
-                vm.record_reply_compensated(h.arrival_ns, h.modeled_ns, done, floor_ns);
+                vm.record_reply_compensated(h.arrival_ns, h.modeled_ns, done, h.floor_ns);
             }
         },
     );
@@ -760,14 +751,10 @@ mod tests {
 
     #[test]
     fn off_holds_to_the_modeled_completion_and_a_floor_releases_ahead() {
-        use pace::Compensation::{Auto, Fixed, Off};
-        assert_eq!(fuse_floor_ns(Off), 0);
-        assert_eq!(fuse_floor_ns(Fixed(7_000)), 7_000);
-        let auto = fuse_floor_ns(Auto);
-        assert!(auto > 0 && auto < 10_000_000, "{auto} ns");
         // What `process_chain` holds a reply modeled to complete at 41 µs
         // (arrival 1 µs) until.
-        assert_eq!(pace::release_at(1_000, 41_000, fuse_floor_ns(Off)), 41_000);
+        let off = pace::Floor::new(pace::Compensation::Off).current_ns();
+        assert_eq!(pace::release_at(1_000, 41_000, off), 41_000);
         assert_eq!(pace::release_at(1_000, 41_000, 7_000), 34_000);
         assert_eq!(pace::release_at(1_000, 5_000, 7_000), 1_000);
         // The pacing error is the estimated guest-visible one.
