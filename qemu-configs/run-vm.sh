@@ -241,14 +241,14 @@ fi
 # ---------------------------------------------------------- command line
 kargs="console=ttyS0 panic=-1 quiet mitigations=off cxlfs.vm=$name"
 # A TCG guest boots with tsc=reliable. Under TCG every vCPU's TSC is the
-# host's tick counter (plus one offset), so they cannot drift apart, but the kernel
-# on qemu64 (an AMD model without constant_tsc) checks them against each
-# other (a timing loop that emulated, descheduled vCPUs can fail), logs "Marking TSC
-# unstable due to TSCs unsynchronized" and times with the HPET: every
+# host's tick counter plus one offset, so they cannot drift apart; but the
+# kernel on qemu64 (an AMD model without constant_tsc) checks them against
+# each other, can fail that check under emulation ("Marking TSC unstable
+# due to TSCs unsynchronized") and then times with the HPET: every
 # clock_gettime becomes an emulated MMIO read of about 2.3 us, and a timed
 # load of memory costs 2-3 us instead of hundreds of ns (DESIGN.md, "One
-# clock for TCG guests"). One vCPU counts too: maxcpus=2 (above) makes
-# two possible CPUs.
+# clock for TCG guests"). One vCPU counts too: maxcpus=2 (above) makes two
+# possible CPUs.
 [[ "$accel" == tcg ]] && kargs+=" tsc=reliable"
 if [[ -n "$socket" ]]; then kargs+=" cxlfs.tag=$tag"; else kargs+=" cxlfs.tag=none"; fi
 [[ -n "$mountopts" ]] && kargs+=" cxlfs.mountopts=$mountopts"
