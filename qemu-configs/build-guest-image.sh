@@ -59,8 +59,10 @@ init_script="$here/guest-init.sh"
 hint_src="$here/../hint/cxlfs-hint.c"
 hint_hdr="$here/../hint/include/cxlfs_hint.h"
 probes=(cxlfs-memlat cxlfs-membw cxlfs-numa cxlfs-fsx cxlfs-posix)   # probes/<name>.c, static, in /usr/bin
-# Applied to the guest kernel's fuse module (see patch_fuse_modules below).
-fuse_patch="$here/../guest-kernel-patches/fuse-dax-reclaim.patch"
+# Applied to the guest kernel's fuse module, in this order (see
+# patch_fuse_modules below).
+fuse_patches=("$here/../guest-kernel-patches/fuse-dax-reclaim.patch"
+    "$here/../guest-kernel-patches/fuse-dax-reclaim-on-demand.patch")
 self="$here/$(basename "${BASH_SOURCE[0]}")"
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$here/lib.sh"
@@ -72,7 +74,7 @@ parse_build_args "$@"
 [[ -f "$init_script" ]] || die "missing $init_script"
 [[ -f "$hint_src" && -f "$hint_hdr" ]] || die "missing the cxlfs-hint sources ($hint_src, $hint_hdr)"
 for pr in "${probes[@]}"; do [[ -f "$here/probes/$pr.c" ]] || die "missing $here/probes/$pr.c"; done
-[[ -f "$fuse_patch" ]] || die "missing $fuse_patch"
+for fp in "${fuse_patches[@]}"; do [[ -f "$fp" ]] || die "missing $fp"; done
 require_x86_64
 
 # Extra packages: sorted and unique, so that the same set is the same image.
@@ -164,7 +166,7 @@ quick_key() {
         sha256sum <"$hint_hdr"
         for pr in "${probes[@]}"; do sha256sum <"$here/probes/$pr.c"; done
         sha256sum <"$here/probes/cxlfs-probe.h"
-        sha256sum <"$fuse_patch"
+        for fp in "${fuse_patches[@]}"; do sha256sum <"$fp"; done
         echo "kernel=$kernel_choice modules=${modules[*]} extra_bins=$extra_bins packages=${extra_pkgs[*]}"
         stat -c '%n %s %Y' /var/lib/apt/lists/*_Packages* 2>/dev/null | sort
     } | sha256sum | cut -c1-16
@@ -228,7 +230,7 @@ key="$( {
     sha256sum <"$hint_hdr"
     for pr in "${probes[@]}"; do sha256sum <"$here/probes/$pr.c"; done
     sha256sum <"$here/probes/cxlfs-probe.h"
-    sha256sum <"$fuse_patch"
+    for fp in "${fuse_patches[@]}"; do sha256sum <"$fp"; done
     echo "kernel=$kernel_pkg modules=${modules[*]} extra_bins=$extra_bins packages=${extra_pkgs[*]}"
     echo "$versions"
 } | sha256sum | cut -c1-16)"
@@ -607,7 +609,9 @@ done
 # The guest kernel's FUSE DAX range reclaim can fail for good on a range whose
 # file was written through mmap (../guest-kernel-patches/fuse-dax-reclaim.patch
 # says how): read()/write() then get EBUSY and faults wait forever once the
-# window runs short. Where fuse is a module, it and virtiofs are rebuilt from
+# window runs short; and in a window of fewer than 5 ranges its background
+# reclaim takes back the ranges in use (fuse-dax-reclaim-on-demand.patch).
+# Where fuse is a module, it and virtiofs are rebuilt from
 # fs/fuse of the kernel's own source package (linux-source-X.Y, same version)
 # with the patch, against the same version's headers (installed on the host
 # with apt-get: linux-headers-<release>, which brings kbuild and the
@@ -637,7 +641,9 @@ patch_fuse_modules() {
     dpkg-deb --fsys-tarfile "$deb" | tar -xO "./usr/src/$src.tar.xz" \
         | tar -xJ -C "$bdir" --strip-components=1 "$src/fs/fuse" \
         || die "cannot unpack fs/fuse from $src=$ver"
-    patch -p1 -d "$bdir" --quiet <"$fuse_patch" || die "$fuse_patch does not apply to $src=$ver"
+    for fp in "${fuse_patches[@]}"; do
+        patch -p1 -d "$bdir" --quiet <"$fp" || die "$fp does not apply to $src=$ver"
+    done
     make -s -C "$hdr" M="$bdir/fs/fuse" modules >"$work/fuse-build.log" 2>&1 \
         || { tail -n 30 "$work/fuse-build.log" >&2; die "building the patched fuse module failed"; }
     for m in fuse virtiofs; do
@@ -645,7 +651,7 @@ patch_fuse_modules() {
         strip --strip-debug -o "$root/lib/modules/$kver/${mod_path[$m]%.ko*}.ko" "$bdir/fs/fuse/$m.ko" \
             || die "cannot install the patched $m.ko"
     done
-    fuse_patched="$(basename "$fuse_patch") ($src=$ver)"
+    fuse_patched="$(for fp in "${fuse_patches[@]}"; do basename "$fp"; done | paste -sd' ') ($src=$ver)"
 }
 if [[ -n "${mod_path[fuse]:-}" && " ${load_order[*]} " == *" fuse "* ]]; then
     patch_fuse_modules

@@ -4,9 +4,9 @@
  * a shadow copy held in memory; every read is checked against the shadow,
  * and so is the whole file every 1000 operations and at the end.
  *
- *   cxlfs-fsx [-N ops] [-S seed] [-l maxlen] [-o maxop] [--no-mmap]
- *             [--no-fallocate] [--no-punch] [--no-zero] [--no-copy]
- *             [--self-test-corrupt] FILE
+ *   cxlfs-fsx [-N ops] [-S seed] [-l maxlen] [-o maxop] [-p every]
+ *             [--no-mmap] [--no-fallocate] [--no-punch] [--no-zero]
+ *             [--no-copy] [--self-test-corrupt] FILE
  *   cxlfs-fsx util punch FILE OFF LEN | zero FILE OFF LEN | copy SRC DST
  *             | setxattr FILE NAME VALUE | getxattr FILE NAME | holes FILE
  *
@@ -21,6 +21,10 @@
  * A syscall that answers EOPNOTSUPP or ENOSYS (ENODEV for mmap, EXDEV for
  * copy_file_range) turns that operation off, with a message; such types are
  * listed in the summary's disabled=[...] (those turned off by --no-* are not).
+ * Progress: a line "cxlfs-fsx: N ops, T s" on stderr every `-p` operations
+ * (10000 by default), so that a watchdog can tell a slow run from a stalled
+ * one.
+ *
  * On a mismatch: the offset, the expected and actual bytes around it, the
  * last 32 operations; exit 1. Any other syscall failure: exit 1 as well.
  * Usage errors: exit 2. The last line of a run is the summary:
@@ -109,7 +113,7 @@ struct logent {
 };
 
 static struct file F, S;          /* FILE and FILE.src */
-static uint64_t maxlen = 256 * 1024, maxop, nops = 10000, seed = 1;
+static uint64_t maxlen = 256 * 1024, maxop, nops = 10000, seed = 1, progress_every = 10000;
 static int enabled[OP_COUNT], disabled[OP_COUNT];
 static uint64_t counts[OP_COUNT];
 static struct logent oplog[LOG_LEN];
@@ -121,16 +125,17 @@ static long page_size;
 static void usage(void)
 {
     fprintf(stderr,
-        "usage: cxlfs-fsx [-N ops] [-S seed] [-l maxlen] [-o maxop] [--no-mmap]\n"
-        "                 [--no-fallocate] [--no-punch] [--no-zero] [--no-copy]\n"
-        "                 [--self-test-corrupt] FILE\n"
+        "usage: cxlfs-fsx [-N ops] [-S seed] [-l maxlen] [-o maxop] [-p every]\n"
+        "                 [--no-mmap] [--no-fallocate] [--no-punch] [--no-zero]\n"
+        "                 [--no-copy] [--self-test-corrupt] FILE\n"
         "       cxlfs-fsx util punch FILE OFF LEN | zero FILE OFF LEN | copy SRC DST\n"
         "                 | setxattr FILE NAME VALUE | getxattr FILE NAME | holes FILE\n"
         "\n"
         "Random reads, writes, mmap reads/writes, truncates, fallocates, hole punches,\n"
         "zero ranges and copy_file_range on FILE (and FILE.src), checked against a copy\n"
         "in memory. -N: operations (10000); -S: seed (1); -l: largest file size\n"
-        "(256k; k/m/g suffixes); -o: largest operation (64k, at most maxlen).\n"
+        "(256k; k/m/g suffixes); -o: largest operation (64k, at most maxlen);\n"
+        "-p: a progress line on stderr every that many operations (10000).\n"
         "Exit 0: all checks passed; 1: a mismatch or a failed syscall; 2: usage.\n");
 }
 
@@ -784,6 +789,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "-o") && has_val && !parse_size(argv[i + 1], &v) && v > 0) {
             maxop = v;
             i++;
+        } else if (!strcmp(a, "-p") && has_val && !parse_size(argv[i + 1], &v) && v > 0) {
+            progress_every = v;
+            i++;
         } else if (!strcmp(a, "--no-mmap")) {
             enabled[OP_MAPREAD] = enabled[OP_MAPWRITE] = 0;
         } else if (!strcmp(a, "--no-fallocate")) {
@@ -862,7 +870,7 @@ int main(int argc, char **argv)
             corrupt();
         if (opno % CHECK_EVERY == 0)
             check_all();
-        if (opno % 10000 == 0)
+        if (opno % progress_every == 0)
             fprintf(stderr, "cxlfs-fsx: %" PRIu64 " ops, %.1f s\n", opno,
                     (double)(now_ns() - t0) / 1e9);
     }

@@ -70,9 +70,21 @@ fn once_path(
 /// The guest image directory (`vmlinuz`, `initramfs.cpio.*`), built or found
 /// in the cache by `qemu-configs/build-guest-image.sh` once per test binary.
 /// The script installs its host packages (QEMU included) itself.
+/// `CXLFS_GUEST_IMAGE` names another image directory instead (an older
+/// build from the cache, to rerun a test side by side with it).
 pub fn guest_image() -> &'static Path {
     static IMAGE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     once_path(&IMAGE, || {
+        if let Some(dir) = std::env::var_os("CXLFS_GUEST_IMAGE").map(PathBuf::from) {
+            return if dir.join("vmlinuz").is_file() {
+                Ok(dir)
+            } else {
+                Err(format!(
+                    "CXLFS_GUEST_IMAGE={}: no vmlinuz there",
+                    dir.display()
+                ))
+            };
+        }
         script_result("qemu-configs/build-guest-image.sh", "guest image", |dir| {
             dir.join("vmlinuz").is_file()
         })

@@ -479,6 +479,16 @@ fn dax_options(s: &Settings) -> Result<DaxOptions, LoadDaemonConfigError> {
             "dax_window must be a positive multiple of 2 MiB, got {window}"
         )));
     }
+    let min = crate::dax::MIN_WINDOW_SLOTS * crate::dax::SLOT_SIZE;
+    if window < min {
+        return Err(LoadDaemonConfigError::Invalid(format!(
+            "dax_window must be at least {} MiB ({} ranges of 2 MiB), got {window}: one guest \
+             access can need two ranges at once (across a 2 MiB boundary of a file), and a \
+             window that cannot map both hangs the guest",
+            min >> 20,
+            crate::dax::MIN_WINDOW_SLOTS
+        )));
+    }
     let duration = |name: &str, t: &Option<String>, default: std::time::Duration| {
         let Some(t) = t else { return Ok(default) };
         cxlfs_device_model::units::parse_duration_ns(t)
@@ -667,6 +677,21 @@ mod tests {
         .unwrap_err();
         assert!(e.to_string().contains("cxl_ratio must be 0..=100"), "{e}");
         assert!(Cli::try_parse_from(["cxlfsd", "--cxl-ratio", "-1"]).is_err());
+    }
+
+    #[test]
+    fn dax_window_of_fewer_than_two_ranges_is_refused() {
+        let file: FileConfig = toml::from_str("shared_dir = \"/a\"").unwrap();
+        let window = |w: &str| DaemonConfig::merge(&cli(&["--dax-window", w]), file.clone());
+        let e = window("2MiB").unwrap_err();
+        assert!(
+            e.to_string().contains("at least 4 MiB (2 ranges of 2 MiB)"),
+            "{e}"
+        );
+        assert!(window("3MiB").is_err(), "not a multiple of 2 MiB");
+        assert!(window("0").is_err());
+        let c = window("4MiB").unwrap();
+        assert_eq!(c.dax.window, 4 << 20);
     }
 
     #[test]

@@ -59,6 +59,15 @@ use vms::VmTable;
 pub const MAP_ALIGNMENT_SHIFT: u16 = 21;
 /// Bytes of one window slot (= one pool extent).
 pub const SLOT_SIZE: u64 = EXTENT_SIZE;
+/// The fewest slots a window may have. One guest access can need two
+/// slots at once (a store or load across a 2 MiB boundary of a mapped
+/// file); the guest's fault maps one range at a time, and the access
+/// completes only when both are mapped together. A one-slot window can
+/// never hold both: the access faults forever and the guest hangs. Two
+/// slots need the guest kernel's reclaim to leave both mapped while the
+/// access retries (guest-kernel-patches/fuse-dax-reclaim-on-demand.patch;
+/// docs/dax-window.md).
+pub const MIN_WINDOW_SLOTS: u64 = 2;
 /// Default size of the window reported by `GET_SHMEM_CONFIG`.
 pub const DEFAULT_WINDOW_BYTES: u64 = 1 << 30;
 /// How long a back-end channel request (SHMEM_MAP / SHMEM_UNMAP) waits for
