@@ -9,6 +9,7 @@
  *             [--no-copy] [--self-test-corrupt] FILE
  *   cxlfs-fsx util punch FILE OFF LEN | zero FILE OFF LEN | copy SRC DST
  *             | setxattr FILE NAME VALUE | getxattr FILE NAME | holes FILE
+ *             | straddle FILE N
  *
  * Operations: read (pread), write (pwrite, may extend), mapread (mmap
  * MAP_SHARED + memcpy), mapwrite (ftruncate to extend if needed, mmap store
@@ -40,6 +41,12 @@
  * util-linux fallocate, no setfattr, no xfs_io): punch / zero a range, copy
  * a whole file with copy_file_range(2) (DST created or truncated), set or
  * print an extended attribute, print the data segments (SEEK_DATA/SEEK_HOLE).
+ * `util straddle FILE N` maps FILE and FILE.src (4 MiB each, shared) and
+ * makes N 8-byte stores across FILE's 2 MiB boundary, touching one of
+ * FILE.src's two 2 MiB ranges before every third: one instruction that
+ * needs two DAX window ranges at once, with a third range in use
+ * (docs/dax-window.md). A progress line every 50 stores; exit 1 if the last
+ * value does not read back.
  *
  * Built static into the guest image (qemu-configs/build-guest-image.sh).
  */
@@ -130,6 +137,7 @@ static void usage(void)
         "                 [--no-copy] [--self-test-corrupt] FILE\n"
         "       cxlfs-fsx util punch FILE OFF LEN | zero FILE OFF LEN | copy SRC DST\n"
         "                 | setxattr FILE NAME VALUE | getxattr FILE NAME | holes FILE\n"
+        "                 | straddle FILE N\n"
         "\n"
         "Random reads, writes, mmap reads/writes, truncates, fallocates, hole punches,\n"
         "zero ranges and copy_file_range on FILE (and FILE.src), checked against a copy\n"
@@ -662,6 +670,48 @@ static int util_fail(const char *what, const char *path)
     return 1;
 }
 
+/* An 8-byte store at p, whatever its alignment: one instruction. */
+struct __attribute__((packed)) unaligned_u64 {
+    uint64_t v;
+};
+
+static int util_straddle(const char *path, uint64_t n)
+{
+    const size_t chunk = 2u << 20, len = 2 * chunk;
+    char src[4096];
+    snprintf(src, sizeof src, "%s.src", path);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd2 = open(src, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 || fd2 < 0)
+        return util_fail("open", fd < 0 ? path : src);
+    if (ftruncate(fd, (off_t)len) != 0 || ftruncate(fd2, (off_t)len) != 0)
+        return util_fail("ftruncate", path);
+    char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    char *q = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd2, 0);
+    if (p == MAP_FAILED || q == MAP_FAILED)
+        return util_fail("mmap", path);
+    volatile struct unaligned_u64 *at = (volatile struct unaligned_u64 *)(p + chunk - 4);
+    uint64_t t0 = now_ns();
+    for (uint64_t i = 1; i <= n; i++) {
+        if (i % 3 == 0)
+            ((volatile char *)q)[(i / 3 % 2) * chunk + 64] = (char)i;
+        at->v = i;
+        if (i % 50 == 0)
+            fprintf(stderr, "cxlfs-fsx: %" PRIu64 " straddling stores, %.1f s\n", i,
+                    (double)(now_ns() - t0) / 1e9);
+    }
+    uint64_t got = at->v;
+    if (n > 0 && got != n) {
+        fprintf(stderr, "cxlfs-fsx util straddle: read back %" PRIu64 ", expected %" PRIu64 "\n",
+                got, n);
+        return 1;
+    }
+    printf("straddle: %" PRIu64 " stores across %s's 2 MiB boundary in %.1f s\n", n, path,
+           (double)(now_ns() - t0) / 1e9);
+    return munmap(p, len) || munmap(q, len) || close(fd) || close(fd2) ? util_fail("close", path)
+                                                                    : 0;
+}
+
 static int util(int argc, char **argv)
 {
     const char *cmd = argc > 0 ? argv[0] : "";
@@ -719,6 +769,14 @@ static int util(int argc, char **argv)
         val[n] = '\0';
         printf("%s\n", val);
         return 0;
+    }
+    if (!strcmp(cmd, "straddle") && argc == 3) {
+        uint64_t n;
+        if (parse_size(argv[2], &n)) {
+            fprintf(stderr, "cxlfs-fsx util straddle: bad count\n");
+            return 2;
+        }
+        return util_straddle(argv[1], n);
     }
     if (!strcmp(cmd, "holes") && argc == 2) {
         int fd = open(argv[1], O_RDONLY | O_CLOEXEC);

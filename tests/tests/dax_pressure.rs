@@ -40,7 +40,8 @@
 //! `_STALL_S`, `_SEED` (writer s runs seed SEED + s - 1), `_SMP` (vCPUs),
 //! `_NAND_READ` (e.g. `40us`), `_MMAP=0` (no mmap), `_FSX` (the host path
 //! of another exerciser taking fsx's flags, e.g. a static build of
-//! xfstests' `ltp/fsx.c`); `CXLFS_GUEST_IMAGE` boots another image (an
+//! xfstests' `ltp/fsx.c`), `_STRADDLE=1` (`cxlfs-fsx util straddle`: `_OPS`
+//! stores across the 2 MiB boundary); `CXLFS_GUEST_IMAGE` boots another image (an
 //! older build in the cache, to compare with).
 #![allow(clippy::unwrap_used)]
 
@@ -121,36 +122,64 @@ fn one_writer_through_a_two_range_window() {
     .with_env());
 }
 
-/// The exerciser in the guest: its path there and its flags.
-struct Exerciser {
-    /// Another exerciser's host path (`CXLFS_PRESSURE_FSX`), copied in.
-    external: Option<PathBuf>,
-    path: &'static str,
-    flags: &'static str,
+/// What each writer runs in the guest.
+enum Exerciser {
+    /// The image's `cxlfs-fsx` (`--no-mmap` with `CXLFS_PRESSURE_MMAP=0`).
+    Fsx { mmap: bool },
+    /// Another exerciser taking fsx's flags, copied in from its host path
+    /// (`CXLFS_PRESSURE_FSX`, e.g. a static build of xfstests' fsx).
+    External { host: PathBuf, mmap: bool },
+    /// `cxlfs-fsx util straddle` (`CXLFS_PRESSURE_STRADDLE=1`): stores
+    /// across the 2 MiB boundary, each needing two window ranges at once.
+    Straddle,
 }
 
 impl Exerciser {
     fn from_env() -> Self {
         let mmap = std::env::var("CXLFS_PRESSURE_MMAP").as_deref() != Ok("0");
-        let external = std::env::var_os("CXLFS_PRESSURE_FSX").map(PathBuf::from);
-        let (path, flags) = match (&external, mmap) {
-            (Some(_), true) => ("/tmp/fsx", "-P /tmp"),
-            (Some(_), false) => ("/tmp/fsx", "-P /tmp -R -W"),
-            (None, true) => ("cxlfs-fsx", ""),
-            (None, false) => ("cxlfs-fsx", "--no-mmap"),
-        };
-        Exerciser {
-            external,
-            path,
-            flags,
+        if std::env::var("CXLFS_PRESSURE_STRADDLE").as_deref() == Ok("1") {
+            return Exerciser::Straddle;
+        }
+        match std::env::var_os("CXLFS_PRESSURE_FSX") {
+            Some(host) => Exerciser::External {
+                host: PathBuf::from(host),
+                mmap,
+            },
+            None => Exerciser::Fsx { mmap },
+        }
+    }
+
+    /// The host file to copy into the share as `fsx-bin`, if any.
+    fn external(&self) -> Option<&PathBuf> {
+        match self {
+            Exerciser::External { host, .. } => Some(host),
+            _ => None,
+        }
+    }
+
+    /// Writer `$s`'s command line (shell; `$s` is the writer's number).
+    fn command(&self, sc: &Scenario, seed0: u64) -> String {
+        let (ops, maxlen, every) = (sc.ops, sc.maxlen_mib << 20, PROGRESS_EVERY);
+        let fsx_args = format!(
+            "-N {ops} -S $((s + {seed0} - 1)) -l {maxlen} -o 1048576 -p {every} /mnt/fsx/f$s"
+        );
+        match self {
+            Exerciser::Fsx { mmap: true } => format!("cxlfs-fsx {fsx_args}"),
+            Exerciser::Fsx { mmap: false } => format!("cxlfs-fsx --no-mmap {fsx_args}"),
+            Exerciser::External { mmap: true, .. } => format!("/tmp/fsx -P /tmp {fsx_args}"),
+            Exerciser::External { mmap: false, .. } => {
+                format!("/tmp/fsx -P /tmp -R -W {fsx_args}")
+            }
+            Exerciser::Straddle => format!("cxlfs-fsx util straddle /mnt/fsx/f$s {ops}"),
         }
     }
 
     /// The line a successful run of writer `seed` ends with.
     fn summary(&self, ops: u64, seed: u64) -> String {
-        match self.external {
-            None => format!("cxlfs-fsx: ops={ops} seed={seed} "),
-            Some(_) => format!("All {ops} operations completed A-OK!"),
+        match self {
+            Exerciser::Fsx { .. } => format!("cxlfs-fsx: ops={ops} seed={seed} "),
+            Exerciser::External { .. } => format!("All {ops} operations completed A-OK!"),
+            Exerciser::Straddle => format!("straddle: {ops} stores across "),
         }
     }
 }
@@ -159,14 +188,11 @@ impl Exerciser {
 fn guest_script(sc: &Scenario, fsx: &Exerciser, seed0: u64) -> String {
     let Scenario {
         writers,
-        ops,
         watchdog_s,
         stall_s,
         ..
     } = *sc;
-    let maxlen = sc.maxlen_mib << 20;
-    let (fsx_flags, progress_every) = (fsx.flags, PROGRESS_EVERY);
-    let fsx = fsx.path;
+    let (command, progress_every) = (fsx.command(sc, seed0), PROGRESS_EVERY);
     format!(
         r#"{GUEST_PRELUDE}
 grep ' /mnt virtiofs ' /proc/mounts | grep -q dax=always || {{ echo "not a DAX mount"; cat /proc/mounts; exit 1; }}
@@ -178,7 +204,7 @@ kmsg=$!
 [ -e /mnt/fsx-bin ] && cp /mnt/fsx-bin /tmp/fsx && chmod +x /tmp/fsx
 pids=
 for s in $(seq 1 {writers}); do
-    ( rc=0; {fsx} {fsx_flags} -N {ops} -S $((s + {seed0} - 1)) -l {maxlen} -o 1048576 -p {progress_every} /mnt/fsx/f$s >/tmp/fsx$s.out 2>/tmp/fsx$s.err || rc=$?
+    ( rc=0; {command} >/tmp/fsx$s.out 2>/tmp/fsx$s.err || rc=$?
       echo $rc >/tmp/fsx$s.rc ) &
     pids="$pids $!"
     echo 0 >/tmp/moved$s; echo 0 >/tmp/size$s
@@ -267,7 +293,7 @@ fn run(sc: Scenario) {
         ],
         |share| {
             std::fs::create_dir_all(share.join("fsx")).unwrap();
-            if let Some(bin) = &fsx.external {
+            if let Some(bin) = fsx.external() {
                 std::fs::copy(bin, share.join("fsx-bin")).unwrap();
             }
         },
