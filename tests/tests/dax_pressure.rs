@@ -92,15 +92,16 @@ impl Scenario {
 
 #[test]
 fn four_writers_share_a_small_window() {
-    // Four at once take 75-80 s of guest time here (TCG, 2 cores); the
-    // bound is 4x that, for a loaded 2-core machine.
+    // Four at once took 75-80 s of guest time here on one day, 190-250 s
+    // on another (TCG, 2 cores). A stall is caught by the progress
+    // watchdog within a minute, so the bound on the whole run can be wide.
     run(Scenario {
         writers: 4,
         ops: 5_000,
         maxlen_mib: 4,
         window_mib: 8,
-        bound_s: 330,
-        watchdog_s: 300,
+        bound_s: 600,
+        watchdog_s: 560,
         stall_s: 60,
     }
     .with_env());
@@ -108,8 +109,8 @@ fn four_writers_share_a_small_window() {
 
 #[test]
 fn one_writer_through_a_two_range_window() {
-    // 90 s of guest time here with the image's module (3-5 minutes
-    // without fuse-dax-reclaim-on-demand.patch).
+    // 42-48 s of guest time here alone, 90 s beside another guest (3-4
+    // minutes without fuse-dax-reclaim-on-demand.patch).
     run(Scenario {
         writers: 1,
         ops: 5_000,
