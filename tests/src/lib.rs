@@ -75,19 +75,19 @@ fn once_path(
 pub fn guest_image() -> &'static Path {
     static IMAGE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     once_path(&IMAGE, || {
-        if let Some(dir) = std::env::var_os("CXLFS_GUEST_IMAGE").map(PathBuf::from) {
-            return if dir.join("vmlinuz").is_file() {
-                Ok(dir)
-            } else {
-                Err(format!(
-                    "CXLFS_GUEST_IMAGE={}: no vmlinuz there",
-                    dir.display()
-                ))
-            };
+        let has_kernel = |dir: &Path| dir.join("vmlinuz").is_file();
+        match std::env::var_os("CXLFS_GUEST_IMAGE").map(PathBuf::from) {
+            Some(dir) if has_kernel(&dir) => Ok(dir),
+            Some(dir) => Err(format!(
+                "CXLFS_GUEST_IMAGE={}: no vmlinuz there",
+                dir.display()
+            )),
+            None => script_result(
+                "qemu-configs/build-guest-image.sh",
+                "guest image",
+                has_kernel,
+            ),
         }
-        script_result("qemu-configs/build-guest-image.sh", "guest image", |dir| {
-            dir.join("vmlinuz").is_file()
-        })
     })
 }
 

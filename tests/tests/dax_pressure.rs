@@ -57,7 +57,7 @@ const PROGRESS_EVERY: u64 = 50;
 const MAX_MAPS_PER_OP: u64 = 4;
 
 /// One run: writers, window and bounds.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Scenario {
     /// Exercisers at once, one file each.
     writers: u64,
@@ -185,6 +185,40 @@ impl Exerciser {
     }
 }
 
+/// The guest's report on a stalled or slow run (a shell function; the
+/// script sets `writers`): the writers' last output, the blocked tasks
+/// (sysrq w), every task in the file system or the writers whatever its
+/// state, samples of the writers' stacks and CPU time, a second of the
+/// `fs_dax` trace, and the kernel's first failures.
+const STALL_REPORT: &str = r#"stall_report() {
+    for s in $(seq 1 $writers); do [ -e /tmp/fsx$s.rc ] || { echo "fsx $s:"; tail -n 3 /tmp/fsx$s.out; tail -n 5 /tmp/fsx$s.err; }; done
+    echo w >/proc/sysrq-trigger; sleep 2
+    # Every task in the file system or the writers, whatever its state
+    # (sysrq w shows only D): name, pid, state, stack.
+    for p in /proc/[0-9]*; do
+        c=$(cat $p/comm 2>/dev/null) || continue
+        if grep -q -e fuse -e dax -e virtio "$p/stack" 2>/dev/null || [ "$c" = cxlfs-fsx ] || [ "$c" = fsx ]; then
+            echo "== $c ${p#/proc/} $(cut -d' ' -f3 $p/stat) wchan=$(cat $p/wchan 2>/dev/null)"; cat "$p/stack"
+        fi
+    done
+    # Is a writer spinning? Its stack and CPU time, sampled.
+    for i in 1 2 3 4 5; do
+        for p in /proc/[0-9]*; do
+            case "$(cat $p/comm 2>/dev/null)" in cxlfs-fsx|fsx) ;; *) continue;; esac
+            echo "-- sample $i: $(cut -d' ' -f3,14,15 $p/stat) $(head -n 3 $p/stack | tr '\n' ' ')"
+        done
+        sleep 0.3
+    done
+    t=/sys/kernel/tracing; [ -e $t/events ] || { mount -t tracefs none $t 2>/dev/null || t=/sys/kernel/debug/tracing; }
+    if [ -e $t/events/fs_dax ]; then
+        echo 1 >$t/events/fs_dax/enable; sleep 1; echo 0 >$t/events/fs_dax/enable
+        echo "-- fs_dax trace, 1 s: $(grep -vc '^#' $t/trace) events"; grep -v '^#' $t/trace | head -n 20
+    fi
+    for f in /sys/kernel/debug/virtio-fs* /sys/fs/fuse/connections/*/waiting; do [ -e "$f" ] && echo "$f: $(cat $f 2>/dev/null)"; done
+    grep -m 30 -e failed -e WARN -e 'Call Trace' -e RIP -e 'Failed' /tmp/kmsg || true
+}
+"#;
+
 /// The guest's script: the writers, their watchdog, the checksums.
 fn guest_script(sc: &Scenario, fsx: &Exerciser, seed0: u64) -> String {
     let Scenario {
@@ -195,7 +229,7 @@ fn guest_script(sc: &Scenario, fsx: &Exerciser, seed0: u64) -> String {
     } = *sc;
     let (command, progress_every) = (fsx.command(sc, seed0), PROGRESS_EVERY);
     format!(
-        r#"{GUEST_PRELUDE}
+        r#"{GUEST_PRELUDE}{STALL_REPORT}writers={writers}
 grep ' /mnt virtiofs ' /proc/mounts | grep -q dax=always || {{ echo "not a DAX mount"; cat /proc/mounts; exit 1; }}
 mount -t debugfs none /sys/kernel/debug 2>/dev/null || true
 echo 'module fuse format failed +p' >/sys/kernel/debug/dynamic_debug/control 2>/dev/null || true
@@ -227,31 +261,7 @@ while [ "$(ls /tmp/fsx*.rc 2>/dev/null | wc -l)" -lt {writers} ]; do
     [ "$t" -ge {watchdog_s} ] && why="writers still running after $t s"
     if [ -n "$why" ]; then
         echo "STALLED: $why"
-        for s in $(seq 1 {writers}); do [ -e /tmp/fsx$s.rc ] || {{ echo "fsx $s:"; tail -n 3 /tmp/fsx$s.out; tail -n 5 /tmp/fsx$s.err; }}; done
-        echo w >/proc/sysrq-trigger; sleep 2
-        # Every task in the file system or the writers, whatever its state
-        # (sysrq w shows only D): name, pid, state, stack.
-        for p in /proc/[0-9]*; do
-            c=$(cat $p/comm 2>/dev/null) || continue
-            if grep -q -e fuse -e dax -e virtio "$p/stack" 2>/dev/null || [ "$c" = cxlfs-fsx ] || [ "$c" = fsx ]; then
-                echo "== $c ${{p#/proc/}} $(cut -d' ' -f3 $p/stat) wchan=$(cat $p/wchan 2>/dev/null)"; cat "$p/stack"
-            fi
-        done
-        # Is a writer spinning? Its stack and CPU time, sampled.
-        for i in 1 2 3 4 5; do
-            for p in /proc/[0-9]*; do
-                case "$(cat $p/comm 2>/dev/null)" in cxlfs-fsx|fsx) ;; *) continue;; esac
-                echo "-- sample $i: $(cut -d' ' -f3,14,15 $p/stat) $(head -n 3 $p/stack | tr '\n' ' ')"
-            done
-            sleep 0.3
-        done
-        t=/sys/kernel/tracing; [ -e $t/events ] || {{ mount -t tracefs none $t 2>/dev/null || t=/sys/kernel/debug/tracing; }}
-        if [ -e $t/events/fs_dax ]; then
-            echo 1 >$t/events/fs_dax/enable; sleep 1; echo 0 >$t/events/fs_dax/enable
-            echo "-- fs_dax trace, 1 s: $(grep -vc '^#' $t/trace) events"; grep -v '^#' $t/trace | head -n 20
-        fi
-        for f in /sys/kernel/debug/virtio-fs* /sys/fs/fuse/connections/*/waiting; do [ -e "$f" ] && echo "$f: $(cat $f 2>/dev/null)"; done
-        grep -m 30 -e failed -e WARN -e 'Call Trace' -e RIP -e 'Failed' /tmp/kmsg || true
+        stall_report
         exit 1
     fi
 done
