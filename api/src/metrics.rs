@@ -156,6 +156,14 @@ pub struct DeviceTotals {
     pub pool_resident_bytes: u64,
     /// Plane evictions.
     pub pool_evictions: u64,
+    /// Time plane evictions waited between the device dropping the pages
+    /// and the kernel dropping them, summed (ns): meanwhile a guest still
+    /// reaches them without a trap.
+    #[serde(default)]
+    pub pool_eviction_lag_ns: u64,
+    /// The longest such wait (ns).
+    #[serde(default)]
+    pub pool_eviction_lag_max_ns: u64,
     /// Prefetched pages pushed into the plane (they never trap).
     pub pool_prefetch_stores: u64,
     /// Access sampling: resident pages armed (dropped from their plane so
@@ -281,6 +289,8 @@ impl DeviceTotals {
             f("cxlfs_pool_held_bytes", Gauge, "Pool bytes of files some VM references (the rest can be reclaimed).", n(self.pool_held_bytes)),
             f("cxlfs_pool_resident_bytes", Gauge, "Pool bytes resident in the residency plane (upper bound).", n(self.pool_resident_bytes)),
             f("cxlfs_pool_evictions_total", Counter, "Pool ranges evicted from the residency plane.", n(self.pool_evictions)),
+            f("cxlfs_pool_eviction_lag_seconds_total", Counter, "Time pool evictions waited between the device dropping the pages and the residency plane dropping them (meanwhile a guest reaches them without a trap).", self.pool_eviction_lag_ns as f64 / 1e9),
+            f("cxlfs_pool_eviction_lag_max_seconds", Gauge, "The longest wait of one pool eviction for the residency plane.", self.pool_eviction_lag_max_ns as f64 / 1e9),
             f("cxlfs_pool_prefetch_stores_total", Counter, "Prefetched pages pushed into the residency plane (NOTIFY_STORE): first touches that do not trap.", n(self.pool_prefetch_stores)),
             f("cxlfs_traps_all_total", Counter, "Residency-plane traps, every VM and unknown threads.", n(self.traps)),
             f("cxlfs_sampling_armed_pages_total", Counter, "Access sampling: resident pages armed (dropped from their plane so that their next access traps).", n(self.sampling_armed_pages)),
@@ -636,7 +646,7 @@ mod tests {
     fn device_families_are_named_once() {
         let d = snapshot().device;
         let f = d.families();
-        assert_eq!(f.len(), 38);
+        assert_eq!(f.len(), 40);
         let get = |name: &str| f.iter().find(|x| x.name == name).unwrap();
         assert_eq!(get("cxlfs_cxl_ratio_percent").value, 50.0);
         assert_eq!(get("cxlfs_placed_cxl_share").value, 0.75);

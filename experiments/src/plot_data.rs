@@ -136,6 +136,8 @@ pub fn short_name(col: &str) -> String {
         "policy" | "daemon.device.cache.policy" => "policy".into(),
         "fio.size" => "working set".into(),
         "numa" | "phase.numa" => "NUMA".into(),
+        "miss_p50_ns" => "median".into(),
+        "miss_p99_ns" => "p99".into(),
         _ => {
             let n = axis_info(c).name;
             // Lower-case the first letter unless it starts an acronym.
@@ -288,11 +290,22 @@ pub fn line_figure(res: &ResultsFile, p: &PlotSpec) -> Option<Figure> {
                 }
             }
         };
-        let y = r[&p.y].as_f64().unwrap_or(0.0) / yi.scale;
-        if !order.contains(&name) {
-            order.push(name.clone());
+        for col in std::iter::once(&p.y).chain(&p.y_also) {
+            let Some(y) = r.get(col).and_then(Value::as_f64) else {
+                continue;
+            };
+            let name = if p.y_also.is_empty() {
+                name.clone()
+            } else if name.is_empty() {
+                short_name(col)
+            } else {
+                format!("{name}, {}", short_name(col))
+            };
+            if !order.contains(&name) {
+                order.push(name.clone());
+            }
+            values.entry(name).or_default().push((x, y / yi.scale));
         }
-        values.entry(name).or_default().push((x, y));
     }
     let style = if numeric {
         Style::LineMarkers
@@ -934,6 +947,42 @@ mod tests {
         assert_eq!(line.name, "y = x");
         // From 0 to the largest value on either axis, in the axes' unit (µs).
         assert_eq!(line.points, [Pt::at(0.0, 0.0), Pt::at(80.0, 80.0)]);
+    }
+
+    #[test]
+    fn y_also_draws_a_line_per_series_and_column() {
+        let mut res = ResultsFile::new("t", vec![]);
+        for (run, mode, p50, p99) in [
+            (1, "file", 30_000.0, 90_000.0),
+            (2, "memory", 25_000.0, 70_000.0),
+        ] {
+            res.push([
+                json!({"run": run, "status": "ok", "vm": "vm0", "mode": mode,
+                "modeled_miss_ns": 20_000.0, "miss_p50_ns": p50, "miss_p99_ns": p99})
+                .as_object()
+                .unwrap()
+                .clone(),
+            ]);
+        }
+        let p = PlotSpec {
+            x: "modeled_miss_ns".into(),
+            y: "miss_p50_ns".into(),
+            y_also: vec!["miss_p99_ns".into()],
+            series: Some(vec!["mode".into()]),
+            ..PlotSpec::default()
+        };
+        let f = line_figure(&res, &p).unwrap();
+        let names: Vec<&str> = f.curves.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "mode: file, median",
+                "mode: file, p99",
+                "mode: memory, median",
+                "mode: memory, p99"
+            ]
+        );
+        assert_eq!(f.curves[1].points, [Pt::at(20.0, 90.0)]);
     }
 
     #[test]

@@ -36,6 +36,11 @@ pub struct PlotSpec {
     /// `device_misses`, `out.read_mb_s`, ...). Unused by the other kinds.
     #[serde(default)]
     pub y: String,
+    /// `line`: more columns drawn against the same x on the same y axis
+    /// (a p99 beside a p50): one line per series and column, the column's
+    /// name in the legend. Unused by the other kinds.
+    #[serde(default)]
+    pub y_also: Vec<String>,
     /// Columns whose values make one line each. `line` default: `vm` and
     /// `phase`; `histogram`/`cdf` default: whichever of `phase`, `vm` and
     /// the run's swept keys (`params`) differ between the distributions

@@ -24,6 +24,8 @@ pub struct PlaneMetrics {
     writeback_bytes: AtomicU64,
     notify_errors: AtomicU64,
     ring_requests: AtomicU64,
+    invalidation_lag_ns: AtomicU64,
+    invalidation_lag_max_ns: AtomicU64,
     /// One bit per pool page: set when the plane made it resident (miss
     /// reply, store), cleared on invalidation. The kernel may also drop
     /// clean pages under memory pressure, so this is an upper bound.
@@ -63,6 +65,12 @@ pub struct PlaneMetricsSnapshot {
     pub notify_errors: u64,
     /// Requests answered through FUSE over io_uring (0 on `/dev/fuse`).
     pub ring_requests: u64,
+    /// Time invalidations waited between being queued and the kernel
+    /// taking them, summed (ns): while an evicted page waits, a guest still
+    /// reaches it without a trap.
+    pub invalidation_lag_ns: u64,
+    /// The longest such wait (ns).
+    pub invalidation_lag_max_ns: u64,
     /// Estimated resident pool bytes (an upper bound).
     pub resident_bytes: u64,
     /// The floor miss replies are released ahead of their modeled
@@ -89,6 +97,8 @@ impl PlaneMetrics {
             writeback_bytes: AtomicU64::new(0),
             notify_errors: AtomicU64::new(0),
             ring_requests: AtomicU64::new(0),
+            invalidation_lag_ns: AtomicU64::new(0),
+            invalidation_lag_max_ns: AtomicU64::new(0),
             resident: (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
             resident_pages: AtomicU64::new(0),
             floor: Floor::new(Compensation::Off),
@@ -147,8 +157,13 @@ impl PlaneMetrics {
         self.mark(offset, len, true);
     }
 
-    pub(crate) fn invalidation(&self, offset: u64, len: u64) {
+    /// An invalidation the kernel took `lag_ns` after it was queued.
+    pub(crate) fn invalidation(&self, offset: u64, len: u64, lag_ns: u64) {
         self.invalidations.fetch_add(1, Ordering::Relaxed);
+        self.invalidation_lag_ns
+            .fetch_add(lag_ns, Ordering::Relaxed);
+        self.invalidation_lag_max_ns
+            .fetch_max(lag_ns, Ordering::Relaxed);
         self.invalidated_bytes.fetch_add(len, Ordering::Relaxed);
         self.mark(offset, len, false);
     }
@@ -188,6 +203,8 @@ impl PlaneMetrics {
             writeback_bytes: r(&self.writeback_bytes),
             notify_errors: r(&self.notify_errors),
             ring_requests: r(&self.ring_requests),
+            invalidation_lag_ns: r(&self.invalidation_lag_ns),
+            invalidation_lag_max_ns: r(&self.invalidation_lag_max_ns),
             resident_bytes: r(&self.resident_pages) * PAGE_SIZE,
             compensation_ns: self.floor.current_ns(),
             calibration_probes: self.floor.samples(),
@@ -206,14 +223,16 @@ mod tests {
         m.trap(None, 0, 4096);
         m.store(8192, 16384);
         assert_eq!(m.snapshot().resident_bytes, 5 * 4096);
-        m.invalidation(0, 12288);
+        m.invalidation(0, 12288, 5);
         assert_eq!(m.snapshot().resident_bytes, 3 * 4096);
-        m.invalidation(0, u64::MAX);
+        m.invalidation(0, u64::MAX, 7);
         m.store(1 << 30, 4096); // out of the pool: ignored
         let s = m.snapshot();
         assert_eq!(s.resident_bytes, 0);
         assert_eq!(s.traps, 2);
         assert_eq!(s.traps_by_vm.get(&Some(1)), Some(&1));
         assert_eq!(s.traps_by_vm.get(&None), Some(&1));
+        assert_eq!(s.invalidation_lag_ns, 12);
+        assert_eq!(s.invalidation_lag_max_ns, 7);
     }
 }

@@ -24,6 +24,8 @@ impl PlaneSource for DaxPlane {
             traps_by_vm: m.traps_by_vm,
             resident_bytes: m.resident_bytes,
             evictions: m.invalidations,
+            eviction_lag_ns: m.invalidation_lag_ns,
+            eviction_lag_max_ns: m.invalidation_lag_max_ns,
             compensation_ns: m.compensation_ns,
             ring_requests: m.ring_requests,
         })

@@ -71,6 +71,10 @@ pub struct PlaneFigures {
     pub resident_bytes: u64,
     /// Pool ranges evicted from the plane.
     pub evictions: u64,
+    /// Time those evictions waited for the plane's notifier, summed (ns).
+    pub eviction_lag_ns: u64,
+    /// The longest such wait (ns).
+    pub eviction_lag_max_ns: u64,
     /// The trap path's floor that miss replies are released ahead of
     /// their modeled completion by now (ns; 0: compensation off).
     pub compensation_ns: u64,
@@ -259,6 +263,8 @@ impl Metrics {
             traps_unknown: self.traps_since_reset(None, plane),
             pool_resident_bytes: plane.resident_bytes,
             pool_evictions: plane.evictions,
+            pool_eviction_lag_ns: plane.eviction_lag_ns,
+            pool_eviction_lag_max_ns: plane.eviction_lag_max_ns,
             pool_prefetch_stores: source.map_or(0, |p| p.prefetch_stores()),
             ..self.device.totals()
         }

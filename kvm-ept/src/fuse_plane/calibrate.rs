@@ -2,8 +2,8 @@
 //! → request, reply → mapped) on the calibration file's one page, at start
 //! and a few times a second, and records it in the plane's floor.
 
+use super::notifier::{Notice, NoticeKind};
 use super::server::Server;
-use super::workers::{Notice, NoticeKind};
 use crate::PAGE_SIZE;
 use std::fs::File;
 use std::io;
@@ -106,10 +106,7 @@ impl Drop for CalibMap {
 fn probe(server: &Server, map: &CalibMap, notify: &Sender<Notice>) -> Option<u64> {
     let (done, rx) = mpsc::sync_channel(1);
     notify
-        .send(Notice {
-            kind: NoticeKind::InvalCalib,
-            done,
-        })
+        .send(Notice::new(NoticeKind::InvalCalib, done))
         .ok()?;
     rx.recv().ok()?.ok()?;
     // Run a little first, as a toucher (a vCPU) is running when it

@@ -57,6 +57,7 @@
 mod calibrate;
 mod mount;
 mod mounted;
+mod notifier;
 mod options;
 mod plane;
 mod server;

@@ -7,8 +7,9 @@
 
 use super::calibrate::start_calibrator;
 use super::mounted::{Mounted, ReaderSpawner};
+use super::notifier::{notifier, Notice};
 use super::server::Server;
-use super::workers::{forwarded, notifier, pacer, Held, Notice};
+use super::workers::{forwarded, pacer, Held};
 use super::{
     lock, owner, transport, FusePoolPlane, MountPlaneError, PlaneOptions, ReaderMode, Transport,
     CALIB_NAME, POOL_NAME,
@@ -116,7 +117,7 @@ impl FusePoolPlane {
         let (pace_tx, pace_rx) = mpsc::channel::<Held>();
         let (notify_tx, notify_rx) = mpsc::channel::<Notice>();
         m.notify_tx = Some(notify_tx);
-        start_pacer_and_notifier(&mut m, &dev, pace_rx, notify_rx)?;
+        start_pacer_and_notifier(&mut m, &dev, pace_rx, (notify_rx, options.notifier_poll))?;
         match split {
             Some((store, cmd)) => {
                 start_receivers(&mut m, &dev, (store, cmd), size, plan_uring, pace_tx)?
@@ -132,9 +133,7 @@ impl FusePoolPlane {
         m._exit_guard = start_exit_guard(mountpoint);
         let path = mountpoint.join(POOL_NAME);
         let file = Arc::new(open_pool(&path)?);
-        if options.refuse_readahead {
-            let _ = server.pool_file.set(Arc::downgrade(&file));
-        }
+        let _ = server.pool_file.set(Arc::downgrade(&file));
         if options.compensation == Compensation::Auto {
             m.calibrator = start_calibration(&m, mountpoint);
         }
@@ -247,12 +246,12 @@ fn spawn_thread(
 }
 
 /// Starts the pacer (held replies from `pace_rx`) and the notifier
-/// (notifications from `notify_rx`).
+/// (notifications from `notify_rx`, polled for `poll` before it sleeps).
 fn start_pacer_and_notifier(
     m: &mut Mounted,
     dev: &Arc<File>,
     pace_rx: Receiver<Held>,
-    notify_rx: Receiver<Notice>,
+    (notify_rx, poll): (Receiver<Notice>, std::time::Duration),
 ) -> Result<(), MountPlaneError> {
     {
         let (s, d) = (m.server.clone(), dev.clone());
@@ -263,7 +262,7 @@ fn start_pacer_and_notifier(
     {
         let (s, d) = (m.server.clone(), dev.clone());
         m.threads.notifier = Some(spawn_thread("pool-notify".into(), move || {
-            notifier(&s, &d, notify_rx)
+            notifier(&s, &d, notify_rx, poll)
         })?);
     }
     Ok(())

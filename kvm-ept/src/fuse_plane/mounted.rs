@@ -2,8 +2,9 @@
 //! it is up, the way one more request thread is started, and the shutdown
 //! that stops every thread in an order the kernel cannot deadlock on.
 
+use super::notifier::Notice;
 use super::server::Server;
-use super::workers::{reader, Held, Notice};
+use super::workers::{reader, Held};
 use super::{lock, MountPlaneError, ReaderMode};
 use crate::vm::VmId;
 use std::ffi::CString;

@@ -5,6 +5,7 @@
 use crate::pace::Compensation;
 use std::io;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// How request threads wait for requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,6 +105,12 @@ pub struct PlaneOptions {
     /// path's own cost (see [`Compensation`]; `Auto` measures it with a
     /// calibration thread).
     pub compensation: Compensation,
+    /// How long the notifier polls its queue (yielding the CPU) before it
+    /// sleeps. A plane whose every miss evicts a page and whose notifier
+    /// would otherwise be woken on another CPU for each (memory regions)
+    /// saves that wake-up; elsewhere it is CPU spent for nothing
+    /// (`Duration::ZERO`: sleep at once).
+    pub notifier_poll: Duration,
 }
 
 impl Default for PlaneOptions {
@@ -115,6 +122,7 @@ impl Default for PlaneOptions {
             refuse_readahead: false,
             detach: false,
             compensation: Compensation::Off,
+            notifier_poll: Duration::ZERO,
         }
     }
 }

@@ -3,7 +3,8 @@
 //! syncs queued to the notifier; VMs registered for attribution).
 
 use super::mounted::Mounted;
-use super::workers::{on_request_thread, Notice, NoticeKind};
+use super::notifier::{Notice, NoticeKind};
+use super::workers::on_request_thread;
 use super::{lock, ActiveTransport, ReaderMode, MAX_READERS};
 use crate::metrics::PlaneMetrics;
 use crate::vm::VmId;
@@ -159,7 +160,7 @@ impl FusePoolPlane {
             .notify_tx
             .as_ref()
             .ok_or(SendNotifyError::Closed)?
-            .send(Notice { kind, done })
+            .send(Notice::new(kind, done))
             .map_err(|_| SendNotifyError::Closed)?;
         Ok(NotifyTicket::new(rx))
     }

@@ -1,14 +1,12 @@
-//! The plane's thread bodies: `/dev/fuse` request readers, a split plane's
-//! receivers of forwarded misses, the pacer that writes held replies when
-//! due, and the notifier that alone writes `NOTIFY_STORE` /
-//! `NOTIFY_INVAL_INODE`; also the ring workers' entry into the server, and
+//! The plane's request-side thread bodies: `/dev/fuse` request readers, a
+//! split plane's receivers of forwarded misses, and the pacer that writes
+//! held replies when due; also the ring workers' entry into the server, and
 //! the mark that tells a request thread (which must never wait for a
-//! notification).
+//! notification). The notifier is in `notifier.rs`.
 
 use super::server::{error_reply, Outcome, Server};
-use super::{ReaderMode, CALIB_NODEID, MAX_WRITE, POOL_NODEID};
+use super::{ReaderMode, MAX_WRITE};
 use crate::pace;
-use crate::PAGE_SIZE;
 use fuse_abi::{self as abi, Cursor, InHeader};
 use std::cell::Cell;
 use std::fs::File;
@@ -16,8 +14,7 @@ use std::io::{self, IoSlice, Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
-use std::time::{Duration, Instant};
+use std::sync::mpsc::{self, Receiver, Sender};
 
 thread_local! {
     static REQUEST_THREAD: Cell<bool> = const { Cell::new(false) };
@@ -75,33 +72,6 @@ impl pace::Deadline for Held {
     fn deadline_ns(&self) -> u64 {
         self.deadline_ns
     }
-}
-
-/// A notification the notifier writes.
-pub(super) enum NoticeKind {
-    Store {
-        offset: u64,
-        data: Vec<u8>,
-    },
-    Inval {
-        offset: u64,
-        len: u64,
-    },
-    /// Invalidate, then read the range ahead so the plane refuses it: the
-    /// pages stay as tombstones (see `readahead.rs`).
-    Retire {
-        offset: u64,
-        len: u64,
-    },
-    /// Drop the calibration file's page (and its mappings).
-    InvalCalib,
-}
-
-/// A notification queued for the notifier, and where its result goes
-/// (how long the write took, or why the kernel refused it).
-pub(super) struct Notice {
-    pub(super) kind: NoticeKind,
-    pub(super) done: SyncSender<Result<Duration, io::Error>>,
 }
 
 /// Writes one whole message to `/dev/fuse`; `ENOENT` (the request was
@@ -354,111 +324,4 @@ pub(super) fn pacer(server: &Server, dev: &File, rx: Receiver<Held>) {
             }
         },
     );
-}
-
-/// Writes one `NOTIFY_STORE` of `data` at `offset` (header in `head`, data
-/// as a second `writev` segment).
-fn send_store(dev: &File, head: &mut Vec<u8>, offset: u64, data: &[u8]) -> io::Result<()> {
-    let size = u32::try_from(data.len()).map_err(io::Error::other)?;
-    abi::encode_notify_store(POOL_NODEID, offset, size, head).map_err(io::Error::other)?;
-    let want = head.len() + data.len();
-    let w = (&*dev).write_vectored(&[IoSlice::new(head), IoSlice::new(data)])?;
-    if w == want {
-        Ok(())
-    } else {
-        Err(io::Error::other(format!(
-            "short notify write {w} of {want}"
-        )))
-    }
-}
-
-/// Has the kernel read `[offset, offset + len)` of the pool ahead, which
-/// the plane refuses (the pages were just forgotten): they become
-/// tombstones at once, off any fault's path, and the next touch of one
-/// reads just its folio. Asynchronous in the kernel (the READs are
-/// answered by request threads, never by this one); a failure only costs
-/// the next fault a refused READ.
-fn retire(server: &Server, offset: u64, len: u64) {
-    let Some(file) = server.pool_file.get().and_then(std::sync::Weak::upgrade) else {
-        return;
-    };
-    // SAFETY: a plain system call on an fd the server holds; no pointers.
-    let rc = unsafe { libc::readahead(file.as_raw_fd(), offset as libc::off64_t, len as usize) };
-    if rc != 0 {
-        tracing::debug!(error = %io::Error::last_os_error(), offset, len, "cannot read retired pages ahead");
-    }
-}
-
-/// How long the notifier polls for the next notification before it
-/// sleeps. Evictions come one per miss, and a sleeping notifier is woken
-/// on another CPU: that wake-up (an IPI, a VM exit on a virtual host) cost
-/// a memory-mode miss 15 µs of its 35 on a 2-vCPU host (DESIGN.md,
-/// "Memory mode"). Polling yields the CPU to any thread that wants it.
-const NOTIFIER_POLL: Duration = Duration::from_micros(200);
-
-/// The next notification: polled for [`NOTIFIER_POLL`] (yielding), then
-/// waited for; `None` once every sender is gone.
-fn next_notice(rx: &Receiver<Notice>) -> Option<Notice> {
-    let until = Instant::now() + NOTIFIER_POLL;
-    loop {
-        match rx.try_recv() {
-            Ok(n) => return Some(n),
-            Err(mpsc::TryRecvError::Disconnected) => return None,
-            Err(mpsc::TryRecvError::Empty) if Instant::now() < until => std::thread::yield_now(),
-            Err(mpsc::TryRecvError::Empty) => return rx.recv().ok(),
-        }
-    }
-}
-
-/// The notifier: writes each queued notification, counts it, and reports
-/// its result; ends when every sender is gone.
-pub(super) fn notifier(server: &Server, dev: &File, rx: Receiver<Notice>) {
-    let mut head = Vec::with_capacity(64);
-    while let Some(n) = next_notice(&rx) {
-        head.clear();
-        let start = Instant::now();
-        let res = match &n.kind {
-            NoticeKind::Store { offset, data } => send_store(dev, &mut head, *offset, data),
-            NoticeKind::Inval { offset, len } | NoticeKind::Retire { offset, len } => {
-                abi::encode_notify_inval_inode(POOL_NODEID, *offset as i64, *len as i64, &mut head);
-                (&*dev).write(&head).map(|_| ())
-            }
-            NoticeKind::InvalCalib => {
-                abi::encode_notify_inval_inode(CALIB_NODEID, 0, PAGE_SIZE as i64, &mut head);
-                (&*dev).write(&head).map(|_| ())
-            }
-        };
-        let took = start.elapsed();
-        let res = match res {
-            Ok(()) => {
-                match &n.kind {
-                    NoticeKind::Store { offset, data } => {
-                        server.metrics.store(*offset, data.len() as u64)
-                    }
-                    NoticeKind::Inval { offset, len } => {
-                        // The kernel dropped those folios: holes again.
-                        if let Some(r) = &server.readahead {
-                            r.forget(*offset, *len);
-                        }
-                        server.metrics.invalidation(*offset, *len)
-                    }
-                    NoticeKind::Retire { offset, len } => {
-                        if let Some(r) = &server.readahead {
-                            r.forget(*offset, *len);
-                        }
-                        server.metrics.invalidation(*offset, *len);
-                        retire(server, *offset, *len);
-                    }
-                    NoticeKind::InvalCalib => {}
-                }
-                Ok(took)
-            }
-            Err(e) => {
-                server.metrics.notify_error();
-                tracing::warn!(error = %e, "pool notification refused");
-                Err(e)
-            }
-        };
-        let _ = n.done.send(res);
-    }
 }

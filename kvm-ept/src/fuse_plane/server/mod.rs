@@ -30,6 +30,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Attribute / entry validity: the pool never changes, cache it forever.
 const VALID_SECS: u64 = 365 * 24 * 3600;
 
+/// Background requests (write-backs) the kernel keeps in flight, and its
+/// congestion threshold too: the notifier starts the write-back of a whole
+/// batch of evicted pages at once (`notifier.rs`), and a congested
+/// connection skips a non-blocking write-back entirely, leaving each dirty
+/// page to be laundered alone by its invalidation.
+const MAX_BACKGROUND: u16 = 1024;
+
 /// The request-answering part of a plane, independent of the transport
 /// (tests feed it bytes).
 pub(crate) struct Server {
@@ -52,7 +59,8 @@ pub(crate) struct Server {
     /// refuses them before they are forwarded; the daemon's server only
     /// forgets invalidated pages in the shared map).
     pub(super) refuse_here: bool,
-    /// The pool file, once open: the notifier reads retired pages ahead
+    /// The pool file, once open: the notifier starts the write-back of
+    /// pages it is about to invalidate and reads retired pages ahead
     /// through it. Weak: the plane closes the file in its own order (a
     /// close asks the server, which must still be there to answer).
     pub(crate) pool_file: std::sync::OnceLock<std::sync::Weak<std::fs::File>>,
@@ -301,8 +309,8 @@ impl Server {
                 major: abi::KERNEL_VERSION,
                 minor: abi::KERNEL_MINOR_VERSION,
                 max_readahead: init.max_readahead.min(MAX_READAHEAD),
-                max_background: 64,
-                congestion_threshold: 48,
+                max_background: MAX_BACKGROUND,
+                congestion_threshold: MAX_BACKGROUND,
                 max_write: MAX_WRITE,
                 time_gran: 1,
                 max_pages: (MAX_WRITE / PAGE_SIZE as u32) as u16,
