@@ -597,6 +597,9 @@ fn start_dax(
 ) -> Option<Arc<DaxPlane>> {
     let options = PlaneOptions {
         readers: DAX_RING_ENTRIES,
+        // Every miss past the cache evicts a page: a notifier that sleeps
+        // is woken on the other CPU for each, inside the trap's reply.
+        notifier_poll: residency::EVICTING_NOTIFIER_POLL,
         compensation: queues.dax_compensation,
         transport: queues.plane_transport,
         mode: if queues.plane_poll {

@@ -102,8 +102,8 @@ pub struct PlotSpec {
     /// SVG takes the same name with `.svg`.
     #[serde(default)]
     pub file: Option<String>,
-    /// Line plots: draw the line y = x (where the y axis equals the x axis:
-    /// felt against modeled latency, both in the same unit).
+    /// Line plots: draw the line y = x across the x values (where the y axis
+    /// equals the x axis: felt against modeled latency, both in one unit).
     #[serde(default)]
     pub identity_line: bool,
 }

@@ -630,7 +630,7 @@ fn shipped_experiment_specs_expand() {
         ("cylon-latency.toml", 1, 1),
         ("demo.toml", 3, 3),
         ("guest-clock.toml", 2 * 3, 2),
-        ("miss-latency.toml", 3 * 2 * 3, 3 * 2),
+        ("miss-latency.toml", 3 * 2 * 3, 3 * 2 * 3),
         ("policy-full-system.toml", 5 * 3 * 3, 5 * 3),
         ("policy-hit-rate.toml", 7, 7),
         ("prefetch-degree.toml", 5, 5),

@@ -55,6 +55,7 @@ pub mod wakeup_probe;
 
 pub use fuse_plane::{
     ActiveTransport, FusePoolPlane, MountPlaneError, PlaneOptions, ReaderMode, Transport,
+    EVICTING_NOTIFIER_POLL,
 };
 pub use helper_seccomp::SeccompMode;
 pub use metrics::{PlaneMetrics, PlaneMetricsSnapshot};

@@ -222,7 +222,7 @@ impl Region {
             transport: setup.plane.transport,
             // Every region miss evicts a page: a notifier that sleeps is
             // woken on the other CPU for each (DESIGN.md, "Memory mode").
-            notifier_poll: REGION_NOTIFIER_POLL,
+            notifier_poll: residency::EVICTING_NOTIFIER_POLL,
             ..PlaneOptions::default()
         };
         let plane = FusePoolPlane::mount_split(dir, size, backend, options, &store, setup.helper)
@@ -487,10 +487,6 @@ impl MemoryRegions {
             .sum()
     }
 }
-
-/// How long a region plane's notifier polls for the next eviction before
-/// it sleeps.
-const REGION_NOTIFIER_POLL: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// The id of a region's VM in its own plane (one VM per region).
 const REGION_VM_ID: VmId = 0;

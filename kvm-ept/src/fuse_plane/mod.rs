@@ -66,7 +66,7 @@ mod workers;
 
 pub use options::{
     ActiveTransport, MountPlaneError, ParseTransportError, PlaneOptions, ReaderMode, Transport,
-    MAX_READERS,
+    EVICTING_NOTIFIER_POLL, MAX_READERS,
 };
 pub use plane::FusePoolPlane;
 pub(crate) use server::{error_reply, read_full, Outcome, Server};

@@ -75,6 +75,13 @@ pub enum ActiveTransport {
     },
 }
 
+/// [`PlaneOptions::notifier_poll`] for a plane whose misses evict pages as
+/// they come (the DAX plane, memory regions): a sleeping notifier is woken
+/// on another CPU for each eviction, an IPI (a VM exit on a virtual host)
+/// inside the trap's reply; polling this long after each notification,
+/// the notifier is never asleep while evictions flow.
+pub const EVICTING_NOTIFIER_POLL: Duration = Duration::from_micros(200);
+
 /// Most request threads a plane grows to as VMs register.
 pub const MAX_READERS: usize = 64;
 
@@ -106,10 +113,9 @@ pub struct PlaneOptions {
     /// calibration thread).
     pub compensation: Compensation,
     /// How long the notifier polls its queue (yielding the CPU) before it
-    /// sleeps. A plane whose every miss evicts a page and whose notifier
-    /// would otherwise be woken on another CPU for each (memory regions)
-    /// saves that wake-up; elsewhere it is CPU spent for nothing
-    /// (`Duration::ZERO`: sleep at once).
+    /// sleeps. A plane whose misses evict pages saves a cross-CPU wake-up
+    /// per miss ([`EVICTING_NOTIFIER_POLL`]); elsewhere it is CPU spent for
+    /// nothing (`Duration::ZERO`, the default: sleep at once).
     pub notifier_poll: Duration,
 }
 
