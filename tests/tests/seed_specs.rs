@@ -99,6 +99,17 @@ fn of<'r>(rows: &'r [Value], vm: &str, phase: &str) -> Vec<&'r Value> {
         .collect()
 }
 
+/// distributions.jsonl of results directory `out`: its text (for
+/// messages) and its lines.
+fn distributions(out: &Path) -> (String, Vec<Value>) {
+    let text = std::fs::read_to_string(out.join("distributions.jsonl")).unwrap();
+    let ds = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (text, ds)
+}
+
 /// A histogram line of distributions.jsonl: (low, high, count) buckets.
 fn buckets(d: &Value) -> Vec<(f64, f64, f64)> {
     d["buckets"]
@@ -143,11 +154,7 @@ fn cylon_latency_is_bimodal_and_matches_the_replay() {
     let _serial = exclusive();
     let (dir, rows) = run_spec("cylon-latency");
     let out = dir.path().join("results");
-    let text = std::fs::read_to_string(out.join("distributions.jsonl")).unwrap();
-    let ds: Vec<Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let (text, ds) = distributions(&out);
     let hist = |phase: &str| {
         buckets(
             ds.iter()
@@ -276,11 +283,7 @@ fn miss_latency_file_mode_misses_like_memory_mode() {
         ],
     );
     let out = dir.path().join("results");
-    let text = std::fs::read_to_string(out.join("distributions.jsonl")).unwrap();
-    let ds: Vec<Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let (text, ds) = distributions(&out);
     // Loads slower than the spec's miss split: the ones that trapped.
     let trapped = |run: &Value, phase: &str| -> f64 {
         let d = ds

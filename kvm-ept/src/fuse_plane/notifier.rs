@@ -43,6 +43,14 @@ pub(super) enum NoticeKind {
     InvalCalib,
 }
 
+impl NoticeKind {
+    /// Drops pool pages (an eviction), as opposed to a store or a
+    /// calibration probe.
+    fn evicts(&self) -> bool {
+        matches!(self, NoticeKind::Inval { .. } | NoticeKind::Retire { .. })
+    }
+}
+
 /// A notification queued for the notifier, and where its result goes
 /// (how long the write took, or why the kernel refused it).
 pub(super) struct Notice {
@@ -68,12 +76,21 @@ impl Notice {
 const MAX_BATCH: usize = 256;
 
 /// The notifier: writes each queued notification, counts it, and reports
-/// its result; polls its queue for `poll` (yielding the CPU) before it
-/// sleeps; ends when every sender is gone.
+/// its result; after a batch with an eviction, polls its queue for `poll`
+/// (yielding the CPU) before it sleeps; ends when every sender is gone.
 pub(super) fn notifier(server: &Server, dev: &File, rx: Receiver<Notice>, poll: Duration) {
     let mut head = Vec::with_capacity(64);
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    while next_batch(&rx, poll, &mut batch) {
+    // Poll only while evictions flow: after a batch of stores or
+    // calibration probes alone, the next notice is not due soon, and
+    // polling would only take the CPU from the rest of the daemon.
+    let mut evicting = false;
+    while next_batch(
+        &rx,
+        if evicting { poll } else { Duration::ZERO },
+        &mut batch,
+    ) {
+        evicting = batch.iter().any(|n| n.kind.evicts());
         start_write_back(server, &batch);
         for n in batch.drain(..) {
             let res = write_notice(server, dev, &mut head, &n);

@@ -112,10 +112,11 @@ pub struct PlaneOptions {
     /// path's own cost (see [`Compensation`]; `Auto` measures it with a
     /// calibration thread).
     pub compensation: Compensation,
-    /// How long the notifier polls its queue (yielding the CPU) before it
-    /// sleeps. A plane whose misses evict pages saves a cross-CPU wake-up
-    /// per miss ([`EVICTING_NOTIFIER_POLL`]); elsewhere it is CPU spent for
-    /// nothing (`Duration::ZERO`, the default: sleep at once).
+    /// How long the notifier polls its queue (yielding the CPU) after a
+    /// batch that evicted pages, before it sleeps. A plane whose misses
+    /// evict pages saves a cross-CPU wake-up per miss
+    /// ([`EVICTING_NOTIFIER_POLL`]); elsewhere it is CPU spent for nothing
+    /// (`Duration::ZERO`, the default: sleep at once).
     pub notifier_poll: Duration,
 }
 
