@@ -117,7 +117,7 @@ impl FusePoolPlane {
         let (pace_tx, pace_rx) = mpsc::channel::<Held>();
         let (notify_tx, notify_rx) = mpsc::channel::<Notice>();
         m.notify_tx = Some(notify_tx);
-        start_pacer_and_notifier(&mut m, &dev, pace_rx, (notify_rx, options.notifier_poll))?;
+        start_pacer_and_notifier(&mut m, &dev, pace_rx, notify_rx, options.notifier_poll)?;
         match split {
             Some((store, cmd)) => {
                 start_receivers(&mut m, &dev, (store, cmd), size, plan_uring, pace_tx)?
@@ -246,12 +246,14 @@ fn spawn_thread(
 }
 
 /// Starts the pacer (held replies from `pace_rx`) and the notifier
-/// (notifications from `notify_rx`, polled for `poll` before it sleeps).
+/// (notifications from `notify_rx`; `poll`: see
+/// [`PlaneOptions::notifier_poll`]).
 fn start_pacer_and_notifier(
     m: &mut Mounted,
     dev: &Arc<File>,
     pace_rx: Receiver<Held>,
-    (notify_rx, poll): (Receiver<Notice>, std::time::Duration),
+    notify_rx: Receiver<Notice>,
+    poll: std::time::Duration,
 ) -> Result<(), MountPlaneError> {
     {
         let (s, d) = (m.server.clone(), dev.clone());

@@ -44,10 +44,15 @@ pub(super) enum NoticeKind {
 }
 
 impl NoticeKind {
-    /// Drops pool pages (an eviction), as opposed to a store or a
-    /// calibration probe.
-    fn evicts(&self) -> bool {
-        matches!(self, NoticeKind::Inval { .. } | NoticeKind::Retire { .. })
+    /// The pool range it drops (an eviction: `Inval`, `Retire`); `None`
+    /// for a store or a calibration probe.
+    fn evicted_range(&self) -> Option<(u64, u64)> {
+        match *self {
+            NoticeKind::Inval { offset, len } | NoticeKind::Retire { offset, len } => {
+                Some((offset, len))
+            }
+            NoticeKind::Store { .. } | NoticeKind::InvalCalib => None,
+        }
     }
 }
 
@@ -90,7 +95,7 @@ pub(super) fn notifier(server: &Server, dev: &File, rx: Receiver<Notice>, poll: 
         if evicting { poll } else { Duration::ZERO },
         &mut batch,
     ) {
-        evicting = batch.iter().any(|n| n.kind.evicts());
+        evicting = batch.iter().any(|n| n.kind.evicted_range().is_some());
         start_write_back(server, &batch);
         for n in batch.drain(..) {
             let res = write_notice(server, dev, &mut head, &n);
@@ -129,20 +134,13 @@ fn next_batch(rx: &Receiver<Notice>, poll: Duration, batch: &mut Vec<Notice>) ->
 /// waiting for it. Clean ranges cost a lookup; a failure only leaves the
 /// invalidation to launder its dirty pages itself.
 fn start_write_back(server: &Server, batch: &[Notice]) {
-    let ranges = batch.iter().filter_map(|n| match n.kind {
-        NoticeKind::Inval { offset, len } | NoticeKind::Retire { offset, len } => {
-            Some((offset, len))
-        }
-        _ => None,
-    });
-    let mut ranges = ranges.peekable();
-    if ranges.peek().is_none() {
+    if !batch.iter().any(|n| n.kind.evicted_range().is_some()) {
         return;
     }
-    let Some(file) = server.pool_file.get().and_then(std::sync::Weak::upgrade) else {
+    let Some(file) = pool_file(server) else {
         return;
     };
-    for (offset, len) in ranges {
+    for (offset, len) in batch.iter().filter_map(|n| n.kind.evicted_range()) {
         let (Ok(off), Ok(n)) = (
             libc::off64_t::try_from(offset),
             libc::off64_t::try_from(len),
@@ -181,29 +179,24 @@ fn write_notice(
         }
     };
     let took = start.elapsed();
-    let lag_ns = u64::try_from(notice.queued.elapsed().as_nanos()).unwrap_or(u64::MAX);
     if let Err(e) = res {
         server.metrics.notify_error();
         tracing::warn!(error = %e, "pool notification refused");
         return Err(e);
     }
-    match kind {
-        NoticeKind::Store { offset, data } => server.metrics.store(*offset, data.len() as u64),
-        NoticeKind::Inval { offset, len } => {
-            // The kernel dropped those folios: holes again.
-            if let Some(r) = &server.readahead {
-                r.forget(*offset, *len);
-            }
-            server.metrics.invalidation(*offset, *len, lag_ns)
+    if let NoticeKind::Store { offset, data } = kind {
+        server.metrics.store(*offset, data.len() as u64);
+    }
+    if let Some((offset, len)) = kind.evicted_range() {
+        // The kernel dropped those folios: holes again.
+        if let Some(r) = &server.readahead {
+            r.forget(offset, len);
         }
-        NoticeKind::Retire { offset, len } => {
-            if let Some(r) = &server.readahead {
-                r.forget(*offset, *len);
-            }
-            server.metrics.invalidation(*offset, *len, lag_ns);
-            retire(server, *offset, *len);
+        let lag_ns = u64::try_from(notice.queued.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        server.metrics.invalidation(offset, len, lag_ns);
+        if matches!(kind, NoticeKind::Retire { .. }) {
+            retire(server, offset, len);
         }
-        NoticeKind::InvalCalib => {}
     }
     Ok(took)
 }
@@ -231,7 +224,7 @@ fn send_store(dev: &File, head: &mut Vec<u8>, offset: u64, data: &[u8]) -> io::R
 /// answered by request threads, never by this one); a failure only costs
 /// the next fault a refused READ.
 fn retire(server: &Server, offset: u64, len: u64) {
-    let Some(file) = server.pool_file.get().and_then(std::sync::Weak::upgrade) else {
+    let Some(file) = pool_file(server) else {
         return;
     };
     // SAFETY: a plain system call on an fd the server holds; no pointers.
@@ -239,4 +232,9 @@ fn retire(server: &Server, offset: u64, len: u64) {
     if rc != 0 {
         tracing::debug!(error = %io::Error::last_os_error(), offset, len, "cannot read retired pages ahead");
     }
+}
+
+/// The pool file, while the plane holds it open.
+fn pool_file(server: &Server) -> Option<std::sync::Arc<File>> {
+    server.pool_file.get().and_then(std::sync::Weak::upgrade)
 }

@@ -78,8 +78,8 @@ pub enum ActiveTransport {
 /// [`PlaneOptions::notifier_poll`] for a plane whose misses evict pages as
 /// they come (the DAX plane, memory regions): a sleeping notifier is woken
 /// on another CPU for each eviction, an IPI (a VM exit on a virtual host)
-/// inside the trap's reply; polling this long after each notification,
-/// the notifier is never asleep while evictions flow.
+/// inside the trap's reply; polling this long after each batch that
+/// evicted, the notifier is never asleep while evictions flow.
 pub const EVICTING_NOTIFIER_POLL: Duration = Duration::from_micros(200);
 
 /// Most request threads a plane grows to as VMs register.
