@@ -20,8 +20,11 @@ demo: build fonts image qemu fuse-uring
 
 ## Every test: formatting, clippy with -D warnings, unit, property, golden and CLI tests,
 ## the fuzz targets' seeds and regressions replayed on stable (fuzz/README.md),
-## then the end-to-end tests with real QEMU guests (tests/, see tests/README.md).
-test: toolchain fuse-uring lint unit e2e
+## then the end-to-end tests with real QEMU guests (tests/, see tests/README.md),
+## one test binary at a time; ends with a table of what each stage, each e2e
+## binary and the slowest e2e tests took (tests/timed-suite.sh).
+test:
+	@tests/timed-suite.sh
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -40,7 +43,7 @@ e2e: toolchain image qemu fonts slurm
 	$(CARGO) test --locked -p cxlfs-e2e -- --test-threads=1
 
 ## The soak (tests/tests/soak.rs, tests/README.md): SOAK_VMS guests (default 4) on
-## one cxlfsd for SOAK_MINUTES (default 60 here; `make test` runs the 5-minute form),
+## one cxlfsd for SOAK_MINUTES (default 60 here; `make test` runs the 3-minute form),
 ## every fault on a schedule; prints its table (also into SOAK_REPORT) and fails on
 ## any loss, leak, stuck guest or guest kernel problem.
 SOAK_MINUTES ?= 60

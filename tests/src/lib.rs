@@ -51,10 +51,63 @@ pub fn repo_root() -> PathBuf {
 }
 
 /// Serialises the tests of one binary (2 host cores, TCG guests): hold the
-/// guard for the whole test.
-pub fn exclusive() -> MutexGuard<'static, ()> {
+/// guard for the whole test. With `$CXLFS_E2E_TIMES` set, the guard appends
+/// the test's running time to that file when dropped ([`Serial`]).
+pub fn exclusive() -> Serial {
     static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+    let guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    Serial {
+        _guard: guard,
+        started: Instant::now(),
+    }
+}
+
+/// What [`exclusive`] hands out: the binary's lock, and the clock of the test
+/// that holds it.
+pub struct Serial {
+    _guard: MutexGuard<'static, ()>,
+    started: Instant,
+}
+
+impl Drop for Serial {
+    /// Appends `binary<TAB>test<TAB>seconds<TAB>ok|failed` to
+    /// `$CXLFS_E2E_TIMES` (what `tests/timed-suite.sh` prints at the end of
+    /// `make test`); nothing when it is unset.
+    fn drop(&mut self) {
+        let Some(path) = std::env::var_os("CXLFS_E2E_TIMES") else {
+            return;
+        };
+        let binary = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+            .map(|s| match s.rsplit_once('-') {
+                Some((name, _hash)) => name.to_string(),
+                None => s,
+            })
+            .unwrap_or_else(|| "?".into());
+        let thread = std::thread::current();
+        let test = thread.name().unwrap_or("?");
+        let status = if std::thread::panicking() {
+            "failed"
+        } else {
+            "ok"
+        };
+        let line = format!(
+            "{binary}\t{test}\t{:.1}\t{status}\n",
+            self.started.elapsed().as_secs_f64()
+        );
+        let appended = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+        if let Err(e) = appended {
+            eprintln!(
+                "cannot record the test's time in {}: {e}",
+                Path::new(&path).display()
+            );
+        }
+    }
 }
 
 fn once_path(

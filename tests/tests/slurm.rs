@@ -1,18 +1,20 @@
 //! `cxlfs run --slurm` on a real one-node Slurm cluster
-//! (`tests/slurm/start-cluster.sh`, which `make e2e` runs first; the test
-//! runs it too, it is idempotent): the demo sweep (`experiments/demo.toml
-//! --quick`, real TCG guests) run locally and through the cluster side by
-//! side must give the same (run, phase, vm) rows and columns, all `ok`,
-//! one array task per run, plots drawn, and a per-run overhead (submission,
-//! scheduling, collect) of at most 10 s; a task cancelled with `scancel`
-//! while it runs must be a `failed` row with Slurm's state, and `--resume`
-//! must rerun that run alone.
+//! (`tests/slurm/start-cluster.sh`, which `make test` runs first; the test
+//! runs it too, it is idempotent), in one pass over the demo sweep cut to
+//! two runs (`experiments/demo.toml --quick`, real TCG guests): submitted
+//! without waiting as one array job, its task 1 cancelled with `scancel`
+//! while it runs must be a `failed` row with Slurm's state and task 2 `ok`;
+//! `--resume` must rerun run 1 alone as a second job; the resumed sweep
+//! must then give the same (run, phase, vm) rows, columns and plots as the
+//! same two runs made locally, all `ok`, each run's provenance naming its
+//! array task, and Slurm must add at most 10 s per run (submission,
+//! scheduling, collect) outside the run itself.
 #![allow(clippy::unwrap_used)]
 
 use cxlfs_e2e::{cxlfs_cli, cxlfsd, exclusive, guest_image, repo_root, run_experiment};
 use serde_json::Value;
 use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -94,8 +96,11 @@ fn cxlfs(args: &[&OsStr]) -> std::process::Output {
     out
 }
 
+/// The demo sweep cut to two runs (0 and 100 % on the CXL-SSD tier).
+const TWO_RUNS: &str = "sweep.daemon.cxl_ratio=[0,100]";
+
 #[test]
-fn demo_sweep_through_slurm_matches_the_local_run() {
+fn slurm_sweep_cancelled_resumed_and_matching_the_local_run() {
     let _serial = exclusive();
     if !cluster() {
         return;
@@ -107,30 +112,138 @@ fn demo_sweep_through_slurm_matches_the_local_run() {
         .tempdir()
         .unwrap();
     let (local, slurm) = (dir.path().join("local"), dir.path().join("slurm"));
-    let img = [OsStr::new("--image"), image.as_os_str()];
 
+    // The same two runs, locally.
+    let local_args = [
+        OsStr::new("--image"),
+        image.as_os_str(),
+        OsStr::new("--set"),
+        OsStr::new(TWO_RUNS),
+    ];
     let t = Instant::now();
-    let run = run_experiment(&spec, &local, &img);
+    let run = run_experiment(&spec, &local, &local_args);
     let local_s = t.elapsed().as_secs_f64();
     check_ran("local cxlfs run", &run, &dir);
-    let local_err = run.stderr;
-    let t = Instant::now();
-    let on_slurm: Vec<&OsStr> = img
-        .iter()
-        .copied()
-        .chain(["--slurm", "--array-limit", "1"].map(OsStr::new))
-        .collect();
-    let run = run_experiment(&spec, &slurm, &on_slurm);
-    let slurm_s = t.elapsed().as_secs_f64();
-    check_ran("cxlfs run --slurm", &run, &dir);
+    let local_runs = run_times(&String::from_utf8_lossy(&run.stderr));
 
+    // Through the cluster, without waiting: one array job, task 1
+    // cancelled while it runs, task 2 runs to the end.
+    let common: Vec<&OsStr> = [
+        OsStr::new("run"),
+        spec.as_os_str(),
+        OsStr::new("--out"),
+        slurm.as_os_str(),
+        OsStr::new("--quick"),
+        OsStr::new("--set"),
+        OsStr::new(TWO_RUNS),
+        OsStr::new("--cxlfsd"),
+        cxlfsd().as_os_str(),
+        OsStr::new("--image"),
+        image.as_os_str(),
+        OsStr::new("--slurm"),
+        OsStr::new("--array-limit"),
+        OsStr::new("1"),
+    ]
+    .to_vec();
+    let mut submit = common.clone();
+    submit.push(OsStr::new("--no-wait"));
+    let run = cxlfs(&submit);
+    check_ran("cxlfs run --slurm --no-wait", &run, &dir);
+    let first = String::from_utf8(run.stdout).unwrap().trim().to_string();
+    assert!(first.parse::<u64>().is_ok(), "job id {first:?}");
+    cancel_task_1_while_it_runs(&first);
+    let run = cxlfs(&[OsStr::new("collect"), slurm.as_os_str()]);
+    check_ran("cxlfs collect", &run, &dir);
+    let rs = rows(&slurm);
+    assert_eq!(rs.len(), 2 * 2 * 3, "2 runs x 2 phases x (2 VMs + all)");
+    for r in &rs {
+        match r["run"].as_u64().unwrap() {
+            1 => {
+                assert_eq!(r["status"], "failed", "{r:#}");
+                assert_eq!(r["slurm_state"], "CANCELLED", "{r:#}");
+                assert_eq!(r["slurm_job"], format!("{first}_1"), "{r:#}");
+            }
+            _ => assert_eq!(r["status"], "ok", "{r:#}"),
+        }
+    }
+    let run2 = slurm.join("runs/002/rows.json");
+    let before = std::fs::metadata(&run2).unwrap().modified().unwrap();
+
+    // --resume submits run 1 alone, and waits for it.
+    let mut resume = common.clone();
+    resume.push(OsStr::new("--resume"));
+    let t = Instant::now();
+    let run = cxlfs(&resume);
+    let resume_s = t.elapsed().as_secs_f64();
+    check_ran("cxlfs run --slurm --resume", &run, &dir);
+    let sweep: Value =
+        serde_json::from_str(&std::fs::read_to_string(slurm.join("slurm/sweep.json")).unwrap())
+            .unwrap();
+    let jobs = sweep["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 2, "{sweep:#}");
+    assert_eq!(jobs[0]["runs"], serde_json::json!([1, 2]), "{sweep:#}");
+    assert_eq!(jobs[1]["runs"], serde_json::json!([1]), "{sweep:#}");
+    assert_eq!(
+        std::fs::metadata(&run2).unwrap().modified().unwrap(),
+        before,
+        "run 2 ran again"
+    );
+    let second = jobs[1]["job_id"].as_str().unwrap().to_string();
+    assert_eq!(jobs[0]["job_id"], first.as_str(), "{sweep:#}");
+
+    // The resumed sweep is the local one: rows, columns, plots.
     let (lr, sr) = (rows(&local), rows(&slurm));
-    let runs = lr.iter().filter_map(|r| r["run"].as_u64()).max().unwrap();
-    assert_eq!(runs, 3, "the demo sweeps three CXL ratios");
     for r in lr.iter().chain(&sr) {
         assert_eq!(r["status"], "ok", "{r:#}");
+        assert!(r.get("slurm_state").is_none(), "{r:#}");
     }
     assert_eq!(keys(&lr), keys(&sr), "the same (run, phase, vm) rows");
+    same_columns(&local, &slurm);
+    let plots = pngs(&slurm);
+    assert!(!plots.is_empty(), "no plots drawn from the Slurm sweep");
+    assert_eq!(plots, pngs(&local));
+
+    // Each run's provenance names this node and the array task that ran
+    // it: run 1 task 1 of the resume's job, run 2 task 2 of the first.
+    check_provenance(&slurm, &[(1, &second), (2, &first)]);
+
+    // Slurm's own cost: the resume's wall time outside its one run
+    // (submission, scheduling, task start, polling, collect), over the
+    // local sweep's time outside its runs per run; the runs' own times
+    // swing with the load on this shared machine.
+    let task =
+        run_times(&std::fs::read_to_string(slurm.join(format!("slurm/{second}_1.out"))).unwrap());
+    let per_run = (resume_s - task) - (local_s - local_runs) / 2.0;
+    eprintln!(
+        "side by side: local {local_s:.1} s for 2 runs (runs {local_runs:.1} s), Slurm resume \
+         {resume_s:.1} s for 1 run ({task:.1} s): Slurm adds {per_run:.2} s per run outside the runs"
+    );
+    assert!(
+        per_run <= 10.0,
+        "Slurm's overhead {per_run:.1} s per run (local {local_s:.1} s, resume {resume_s:.1} s)"
+    );
+}
+
+/// Waits for task 1 of job `id` to run, cancels it with `scancel` 3 s in,
+/// and waits for the job (task 2 included) to leave the queue.
+fn cancel_task_1_while_it_runs(id: &str) {
+    let task1 = format!("{id}_1 RUNNING");
+    wait_until("task 1 running", Duration::from_secs(120), || {
+        queued(id).contains(&task1)
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let st = Command::new("scancel")
+        .arg(format!("{id}_1"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    wait_until("the job done", Duration::from_secs(600), || {
+        queued(id).is_empty()
+    });
+}
+
+/// The two sweeps' result columns agree.
+fn same_columns(local: &Path, slurm: &Path) {
     let columns = |d: &Path| -> Vec<String> {
         serde_json::from_value(results(d)["columns"].clone()).unwrap()
     };
@@ -139,7 +252,7 @@ fn demo_sweep_through_slurm_matches_the_local_run() {
     // local runs as well (measured: 1 of 2 local and 1 of 2 Slurm sweeps had
     // `metrics.fuse_ops.DESTROY`).
     let racy = |c: &String| c == "metrics.fuse_ops.DESTROY";
-    let (mut lc, mut sc) = (columns(&local), columns(&slurm));
+    let (mut lc, mut sc) = (columns(local), columns(slurm));
     lc.retain(|c| !racy(c));
     sc.retain(|c| !racy(c));
     let only = |a: &[String], b: &[String]| -> Vec<String> {
@@ -152,23 +265,18 @@ fn demo_sweep_through_slurm_matches_the_local_run() {
         only(&lc, &sc),
         only(&sc, &lc)
     );
-    let plots = pngs(&slurm);
-    assert!(!plots.is_empty(), "no plots drawn from the Slurm sweep");
-    assert_eq!(plots, pngs(&local));
+}
 
-    // One array task per run, each on this node, each with its provenance.
-    let sweep: Value =
-        serde_json::from_str(&std::fs::read_to_string(slurm.join("slurm/sweep.json")).unwrap())
-            .unwrap();
-    let jobs = sweep["jobs"].as_array().unwrap();
-    assert_eq!(jobs.len(), 1, "{sweep:#}");
-    assert_eq!(jobs[0]["runs"], serde_json::json!([1, 2, 3]));
-    let id = jobs[0]["job_id"].as_str().unwrap();
+/// Each `(run, job id)`: the run's provenance names this node, the job and
+/// the array task (the run's number in the sweep), the accelerator, the
+/// host; the task's output file exists; the sweep's provenance counts the
+/// runs and the guest's fio.
+fn check_provenance(slurm: &Path, runs: &[(u64, &str)]) {
     let node = String::from_utf8(Command::new("hostname").arg("-s").output().unwrap().stdout)
         .unwrap()
         .trim()
         .to_string();
-    for n in 1..=3 {
+    for &(n, id) in runs {
         let out = slurm.join(format!("slurm/{id}_{n}.out"));
         assert!(out.is_file(), "no task output {}", out.display());
         let p: Value = serde_json::from_str(
@@ -192,31 +300,10 @@ fn demo_sweep_through_slurm_matches_the_local_run() {
     let prov: Value =
         serde_json::from_str(&std::fs::read_to_string(slurm.join("provenance.json")).unwrap())
             .unwrap();
-    assert_eq!(prov["runs_done"], 3, "{prov:#}");
+    assert_eq!(prov["runs_done"], runs.len(), "{prov:#}");
     assert!(prov["guest"]["fio"]
         .as_str()
         .is_some_and(|v| v.starts_with("fio-")));
-
-    // Slurm's own cost: wall time outside the runs themselves (submission,
-    // scheduling, task start, polling, collect), over the local sweep's; the
-    // runs' own times swing with the load on this shared machine.
-    let local_runs: f64 = run_times(&String::from_utf8_lossy(&local_err));
-    let slurm_runs: f64 = (1..=3)
-        .map(|n| {
-            run_times(&std::fs::read_to_string(slurm.join(format!("slurm/{id}_{n}.out"))).unwrap())
-        })
-        .sum();
-    let per_run = ((slurm_s - slurm_runs) - (local_s - local_runs)) / runs as f64;
-    eprintln!(
-        "side by side: local {local_s:.1} s (runs {local_runs:.1} s), Slurm {slurm_s:.1} s \
-         (runs {slurm_runs:.1} s): Slurm adds {per_run:.2} s per run outside the runs, \
-         {:+.1} s per run wall-clock",
-        (slurm_s - local_s) / runs as f64
-    );
-    assert!(
-        per_run <= 10.0,
-        "Slurm's overhead {per_run:.1} s per run (local {local_s:.1} s, Slurm {slurm_s:.1} s)"
-    );
 }
 
 /// The sum of `run N/M [...] STATUS in X.Ys` times in a `cxlfs run` log.
@@ -248,98 +335,4 @@ fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
         assert!(t.elapsed() < limit, "{what}: not within {limit:?}");
         std::thread::sleep(Duration::from_millis(500));
     }
-}
-
-#[test]
-fn a_cancelled_task_is_a_failed_row_and_resume_reruns_only_it() {
-    let _serial = exclusive();
-    if !cluster() {
-        return;
-    }
-    let image = guest_image();
-    let spec = repo_root().join("experiments/demo.toml");
-    let dir = tempfile::Builder::new()
-        .prefix("cxlfs-e2e-slurm-resume.")
-        .tempdir()
-        .unwrap();
-    let out: PathBuf = dir.path().join("results");
-    let common: Vec<&OsStr> = [
-        OsStr::new("run"),
-        spec.as_os_str(),
-        OsStr::new("--out"),
-        out.as_os_str(),
-        OsStr::new("--quick"),
-        OsStr::new("--set"),
-        OsStr::new("sweep.daemon.cxl_ratio=[0,100]"),
-        OsStr::new("--cxlfsd"),
-        cxlfsd().as_os_str(),
-        OsStr::new("--image"),
-        image.as_os_str(),
-        OsStr::new("--slurm"),
-        OsStr::new("--array-limit"),
-        OsStr::new("1"),
-    ]
-    .to_vec();
-    let mut submit = common.clone();
-    submit.push(OsStr::new("--no-wait"));
-    let run = cxlfs(&submit);
-    check_ran("cxlfs run --slurm --no-wait", &run, &dir);
-    let id = String::from_utf8(run.stdout).unwrap().trim().to_string();
-    assert!(id.parse::<u64>().is_ok(), "job id {id:?}");
-
-    // Run 1 is cancelled while it runs; run 2 goes on.
-    let task1 = format!("{id}_1 RUNNING");
-    wait_until("task 1 running", Duration::from_secs(120), || {
-        queued(&id).contains(&task1)
-    });
-    std::thread::sleep(Duration::from_secs(3));
-    let st = Command::new("scancel")
-        .arg(format!("{id}_1"))
-        .status()
-        .unwrap();
-    assert!(st.success());
-    wait_until("the job done", Duration::from_secs(600), || {
-        queued(&id).is_empty()
-    });
-    let run = cxlfs(&[OsStr::new("collect"), out.as_os_str()]);
-    check_ran("cxlfs collect", &run, &dir);
-    let rs = rows(&out);
-    assert_eq!(rs.len(), 2 * 2 * 3, "2 runs x 2 phases x (2 VMs + all)");
-    for r in &rs {
-        match r["run"].as_u64().unwrap() {
-            1 => {
-                assert_eq!(r["status"], "failed", "{r:#}");
-                assert_eq!(r["slurm_state"], "CANCELLED", "{r:#}");
-                assert_eq!(r["slurm_job"], format!("{id}_1"), "{r:#}");
-            }
-            _ => assert_eq!(r["status"], "ok", "{r:#}"),
-        }
-    }
-    let run2 = out.join("runs/002/rows.json");
-    let before = std::fs::metadata(&run2).unwrap().modified().unwrap();
-
-    let mut resume = common.clone();
-    resume.push(OsStr::new("--resume"));
-    let run = cxlfs(&resume);
-    check_ran("cxlfs run --slurm --resume", &run, &dir);
-    let sweep: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("slurm/sweep.json")).unwrap())
-            .unwrap();
-    assert_eq!(
-        sweep["jobs"][1]["runs"],
-        serde_json::json!([1]),
-        "{sweep:#}"
-    );
-    assert_eq!(
-        std::fs::metadata(&run2).unwrap().modified().unwrap(),
-        before,
-        "run 2 ran again"
-    );
-    let rs = rows(&out);
-    assert_eq!(rs.len(), 12);
-    for r in &rs {
-        assert_eq!(r["status"], "ok", "{r:#}");
-        assert!(r.get("slurm_state").is_none(), "{r:#}");
-    }
-    assert!(!pngs(&out).is_empty());
 }
