@@ -30,9 +30,12 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
+## The fuzz harness's stable tests build into the workspace's target dir: its
+## crates and dependencies are the workspace's, compiled once (the nightly
+## `make fuzz` keeps fuzz/target, with its sanitizer flags).
 unit: fonts
 	$(CARGO) test --workspace --locked --exclude cxlfs-e2e
-	cd fuzz && env -u CARGO_TARGET_DIR $(CARGO) test --locked -p cxlfs-fuzz-harness
+	cd fuzz && CARGO_TARGET_DIR=$(abspath $(TARGET_DIR)) $(CARGO) test --locked -p cxlfs-fuzz-harness
 
 ## Real guests on cxlfsd: builds the guest image (cached; installs QEMU etc. with
 ## apt-get when missing) and cxlfsd in release mode, starts the one-node Slurm

@@ -67,12 +67,13 @@ stage() {
     return $rc
 }
 
-# The release binaries the e2e tests run, each built as the harness builds
-# it (one package at a time: built together, cargo could unify features
-# differently and build again).
+# The release binaries the e2e tests run, built in one cargo invocation
+# (their common dependencies compiled once) and handed to the harness as
+# $CXLFSD and $CXLFS, so that it builds nothing itself.
+target_dir=$(realpath -m "${CARGO_TARGET_DIR:-target}")
+export CXLFSD=$target_dir/release/cxlfsd CXLFS=$target_dir/release/cxlfs
 release_build() {
-    $CARGO build --release --locked -p cxlfsd &&
-        $CARGO build --release --locked -p cxlfs --bin cxlfs
+    $CARGO build --release --locked -p cxlfsd --bin cxlfsd -p cxlfs --bin cxlfs
 }
 
 release_log=$(mktemp -t cxlfs-suite-release.XXXXXX)
@@ -109,8 +110,26 @@ release_ready() {
 # The set-up every e2e binary shares, done once up front.
 stage "e2e set-up (image, qemu, slurm)" $MAKE -s toolchain image qemu fonts slurm || exit 1
 stage "e2e build (release: rest of it)" release_ready || exit 1
-stage "e2e build (test binaries)" $CARGO test --locked -p cxlfs-e2e --no-run || exit 1
+# The e2e test binaries, compiled once; cargo names each one's executable.
+exe_list=$(mktemp -t cxlfs-suite-exes.XXXXXX)
+stage "e2e build (test binaries)" bash -c \
+    "$CARGO test --locked -p cxlfs-e2e --no-run 2>&1 | tee /dev/stderr |
+     sed -n 's/^ *Executable tests\/\([a-z_0-9]*\)\.rs (\(.*\))\$/\1 \2/p' >$exe_list" || exit 1
 rm -f "$release_log"
+declare -A exe=()
+while read -r name path; do
+    exe[$name]=$(realpath "$path")
+done <"$exe_list"
+rm -f "$exe_list"
+
+# E2E binaries whose assertions are data, counts and wide bounds (no
+# latency or throughput compared across runs): they run two at a time,
+# longest first. Their guests have one vCPU or wait on each other, so two
+# binaries fill the 2 cores that one leaves half idle. Every other binary
+# (latency, bandwidth, Slurm's overhead, the soak's latency windows, and
+# any new one) runs alone afterwards.
+PAIRED=(fuse_ops dax_pressure memory_mode many_files experiment_run placement dax
+    two_vms one_vm control durability credentials)
 
 if [ -n "${E2E_ONLY:-}" ]; then
     IFS=, read -r -a binaries <<<"$E2E_ONLY"
@@ -120,8 +139,63 @@ else
         binaries+=("$(basename "$f" .rs)")
     done
 fi
+paired=() alone=()
 for b in "${binaries[@]}"; do
-    stage "e2e $b" $CARGO test --locked -p cxlfs-e2e --test "$b" -- --test-threads=1
+    if [ -z "${exe[$b]:-}" ]; then
+        echo "no test binary for $b" >&2
+        stages+=("e2e $b"$'\t'0$'\t'"FAILED (no binary)")
+        failed+=("e2e $b")
+        continue
+    fi
+    if [[ " ${PAIRED[*]} " == *" $b "* ]]; then paired+=("$b"); else alone+=("$b"); fi
+done
+# The PAIRED order (longest first), not the directory's.
+ordered=()
+for b in "${PAIRED[@]}"; do
+    [[ " ${paired[*]} " == *" $b "* ]] && ordered+=("$b")
+done
+paired=("${ordered[@]}")
+
+# One binary, as cargo test runs it (from the crate's directory).
+run_binary() {
+    (cd tests && "${exe[$1]}" --test-threads=1)
+}
+
+# The paired binaries, two at a time; each one's output is printed whole
+# when it ends.
+logs=$(mktemp -d -t cxlfs-suite-logs.XXXXXX)
+declare -A started=() pid_of=()
+group_t0=$(date +%s)
+finish_one() {
+    local done_pid rc=0 b
+    wait -n -p done_pid || rc=$?
+    for b in "${!pid_of[@]}"; do
+        [ "${pid_of[$b]}" = "$done_pid" ] || continue
+        local secs=$(($(date +%s) - started[$b]))
+        echo "== e2e $b (beside another): exit $rc after $secs s"
+        cat "$logs/$b.log"
+        if [ $rc -eq 0 ]; then
+            stages+=("e2e $b (paired)"$'\t'"$secs"$'\t'ok)
+        else
+            stages+=("e2e $b (paired)"$'\t'"$secs"$'\t'"FAILED ($rc)")
+            failed+=("e2e $b")
+        fi
+        unset "pid_of[$b]"
+    done
+}
+for b in "${paired[@]}"; do
+    while [ ${#pid_of[@]} -ge 2 ]; do finish_one; done
+    started[$b]=$(date +%s)
+    run_binary "$b" >"$logs/$b.log" 2>&1 &
+    pid_of[$b]=$!
+done
+while [ ${#pid_of[@]} -gt 0 ]; do finish_one; done
+rm -rf "$logs"
+[ ${#paired[@]} -gt 0 ] &&
+    stages+=("e2e paired binaries, wall"$'\t'"$(($(date +%s) - group_t0))"$'\t'-)
+
+for b in "${alone[@]}"; do
+    stage "e2e $b" run_binary "$b"
 done
 
 if [ ${#failed[@]} -gt 0 ]; then

@@ -388,10 +388,21 @@ fn bandwidth_falls_from_a_plateau_to_a_nand_floor() {
 #[test]
 fn redis_throughput_falls_as_the_dataset_outgrows_the_cache() {
     let _serial = exclusive();
-    // Two sweeps: each point is a fresh boot, and under TCG on 2 cores one
+    // The sweep's two ends (0.33x fits, 2.10x is twice the cache), each
+    // twice: each point is a fresh boot, and under TCG on 2 cores one
     // boot's GET/s can come out half another's at the same point (0.33x:
-    // 3 523 and 4 852 with one daemon, 3 632 and 7 020 with another).
-    let (_dir, rows) = run_spec_with("redis", &["--set", "repeats=2"]);
+    // 3 523 and 4 852 with one daemon, 3 632 and 7 020 with another). The
+    // middle point, 1.06x, swung between its neighbours from boot to boot
+    // at --quick (the full-size spec shows the strict fall).
+    let (_dir, rows) = run_spec_with(
+        "redis",
+        &[
+            "--set",
+            "sweep.vars.dataset_over_cache=[0.33,2.1]",
+            "--set",
+            "repeats=2",
+        ],
+    );
     // Per dataset/cache: the best GET/s of its boots (the least disturbed
     // by the host), the mean device misses of the GETs.
     let gets = of(&rows, "vm0", "get");
@@ -421,18 +432,16 @@ fn redis_throughput_falls_as_the_dataset_outgrows_the_cache() {
         })
         .collect();
     eprintln!("redis GET (dataset/cache, best ops/s, mean device misses): {points:?}");
-    assert_eq!(points.len(), 3);
-    // The device: the GETs' misses rise strictly with the dataset.
+    assert_eq!(points.len(), 2);
+    // The device: the GETs miss more (4x in quick runs here).
     assert!(
-        points[0].2 < points[1].2 && points[1].2 < points[2].2,
+        2.0 * points[0].2 < points[1].2,
         "device misses do not rise with the dataset: {points:?}"
     );
     // The guest: the dataset that fits is served faster than the one twice
-    // the cache (2.2-3.3x in quick runs here). 1.06x sits between them at
-    // full size; at --quick its place swung with the boot, so it is only
-    // printed.
+    // the cache (2.2-3.3x in quick runs here).
     assert!(
-        points[0].1 > 1.3 * points[2].1,
+        points[0].1 > 1.3 * points[1].1,
         "throughput does not fall from 0.33x to 2.10x the cache: {points:?}"
     );
     // The dataset really sat on the CXL node, at the sizes asked for.
