@@ -111,16 +111,19 @@ release_ready() {
 stage "e2e set-up (image, qemu, slurm)" $MAKE -s toolchain image qemu fonts slurm || exit 1
 stage "e2e build (release: rest of it)" release_ready || exit 1
 # The e2e test binaries, compiled once; cargo names each one's executable.
-exe_list=$(mktemp -t cxlfs-suite-exes.XXXXXX)
-stage "e2e build (test binaries)" bash -c \
-    "$CARGO test --locked -p cxlfs-e2e --no-run 2>&1 | tee /dev/stderr |
-     sed -n 's/^ *Executable tests\/\([a-z_0-9]*\)\.rs (\(.*\))\$/\1 \2/p' >$exe_list" || exit 1
-rm -f "$release_log"
+build_log=$(mktemp -t cxlfs-suite-build.XXXXXX)
+build_tests() {
+    local rc=0
+    $CARGO test --locked -p cxlfs-e2e --no-run >"$build_log" 2>&1 || rc=$?
+    cat "$build_log"
+    return $rc
+}
+stage "e2e build (test binaries)" build_tests || exit 1
 declare -A exe=()
 while read -r name path; do
     exe[$name]=$(realpath "$path")
-done <"$exe_list"
-rm -f "$exe_list"
+done < <(sed -n 's/^ *Executable tests\/\([a-z_0-9]*\)\.rs (\(.*\))$/\1 \2/p' "$build_log")
+rm -f "$release_log" "$build_log"
 
 # E2E binaries whose assertions are data, counts and wide bounds (no
 # latency or throughput compared across runs): they run two at a time,
