@@ -129,10 +129,10 @@ rm -f "$release_log" "$build_log"
 # latency or throughput compared across runs): they run two at a time,
 # longest first. Their guests have one vCPU or wait on each other, so two
 # binaries fill the 2 cores that one leaves half idle. Every other binary
-# (latency, bandwidth, Slurm's overhead, the soak's latency windows, and
-# any new one) runs alone afterwards.
-PAIRED=(fuse_ops dax_pressure memory_mode many_files experiment_run placement dax
-    two_vms one_vm control durability credentials)
+# (latency, bandwidth, `placement`'s read times, Slurm's overhead, the
+# soak's latency windows, and any new one) runs alone afterwards.
+PAIRED=(fuse_ops dax_pressure memory_mode many_files experiment_run dax two_vms
+    one_vm control durability credentials)
 
 if [ -n "${E2E_ONLY:-}" ]; then
     IFS=, read -r -a binaries <<<"$E2E_ONLY"
