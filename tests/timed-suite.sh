@@ -50,6 +50,16 @@ report() {
 }
 trap report EXIT
 
+# Records a stage's row: its name, seconds and exit status.
+record() {
+    if [ "$3" -eq 0 ]; then
+        stages+=("$1"$'\t'"$2"$'\t'ok)
+    else
+        stages+=("$1"$'\t'"$2"$'\t'"FAILED ($3)")
+        failed+=("$1")
+    fi
+}
+
 # Runs one stage: its name, then the command; records seconds and status.
 stage() {
     local name=$1
@@ -57,13 +67,7 @@ stage() {
     echo "== $name: $*"
     local t0=$(date +%s) rc=0
     "$@" || rc=$?
-    local secs=$(($(date +%s) - t0))
-    if [ $rc -eq 0 ]; then
-        stages+=("$name"$'\t'"$secs"$'\t'ok)
-    else
-        stages+=("$name"$'\t'"$secs"$'\t'"FAILED ($rc)")
-        failed+=("$name")
-    fi
+    record "$name" $(($(date +%s) - t0)) $rc
     return $rc
 }
 
@@ -177,12 +181,7 @@ finish_one() {
         local secs=$(($(date +%s) - started[$b]))
         echo "== e2e $b (beside another): exit $rc after $secs s"
         cat "$logs/$b.log"
-        if [ $rc -eq 0 ]; then
-            stages+=("e2e $b (paired)"$'\t'"$secs"$'\t'ok)
-        else
-            stages+=("e2e $b (paired)"$'\t'"$secs"$'\t'"FAILED ($rc)")
-            failed+=("e2e $b")
-        fi
+        record "e2e $b (paired)" "$secs" $rc
         unset "pid_of[$b]"
     done
 }
