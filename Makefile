@@ -46,7 +46,7 @@ e2e: toolchain image qemu fonts slurm
 	$(CARGO) test --locked -p cxlfs-e2e -- --test-threads=1
 
 ## The soak (tests/tests/soak.rs, tests/README.md): SOAK_VMS guests (default 4) on
-## one cxlfsd for SOAK_MINUTES (default 60 here; `make test` runs the 3-minute form),
+## one cxlfsd for SOAK_MINUTES (default 60 here; `make test` runs the 2-minute form),
 ## every fault on a schedule; prints its table (also into SOAK_REPORT) and fails on
 ## any loss, leak, stuck guest or guest kernel problem.
 SOAK_MINUTES ?= 60

@@ -1,5 +1,5 @@
 //! The soak (`tests/src/soak/`): `SOAK_VMS` guests (default 4) on one
-//! `cxlfsd` for `SOAK_MINUTES` (default 3, the short form `make test`
+//! `cxlfsd` for `SOAK_MINUTES` (default 2, the short form `make test`
 //! runs; `make soak` runs 60), every fault injected on a schedule; fails on
 //! any loss, unexpected error, leak beyond its bound, stuck guest or guest
 //! kernel problem, and prints the table either way.

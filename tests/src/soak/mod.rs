@@ -46,7 +46,7 @@ pub struct SoakConfig {
 }
 
 impl SoakConfig {
-    /// `SOAK_MINUTES` (default 3), `SOAK_VMS` (default 4); every fault
+    /// `SOAK_MINUTES` (default 2), `SOAK_VMS` (default 4); every fault
     /// once per 15 minutes, at least once; latency windows of 5 minutes
     /// (1 minute under 30 minutes). Leak bounds: 2 % growth over the second
     /// half from 30 minutes on. A short soak's second half still holds the
@@ -58,7 +58,7 @@ impl SoakConfig {
     /// about 20 laps, on a 2-core host where the restarted guest's boot
     /// takes the others' CPU (2.2x measured under `make test`).
     pub fn from_env() -> SoakConfig {
-        let minutes: f64 = env_knob("SOAK_MINUTES", 3.0);
+        let minutes: f64 = env_knob("SOAK_MINUTES", 2.0);
         let long = minutes >= 30.0;
         SoakConfig {
             length: Duration::from_secs_f64(minutes.max(1.0) * 60.0),
