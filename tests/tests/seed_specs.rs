@@ -11,7 +11,9 @@
 //! * `bandwidth-vs-wss-memory`: a plateau up to 0.5x the cache (every
 //!   measured pass served by the device cache), a fall through the knee
 //!   that never climbs back, a floor at least 3x below the plateau;
-//! * `redis`: GET throughput falls from 0.33x to 1.06x to 2.10x the cache;
+//! * `redis` (its two ends, NAND reads scaled to TCG's slow guest CPU):
+//!   at 2.10x the cache the GETs miss over 2x as often as at 0.33x, and
+//!   0.33x serves over 1.3x the GET throughput;
 //! * `cmm-h-interleave`: more of the dataset on the CXL node (DRAM:CXL
 //!   3:1, 1:1, 0:1; weighted interleave, bookworm-backports kernel) means
 //!   more device misses, and all of it there at most 0.8x the GET
@@ -97,6 +99,25 @@ fn of<'r>(rows: &'r [Value], vm: &str, phase: &str) -> Vec<&'r Value> {
     rows.iter()
         .filter(|r| r["vm"] == vm && r["phase"] == phase)
         .collect()
+}
+
+/// `rows` grouped by their value of the swept `key`, in the order each
+/// value first appears (the sweep's order).
+fn grouped<'r>(rows: &[&'r Value], key: &str) -> Vec<(&'r Value, Vec<&'r Value>)> {
+    let mut groups: Vec<(&Value, Vec<&Value>)> = Vec::new();
+    for &r in rows {
+        match groups.iter_mut().find(|(v, _)| *v == &r[key]) {
+            Some((_, g)) => g.push(r),
+            None => groups.push((&r[key], vec![r])),
+        }
+    }
+    groups
+}
+
+/// The mean of `column` over `rows`.
+fn mean(rows: &[&Value], column: &str) -> f64 {
+    assert!(!rows.is_empty(), "no rows for the mean of {column}");
+    rows.iter().map(|r| f(r, column)).sum::<f64>() / rows.len() as f64
 }
 
 /// distributions.jsonl of results directory `out`: its text (for
@@ -417,29 +438,18 @@ fn redis_throughput_falls_as_the_dataset_outgrows_the_cache() {
     // Per dataset/cache: the best GET/s of its boots (the least disturbed
     // by the host), the mean device misses of the GETs.
     let gets = of(&rows, "vm0", "get");
-    let mut xs: Vec<f64> = gets
-        .iter()
-        .map(|r| f(r, "vars.dataset_over_cache"))
-        .collect();
-    xs.sort_by(f64::total_cmp);
-    xs.dedup();
-    let points: Vec<(f64, f64, f64)> = xs
-        .iter()
-        .map(|&x| {
-            let at: Vec<&&Value> = gets
-                .iter()
-                .filter(|r| f(r, "vars.dataset_over_cache") == x)
-                .collect();
+    let points: Vec<(f64, f64, f64)> = grouped(&gets, "vars.dataset_over_cache")
+        .into_iter()
+        .map(|(x, at)| {
             let best = at
                 .iter()
                 .map(|r| f(r, "out.ops_per_sec"))
                 .fold(0.0, f64::max);
-            let misses = at
-                .iter()
-                .map(|r| f(r, "daemon.region_device_misses"))
-                .sum::<f64>()
-                / at.len() as f64;
-            (x, best, misses)
+            (
+                x.as_f64().unwrap(),
+                best,
+                mean(&at, "daemon.region_device_misses"),
+            )
         })
         .collect();
     eprintln!("redis GET (dataset/cache, best ops/s, mean device misses): {points:?}");
@@ -475,14 +485,14 @@ fn cmm_h_interleave_orders_dram_cxl_ratios() {
         "cmm-h-interleave",
         &["--set", r#"sweep.phases.0.numa.ratio=["3:1","1:1","0:1"]"#],
     );
-    // The mean of the GET rows' `column` at DRAM:CXL `ratio`.
+    // The GET rows per DRAM:CXL ratio; the mean of a `column` at one.
+    let by_ratio = grouped(&of(&rows, "vm0", "get"), "phases.0.numa.ratio");
     let mean_at = |ratio: &str, column: &str| -> f64 {
-        let r: Vec<&Value> = of(&rows, "vm0", "get")
-            .into_iter()
-            .filter(|r| r["phases.0.numa.ratio"] == ratio)
-            .collect();
-        assert!(!r.is_empty(), "no run at {ratio}");
-        r.iter().map(|r| f(r, column)).sum::<f64>() / r.len() as f64
+        let (_, at) = by_ratio
+            .iter()
+            .find(|(r, _)| *r == ratio)
+            .unwrap_or_else(|| panic!("no run at {ratio}"));
+        mean(at, column)
     };
     // Each run's GET throughput over its DRAM-only twin's, benchmarked in
     // turn in the same guest (one boot's GET/s varied 1 450-3 313 between

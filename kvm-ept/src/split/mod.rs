@@ -52,6 +52,7 @@
 //! daemon closes its end of the socket (or exits).
 
 mod ring;
+mod to_daemon;
 
 pub use ring::RING_DEPTH;
 
@@ -65,12 +66,12 @@ use fuse_abi::zerocopy::IntoBytes;
 use fuse_abi::{opcode, Cursor, InHeader, ReadIn};
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::fs::FileExt;
-use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread;
+use to_daemon::{ToDaemon, QUEUE};
 
 /// Request threads of a helper: each only reads, forwards or stores, never
 /// waits on the daemon, so a few are enough for any number of vCPUs.
@@ -81,55 +82,6 @@ const HELPER_READERS: usize = 4;
 struct StoreBackend {
     store: Arc<File>,
     to_daemon: ToDaemon,
-}
-
-thread_local! {
-    /// The ring queue a pinned ring worker serves: its forwards go on that
-    /// queue's socket, where its verdicts come back.
-    static QUEUE: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
-}
-
-/// The way to the daemon that never blocks: a record goes straight into
-/// the socket of the CPU this thread runs on when it has room (no thread
-/// hop on a miss, and the receiver's wake-up stays on this CPU), else into
-/// the queue of the forwarder thread, which may block on a socket.
-#[derive(Clone)]
-struct ToDaemon {
-    /// One per CPU (the daemon pins socket `i`'s receiver to CPU `i`).
-    socks: Arc<Vec<File>>,
-    queue: Sender<Vec<u8>>,
-}
-
-impl ToDaemon {
-    /// The socket of the caller's ring queue, else of the CPU it runs on.
-    fn sock(&self) -> &File {
-        let i = QUEUE.with(std::cell::Cell::get).unwrap_or_else(|| {
-            // SAFETY: sched_getcpu takes no arguments; -1 means unknown.
-            let cpu = unsafe { libc::sched_getcpu() };
-            usize::try_from(cpu).unwrap_or(0)
-        });
-        &self.socks[i % self.socks.len().max(1)]
-    }
-
-    /// Sends one record; false once the daemon is gone.
-    fn send(&self, msg: Vec<u8>) -> bool {
-        // SAFETY: a non-blocking send of a valid buffer on a socket we own.
-        let n = unsafe {
-            libc::send(
-                self.sock().as_raw_fd(),
-                msg.as_ptr().cast(),
-                msg.len(),
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            )
-        };
-        if n >= 0 {
-            return true;
-        }
-        match io::Error::last_os_error().raw_os_error() {
-            Some(libc::EAGAIN) | Some(libc::EINTR) => self.queue.send(msg).is_ok(),
-            _ => false,
-        }
-    }
 }
 
 impl PoolBackend for StoreBackend {
@@ -265,10 +217,12 @@ fn run_helper(spec: HelperSpec) {
     } else {
         None
     };
-    let (tx, rx) = mpsc::channel::<Vec<u8>>();
-    let to_daemon = ToDaemon {
-        socks: socks.clone(),
-        queue: tx,
+    let to_daemon = match ToDaemon::start(socks.clone()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("cxlfs plane helper: cannot start the forwarder: {e}");
+            return;
+        }
     };
     let misses = Arc::new(MissStarts {
         refusals,
@@ -286,13 +240,6 @@ fn run_helper(spec: HelperSpec) {
         server = server.offering_uring();
     }
     let server = Arc::new(server);
-    {
-        let socks = socks.clone();
-        // A forwarder that blocks on a full socket holds up no reader.
-        let _ = thread::Builder::new()
-            .name("plane-forward".into())
-            .spawn(move || forward(&socks[0], rx));
-    }
     for i in 0..HELPER_READERS {
         let (server, dev, to) = (server.clone(), dev.clone(), to_daemon.clone());
         let misses = misses.clone();
@@ -356,15 +303,6 @@ fn wait_for_hangup(sock: &File) {
             return;
         }
         if rc < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return;
-        }
-    }
-}
-
-fn forward(sock: &File, rx: Receiver<Vec<u8>>) {
-    for msg in rx {
-        if (&*sock).write(&msg).is_err() {
-            // The daemon is gone: the main thread ends the process.
             return;
         }
     }
@@ -486,6 +424,7 @@ fn helper_reader(server: &Server, dev: &File, to_daemon: &ToDaemon, misses: &Mis
 mod tests {
     use super::*;
     use crate::helper_link::{recv_forward, seqpacket_pair};
+    use std::io::Write;
 
     #[test]
     fn the_spec_round_trips_and_rejects_garbage() {

@@ -62,7 +62,7 @@ pub(crate) fn start(
         return Ok(None);
     }
     let queues = crate::uring::possible_cpus();
-    let sockets = ring.to_daemon.socks.len();
+    let sockets = ring.to_daemon.sockets();
     if queues > sockets {
         return Err(StartHelperRingError::TooManyQueues { queues, sockets });
     }
@@ -184,13 +184,12 @@ impl RingServer for HelperRing {
 
     fn deferred_fd(&self, queue: u16) -> Option<RawFd> {
         self.to_daemon
-            .socks
-            .get(usize::from(queue))
+            .socket(usize::from(queue))
             .map(|s| s.as_raw_fd())
     }
 
     fn take_deferred(&self, queue: u16, out: &mut Vec<u8>) -> Deferred {
-        let Some(sock) = self.to_daemon.socks.get(usize::from(queue)) else {
+        let Some(sock) = self.to_daemon.socket(usize::from(queue)) else {
             return Deferred::Closed;
         };
         out.resize(MAX_VERDICT, 0);
