@@ -78,6 +78,13 @@ const STOP_TAG: u64 = u64::MAX;
 /// `user_data` of the poll for deferred replies.
 const DEFER_TAG: u64 = u64::MAX - 1;
 
+/// Longest a deferred request waits for its reply. Past it the worker has
+/// the server answer it at once (`may_defer` false), so a reply lost on
+/// its way (or a server that stopped answering) costs the faulting thread
+/// this long, never forever. Well above any modeled access and above the
+/// soak's 5-second SIGSTOP of the daemon.
+pub const DEFERRED_DEADLINE_NS: u64 = 10_000_000_000;
+
 /// Whether the host kernel offers FUSE over io_uring to a new connection.
 pub fn kernel_offers() -> bool {
     std::fs::read_to_string(ENABLE_PARAM)
@@ -678,12 +685,30 @@ impl WorkerCtx {
     }
 }
 
+/// An entry whose request the server deferred.
+#[derive(Debug, Clone, Copy)]
+struct Waiting {
+    /// The request's `unique`.
+    unique: u64,
+    /// The entry.
+    idx: usize,
+    /// When the request arrived.
+    arrival_ns: u64,
+}
+
+impl Waiting {
+    /// When the worker stops waiting for the server's reply.
+    fn deadline_ns(&self) -> u64 {
+        self.arrival_ns.saturating_add(DEFERRED_DEADLINE_NS)
+    }
+}
+
 /// A worker's state between completions.
 struct LoopState {
     /// Replies waiting for their time: (due, entry).
     held: BinaryHeap<Reverse<(u64, usize)>>,
-    /// Entries whose request the server deferred: (unique, entry).
-    deferred: Vec<(u64, usize)>,
+    /// Entries whose request the server deferred.
+    deferred: Vec<Waiting>,
     /// Entries the kernel has not cancelled.
     alive: usize,
     /// The queue whose deferred replies this worker polls for, while
@@ -725,6 +750,7 @@ impl WorkerCtx {
             if st.alive == 0 {
                 return LoopEnd::AllCancelled;
             }
+            self.expire_deferred(entries, &mut st);
             if let Err(err) = self.commit_due(ring, entries, &mut st) {
                 return LoopEnd::Failed(err);
             }
@@ -773,7 +799,11 @@ impl WorkerCtx {
         };
         let due = match due {
             Due::Deferred if may_defer => {
-                st.deferred.push((e.commit_id, idx));
+                st.deferred.push(Waiting {
+                    unique: e.commit_id,
+                    idx,
+                    arrival_ns: arrival,
+                });
                 return Ok(());
             }
             Due::Deferred => {
@@ -806,11 +836,11 @@ impl WorkerCtx {
         loop {
             match self.server.take_deferred(q, &mut st.out) {
                 Deferred::Reply { unique, due_ns } => {
-                    let Some(pos) = st.deferred.iter().position(|&(u, _)| u == unique) else {
+                    let Some(pos) = st.deferred.iter().position(|w| w.unique == unique) else {
                         tracing::warn!(unique, "a deferred reply for no waiting entry");
                         continue;
                     };
-                    let (_, idx) = st.deferred.swap_remove(pos);
+                    let idx = st.deferred.swap_remove(pos).idx;
                     if let Some(e) = entries.get_mut(idx) {
                         scatter_reply(e, &st.out, unique);
                         st.held.push(Reverse((due_ns, idx)));
@@ -820,7 +850,7 @@ impl WorkerCtx {
                 Deferred::Closed => {
                     // Nothing will answer the waiting entries: each gets
                     // an error, and the descriptor is no longer polled.
-                    for (unique, idx) in st.deferred.drain(..) {
+                    for Waiting { unique, idx, .. } in st.deferred.drain(..) {
                         if let Some(e) = entries.get_mut(idx) {
                             st.out.clear();
                             OutHeader::error_only(unique, libc::EIO).encode(&mut st.out);
@@ -834,6 +864,38 @@ impl WorkerCtx {
             }
         }
         self.poll_deferred(ring, q)
+    }
+
+    /// Answers, at once, every deferred request past its deadline (its
+    /// reply, should it come later, finds no waiting entry and is dropped).
+    fn expire_deferred(&self, entries: &mut [Entry], st: &mut LoopState) {
+        let now = self.server.now_ns();
+        while let Some(pos) = st.deferred.iter().position(|w| w.deadline_ns() <= now) {
+            let w = st.deferred.swap_remove(pos);
+            let Some(e) = entries.get_mut(w.idx) else {
+                continue;
+            };
+            tracing::warn!(
+                qid = e.qid,
+                unique = w.unique,
+                "no reply to a deferred request in time: answered here"
+            );
+            let due = gather_request(e, &mut st.req).map(|_| {
+                self.server
+                    .answer(&st.req, w.arrival_ns, &mut st.out, false)
+            });
+            let at = match due {
+                Some(Due::At(t)) => t,
+                Some(Due::Now) => 0,
+                Some(Due::Deferred) | None => {
+                    st.out.clear();
+                    OutHeader::error_only(w.unique, libc::EIO).encode(&mut st.out);
+                    0
+                }
+            };
+            scatter_reply(e, &st.out, w.unique);
+            st.held.push(Reverse((at, w.idx)));
+        }
     }
 
     /// Polls (once) the descriptor of `queue`'s deferred replies.
@@ -880,7 +942,13 @@ impl WorkerCtx {
         st: &LoopState,
     ) -> io::Result<()> {
         let now = self.server.now_ns();
-        let next = st.held.peek().map(|&Reverse((t, _))| t.saturating_sub(now));
+        let held = st.held.peek().map(|&Reverse((t, _))| t);
+        let deadline = st.deferred.iter().map(Waiting::deadline_ns).min();
+        let next = match (held, deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+        .map(|t| t.saturating_sub(now));
         let res = match (self.poll, next) {
             // Poll: submit what is queued, never sleep.
             (true, _) => submit_queued(ring),

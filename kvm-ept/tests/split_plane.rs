@@ -29,6 +29,9 @@ struct StoreBackend {
     start: Instant,
     /// How long a miss takes (modeled).
     miss_ns: AtomicU64,
+    /// While set, a miss never gets its answer: this process's receiver
+    /// sits in `on_miss` (for at most 30 s).
+    silent: AtomicBool,
     store: Arc<File>,
     misses: Mutex<Vec<Miss>>,
     stored: Mutex<Vec<(u64, u64, u32)>>,
@@ -39,6 +42,10 @@ impl PoolBackend for StoreBackend {
         self.start.elapsed().as_nanos() as u64
     }
     fn on_miss(&self, m: &Miss, _: &mut [u8]) -> Result<MissReply, ServeMissError> {
+        let t = Instant::now();
+        while self.silent.load(Ordering::Acquire) && t.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         self.misses.lock().unwrap().push(*m);
         Ok(MissReply {
             data: MissData::File {
@@ -93,6 +100,7 @@ fn split_plane() -> Option<Fixture> {
     let b = Arc::new(StoreBackend {
         start: Instant::now(),
         miss_ns: AtomicU64::new(DELAY_NS),
+        silent: AtomicBool::new(false),
         store: store.clone(),
         misses: Mutex::new(Vec::new()),
         stored: Mutex::new(Vec::new()),
@@ -494,6 +502,50 @@ fn a_queue_full_of_slow_misses_still_answers_write_backs() {
     assert!(
         fx.b.stored_bytes() >= PAGE_SIZE,
         "the dirty page was stored"
+    );
+    // SAFETY: unmaps exactly what `map` mapped.
+    unsafe { libc::munmap(ptr as *mut libc::c_void, POOL as usize) };
+}
+
+/// A miss whose answer never comes (this process's receivers silent) is
+/// answered by the helper's ring worker itself once it has waited
+/// `DEFERRED_DEADLINE_NS`, from the store: the faulting thread waits that
+/// long, not forever.
+#[test]
+fn a_miss_whose_answer_never_comes_is_answered_after_the_deadline() {
+    if !residency::uring::kernel_offers() {
+        skip_or_fail("the host kernel does not offer FUSE over io_uring");
+        return;
+    }
+    let Some(fx) = split_plane() else { return };
+    let ready = Instant::now() + Duration::from_secs(5);
+    while fx.p.transport() == residency::ActiveTransport::DevFuse && Instant::now() < ready {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_ne!(
+        fx.p.transport(),
+        residency::ActiveTransport::DevFuse,
+        "the helper stayed on /dev/fuse"
+    );
+    let ptr = map(fx.p.map_target()) as usize;
+    fx.b.silent.store(true, Ordering::Release);
+    let deadline = Duration::from_nanos(residency::uring::DEFERRED_DEADLINE_NS);
+    let (v, took) = within(
+        deadline * 2,
+        "a read whose miss is never answered",
+        move || {
+            pin(0);
+            let t = Instant::now();
+            // SAFETY: in bounds of the live mapping.
+            let v = unsafe { (ptr as *const u8).add(PAGE_SIZE as usize).read_volatile() };
+            (v, t.elapsed())
+        },
+    );
+    fx.b.silent.store(false, Ordering::Release);
+    assert_eq!(v, 0, "the page read its (zero) data");
+    assert!(
+        took >= deadline.mul_f64(0.9),
+        "answered after {took:?}, before the deadline: was it held at all?"
     );
     // SAFETY: unmaps exactly what `map` mapped.
     unsafe { libc::munmap(ptr as *mut libc::c_void, POOL as usize) };
