@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Build Debian's QEMU (bookworm: 7.2) with the cxlfs DAX-window patch
-# (patches/qemu-7.2-vhost-user-fs-dax.patch: vhost-user-fs-pci cache-size=,
-# VHOST_USER_BACKEND_SHMEM_MAP / _UNMAP) and print the path of the binary.
+# Build Debian's QEMU (bookworm: 7.2) with the cxlfs patches, in order, and
+# print the path of the binary:
+#   patches/qemu-7.2-vhost-user-fs-dax.patch      the DAX window: vhost-user-fs-pci
+#       cache-size=, VHOST_USER_BACKEND_SHMEM_MAP / _UNMAP
+#   patches/qemu-7.2-tcg-accessed-bits.patch      accessed bits from TCG's TLB
+#       fills: memory backends' x-cxlfs-abits=, vhost-user-fs abits=
 #
 #   qemu-configs/build-qemu.sh [--force] [--key]
 #
@@ -16,10 +19,10 @@
 #
 # The binary's path is the LAST line of stdout; progress goes to stderr.
 # Cache: $CXLFS_CACHE_DIR/qemu/<key>/qemu-system-x86_64, where the key is a
-# hash of this script, lib.sh, the patch and the Debian source version of qemu; the
-# patched source tree and its build directory stay in
+# hash of this script, lib.sh, the patches and the Debian source version of
+# qemu; the patched source tree and its build directory stay in
 # $CXLFS_CACHE_DIR/qemu-src/<version>/, so a changed patch rebuilds only the
-# files it touches. A run with nothing changed does no apt work (about 10 ms).
+# files it touches (the patches are applied, and reverted, as one). A run with nothing changed does no apt work (about 10 ms).
 #
 # Host setup, done only when needed (root): a deb-src entry mirroring the
 # existing bookworm deb entries (/etc/apt/sources.list.d/cxlfs-deb-src.sources),
@@ -29,8 +32,8 @@
 #
 # Environment:
 #   CXLFS_CACHE_DIR    cache root (default: $XDG_CACHE_HOME/cxlfs, else ~/.cache/cxlfs)
-#   CXLFS_QEMU_PATCH   patch to apply (default: patches/qemu-7.2-vhost-user-fs-dax.patch
-#                      beside this script)
+#   CXLFS_QEMU_PATCH   patches to apply, space-separated, in order (default: the
+#                      two above, beside this script)
 #   CXLFS_QEMU_JOBS    parallel compile jobs (default: 2). configure and ninja
 #                      run under `nice -n 19 ionice -c3`.
 set -euo pipefail
@@ -42,9 +45,16 @@ source "$here/lib.sh"
 
 parse_build_args "$@"
 
-patch_file="${CXLFS_QEMU_PATCH:-$here/patches/qemu-7.2-vhost-user-fs-dax.patch}"
+read -r -a patches <<<"${CXLFS_QEMU_PATCH:-$here/patches/qemu-7.2-vhost-user-fs-dax.patch $here/patches/qemu-7.2-tcg-accessed-bits.patch}"
 jobs="${CXLFS_QEMU_JOBS:-2}"
-[[ -f "$patch_file" ]] || die "no patch at $patch_file"
+((${#patches[@]})) || die "no patch to apply (CXLFS_QEMU_PATCH is empty)"
+for p in "${patches[@]}"; do
+    [[ -f "$p" ]] || die "no patch at $p"
+done
+# The patches as one (applied and reverted as a unit; hashed for the key).
+patch_file="$(mktemp -t cxlfs-qemu-patches.XXXXXX)"
+trap 'rm -f "$patch_file"' EXIT
+cat "${patches[@]}" >"$patch_file"
 [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || die "CXLFS_QEMU_JOBS must be a positive number"
 require_x86_64
 
@@ -239,9 +249,9 @@ if [[ ! -f "$applied" ]] || ! cmp -s "$applied" "$patch_file"; then
         fi
         rm -f "$applied"
     fi
-    log "applying $(basename "$patch_file")"
+    log "applying ${patches[*]##*/}"
     patch -d "$src" -p1 --forward --batch --silent <"$patch_file" >&2 \
-        || die "$(basename "$patch_file") does not apply to qemu $version (tree: $src)"
+        || die "${patches[*]##*/} do not apply to qemu $version (tree: $src)"
     cp "$patch_file" "$applied"
 fi
 
@@ -264,12 +274,16 @@ log "built in $(($(date +%s) - start)) s"
 # ------------------------------------------------------------ check, cache
 "$build/qemu-system-x86_64" -device vhost-user-fs-pci,help 2>/dev/null | grep -q 'cache-size=' \
     || die "the built QEMU has no vhost-user-fs-pci cache-size property (patch not applied?)"
+"$build/qemu-system-x86_64" -object memory-backend-memfd,help 2>/dev/null | grep -q 'x-cxlfs-abits=' \
+    || die "the built QEMU has no memory backend x-cxlfs-abits property (patch not applied?)"
 mkdir -p "$out"
 cp "$build/qemu-system-x86_64" "$bin.tmp"
 mv -f "$bin.tmp" "$bin"
 {
     echo "qemu source: $full_version"
-    echo "patch: $(basename "$patch_file") sha256 $(sha256sum <"$patch_file" | cut -d' ' -f1)"
+    for p in "${patches[@]}"; do
+        echo "patch: $(basename "$p") sha256 $(sha256sum <"$p" | cut -d' ' -f1)"
+    done
     echo "configure: ${configure_args[*]}"
     echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     "$bin" --version | head -n1

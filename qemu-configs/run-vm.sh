@@ -30,6 +30,11 @@
 #   --cxl-memory-path FILE
 #                     the region file by path (tests without the daemon; QEMU
 #                     creates it if missing)
+#   --cxl-abits FILE  memory mode: node 1's accessed-bit area (a file, or
+#                     /proc/self/fd/N of an inherited descriptor): the patched
+#                     QEMU sets a page's bit when a vCPU's TLB entry for it is
+#                     filled (TCG; qemu-configs/README.md, "Accessed bits")
+#   --dax-abits FILE  the DAX window's accessed-bit area (needs --cache-size)
 #   --cxl-latency NS  memory mode: node 1's access latency in the guest's ACPI
 #                     HMAT (default: 250 = 170 for a CXL link + 80). Memory
 #                     mode always describes both nodes in an HMAT (-machine
@@ -87,7 +92,7 @@ qemu="${QEMU:-qemu-system-x86_64}"
 cache_root="${CXLFS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cxlfs}"
 image="" socket="" tag=cxlfs mountopts="" cache_size="" mem=1G smp=2 name=vm0 serial="" cmd=""
 append="" accel=auto tcg_thread="${CXLFS_TCG_THREAD:-auto}" cpu="" timeout_s=600 socket_wait=10 follow=0 print_only=0
-have_cmd=0 compat=0 cxl_mem="" cxl_fd="" cxl_path="" cxl_lat=250 cxl_bw=8G
+have_cmd=0 compat=0 cxl_mem="" cxl_fd="" cxl_path="" cxl_lat=250 cxl_bw=8G cxl_abits="" dax_abits=""
 extra=()
 while (($#)); do
     case "$1" in
@@ -100,6 +105,8 @@ while (($#)); do
         --cxl-memory) cxl_mem="$2"; shift 2 ;;
         --cxl-memory-fd) cxl_fd="$2"; shift 2 ;;
         --cxl-memory-path) cxl_path="$2"; shift 2 ;;
+        --cxl-abits) cxl_abits="$2"; shift 2 ;;
+        --dax-abits) dax_abits="$2"; shift 2 ;;
         --cxl-latency) cxl_lat="$2"; shift 2 ;;
         --cxl-bandwidth) cxl_bw="$2"; shift 2 ;;
         --smp) smp="$2"; shift 2 ;;
@@ -155,9 +162,10 @@ if [[ -n "$cxl_mem" ]]; then
     else
         die "--cxl-memory needs exactly one of --cxl-memory-fd N and --cxl-memory-path FILE"
     fi
-elif [[ -n "$cxl_fd$cxl_path" ]]; then
-    die "--cxl-memory-fd / --cxl-memory-path need --cxl-memory SIZE"
+elif [[ -n "$cxl_fd$cxl_path$cxl_abits" ]]; then
+    die "--cxl-memory-fd / --cxl-memory-path / --cxl-abits need --cxl-memory SIZE"
 fi
+[[ -z "$dax_abits" || -n "$cache_size" ]] || die "--dax-abits needs --cache-size"
 [[ -n "$serial" ]] || serial="${TMPDIR:-/tmp}/cxlfs-$name.serial.log"
 command -v "$qemu" >/dev/null 2>&1 || die "QEMU binary '$qemu' not found (apt-get install qemu-system-x86, or set QEMU=)"
 command -v base64 >/dev/null 2>&1 || die "base64 not found (coreutils)"
@@ -273,10 +281,12 @@ else
         [[ "$v" =~ ^[1-9][0-9]*[KMGT]?$ ]] || die "HMAT bandwidths are bytes/s like 8G (got '$v')"
     done
     lb="hmat-lb,initiator=0,hierarchy=memory"
+    cxl_obj="memory-backend-file,id=cxlmem,mem-path=${cxl_backing//,/,,},size=$cxl_mem,share=on"
+    [[ -z "$cxl_abits" ]] || cxl_obj+=",x-cxlfs-abits=${cxl_abits//,/,,}"
     mem_args=(-m "$((mem_mib + cxl_mib))M"
         -object "memory-backend-memfd,id=mem,size=$mem,share=on"
         -numa "node,nodeid=0,cpus=0-$((max_cpus - 1)),memdev=mem"
-        -object "memory-backend-file,id=cxlmem,mem-path=${cxl_backing//,/,,},size=$cxl_mem,share=on"
+        -object "$cxl_obj"
         -numa "node,nodeid=1,memdev=cxlmem,initiator=0"
         -numa "dist,src=0,dst=1,val=50"
         -numa "$lb,target=0,data-type=access-latency,latency=$dram_lat"
@@ -309,6 +319,7 @@ fi
 if [[ -n "$socket" ]]; then
     fs_dev="vhost-user-fs-pci,chardev=char0,tag=$tag,queue-size=1024"
     [[ -z "$cache_size" ]] || fs_dev+=",cache-size=$cache_size"
+    [[ -z "$dax_abits" ]] || fs_dev+=",abits=${dax_abits//,/,,}"
     args+=(-chardev "socket,id=char0,path=$socket" -device "$fs_dev")
 fi
 args+=("${extra[@]}")
