@@ -116,7 +116,7 @@ static void usage(void)
         "usage: cxlfs-memlat --size BYTES[k|m|g] [--stride BYTES (4096)] [--laps N (2)]\n"
         "                    [--warmup-laps N (1)] [--seed S (1)] [--sequence FILE]\n"
         "                    [--pattern uniform|zipf:S (uniform)] [--file PATH]\n"
-        "                    [--against-node N]\n"
+        "                    [--against-node N] [--min-seconds S (0)]\n"
         "       cxlfs-memlat SIZE_MIB [STRIDE_BYTES=4096] [PASSES=3]   (old form, old JSON)\n"
         "\n"
         "Chases pointers through a random cyclic permutation of the working set's\n"
@@ -155,7 +155,12 @@ static void usage(void)
         "and measured laps alike: the two are timed through the same moments of\n"
         "the host, whatever else it does. The histogram is the first's; the JSON\n"
         "adds against_node, against_mean_ns, against_min_ns, against_p50_ns and\n"
-        "against_p99_ns for the second.\n", TURN, TURN);
+        "against_p99_ns for the second.\n"
+        "\n"
+        "--min-seconds S: the measured laps go on past --laps until they have\n"
+        "run S seconds (for what needs time to act, e.g. NUMA balancing's\n"
+        "scanner, whatever the guest's speed); \"laps\" in the JSON says how\n"
+        "many ran.\n", TURN, TURN);
 }
 
 /* Histogram: values < 16 ns get one bucket per ns; from 16 ns on, each
@@ -290,6 +295,7 @@ static double timer_overhead(void)
 /* What a run was asked to do, for the JSON line. */
 struct run_args {
     uint64_t size, stride, n, laps, warmup, seed;
+    uint64_t min_ns; /* --min-seconds, in ns */
 };
 
 /* The JSON line; `extra` (empty, or starting with a comma) goes after seed. */
@@ -424,7 +430,8 @@ static int zipf_main(char *mem, const struct run_args *a, double s, const char *
         for (uint64_t i = 0; i < n; i++)
             v = *(volatile uint64_t *)(mem + (uint64_t)lines[i] * 64 + v);
     uint64_t start = now_ns();
-    for (uint64_t l = 0; l < a->laps; l++) {
+    struct run_args ran = *a;
+    for (ran.laps = 0; ran.laps < a->laps || now_ns() - start < a->min_ns; ran.laps++) {
         for (uint64_t i = 0; i < n; i++) {
             uint64_t off = (uint64_t)lines[i] * 64 + v;
             uint64_t t0 = now_ns();
@@ -437,9 +444,9 @@ static int zipf_main(char *mem, const struct run_args *a, double s, const char *
     snprintf(extra, sizeof extra,
              ",\"pattern\":\"zipf:%g\",\"pages\":%" PRIu64 ",\"distinct_pages\":%" PRIu64
              ",\"loads_per_s\":%.1f",
-             s, pages, distinct, (double)(a->laps * n) * 1e9 / (double)(wall ? wall : 1));
+             s, pages, distinct, (double)(ran.laps * n) * 1e9 / (double)(wall ? wall : 1));
     /* (v is 0: adding it keeps the last load live.) */
-    return print_result(a, timer_ns, extra) | (v != 0);
+    return print_result(&ran, timer_ns, extra) | (v != 0);
 }
 
 /* `size` bytes of anonymous memory bound to `node` (MPOL_BIND), or
@@ -485,12 +492,14 @@ static void chase(void *volatile **p, uint64_t count, struct stats *s)
     *p = q;
 }
 
-/* `laps` laps of n loads over the chain at *p — and, with `other`, as many
- * over the chain at *other, TURN loads of each in turn. */
-static void laps_in_turn(void *volatile **p, void *volatile **other, uint64_t laps, uint64_t n,
-                         struct stats *s, struct stats *other_s)
+/* `laps` laps of n loads over the chain at *p (more, until `min_ns` have
+ * passed) — and, with `other`, as many over the chain at *other, TURN loads
+ * of each in turn. Returns the laps run. */
+static uint64_t laps_in_turn(void *volatile **p, void *volatile **other, uint64_t laps,
+                             uint64_t n, struct stats *s, struct stats *other_s, uint64_t min_ns)
 {
-    for (uint64_t l = 0; l < laps; l++) {
+    uint64_t start = now_ns(), l;
+    for (l = 0; l < laps || (min_ns && now_ns() - start < min_ns); l++) {
         for (uint64_t i = 0; i < n; i += TURN) {
             uint64_t m = n - i < TURN ? n - i : TURN;
             chase(p, m, s);
@@ -498,11 +507,13 @@ static void laps_in_turn(void *volatile **p, void *volatile **other, uint64_t la
                 chase(other, m, other_s);
         }
     }
+    return l;
 }
 
 static int flag_main(int argc, char **argv)
 {
     uint64_t size = 0, stride = 4096, laps = 2, warmup = 1, seed = 1, against = UINT64_MAX;
+    uint64_t min_s = 0;
     double zipf_s = 0;
     const char *seq_path = NULL;
     for (int i = 1; i < argc; i++) {
@@ -526,6 +537,8 @@ static int flag_main(int argc, char **argv)
             bad = parse_u64(v, &laps);
         else if (!strcmp(a, "--warmup-laps"))
             bad = parse_u64(v, &warmup);
+        else if (!strcmp(a, "--min-seconds"))
+            bad = parse_u64(v, &min_s) || min_s > 86400;
         else if (!strcmp(a, "--seed"))
             bad = parse_u64(v, &seed);
         else if (!strcmp(a, "--pattern"))
@@ -592,7 +605,7 @@ static int flag_main(int argc, char **argv)
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
     rng = (z ^ (z >> 31)) | 1;
-    struct run_args ra = { size, stride, n, laps, warmup, seed };
+    struct run_args ra = { size, stride, n, laps, warmup, seed, min_s * 1000000000u };
     if (zipf_s > 0)
         return zipf_main(mem, &ra, zipf_s, seq_path);
     /* A random cyclic permutation (Sattolo): order[k] is the k-th slot loaded. */
@@ -624,11 +637,11 @@ static int flag_main(int argc, char **argv)
     order = NULL;
 
     double timer_ns = timer_overhead();
-    laps_in_turn(&p, q ? &q : NULL, warmup, n, NULL, NULL);
-    laps_in_turn(&p, q ? &q : NULL, laps, n, &st, &against_st);
+    laps_in_turn(&p, q ? &q : NULL, warmup, n, NULL, NULL, 0);
+    ra.laps = laps_in_turn(&p, q ? &q : NULL, laps, n, &st, &against_st, ra.min_ns);
     char extra[256] = "";
     if (q) {
-        uint64_t count = laps * n, lo = against_st.min, hi = against_st.max;
+        uint64_t count = ra.laps * n, lo = against_st.min, hi = against_st.max;
         snprintf(extra, sizeof extra,
                  ",\"against_node\":%" PRIu64 ",\"against_mean_ns\":%.1f,\"against_min_ns\":%" PRIu64
                  ",\"against_p50_ns\":%.1f,\"against_p99_ns\":%.1f",
