@@ -406,20 +406,30 @@ fn pin(cpu: usize) {
     }
 }
 
+/// A split plane once its helper has moved to the ring (within 5 s; its
+/// transport is checked by the caller). `None`: no ring here (skipped, or
+/// failed under CI) or no plane.
+fn split_plane_on_a_ring() -> Option<Fixture> {
+    if !residency::uring::kernel_offers() {
+        skip_or_fail("the host kernel does not offer FUSE over io_uring");
+        return None;
+    }
+    let fx = split_plane()?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while fx.p.transport() == residency::ActiveTransport::DevFuse && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Some(fx)
+}
+
 /// Where the kernel offers FUSE over io_uring, the helper takes the
 /// requests on a ring (one queue per possible CPU) and its misses reach
 /// this process as ring requests.
 #[test]
 fn the_helper_takes_requests_on_a_ring_where_the_kernel_offers_one() {
-    if !residency::uring::kernel_offers() {
-        skip_or_fail("the host kernel does not offer FUSE over io_uring");
+    let Some(fx) = split_plane_on_a_ring() else {
         return;
-    }
-    let Some(fx) = split_plane() else { return };
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while fx.p.transport() == residency::ActiveTransport::DevFuse && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    };
     match fx.p.transport() {
         residency::ActiveTransport::IoUring { queues, .. } => {
             assert_eq!(queues, residency::uring::possible_cpus())
@@ -513,15 +523,9 @@ fn a_queue_full_of_slow_misses_still_answers_write_backs() {
 /// long, not forever.
 #[test]
 fn a_miss_whose_answer_never_comes_is_answered_after_the_deadline() {
-    if !residency::uring::kernel_offers() {
-        skip_or_fail("the host kernel does not offer FUSE over io_uring");
+    let Some(fx) = split_plane_on_a_ring() else {
         return;
-    }
-    let Some(fx) = split_plane() else { return };
-    let ready = Instant::now() + Duration::from_secs(5);
-    while fx.p.transport() == residency::ActiveTransport::DevFuse && Instant::now() < ready {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    };
     assert_ne!(
         fx.p.transport(),
         residency::ActiveTransport::DevFuse,
