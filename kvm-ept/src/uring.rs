@@ -869,6 +869,9 @@ impl WorkerCtx {
     /// Answers, at once, every deferred request past its deadline (its
     /// reply, should it come later, finds no waiting entry and is dropped).
     fn expire_deferred(&self, entries: &mut [Entry], st: &mut LoopState) {
+        if st.deferred.is_empty() {
+            return;
+        }
         let now = self.server.now_ns();
         while let Some(pos) = st.deferred.iter().position(|w| w.deadline_ns() <= now) {
             let w = st.deferred.swap_remove(pos);

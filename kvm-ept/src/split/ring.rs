@@ -16,7 +16,6 @@ use crate::uring::{Deferred, Due, RingConfig, RingServer, RingSet, StartRingErro
 use fuse_abi::zerocopy::{FromBytes, IntoBytes};
 use fuse_abi::{opcode, Cursor, InHeader, OutHeader, ReadIn};
 use std::fs::File;
-use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
@@ -193,20 +192,11 @@ impl RingServer for HelperRing {
             return Deferred::Closed;
         };
         out.resize(MAX_VERDICT, 0);
-        // SAFETY: a non-blocking receive into `out`, valid for its length.
-        let n = unsafe {
-            libc::recv(
-                sock.as_raw_fd(),
-                out.as_mut_ptr().cast(),
-                out.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
-        let n = match usize::try_from(n) {
+        let n = match super::to_daemon::recv_now(sock, out) {
             Ok(0) => return Deferred::Closed,
             Ok(n) => n,
-            Err(_) => {
-                return match io::Error::last_os_error().raw_os_error() {
+            Err(e) => {
+                return match e.raw_os_error() {
                     Some(libc::EAGAIN) | Some(libc::EINTR) => Deferred::Empty,
                     _ => Deferred::Closed,
                 }

@@ -83,23 +83,10 @@ impl ToDaemon {
             return false;
         };
         if queued.load(Ordering::Acquire) == 0 {
-            // SAFETY: a non-blocking send of a valid buffer on a socket we own.
-            let n = unsafe {
-                libc::send(
-                    sock.as_raw_fd(),
-                    msg.as_ptr().cast(),
-                    msg.len(),
-                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-                )
-            };
-            if n >= 0 {
-                return true;
-            }
-            if !matches!(
-                io::Error::last_os_error().raw_os_error(),
-                Some(libc::EAGAIN) | Some(libc::EINTR)
-            ) {
-                return false;
+            match send_now(sock, &msg) {
+                Ok(()) => return true,
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EINTR)) => {}
+                Err(_) => return false,
             }
         }
         queued.fetch_add(1, Ordering::AcqRel);
@@ -109,6 +96,38 @@ impl ToDaemon {
         queued.fetch_sub(1, Ordering::AcqRel);
         false
     }
+}
+
+/// Sends one record on `sock` without waiting (`EAGAIN`: no room).
+pub(super) fn send_now(sock: &File, msg: &[u8]) -> io::Result<()> {
+    // SAFETY: a non-blocking send of a valid buffer on an open socket.
+    let n = unsafe {
+        libc::send(
+            sock.as_raw_fd(),
+            msg.as_ptr().cast(),
+            msg.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Receives one record from `sock` into `buf` without waiting: its length
+/// (0: the peer is gone; `EAGAIN`: nothing there).
+pub(super) fn recv_now(sock: &File, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: a non-blocking receive into `buf`, valid for its length.
+    let n = unsafe {
+        libc::recv(
+            sock.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
 }
 
 /// The forwarder: writes each record on its own socket, in the order
@@ -148,16 +167,7 @@ mod tests {
     fn fill(sock: &File) -> usize {
         let filler = [0u8; 512];
         for n in 0..1_000_000 {
-            // SAFETY: a non-blocking send of a valid buffer on a socket we own.
-            let r = unsafe {
-                libc::send(
-                    sock.as_raw_fd(),
-                    filler.as_ptr().cast(),
-                    filler.len(),
-                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-                )
-            };
-            if r < 0 {
+            if send_now(sock, &filler).is_err() {
                 return n;
             }
         }
@@ -165,18 +175,9 @@ mod tests {
     }
 
     /// Receives from `sock` without waiting: a record, or none.
-    fn recv_now(sock: &File) -> Option<Vec<u8>> {
+    fn recv_one(sock: &File) -> Option<Vec<u8>> {
         let mut buf = [0u8; 1024];
-        // SAFETY: a non-blocking receive into `buf`, valid for its length.
-        let n = unsafe {
-            libc::recv(
-                sock.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
-        usize::try_from(n).ok().map(|n| buf[..n].to_vec())
+        recv_now(sock, &mut buf).ok().map(|n| buf[..n].to_vec())
     }
 
     /// Reads `sock`'s records until `want` have come or 5 s passed.
@@ -184,7 +185,7 @@ mod tests {
         let t = Instant::now();
         let mut got = Vec::new();
         while got.len() < want && t.elapsed() < Duration::from_secs(5) {
-            match recv_now(sock) {
+            match recv_one(sock) {
                 Some(m) => got.push(m),
                 None => thread::sleep(Duration::from_millis(1)),
             }
@@ -208,7 +209,7 @@ mod tests {
         let records: Vec<Vec<u8>> = got.into_iter().filter(|m| m.len() == 2).collect();
         assert_eq!(records, sent);
         assert_eq!(
-            recv_now(&theirs[0]),
+            recv_one(&theirs[0]),
             None,
             "a record of queue 1 on socket 0"
         );
