@@ -135,7 +135,7 @@ rm -f "$release_log" "$build_log"
 # binaries fill the 2 cores that one leaves half idle. Every other binary
 # (latency, bandwidth, `placement`'s read times, Slurm's overhead, the
 # soak's latency windows, and any new one) runs alone afterwards.
-PAIRED=(fuse_ops dax_pressure memory_mode many_files experiment_run access_bits dax
+PAIRED=(fuse_ops dax_pressure memory_mode many_files experiment_run hit_sources access_bits dax
     two_vms one_vm control durability credentials)
 
 if [ -n "${E2E_ONLY:-}" ]; then

@@ -3,8 +3,11 @@
 //! second copy of a command list or parses the daemon's output back from text.
 //!
 //! * [`control`] — the control socket's JSON-lines protocol;
+//! * [`hits`] — the settings of the daemon's hit sources (access sampling,
+//!   accessed bits), parsed once for the daemon and the runner;
 //! * [`metrics`] — the metrics snapshot (the `/metrics.json` endpoint and
 //!   the `--metrics-file` JSON lines).
 
 pub mod control;
+pub mod hits;
 pub mod metrics;

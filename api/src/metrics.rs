@@ -15,6 +15,7 @@
 //! them and a client that names its columns after them gets the same names.
 //! Field meanings: `docs/metrics.md`.
 
+use crate::hits::HitSourceKind;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -179,6 +180,22 @@ pub struct DeviceTotals {
     pub sampling_deferred_programs: u64,
     /// Access sampling: time the sampler spent arming pages (ns).
     pub sampling_busy_ns: u64,
+    /// References the device's policy was told of (accessed bits: resident
+    /// pages the guests reached, at most once a page a period; not in
+    /// `hits`, which counts trapped lookups).
+    pub references: u64,
+    /// Accessed bits: scans done (one device transaction each).
+    pub access_bit_scans: u64,
+    /// Accessed bits: time the scans took, summed (ns).
+    pub access_bit_scan_ns: u64,
+    /// Accessed bits: pages read from the areas, every VM region.
+    pub access_bits_read: u64,
+    /// Accessed bits: of those, pages not in the device cache (evicted
+    /// since the access, or DRAM-tier file pages): skipped.
+    pub access_bits_absent: u64,
+    /// Accessed bits: of those, pages filled during the period (their
+    /// miss was the period's access): skipped.
+    pub access_bits_fresh: u64,
     /// Write log: 64-byte lines written into it.
     pub log_writes: u64,
     /// Write log: reads it served.
@@ -298,6 +315,12 @@ impl DeviceTotals {
             f("cxlfs_sampling_deferred_pages_total", Counter, "Access sampling: write-backs of armed pages whose NAND program was deferred (dirty in the model until evicted).", n(self.sampling_deferred_pages)),
             f("cxlfs_sampling_deferred_programs_total", Counter, "Access sampling: deferred NAND programs charged since.", n(self.sampling_deferred_programs)),
             f("cxlfs_sampling_busy_seconds_total", Counter, "Access sampling: time the sampler spent arming pages.", self.sampling_busy_ns as f64 / 1e9),
+            f("cxlfs_device_references_total", Counter, "References the device's policy was told of (accessed bits: resident pages the guests reached, at most once a page a period; not counted as hits).", n(self.references)),
+            f("cxlfs_access_bit_scans_total", Counter, "Accessed bits: scans of every VM's areas (one device transaction each).", n(self.access_bit_scans)),
+            f("cxlfs_access_bit_scan_seconds_total", Counter, "Accessed bits: time the scans took (the daemon's CPU for the source).", self.access_bit_scan_ns as f64 / 1e9),
+            f("cxlfs_access_bits_read_total", Counter, "Accessed bits: set bits read and cleared, every VM region.", n(self.access_bits_read)),
+            f("cxlfs_access_bits_absent_total", Counter, "Accessed bits: pages not in the device cache when read (evicted since, or DRAM tier): skipped.", n(self.access_bits_absent)),
+            f("cxlfs_access_bits_fresh_total", Counter, "Accessed bits: pages filled during the period (the miss was the access): skipped.", n(self.access_bits_fresh)),
             f("cxlfs_log_writes_all_total", Counter, "Write log: 64-byte lines written into it (cache.write_log_bytes).", n(self.log_writes)),
             f("cxlfs_log_hits_all_total", Counter, "Write log: reads it served (hit latency, no NAND read).", n(self.log_hits)),
             f("cxlfs_log_coalesced_all_total", Counter, "Write log: lines that merged (rewrites of a logged line, lines of one page cleaned together).", n(self.log_coalesced)),
@@ -383,6 +406,49 @@ pub struct MetricsSnapshot {
     /// in the Prometheus text; the DAX file pages are the per-VM traps).
     #[serde(default)]
     pub memory_regions: Vec<MemoryRegionSample>,
+    /// One row per VM region a hit source tracks.
+    #[serde(default)]
+    pub hit_sources: Vec<HitSourceSample>,
+}
+
+/// One VM region as a hit source sees it (`cxlfs_hit_source` and the
+/// `cxlfs_access_bits_*` families, labels `vm` and `region`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HitSourceSample {
+    /// The VM.
+    pub vm: String,
+    /// `file` (its DAX window) or `memory` (its CXL memory region).
+    pub region: String,
+    /// The source this row is from.
+    pub source: HitSourceKind,
+    /// The source that serves the region now (the first that covers it).
+    pub serving: HitSourceKind,
+    /// Accessed bits: set bits read from the region's area.
+    pub bits_read: u64,
+    /// Accessed bits: of those, resident pages told to the policy.
+    pub references: u64,
+    /// Accessed bits: the VMM's re-arms (its TLB entries of the region
+    /// dropped, so that the next access marks again).
+    pub rearms: u64,
+    /// Accessed bits: bits the VMM set (each one a TLB refill that found
+    /// its bit clear).
+    pub vmm_bits_set: u64,
+}
+
+impl Default for HitSourceSample {
+    fn default() -> Self {
+        HitSourceSample {
+            vm: String::new(),
+            region: String::new(),
+            source: HitSourceKind::None,
+            serving: HitSourceKind::None,
+            bits_read: 0,
+            references: 0,
+            rearms: 0,
+            vmm_bits_set: 0,
+        }
+    }
 }
 
 /// One CXL memory region's figures (memory mode).
@@ -560,6 +626,16 @@ mod tests {
                 ..DeviceTotals::default()
             },
             memory_regions: Vec::new(),
+            hit_sources: vec![HitSourceSample {
+                vm: "vm0".into(),
+                region: "file".into(),
+                source: HitSourceKind::AccessBits,
+                serving: HitSourceKind::AccessBits,
+                bits_read: 7,
+                references: 5,
+                rearms: 3,
+                vmm_bits_set: 9,
+            }],
         }
     }
 
@@ -646,7 +722,7 @@ mod tests {
     fn device_families_are_named_once() {
         let d = snapshot().device;
         let f = d.families();
-        assert_eq!(f.len(), 40);
+        assert_eq!(f.len(), 46);
         let get = |name: &str| f.iter().find(|x| x.name == name).unwrap();
         assert_eq!(get("cxlfs_cxl_ratio_percent").value, 50.0);
         assert_eq!(get("cxlfs_placed_cxl_share").value, 0.75);

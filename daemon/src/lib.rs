@@ -48,6 +48,7 @@
 //!   module uses) — leaves; [`sandbox`] beside them.
 
 pub mod abi;
+pub mod abits;
 mod backend;
 mod config;
 mod control;
@@ -55,6 +56,7 @@ mod daemon;
 mod dax;
 mod device;
 mod heap;
+pub mod hits;
 mod ids;
 mod memory;
 mod metrics;

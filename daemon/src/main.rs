@@ -2,6 +2,8 @@
 
 use clap::Parser;
 use cxlfs_device_model::Device;
+use cxlfsd::abits::{self, AccessBitsSource};
+use cxlfsd::hits::{HitSources, Preferred, RegionKind};
 use cxlfsd::sandbox::{caps, seccomp, Keep, Leftovers, SandboxMode};
 use cxlfsd::server::ServerOptions;
 use cxlfsd::{
@@ -89,7 +91,7 @@ fn run(cli: &Cli) -> Result<(), BoxError> {
     let memory = start_memory(&cfg, &shared, cli.seccomp)?;
     let (state, control_socket) = start_state(&cfg, shared, &shared_dir, memory.as_ref())?;
     let metrics_file = start_metrics(&cfg, &state)?;
-    let sampler = start_sampling(&cfg, &state, memory.as_ref())?;
+    let (hit_sources, areas) = start_hit_sources(&cfg, &state, memory.as_ref())?;
     let vms = resolve_vm_dirs(&cfg)?;
     let listening = vms
         .iter()
@@ -97,13 +99,19 @@ fn run(cli: &Cli) -> Result<(), BoxError> {
         .collect::<Result<Vec<_>, _>>()?;
     // Removed at exit through their directories: the sandbox hides them.
     let mut leftovers = Leftovers::default();
-    for path in cfg.vms.iter().map(|v| &v.socket).chain(&cfg.control.socket) {
+    for path in cfg
+        .vms
+        .iter()
+        .map(|v| &v.socket)
+        .chain(&cfg.control.socket)
+        .chain(&areas)
+    {
         leftovers.remember(path);
     }
     confine(cli, &cfg, sandbox, shared_dir, &vms, fd_limit)?;
     serve_until_signal(&state, listening)?;
-    // No page is armed once the planes start to close.
-    drop(sampler);
+    // No page is armed and no bit read once the planes start to close.
+    drop(hit_sources);
     shut_down(&state, control_socket.as_ref(), metrics_file, leftovers);
     Ok(())
 }
@@ -211,22 +219,96 @@ fn start_state(
     Ok((state, control_socket))
 }
 
-/// Access sampling over the DAX pool and the memory regions, if asked for.
-fn start_sampling(
+/// The running hit sources; dropping this stops their threads (the
+/// metrics keep the sources themselves for their figures).
+struct RunningSources {
+    bits: Option<Arc<AccessBitsSource>>,
+    sampler: Option<Arc<AccessSampler>>,
+}
+
+impl Drop for RunningSources {
+    fn drop(&mut self) {
+        if let Some(s) = &self.sampler {
+            s.stop();
+        }
+        if let Some(b) = &self.bits {
+            b.stop();
+        }
+    }
+}
+
+/// The hit sources, as configured: accessed bits (an area per VM region,
+/// beside the VM's socket) preferred, access sampling for what the bits do
+/// not cover. Returns them and the areas' paths (removed at exit).
+fn start_hit_sources(
     cfg: &DaemonConfig,
-    state: &DaemonState,
+    state: &Arc<DaemonState>,
     memory: Option<&Arc<MemoryRegions>>,
-) -> Result<Option<AccessSampler>, BoxError> {
-    let Some(rate) = cfg.access_sampling else {
-        return Ok(None);
+) -> Result<(RunningSources, Vec<PathBuf>), BoxError> {
+    let mut sources = HitSources::default();
+    let preferred = Preferred::default();
+    let mut paths = Vec::new();
+    let bits = if cfg.access_bits.is_on() {
+        let mut areas = Vec::new();
+        for vm in &cfg.vms {
+            if state.dax().is_some() {
+                areas.push(abits::create_area(
+                    &vm.name,
+                    &vm.socket,
+                    RegionKind::File,
+                    cfg.dax.window,
+                )?);
+            }
+            if let Some(r) = cfg.memory_regions.iter().find(|r| r.vm == vm.name) {
+                areas.push(abits::create_area(
+                    &vm.name,
+                    &vm.socket,
+                    RegionKind::Memory,
+                    r.size,
+                )?);
+            }
+        }
+        paths.extend(areas.iter().map(|a| a.area.path().to_path_buf()));
+        let metrics = state.metrics.clone();
+        let connected: abits::scanner::Connected = Box::new(move |vm| {
+            metrics
+                .vm_if_known(vm)
+                .is_some_and(|m| m.connections.load(std::sync::atomic::Ordering::Relaxed) > 0)
+        });
+        let source = Arc::new(AccessBitsSource::start(
+            areas,
+            state.shared.clone(),
+            state.dax().cloned(),
+            memory.cloned(),
+            connected,
+            cfg.access_sampling.is_some(),
+        )?);
+        preferred.set(source.clone());
+        sources.push(source.clone());
+        Some(source)
+    } else {
+        tracing::info!("accessed bits off (--access-bits off)");
+        None
     };
-    let sampler = AccessSampler::start(
-        state.shared.clone(),
-        state.dax().cloned(),
-        memory.cloned(),
-        rate,
-    )?;
-    Ok(Some(sampler))
+    let sampler = match cfg.access_sampling {
+        Some(rate) => {
+            let s = Arc::new(AccessSampler::start(
+                state.shared.clone(),
+                state.dax().cloned(),
+                memory.cloned(),
+                rate,
+                preferred,
+            )?);
+            sources.push(s.clone());
+            Some(s)
+        }
+        None => None,
+    };
+    if bits.is_none() && sampler.is_none() {
+        tracing::info!("no hit source: the device's policy sees the guests' misses only");
+    }
+    state.metrics.set_hit_sources(Arc::new(sources));
+    Ok((RunningSources { bits, sampler }, paths))
 }
 
 /// The metrics endpoint and the metrics time series, as configured.

@@ -134,6 +134,17 @@ pub struct Outcome {
     pub log_pages: u32,
 }
 
+/// What [`Device::reference`] did with the pages it was given.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct References {
+    /// Resident pages told to the policy as hits.
+    pub referenced: u64,
+    /// Pages not resident (evicted since the access): skipped.
+    pub absent: u64,
+    /// Pages filled after the period began (their miss was the access): skipped.
+    pub fresh: u64,
+}
+
 /// Result of a range command (`prefetch`, `pin`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct RangeOutcome {
@@ -181,6 +192,9 @@ pub struct DeviceStats {
     pub coalesced: u64,
     /// Misses that bypassed a fully pinned set.
     pub bypasses: u64,
+    /// References ([`Device::reference`]): accesses seen after the fact,
+    /// told to the policy as hits, not counted in `page_accesses`.
+    pub references: u64,
     /// Pages evicted by the policy or explicitly.
     pub evictions: u64,
     /// Of which dirty (written back).
@@ -560,6 +574,39 @@ impl Device {
             return Ok(self.nand.program(now, victim.page)?);
         }
         Ok(now)
+    }
+
+    /// References to `pages` (device page numbers) seen after the fact, by
+    /// a source that notices accesses without trapping them (accessed
+    /// bits, read once per `since_ns`..now period): each resident page is
+    /// told to the policy as a hit, with no latency and no NAND work. A
+    /// page not resident is skipped (the device evicted it since: a
+    /// reference never brings a page back), and so is one filled after
+    /// `since_ns` (its miss is this period's access already: the policy
+    /// must not hear it twice; a prefetched page not used yet is no such
+    /// page). Returns what became of them.
+    pub fn reference(&mut self, since_ns: u64, pages: &[u64]) -> References {
+        let mut r = References::default();
+        for &page in pages {
+            let Some(slot) = self.cache.lookup(page) else {
+                r.absent += 1;
+                continue;
+            };
+            let state = self.cache.state(slot);
+            // A prefetch fill is no access: its page's first use is one.
+            if state.ready_at_ns > since_ns && !state.prefetched_unused {
+                r.fresh += 1;
+                continue;
+            }
+            self.cache.record_hit(slot);
+            if state.prefetched_unused {
+                self.cache.mark_used(slot);
+                self.stats.prefetch_used += 1;
+            }
+            r.referenced += 1;
+        }
+        self.stats.references += r.referenced;
+        r
     }
 
     /// Brings a range into the cache ahead of use (the `prefetch` command).

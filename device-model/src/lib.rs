@@ -36,7 +36,7 @@ pub mod workload;
 pub mod write_log;
 
 pub use config::{DeviceConfig, LoadConfigError, PolicyKind};
-pub use device::{AccessError, Device, DeviceStats, Op, Outcome, PageFilter};
+pub use device::{AccessError, Device, DeviceStats, Op, Outcome, PageFilter, References};
 
 /// Size of a cache page and of a NAND page.
 pub const PAGE_SIZE: u64 = 4096;

@@ -373,6 +373,18 @@ impl<'d> Replayer<'d> {
         self.device
     }
 
+    /// The replay's clock: the next arrival in closed mode, the last one
+    /// otherwise.
+    pub fn clock_ns(&self) -> u64 {
+        self.clock_ns
+    }
+
+    /// Tells the device of `pages` referenced since `since_ns` (see
+    /// [`Device::reference`]): a source of hits seen after the fact.
+    pub fn reference(&mut self, since_ns: u64, pages: &[u64]) -> crate::device::References {
+        self.device.reference(since_ns, pages)
+    }
+
     /// Counts one latency. A few values (a hit's, a plain miss's, with the
     /// NAND model off) make up most accesses: they are counted here and
     /// handed to the histogram when their entry is replaced or read.

@@ -465,3 +465,61 @@ fn eviction_log_lists_victims_only_when_asked() {
     dev.access(0, Op::Read, 104 * PAGE, 64).unwrap();
     assert!(dev.drain_evictions().is_empty());
 }
+
+/// Fills pages `0..n` with one read each, 1 ms apart from t = 1 ms.
+fn fill_pages(dev: &mut Device, n: u64) {
+    for p in 0..n {
+        dev.access((p + 1) * 1_000_000, Op::Read, p * PAGE, 64)
+            .unwrap();
+    }
+}
+
+#[test]
+fn a_reference_keeps_a_page_from_lru_eviction_at_no_cost() {
+    let settled = 100_000_000; // after every fill is ready
+    let mut seen = device(&[]);
+    fill_pages(&mut seen, 16);
+    let nand_before = seen.nand_stats().reads();
+    let r = seen.reference(settled, &[0]);
+    assert_eq!((r.referenced, r.absent, r.fresh), (1, 0, 0));
+    assert_eq!(
+        seen.nand_stats().reads(),
+        nand_before,
+        "a reference reads no NAND"
+    );
+    let s = seen.stats();
+    assert_eq!((s.references, s.page_accesses, s.hits), (1, 16, 0));
+
+    let mut blind = device(&[]);
+    fill_pages(&mut blind, 16);
+    for dev in [&mut seen, &mut blind] {
+        dev.access(settled + 1_000, Op::Read, 16 * PAGE, 64)
+            .unwrap();
+    }
+    // Without the reference page 0 is LRU's victim; with it, page 1.
+    assert!(!blind.is_resident(0) && blind.is_resident(PAGE));
+    assert!(seen.is_resident(0) && !seen.is_resident(PAGE));
+}
+
+#[test]
+fn a_reference_skips_evicted_pages_and_pages_filled_since_the_period_began() {
+    let mut dev = device(&[]);
+    fill_pages(&mut dev, 4);
+    // Page 3 was filled at 4 ms: a period that began at 3.5 ms saw its miss.
+    let r = dev.reference(3_500_000, &[0, 3, 40]);
+    assert_eq!((r.referenced, r.absent, r.fresh), (1, 1, 1));
+    assert!(
+        !dev.is_resident(40 * PAGE),
+        "a reference never fills a page"
+    );
+    assert_eq!(dev.stats().references, 1);
+}
+
+#[test]
+fn a_reference_to_a_fresh_prefetched_page_is_its_first_use() {
+    let mut dev = device(&["prefetch.degree=1", "prefetch.stride_pages=1"]);
+    dev.access(1_000, Op::Read, 0, 64).unwrap(); // page 1 prefetched
+    let r = dev.reference(0, &[1]);
+    assert_eq!((r.referenced, r.fresh), (1, 0));
+    assert_eq!(dev.stats().prefetch_used, 1);
+}

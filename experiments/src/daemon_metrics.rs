@@ -73,6 +73,18 @@ impl Figures {
                 f.add(&r.vm, fam.name, (fam.value)(r) as f64);
             }
         }
+        // Accessed bits: each VM's references and bits read, its regions
+        // summed (`daemon.references`, `daemon.access_bits_region_read`).
+        for r in &snap.hit_sources {
+            if r.source == cxlfs_api::hits::HitSourceKind::AccessBits {
+                f.add(&r.vm, "cxlfs_references_total", r.references as f64);
+                f.add(
+                    &r.vm,
+                    "cxlfs_access_bits_region_read_total",
+                    r.bits_read as f64,
+                );
+            }
+        }
         for d in snap.device.families() {
             f.add("", d.name, d.value);
         }

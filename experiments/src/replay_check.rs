@@ -10,7 +10,11 @@
 //! daemon samples accesses to resident pages (`--access-sampling`). The
 //! replay runs twice, whatever the preset says: with `hits_visible = false`
 //! (the policy sees misses only) and with `hits_visible = true` (it sees
-//! every load, the most sampling could show it).
+//! every load, the most sampling could show it). With accessed bits on,
+//! a third replay gets what the bits give the daemon: the policy is blind to
+//! hits, and after each period's worth of loads (the phase's own rate times
+//! the bits' period) it is told of each page loaded in that period once, as
+//! a reference (pages filled in the period skipped, as the device does).
 
 use cxlfs_device_model::replay::{Arrival, ReplayError, Replayer};
 use cxlfs_device_model::trace::Access;
@@ -69,33 +73,96 @@ pub struct Predictions {
     pub hidden: Prediction,
     /// `hits_visible = true`: the policy sees every load.
     pub visible: Prediction,
+    /// What the accessed bits show the policy ([`Hits::Bits`]), when asked.
+    pub bits: Option<Prediction>,
 }
 
-/// [`predict`] with hits invisible and with hits visible.
-pub fn predict_both(
+/// What the replay's policy learns of the hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hits {
+    /// Nothing: misses only.
+    Blind,
+    /// Every load.
+    Every,
+    /// Each page loaded in a period of this many loads, once, at the
+    /// period's end (accessed bits).
+    Bits {
+        /// Loads per period (at least 1).
+        period_loads: u64,
+    },
+}
+
+/// [`predict`] blind and seeing every hit, and with the bits' granularity
+/// when `bits_period_loads` is given.
+pub fn predict_all(
     config: &DeviceConfig,
     seq: &[u32],
     warmup_laps: u32,
     laps: u32,
+    bits_period_loads: Option<u64>,
 ) -> Result<Predictions, PredictHitShareError> {
     Ok(Predictions {
-        hidden: predict(config, seq, warmup_laps, laps, false)?,
-        visible: predict(config, seq, warmup_laps, laps, true)?,
+        hidden: predict(config, seq, warmup_laps, laps, Hits::Blind)?,
+        visible: predict(config, seq, warmup_laps, laps, Hits::Every)?,
+        bits: bits_period_loads
+            .map(|n| {
+                predict(
+                    config,
+                    seq,
+                    warmup_laps,
+                    laps,
+                    Hits::Bits { period_loads: n },
+                )
+            })
+            .transpose()?,
     })
 }
 
+/// The accessed bits' periods over a replay: the pages loaded in the
+/// current one, told to the device as references when it ends.
+struct BitPeriods {
+    period_loads: u64,
+    loads: u64,
+    began_ns: u64,
+    pages: Vec<u64>,
+}
+
+impl BitPeriods {
+    /// Feeds one lap of loads of `seq`, ending periods as they fill.
+    fn lap(&mut self, r: &mut Replayer<'_>, seq: &[u32]) -> Result<(), ReplayError> {
+        for &page in seq {
+            r.feed(Access {
+                time_ns: 0,
+                op: Op::Read,
+                addr: u64::from(page) * PAGE,
+                len: 8,
+            })?;
+            self.pages.push(u64::from(page));
+            self.loads += 1;
+            if self.loads % self.period_loads == 0 {
+                self.pages.sort_unstable();
+                self.pages.dedup();
+                r.reference(self.began_ns, &self.pages);
+                self.pages.clear();
+                self.began_ns = r.clock_ns();
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Replays `seq` (one lap) as: one pass of stores, `warmup_laps` of loads,
-/// then `laps` of loads that are measured, with the policy seeing hits or
-/// not as `hits_visible` says (whatever `config` says).
+/// then `laps` of loads that are measured, with the policy learning of the
+/// hits as `hits` says (whatever `config` says).
 pub fn predict(
     config: &DeviceConfig,
     seq: &[u32],
     warmup_laps: u32,
     laps: u32,
-    hits_visible: bool,
+    hits: Hits,
 ) -> Result<Prediction, PredictHitShareError> {
     let mut cfg = config.clone();
-    cfg.cache.hits_visible = hits_visible;
+    cfg.cache.hits_visible = hits == Hits::Every;
     let mut device = Device::new(cfg).map_err(PredictHitShareError::Config)?;
     let mut replayer = Replayer::new(&mut device, Arrival::Closed { think_ns: 0 });
     let lap = |op: Op| {
@@ -106,20 +173,32 @@ pub fn predict(
             len: 8,
         })
     };
+    let mut bits = match hits {
+        Hits::Bits { period_loads } => Some(BitPeriods {
+            period_loads: period_loads.max(1),
+            loads: 0,
+            began_ns: 0,
+            pages: Vec::new(),
+        }),
+        Hits::Blind | Hits::Every => None,
+    };
+    let mut loads = |r: &mut Replayer<'_>| -> Result<(), PredictHitShareError> {
+        match bits.as_mut() {
+            Some(b) => b.lap(r, seq),
+            None => r.run(lap(Op::Read)).map(|_| ()),
+        }
+        .map_err(PredictHitShareError::Replay)
+    };
     replayer
         .run(lap(Op::Write))
         .map_err(PredictHitShareError::Replay)?;
     for _ in 0..warmup_laps {
-        replayer
-            .run(lap(Op::Read))
-            .map_err(PredictHitShareError::Replay)?;
+        loads(&mut replayer)?;
     }
     let before_measured = replayer.report().misses;
     replayer.reset_stats();
     for _ in 0..laps.max(1) {
-        replayer
-            .run(lap(Op::Read))
-            .map_err(PredictHitShareError::Replay)?;
+        loads(&mut replayer)?;
     }
     let r = replayer.report();
     Ok(Prediction {
@@ -171,7 +250,7 @@ mod tests {
     #[test]
     fn lru_keeps_the_hot_pages_only_when_it_sees_the_hits() {
         let seq = skewed();
-        let p = predict_both(&with_policy(128, PolicyKind::Lru), &seq, 1, 1).unwrap();
+        let p = predict_all(&with_policy(128, PolicyKind::Lru), &seq, 1, 1, None).unwrap();
         // Seeing hits, LRU keeps the 64 hot pages (~80% of the loads hit);
         // blind to them, it evicts in miss order, as FIFO does.
         assert!(p.visible.hit_share > 0.75, "{p:?}");
@@ -185,9 +264,39 @@ mod tests {
     }
 
     #[test]
+    fn the_bits_granularity_lies_between_blind_and_every_hit() {
+        let seq = skewed();
+        let lru = with_policy(128, PolicyKind::Lru);
+        let p = predict_all(&lru, &seq, 1, 1, Some(200)).unwrap();
+        let bits = p.bits.unwrap();
+        // 200 loads a period, 64 hot pages: LRU learns of every hot page
+        // each period, nearly as good as seeing each hit.
+        assert!(
+            bits.hit_share > p.hidden.hit_share + 0.1
+                && bits.hit_share <= p.visible.hit_share + 0.02,
+            "{p:?}"
+        );
+        // A period longer than the run: the policy learns nothing in time.
+        let never = predict(
+            &lru,
+            &seq,
+            1,
+            1,
+            Hits::Bits {
+                period_loads: 1 << 40,
+            },
+        )
+        .unwrap();
+        assert_eq!(never, p.hidden);
+        // FIFO ignores hits however they come.
+        let f = predict_all(&fifo(128), &seq, 1, 1, Some(200)).unwrap();
+        assert_eq!(f.bits.unwrap(), f.hidden);
+    }
+
+    #[test]
     fn fifo_is_the_same_whether_hits_are_visible_or_not() {
         let seq = skewed();
-        let p = predict_both(&fifo(128), &seq, 1, 1).unwrap();
+        let p = predict_all(&fifo(128), &seq, 1, 1, None).unwrap();
         assert_eq!(p.visible, p.hidden);
         // And not trivially: some loads hit, some miss.
         assert!(
@@ -199,7 +308,7 @@ mod tests {
     #[test]
     fn a_cycle_that_fits_always_hits_and_one_that_does_not_never_does() {
         let fits: Vec<u32> = (0..64).collect();
-        let p = predict(&fifo(128), &fits, 1, 2, false).unwrap();
+        let p = predict(&fifo(128), &fits, 1, 2, Hits::Blind).unwrap();
         assert_eq!(p.loads, 128);
         assert!((p.hit_share - 1.0).abs() < 1e-12, "{p:?}");
         // The phase's misses: the store pass's first touches only.
@@ -207,7 +316,7 @@ mod tests {
         // A cyclic scan over twice the cache under FIFO: every load misses,
         // in every pass (stores, one warm-up lap, one measured lap).
         let scan: Vec<u32> = (0..256).collect();
-        let p = predict(&fifo(128), &scan, 1, 1, false).unwrap();
+        let p = predict(&fifo(128), &scan, 1, 1, Hits::Blind).unwrap();
         assert!(p.hit_share < 1e-12, "{p:?}");
         assert_eq!(p.phase_misses, 3 * 256);
     }
@@ -224,7 +333,7 @@ mod tests {
             x ^= x << 17;
             seq.swap(i, (x % (i as u64 + 1)) as usize);
         }
-        let p = predict(&fifo(128), &seq, 1, 1, false).unwrap();
+        let p = predict(&fifo(128), &seq, 1, 1, Hits::Blind).unwrap();
         assert!((p.hit_share - 0.25).abs() < 0.05, "{p:?}");
     }
 

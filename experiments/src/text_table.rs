@@ -86,8 +86,27 @@ fn device_counts(r: &Row) -> Option<(f64, f64)> {
     ))
 }
 
-/// The device's columns: hits, misses, hit %.
-fn device_columns() -> Vec<Column> {
+/// A VM's references (accessed bits: resident pages it reached that the
+/// device's policy was told of, each at most once a period).
+fn device_references(r: &Row) -> Option<f64> {
+    get(r, "daemon.references")
+}
+
+/// Whether the device saw none of the VM's hits on mapped pages: its
+/// pages were mapped (traps of a DAX window or a memory region) and both
+/// hit sources were off.
+fn hits_blind(r: &Row) -> bool {
+    let text = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("");
+    let mapped = get(r, "daemon.pool_traps").is_some_and(|t| t > 0.0)
+        || get(r, "daemon.region_traps").is_some_and(|t| t > 0.0);
+    mapped && text("daemon.access_bits") == "off" && text("daemon.access_sampling") == "off"
+}
+
+/// The device's columns: hits, misses, references (where the accessed
+/// bits gave any), hit %: what the device counted, (hits + references) /
+/// (hits + references + misses); `blind` where it saw no hit on mapped
+/// pages at all.
+fn device_columns(res: &ResultsFile) -> Vec<Column> {
     let count = |i: usize| -> Box<dyn Fn(&Row) -> String> {
         Box::new(move |r| {
             device_counts(r)
@@ -95,7 +114,7 @@ fn device_columns() -> Vec<Column> {
                 .unwrap_or_default()
         })
     };
-    vec![
+    let mut cols = vec![
         Column {
             header: "dev hits".into(),
             cell: count(0),
@@ -104,14 +123,37 @@ fn device_columns() -> Vec<Column> {
             header: "dev misses".into(),
             cell: count(1),
         },
-        Column {
-            header: "hit %".into(),
-            cell: Box::new(|r| match device_counts(r) {
-                Some((h, m)) if h + m > 0.0 => format!("{:.1}", 100.0 * h / (h + m)),
-                _ => String::new(),
+    ];
+    if any_has(res, &["daemon.references"]) {
+        cols.push(Column {
+            header: "dev refs".into(),
+            cell: Box::new(|r| {
+                device_references(r)
+                    .map(|x| format!("{x:.0}"))
+                    .unwrap_or_default()
             }),
-        },
-    ]
+        });
+    }
+    cols.push(Column {
+        header: "hit %".into(),
+        cell: Box::new(|r| {
+            if hits_blind(r) {
+                return "blind".into();
+            }
+            match device_counts(r) {
+                Some((h, m)) => {
+                    let seen = h + device_references(r).unwrap_or(0.0);
+                    if seen + m > 0.0 {
+                        format!("{:.1}", 100.0 * seen / (seen + m))
+                    } else {
+                        String::new()
+                    }
+                }
+                None => String::new(),
+            }
+        }),
+    });
+    cols
 }
 
 /// A number as the table shows it: integers whole, others to 3
@@ -133,8 +175,14 @@ fn short_number(x: f64) -> String {
 fn output_columns(res: &ResultsFile) -> (Vec<Column>, usize) {
     let present = |c: &str| res.rows.iter().any(|r| r.contains_key(c));
     // The hit shares first, measured before predicted, then the outputs.
-    let shares = ["full_system", "replay", "replay_visible", "diff_points"]
-        .map(|k| format!("hit_share.{k}"));
+    let shares = [
+        "full_system",
+        "replay",
+        "replay_blind",
+        "replay_visible",
+        "diff_points",
+    ]
+    .map(|k| format!("hit_share.{k}"));
     let misses = ["miss_p50_ns", "miss_p99_ns", "modeled_miss_ns"].map(String::from);
     let keys: Vec<String> = shares
         .into_iter()
@@ -196,7 +244,7 @@ pub fn text_table(res: &ResultsFile) -> String {
     }
     let (outputs, left) = output_columns(res);
     let mut figures = fio_columns(res);
-    figures.extend(device_columns());
+    figures.extend(device_columns(res));
     figures.extend(outputs);
     header.extend(figures.iter().map(|c| c.header.clone()));
     let mut lines: Vec<Vec<String>> = vec![header];
@@ -329,6 +377,27 @@ mod tests {
         ] {
             assert!(format!("{line} ").contains(want), "no {want:?} in {line}");
         }
+    }
+
+    #[test]
+    fn references_count_as_seen_hits_and_a_blind_device_says_so() {
+        let mut res = ResultsFile::new("t", vec![]);
+        res.push([
+            row(json!({"run": 1, "phase": "p", "status": "ok", "vm": "vm0",
+                "device_hits": 4, "device_misses": 100, "daemon.references": 296,
+                "daemon.pool_traps": 104, "daemon.access_bits": "on",
+                "daemon.access_sampling": "off"})),
+            row(json!({"run": 2, "phase": "p", "status": "ok", "vm": "vm0",
+                "device_hits": 4, "device_misses": 100, "daemon.pool_traps": 104,
+                "daemon.access_bits": "off", "daemon.access_sampling": "off"})),
+        ]);
+        let t = text_table(&res);
+        let h = header(&t);
+        assert!(h.contains(&"dev refs".to_string()), "{t}");
+        let lines: Vec<&str> = t.lines().collect();
+        // (4 + 296) / (4 + 296 + 100) = 75 %.
+        assert!(lines[1].trim_end().ends_with("296   75.0"), "{t}");
+        assert!(lines[2].trim_end().ends_with("blind"), "{t}");
     }
 
     #[test]

@@ -331,6 +331,10 @@ pub struct VmOptions {
     /// Boot the image with the bookworm-backports kernel
     /// ([`guest_image_backports`]) instead of the default one.
     pub backports_kernel: bool,
+    /// Give QEMU the accessed-bit areas the daemon made beside the VM's
+    /// socket (`--dax-abits` with a window, `--cxl-abits` with a CXL
+    /// node); needs the patched QEMU.
+    pub access_bits: bool,
 }
 
 impl VmOptions {
@@ -358,6 +362,7 @@ impl Default for VmOptions {
             qemu: None,
             cxl_memory: None,
             backports_kernel: false,
+            access_bits: false,
         }
     }
 }
@@ -528,6 +533,19 @@ impl Daemon {
         }
         if let Some(c) = &opts.cache_size {
             cmd.arg("--cache-size").arg(c);
+        }
+        if opts.access_bits {
+            let area = |suffix: &str| {
+                let mut p = self.socket(vm).as_os_str().to_os_string();
+                p.push(suffix);
+                PathBuf::from(p)
+            };
+            if opts.cache_size.is_some() {
+                cmd.arg("--dax-abits").arg(area(".dax-abits"));
+            }
+            if opts.cxl_memory.is_some() {
+                cmd.arg("--cxl-abits").arg(area(".cxl-abits"));
+            }
         }
         if let Some(q) = &opts.qemu {
             cmd.env("QEMU", q);

@@ -92,6 +92,16 @@ pub struct Cli {
     /// trap per sampled access; charges no NAND time.
     #[arg(long, value_name = "off|RATE")]
     pub access_sampling: Option<String>,
+    /// Accessed bits: on (default) | off. On: each VM's DAX window and CXL
+    /// memory region get a bit area beside its socket (`SOCKET.dax-abits`,
+    /// `SOCKET.cxl-abits`) that a VMM with the bits (the project's QEMU,
+    /// TCG: `run-vm.sh --dax-abits` / `--cxl-abits`) sets on each page's
+    /// first access after a re-arm; the daemon reads and clears them every
+    /// period and tells the device's policy of each page referenced: every
+    /// hit, at most once a page a period, no trap. A VM whose VMM does not
+    /// attach the area falls back to access sampling, if that is on.
+    #[arg(long, value_name = "on|off")]
+    pub access_bits: Option<String>,
     /// virtio-fs tag in the device config space (default `cxlfs`), for
     /// front-ends that read it from the back-end (VHOST_USER_GET_CONFIG,
     /// e.g. QEMU >= 11.1 `vhost-user-test-device-pci,virtio-id=26`);
@@ -219,6 +229,7 @@ impl TryFrom<&Cli> for Settings {
             plane_transport: cli.plane_transport.clone(),
             plane_poll: cli.plane_poll.then_some(true),
             access_sampling: cli.access_sampling.clone().map(toml::Value::String),
+            access_bits: cli.access_bits.clone().map(toml::Value::String),
             tag: cli.tag.clone(),
             dax: cli.dax,
             dax_window: cli.dax_window.clone(),

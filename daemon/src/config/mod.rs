@@ -157,37 +157,26 @@ pub struct DaemonConfig {
     pub memory_regions: Vec<MemoryRegionSpec>,
     /// Access sampling: resident pages armed per second (`None`: off).
     pub access_sampling: Option<u32>,
+    /// Accessed bits from the VMMs that offer them.
+    pub access_bits: AccessBits,
 }
 
-/// The highest access-sampling rate (pages armed per second).
-pub const MAX_ACCESS_SAMPLING: u32 = 1_000_000;
+pub use cxlfs_api::hits::AccessBits;
 
-/// `access_sampling`: `"off"`, `"N/s"`, `"N"` or a TOML integer N, with
-/// 1 <= N <= [`MAX_ACCESS_SAMPLING`]; `None`: off.
+/// `access_sampling` (`cxlfs_api::hits::access_sampling_rate`); `None`: off.
 fn access_sampling(s: &Settings) -> Result<Option<u32>, LoadDaemonConfigError> {
-    let bad = |v: &dyn std::fmt::Display| {
-        LoadDaemonConfigError::Invalid(format!(
-            "access_sampling `{v}`: give off or a rate in pages per second, 1..={MAX_ACCESS_SAMPLING} (e.g. 2000/s)"
-        ))
-    };
-    let n: i64 = match &s.access_sampling {
-        None => return Ok(None),
-        Some(toml::Value::String(t)) if t.trim() == "off" => return Ok(None),
-        Some(toml::Value::String(t)) => {
-            let t = t.trim();
-            t.strip_suffix("/s")
-                .unwrap_or(t)
-                .trim()
-                .parse()
-                .map_err(|_| bad(&t))?
-        }
-        Some(toml::Value::Integer(n)) => *n,
-        Some(v) => return Err(bad(v)),
-    };
-    match u32::try_from(n) {
-        Ok(r) if (1..=MAX_ACCESS_SAMPLING).contains(&r) => Ok(Some(r)),
-        _ => Err(bad(&n)),
-    }
+    s.access_sampling.as_ref().map_or(Ok(None), |v| {
+        cxlfs_api::hits::access_sampling_rate(v.into())
+            .map_err(|e| LoadDaemonConfigError::Invalid(format!("access_sampling: {e}")))
+    })
+}
+
+/// `access_bits` (`cxlfs_api::hits::access_bits`); on when unset.
+fn access_bits(s: &Settings) -> Result<AccessBits, LoadDaemonConfigError> {
+    s.access_bits.as_ref().map_or(Ok(AccessBits::On), |v| {
+        cxlfs_api::hits::access_bits(v.into())
+            .map_err(|e| LoadDaemonConfigError::Invalid(format!("access_bits: {e}")))
+    })
 }
 
 pub use crate::memory::MemoryRegionSpec;
@@ -552,6 +541,7 @@ impl TryFrom<Settings> for DaemonConfig {
             origin.push_str(&format!(" | --set {}", sets.join(" ")));
         }
         let access_sampling = access_sampling(&s)?;
+        let access_bits = access_bits(&s)?;
         if access_sampling.is_some() && !device.cache.hits_visible {
             // Sampled accesses are hits: a policy blind to hits would
             // throw them away.
@@ -587,6 +577,7 @@ impl TryFrom<Settings> for DaemonConfig {
             guest_ids,
             memory_regions,
             access_sampling,
+            access_bits,
             max_open_files,
             control,
             cxl_ratio,
@@ -796,7 +787,10 @@ mod tests {
         )
         .unwrap();
         assert!(!c.device.cache.hits_visible, "off: the preset as it is");
-        assert_eq!(with("1000000").unwrap(), Some(MAX_ACCESS_SAMPLING));
+        assert_eq!(
+            with("1000000").unwrap(),
+            Some(cxlfs_api::hits::MAX_ACCESS_SAMPLING)
+        );
         for bad in ["0", "0/s", "1000001/s", "fast", "2000/min", ""] {
             let e = with(bad).unwrap_err().to_string();
             assert!(e.contains("access_sampling"), "{bad}: {e}");
@@ -810,6 +804,25 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.access_sampling, None, "the flag wins");
+    }
+
+    #[test]
+    fn access_bits_are_on_unless_turned_off() {
+        let c = DaemonConfig::merge(&cli(&["--shared-dir", "/a"]), FileConfig::default()).unwrap();
+        assert_eq!(c.access_bits, AccessBits::On);
+        let file: FileConfig = toml::from_str("access_bits = false").unwrap();
+        let c = DaemonConfig::merge(&cli(&["--shared-dir", "/a"]), file.clone()).unwrap();
+        assert_eq!(c.access_bits, AccessBits::Off);
+        let c = DaemonConfig::merge(&cli(&["--shared-dir", "/a", "--access-bits", "on"]), file)
+            .unwrap();
+        assert_eq!(c.access_bits, AccessBits::On, "the flag wins");
+        let e = DaemonConfig::merge(
+            &cli(&["--shared-dir", "/a", "--access-bits", "maybe"]),
+            FileConfig::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("access_bits") && e.contains("\"maybe\""), "{e}");
     }
 
     #[test]
@@ -1070,7 +1083,7 @@ mod tests {
             let flag = flag.replace('_', "-");
             assert!(longs.contains(&flag.as_str()), "no --{flag} for `{key}`");
         }
-        assert_eq!(Settings::KEYS.len(), 35);
+        assert_eq!(Settings::KEYS.len(), 36);
         // ... and `sets` is not a file key.
         assert!(toml::from_str::<FileConfig>("sets = [\"a=1\"]").is_err());
     }

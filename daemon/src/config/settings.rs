@@ -79,6 +79,8 @@ settings! {
         /// Access sampling: "off" or resident pages armed per second
         /// ("2000/s", or a bare number).
         access_sampling: toml::Value,
+        /// Accessed bits from the VMM: "on" (default) or "off".
+        access_bits: toml::Value,
         /// virtio-fs tag of the device config space.
         tag: String,
         /// DAX window on / off.

@@ -244,6 +244,24 @@ impl DaxSession {
         }
     }
 
+    /// The pool pages behind `window_pages` (window offset / 4 KiB) that a
+    /// slot maps now, appended to `out`, under one look at the table.
+    pub(super) fn pool_pages(&self, window_pages: &[u64], out: &mut Vec<u64>) {
+        let slots = lock(&self.slots);
+        for &w in window_pages {
+            let Some(at) = w.checked_mul(PAGE) else {
+                continue;
+            };
+            let Some((&moffset, slot)) = slots.range(..=at).next_back() else {
+                continue;
+            };
+            let inside = at - moffset;
+            if inside < slot.len && slot.state != SlotState::Mapping {
+                out.push((slot.extent * EXTENT_SIZE + inside) / PAGE);
+            }
+        }
+    }
+
     /// Live slots.
     pub fn slot_count(&self) -> usize {
         lock(&self.slots).len()

@@ -29,6 +29,14 @@ impl DaxPlane {
             .map(|i| i as VmId)
     }
 
+    /// The names of the VMs that used the plane so far.
+    pub fn vm_names(&self) -> Vec<String> {
+        lock(&self.state.vms)
+            .iter()
+            .map(|v| v.name.clone())
+            .collect()
+    }
+
     /// The name of VM `id`.
     pub fn vm_name(&self, id: VmId) -> Option<String> {
         lock(&self.state.vms)
@@ -69,6 +77,18 @@ impl DaxPlane {
             .iter()
             .filter_map(std::sync::Weak::upgrade)
             .collect()
+    }
+
+    /// The pool (device) pages behind pages `window_pages` of VM `name`'s
+    /// DAX window, through its slot tables now, appended to `out`; a
+    /// window page no slot maps is left out.
+    pub fn window_pool_pages(&self, name: &str, window_pages: &[u64], out: &mut Vec<u64>) {
+        let Some(vm) = self.find_vm_id(name) else {
+            return;
+        };
+        for s in self.live_sessions().iter().filter(|s| s.vm == vm) {
+            s.pool_pages(window_pages, out);
+        }
     }
 
     /// Bytes VM `vm`'s DAX window maps now (its slots' lengths, summed).

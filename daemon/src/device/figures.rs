@@ -50,6 +50,7 @@ impl DeviceSource for SharedDevice {
             sampling_busy_ns: sampling.busy_ns,
             hits: st.hits,
             misses: st.misses,
+            references: st.references,
             nand_reads: st.nand.reads(),
             nand_programs: st.nand.programs(),
             nand_erases: st.nand.erases,

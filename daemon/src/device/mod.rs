@@ -33,7 +33,7 @@ use crate::ids::FileKey;
 use crate::sync::lock;
 use cxlfs_device_model::nand::NandStats;
 use cxlfs_device_model::write_log::WriteLogStats;
-use cxlfs_device_model::{AccessError, Device, DeviceStats, Op, PageFilter};
+use cxlfs_device_model::{AccessError, Device, DeviceStats, Op, PageFilter, References};
 use events::Observers;
 use placement::{Placement, SetCxlRatioError, Tier};
 use sampling::SampleMarks;
@@ -574,6 +574,24 @@ impl SharedDevice {
             .filter(|p| device.is_resident(p * PAGE))
             .collect();
         marks.arm(&resident)
+    }
+
+    /// References seen after the fact (accessed bits): each group of
+    /// device `pages` goes to [`Device::reference`] with `since_ns`, the
+    /// start of the period they were read for, all in one transaction.
+    /// With sampling on, a referenced page counts as heard of (it is not
+    /// the one to arm next).
+    pub fn reference(&self, since_ns: u64, groups: &[&[u64]]) -> Vec<References> {
+        self.transact_marked(Publish::Hand, |_, dev, marks| {
+            groups
+                .iter()
+                .map(|pages| {
+                    marks.referenced(dev, pages);
+                    dev.reference(since_ns, pages)
+                })
+                .collect()
+        })
+        .0
     }
 
     /// Starts keeping the order in which traps last reached each resident

@@ -145,6 +145,19 @@ impl SampleMarks {
         n
     }
 
+    /// Device `pages` a hit source saw referenced: with tracking on, the
+    /// resident ones count as heard of now.
+    pub(super) fn referenced(&mut self, device: &Device, pages: &[u64]) {
+        if !self.tracking {
+            return;
+        }
+        for &p in pages {
+            if device.is_resident(p * PAGE) {
+                self.hear(p);
+            }
+        }
+    }
+
     /// A write-back of `[addr, addr + len)`: the armed pages in it are
     /// deferred (dirty in the model, no program now); `charge` gets each run
     /// `(addr, len)` that is charged as usual, in order.

@@ -416,10 +416,12 @@ impl MemoryRegions {
     }
 
     /// Access sampling: arms the region pages among device `pages` (see
-    /// [`Region::arm_sampled`]); returns the pages armed.
-    pub fn arm_sampled(&self, pages: &[u64]) -> u64 {
+    /// [`Region::arm_sampled`]), except in the regions of the VMs `skip`
+    /// names (another source sees their hits); returns the pages armed.
+    pub fn arm_sampled(&self, pages: &[u64], skip: impl Fn(&str) -> bool) -> u64 {
         self.regions
             .iter()
+            .filter(|r| !skip(&r.vm))
             .map(|r| r.arm_sampled(&self.shared, pages))
             .sum()
     }

@@ -37,7 +37,7 @@ pub mod prometheus;
 pub mod snapshot;
 
 pub use counters::{DeviceWork, VmMetrics};
-pub use cxlfs_api::metrics::{DeviceTotals, MemoryRegionSample};
+pub use cxlfs_api::metrics::{DeviceTotals, HitSourceSample, MemoryRegionSample};
 pub use http::serve;
 pub use prometheus::render_prometheus;
 pub use snapshot::Snapshot;
@@ -103,12 +103,22 @@ pub trait MemorySource: Send + Sync {
     fn regions(&self) -> Vec<MemoryRegionSample>;
 }
 
+/// The hit sources (accessed bits, access sampling) as the metrics see them.
+pub trait HitSourcesSource: Send + Sync {
+    /// One row per VM region a source tracks, now.
+    fn samples(&self) -> Vec<HitSourceSample>;
+    /// Adds the sources' device-wide figures to `totals`.
+    fn add_totals(&self, totals: &mut DeviceTotals);
+}
+
 /// All metrics of the daemon.
 pub struct Metrics {
     vms: Mutex<Vec<Arc<VmMetrics>>>,
     device: Arc<dyn DeviceSource>,
     plane: Option<Arc<dyn PlaneSource>>,
     memory: Option<Arc<dyn MemorySource>>,
+    /// Set once the sources start (after the metrics).
+    hits: std::sync::OnceLock<Arc<dyn HitSourcesSource>>,
     record_latency: AtomicBool,
     /// Plane trap counts at the last `reset_stats` (the plane's own
     /// counters never go back), by VM id (`None`: unknown threads).
@@ -133,6 +143,16 @@ impl Metrics {
         self
     }
 
+    /// Adds the hit sources to what is exported (once; later calls are ignored).
+    pub fn set_hit_sources(&self, hits: Arc<dyn HitSourcesSource>) {
+        let _ = self.hits.set(hits);
+    }
+
+    /// The hit sources' rows now (none before they start).
+    pub fn hit_sources(&self) -> Vec<HitSourceSample> {
+        self.hits.get().map(|h| h.samples()).unwrap_or_default()
+    }
+
     /// The memory regions' rows now (none without memory mode).
     pub fn memory_regions(&self) -> Vec<MemoryRegionSample> {
         self.memory
@@ -148,6 +168,7 @@ impl Metrics {
             device,
             plane,
             memory: None,
+            hits: std::sync::OnceLock::new(),
             record_latency: AtomicBool::new(true),
             trap_baseline: Mutex::new(BTreeMap::new()),
             fuse_compensation_ns: AtomicU64::new(0),
@@ -257,7 +278,7 @@ impl Metrics {
 
     fn device_totals_with(&self, plane: &PlaneFigures) -> DeviceTotals {
         let source = self.plane.as_ref();
-        DeviceTotals {
+        let mut totals = DeviceTotals {
             shared_pages: source.map_or(0, |p| p.shared_pages()),
             traps: self.all_traps_since_reset(plane),
             traps_unknown: self.traps_since_reset(None, plane),
@@ -267,7 +288,11 @@ impl Metrics {
             pool_eviction_lag_max_ns: plane.eviction_lag_max_ns,
             pool_prefetch_stores: source.map_or(0, |p| p.prefetch_stores()),
             ..self.device.totals()
+        };
+        if let Some(h) = self.hits.get() {
+            h.add_totals(&mut totals);
         }
+        totals
     }
 
     /// The Prometheus text exposition.

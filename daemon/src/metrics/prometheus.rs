@@ -105,6 +105,55 @@ fn render_sampled_accesses(snap: &Snapshot, s: &mut String) {
     }
 }
 
+/// The hit sources, per VM region: which one serves it (`cxlfs_hit_source`,
+/// 1 for the serving source), and the accessed bits' figures.
+fn render_hit_sources(snap: &Snapshot, s: &mut String) {
+    if snap.hit_sources.is_empty() {
+        return;
+    }
+    let name = "cxlfs_hit_source";
+    let _ = writeln!(
+        s,
+        "# HELP {name} The source through which the VM region's hits reach the device's policy (1 for the one serving it: access_bits, sampling or none).\n# TYPE {name} gauge"
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    for r in &snap.hit_sources {
+        if seen.insert((&r.vm, &r.region)) {
+            let _ = writeln!(
+                s,
+                "{name}{{vm=\"{}\",region=\"{}\",source=\"{}\"}} 1",
+                r.vm,
+                r.region,
+                r.serving.as_str()
+            );
+        }
+    }
+    let bits: Vec<_> = snap
+        .hit_sources
+        .iter()
+        .filter(|r| r.source == cxlfs_api::hits::HitSourceKind::AccessBits)
+        .collect();
+    type Pick = fn(&cxlfs_api::metrics::HitSourceSample) -> u64;
+    let families: [(&str, &str, Pick); 4] = [
+        ("cxlfs_access_bits_region_read_total", "Accessed bits read and cleared from the VM region's area.", |r| r.bits_read),
+        ("cxlfs_references_total", "References the device's policy was told of from the VM region's accessed bits (resident pages; at most one a page a period).", |r| r.references),
+        ("cxlfs_access_bits_rearms_total", "The VMM's re-arms of the VM region (its TLB entries dropped so that the next access marks again).", |r| r.rearms),
+        ("cxlfs_access_bits_vmm_set_total", "Bits the VMM set in the VM region's area (TLB refills that found their bit clear).", |r| r.vmm_bits_set),
+    ];
+    for (name, help, pick) in families {
+        let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter");
+        for r in &bits {
+            let _ = writeln!(
+                s,
+                "{name}{{vm=\"{}\",region=\"{}\"}} {}",
+                r.vm,
+                r.region,
+                pick(r)
+            );
+        }
+    }
+}
+
 /// The Prometheus text of a snapshot.
 pub fn render_prometheus(snap: &Snapshot) -> String {
     let rows = &snap.vms;
@@ -126,6 +175,7 @@ pub fn render_prometheus(snap: &Snapshot) -> String {
         }
     }
     render_sampled_accesses(snap, &mut s);
+    render_hit_sources(snap, &mut s);
     let _ = writeln!(
         s,
         "# HELP cxlfs_dax_mapped_bytes Bytes the VM's DAX window maps now (its resident file pages).\n# TYPE cxlfs_dax_mapped_bytes gauge"

@@ -92,6 +92,8 @@ pub struct Snapshot {
     pub device: DeviceTotals,
     /// Memory mode's regions.
     pub memory_regions: Vec<cxlfs_api::metrics::MemoryRegionSample>,
+    /// The hit sources' VM regions.
+    pub hit_sources: Vec<cxlfs_api::metrics::HitSourceSample>,
     /// Latency compensation floors (ns) by path: `fuse` always, `dax`
     /// when the residency plane is up.
     pub compensation_ns: Vec<(&'static str, u64)>,
@@ -121,6 +123,7 @@ impl Snapshot {
             all: self.all.to_api(self.device.write_amplification),
             device: self.device.clone(),
             memory_regions: self.memory_regions.clone(),
+            hit_sources: self.hit_sources.clone(),
         }
     }
 }
@@ -210,6 +213,7 @@ impl Metrics {
             all,
             device,
             memory_regions: self.memory_regions(),
+            hit_sources: self.hit_sources(),
             compensation_ns,
             pool_ring_requests: plane_up.then_some(plane.ring_requests),
         }

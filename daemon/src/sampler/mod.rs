@@ -9,10 +9,18 @@
 //! at memory speed unseen, about when it happened. The marks that keep the
 //! model unchanged otherwise (no NAND time, dirty pages stay dirty) are the
 //! device's (`device/sampling.rs`).
+//!
+//! It is the [`HitSource`] of kind `sampling`, less preferred than the
+//! accessed bits: it arms no page of a VM region a preferred source covers
+//! (a memory region whose VMM sets bits; the DAX pool once every VM that
+//! maps it sets bits).
 
 use crate::dax::DaxPlane;
 use crate::device::SharedDevice;
+use crate::hits::{HitSource, Preferred, RegionKind};
 use crate::memory::MemoryRegions;
+use cxlfs_api::hits::HitSourceKind;
+use cxlfs_api::metrics::HitSourceSample;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -25,49 +33,98 @@ const TICK: Duration = Duration::from_millis(10);
 #[derive(Debug)]
 pub struct AccessSampler {
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    thread: std::sync::Mutex<Option<JoinHandle<()>>>,
+    planes: Arc<Planes>,
 }
 
-/// The planes whose pages are armed.
+/// The planes whose pages are armed, and what is left to other sources.
 struct Planes {
     shared: Arc<SharedDevice>,
     dax: Option<Arc<DaxPlane>>,
     memory: Option<Arc<MemoryRegions>>,
+    preferred: Preferred,
+}
+
+impl std::fmt::Debug for Planes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Planes")
+            .field("dax", &self.dax.is_some())
+            .field("memory", &self.memory.is_some())
+            .field("preferred", &self.preferred)
+            .finish()
+    }
+}
+
+impl Planes {
+    /// The VM regions sampling can arm: every VM's window, every region.
+    fn regions(&self) -> Vec<(String, RegionKind)> {
+        let mut out = Vec::new();
+        if let Some(d) = &self.dax {
+            out.extend(d.vm_names().into_iter().map(|v| (v, RegionKind::File)));
+        }
+        if let Some(m) = &self.memory {
+            out.extend(
+                m.regions()
+                    .iter()
+                    .map(|r| (r.vm.clone(), RegionKind::Memory)),
+            );
+        }
+        out
+    }
+
+    /// Whether a preferred source covers every VM that maps the pool.
+    fn pool_covered(&self, dax: &DaxPlane) -> bool {
+        let vms = dax.vm_names();
+        !vms.is_empty()
+            && vms
+                .iter()
+                .all(|v| self.preferred.covers(v, RegionKind::File))
+    }
 }
 
 impl AccessSampler {
-    /// Starts arming `rate` pages a second of the planes given.
+    /// Starts arming `rate` pages a second of the planes given, leaving
+    /// alone what `preferred` covers.
     pub fn start(
         shared: Arc<SharedDevice>,
         dax: Option<Arc<DaxPlane>>,
         memory: Option<Arc<MemoryRegions>>,
         rate: u32,
+        preferred: Preferred,
     ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
-        let planes = Planes {
+        let planes = Arc::new(Planes {
             shared,
             dax,
             memory,
-        };
+            preferred,
+        });
         planes.shared.track_recency();
         let flag = stop.clone();
+        let p = planes.clone();
         let thread = std::thread::Builder::new()
             .name("access-sampler".into())
-            .spawn(move || run(&planes, rate, &flag))?;
+            .spawn(move || run(&p, rate, &flag))?;
         tracing::info!(rate, "access sampling on (resident pages armed per second)");
         Ok(AccessSampler {
             stop,
-            thread: Some(thread),
+            thread: std::sync::Mutex::new(Some(thread)),
+            planes,
         })
+    }
+
+    /// Stops the thread (no page is armed once this returns).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = crate::sync::lock(&self.thread).take() {
+            let _ = t.join();
+        }
     }
 }
 
 impl Drop for AccessSampler {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.stop();
     }
 }
 
@@ -95,15 +152,43 @@ fn run(planes: &Planes, rate: u32, stop: &AtomicBool) {
             continue;
         }
         let started = Instant::now();
-        if let Some(d) = &planes.dax {
+        if let Some(d) = planes.dax.as_ref().filter(|d| !planes.pool_covered(d)) {
             d.arm_sampled(picked);
         }
         if let Some(m) = &planes.memory {
-            m.arm_sampled(picked);
+            m.arm_sampled(picked, |vm| planes.preferred.covers(vm, RegionKind::Memory));
         }
         planes
             .shared
             .record_sampling_time(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX));
+    }
+}
+
+impl HitSource for AccessSampler {
+    fn kind(&self) -> HitSourceKind {
+        HitSourceKind::Sampling
+    }
+
+    /// Every VM region with a plane (what a preferred source covers is
+    /// left to it: the sources are asked in order).
+    fn covers(&self, vm: &str, region: RegionKind) -> bool {
+        self.planes
+            .regions()
+            .iter()
+            .any(|(v, r)| v == vm && *r == region)
+    }
+
+    fn samples(&self) -> Vec<HitSourceSample> {
+        self.planes
+            .regions()
+            .into_iter()
+            .map(|(vm, r)| HitSourceSample {
+                vm,
+                region: r.as_str().into(),
+                source: HitSourceKind::Sampling,
+                ..HitSourceSample::default()
+            })
+            .collect()
     }
 }
 

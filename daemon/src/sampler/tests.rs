@@ -29,7 +29,7 @@ fn armed_pages_trap_as_hits_and_their_write_backs_wait_for_the_eviction() {
     let fpage = extent * crate::device::EXTENT_SIZE / PAGE;
     let rpage = shared.memory_base() / PAGE;
     assert_eq!(rig.dax.arm_sampled(&[fpage, fpage + 1, rpage]), 2);
-    assert_eq!(memory.arm_sampled(&[fpage, rpage, rpage + 1]), 2);
+    assert_eq!(memory.arm_sampled(&[fpage, rpage, rpage + 1], |_| false), 2);
     // The region's helper stores a write-back at once and tells the daemon
     // after: its deferral may come a little after the eviction ended.
     let t = Instant::now();
@@ -109,6 +109,7 @@ fn the_sampler_arms_resident_pages_until_dropped() {
         Some(rig.dax.clone()),
         Some(memory.clone()),
         1000,
+        crate::hits::Preferred::default(),
     )
     .unwrap();
     // The pages it may arm: those it heard of (their traps).

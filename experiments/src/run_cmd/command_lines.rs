@@ -34,7 +34,13 @@ pub(super) fn daemon_args(
     }
     if d.dax {
         a.extend(["--dax".to_string(), "on".to_string()]);
+        // The window's bit area is made for the window QEMU is given.
+        a.extend(["--dax-window".to_string(), plan.spec.vms.dax_window.clone()]);
     }
+    a.extend([
+        "--access-bits".to_string(),
+        d.access_bits().as_str().to_string(),
+    ]);
     if let Some(m) = d.cxl_memory_bytes() {
         for i in 0..plan.spec.vms.count {
             a.extend(["--cxl-memory".to_string(), format!("vm{i}={m}")]);
@@ -59,8 +65,9 @@ pub(super) fn daemon_args(
     a
 }
 
-/// The `run-vm.sh` arguments of guest `vm` (besides image, socket, serial).
-pub(super) fn vm_args(plan: &RunPlan, vm: &str) -> Vec<String> {
+/// The `run-vm.sh` arguments of guest `vm` (besides image, socket, serial),
+/// whose socket is `socket`.
+pub(super) fn vm_args(plan: &RunPlan, vm: &str, socket: &Path) -> Vec<String> {
     let v = &plan.spec.vms;
     let timeout_s = parse_duration_ns(&v.timeout).unwrap_or(600_000_000_000) / 1_000_000_000;
     let mut a = vec![
@@ -99,6 +106,20 @@ pub(super) fn vm_args(plan: &RunPlan, vm: &str) -> Vec<String> {
         // The guest's HMAT: node 1 costs a CXL link plus the device's hit.
         let latency = CXL_LINK_NS.saturating_add(plan.device.cache.hit_latency_ns);
         a.extend(["--cxl-latency".to_string(), latency.to_string()]);
+    }
+    if plan.spec.daemon.access_bits().is_on() {
+        // The areas `cxlfsd --access-bits on` made beside the socket.
+        let area = |suffix: &str| {
+            let mut p = socket.as_os_str().to_os_string();
+            p.push(suffix);
+            p.to_string_lossy().into_owned()
+        };
+        if plan.spec.daemon.dax {
+            a.extend(["--dax-abits".to_string(), area(".dax-abits")]);
+        }
+        if plan.spec.daemon.cxl_memory.is_some() {
+            a.extend(["--cxl-abits".to_string(), area(".cxl-abits")]);
+        }
     }
     a
 }
@@ -173,6 +194,10 @@ mod tests {
                 "0",
                 "--dax",
                 "on",
+                "--dax-window",
+                "64M",
+                "--access-bits",
+                "off",
                 "--metrics-file",
                 "m.jsonl",
                 "--metrics-interval",
@@ -197,7 +222,7 @@ mod tests {
         assert_eq!(flags.iter().filter(|f| f.is_none()).count(), 2, "{flags:?}");
         assert!(flags.contains(&Some("500/s".into())), "{flags:?}");
         assert!(flags.contains(&Some("2000/s".into())), "{flags:?}");
-        let v = vm_args(&plans[1], "vm1");
+        let v = vm_args(&plans[1], "vm1", Path::new("w/vm1.sock"));
         assert_eq!(
             v,
             [
@@ -215,5 +240,12 @@ mod tests {
                 "64M"
             ]
         );
+        // With the bits on, each guest is given the area beside its socket.
+        let mut on = plans[1].clone();
+        on.spec.daemon.access_bits = Some(toml::Value::String("on".into()));
+        let v = vm_args(&on, "vm1", Path::new("w/vm1.sock"));
+        assert_eq!(v[v.len() - 2..], ["--dax-abits", "w/vm1.sock.dax-abits"]);
+        let a = daemon_args(&on, None, Path::new("m.jsonl"));
+        assert!(a.windows(2).any(|w| w == ["--access-bits", "on"]), "{a:?}");
     }
 }

@@ -91,13 +91,14 @@ pub(super) fn boot(
     } else {
         Command::new(&tools.run_vm)
     };
+    let socket = work.join(format!("{vm}.sock"));
     cmd.arg("--image")
         .arg(&tools.image)
         .arg("--socket")
-        .arg(work.join(format!("{vm}.sock")))
+        .arg(&socket)
         .arg("--serial")
         .arg(&serial)
-        .args(vm_args(plan, vm))
+        .args(vm_args(plan, vm, &socket))
         .env("QEMU", &tools.qemu)
         .stdin(Stdio::null())
         .stdout(log2)

@@ -153,7 +153,7 @@ pub(super) fn plan_json(plan: &RunPlan, tools: Option<&Tools>) -> Value {
         "repeat": plan.repeat,
         "params": plan.params.iter().map(|(k, v)| (k.clone(), toml_to_json(v))).collect::<serde_json::Map<_, _>>(),
         "cxlfsd_args": daemon_args(plan, tools, Path::new("RUN_DIR/metrics.jsonl")),
-        "run_vm_args": vm_args(plan, vm0),
+        "run_vm_args": vm_args(plan, vm0, Path::new("WORK/vm0.sock")),
         "phases": plan.spec.phases.iter().map(|p| json!({
             "phase": p.name,
             "vm0": phase_text(plan, p).unwrap_or_else(|e| e.to_string()),

@@ -144,6 +144,10 @@ impl PhaseRows<'_> {
                 plan.spec.daemon.access_sampling_rate()
             )),
         );
+        r.insert(
+            "daemon.access_bits".into(),
+            json!(plan.spec.daemon.access_bits().as_str()),
+        );
         let compensation = plan.spec.daemon.latency_compensation.as_deref();
         r.insert(
             "daemon.latency_compensation".into(),
@@ -299,6 +303,9 @@ fn command_figures(p: &PhaseResult) -> Vec<(String, f64)> {
         v.push(("hit_share.full_system".into(), h.full_system));
         v.push(("hit_share.replay".into(), h.replay));
         v.push(("hit_share.replay_visible".into(), h.replay_visible));
+        if let Some(b) = h.replay_blind {
+            v.push(("hit_share.replay_blind".into(), b));
+        }
         v.push(("device_misses.replay".into(), h.replay_misses.0 as f64));
         v.push((
             "device_misses.replay_visible".into(),
@@ -431,6 +438,7 @@ mod tests {
         assert_eq!(r0["daemon.cxl_ratio"], 0);
         assert_eq!(r0["policy"], plans[0].device.cache.policy.name());
         assert_eq!(r0["daemon.access_sampling"], "off");
+        assert_eq!(r0["daemon.access_bits"], "off");
         let mut sampled = plans[0].clone();
         sampled.spec.daemon.access_sampling = Some(toml::Value::Integer(2000));
         assert_eq!(
@@ -533,6 +541,7 @@ mod tests {
             hit_shares: Some(HitShares {
                 full_system: 0.5,
                 replay: 0.25,
+                replay_blind: None,
                 replay_visible: 0.75,
                 replay_misses: (30, 20),
             }),

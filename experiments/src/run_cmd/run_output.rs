@@ -45,8 +45,11 @@ pub(super) struct PhaseResult {
 pub(super) struct HitShares {
     /// Measured in the full system (loads below `hit_below_ns`).
     pub(super) full_system: f64,
-    /// The replay with hits invisible to the policy.
+    /// The replay with what the device could see: hits invisible to the
+    /// policy, or with accessed bits on, each page once a bits' period.
     pub(super) replay: f64,
+    /// With accessed bits on: the replay blind to hits.
+    pub(super) replay_blind: Option<f64>,
     /// The replay with hits visible to the policy.
     pub(super) replay_visible: f64,
     /// The replays' device misses over the whole phase (hits invisible,
@@ -251,11 +254,24 @@ fn hit_share_check(
     let bytes = fs::read(dir.join(&rc.sequence))
         .with_context(|| format!("reading the sequence {}", rc.sequence))?;
     let seq = replay_check::decode_sequence(&bytes)?;
-    let p = replay_check::predict_both(&plan.device, &seq, warmup, laps)?;
+    // With the bits on: a period's worth of the phase's own loads.
+    let bits_period_loads = if plan.spec.daemon.access_bits().is_on() {
+        let rate = probe
+            .get("loads_per_s")
+            .and_then(Value::as_f64)
+            .context("the probe's JSON has no `loads_per_s`")?;
+        let period_s = cxlfs_api::hits::ACCESS_BITS_PERIOD_MS as f64 / 1e3;
+        Some((rate * period_s).round().max(1.0) as u64)
+    } else {
+        None
+    };
+    let p = replay_check::predict_all(&plan.device, &seq, warmup, laps, bits_period_loads)?;
+    let seen = p.bits.unwrap_or(p.hidden);
     Ok(HitShares {
         full_system: measured,
-        replay: p.hidden.hit_share,
+        replay: seen.hit_share,
+        replay_blind: p.bits.map(|_| p.hidden.hit_share),
         replay_visible: p.visible.hit_share,
-        replay_misses: (p.hidden.phase_misses, p.visible.phase_misses),
+        replay_misses: (seen.phase_misses, p.visible.phase_misses),
     })
 }

@@ -3,11 +3,11 @@
 //! files, sweep keys, the daemon's device config and CXL memory, variable
 //! names. One phase's own rules are in `check_phase.rs`.
 
-use super::access_sampling::access_sampling_rate;
 use super::check_phase::{check_phase, check_share_path};
 use super::tree::{flatten_sets, size_value};
 use super::types::{DaemonSpec, Spec};
 use super::{LoadSpecError, DEFAULT_PRESET};
+use cxlfs_api::hits::{access_bits, access_sampling_rate};
 use cxlfs_device_model::presets::preset;
 use cxlfs_device_model::units::{parse_duration_ns, parse_size};
 use cxlfs_device_model::DeviceConfig;
@@ -212,11 +212,15 @@ fn check_cxl_memory(d: &DaemonSpec) -> Result<(), KeyError> {
     Ok(())
 }
 
-/// `access_sampling`: `off`, a whole number, or `N/s`.
+/// `access_sampling` (`off`, a whole number, or `N/s`) and `access_bits`
+/// (`on` / `off`), with the daemon's own parsers (`cxlfs_api::hits`).
 fn check_access_sampling(d: &DaemonSpec) -> Result<(), KeyError> {
     if let Some(v) = &d.access_sampling {
-        access_sampling_rate(v)
+        access_sampling_rate(v.into())
             .map_err(|e| ("daemon.access_sampling".to_string(), e.to_string()))?;
+    }
+    if let Some(v) = &d.access_bits {
+        access_bits(v.into()).map_err(|e| ("daemon.access_bits".to_string(), e.to_string()))?;
     }
     Ok(())
 }
@@ -313,7 +317,13 @@ mod tests {
         );
         let e = load_str("s.toml", &bad, &[]).unwrap_err().to_string();
         assert!(
-            e.starts_with("s.toml: daemon.access_sampling: `fast`: "),
+            e.starts_with("s.toml: daemon.access_sampling: \"fast\": "),
+            "{e}"
+        );
+        let bad = SPEC.replace("cxl_ratio = 50", "cxl_ratio = 50\naccess_bits = \"yes\"");
+        let e = load_str("s.toml", &bad, &[]).unwrap_err().to_string();
+        assert!(
+            e.starts_with("s.toml: daemon.access_bits: \"yes\": "),
             "{e}"
         );
         // A swept value is checked at load as well, naming the point.

@@ -13,7 +13,6 @@
 //! rest is in its submodules:
 //!
 //! * [`types`]: the spec's top-level tables;
-//! * [`access_sampling`]: `[daemon] access_sampling` values;
 //! * [`phase`]: a phase's tables (memory policy, outputs, replay check);
 //! * [`tree`]: the TOML tree (`--set` values, dotted paths, flattening);
 //! * [`check`]: deserialising a tree and the spec-wide checks;
@@ -21,7 +20,6 @@
 //! * [`quick`]: `[quick]` and how `--quick` shrinks a spec;
 //! * [`sweep`]: sweep expansion into [`RunPlan`]s.
 
-mod access_sampling;
 mod check;
 mod check_phase;
 mod phase;
@@ -33,7 +31,7 @@ mod tree;
 mod types;
 
 pub use crate::plot_spec::PlotSpec;
-pub use access_sampling::access_sampling_text;
+pub use cxlfs_api::hits::access_sampling_text;
 #[cfg(test)]
 pub use phase::CsvCell;
 pub use phase::{

@@ -2,10 +2,10 @@
 //! `[[files]]` and `[image]`, with their defaults. The phase tables are in
 //! `phase.rs`, `[quick]` in `quick.rs`.
 
-use super::access_sampling::access_sampling_rate;
 use super::phase::PhaseSpec;
 use super::tree::size_value;
 use crate::plot_spec::PlotSpec;
+use cxlfs_api::hits::{access_bits, access_sampling_rate, AccessBits};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -87,6 +87,11 @@ pub struct DaemonSpec {
     /// `"off"` (the default: no flag), a whole number, or `"N/s"`.
     #[serde(default)]
     pub access_sampling: Option<toml::Value>,
+    /// Accessed bits (`cxlfsd --access-bits`, the guests' `run-vm.sh
+    /// --dax-abits` / `--cxl-abits`): `"on"` or `"off"` (or a boolean);
+    /// [`DEFAULT_ACCESS_BITS`] when absent.
+    #[serde(default)]
+    pub access_bits: Option<toml::Value>,
     /// Latency compensation (`cxlfsd --latency-compensation`): `auto` (the
     /// daemon's default: no flag), `off`, a duration, or `dax=…,fuse=…`.
     #[serde(default)]
@@ -98,6 +103,12 @@ pub struct DaemonSpec {
     #[serde(default)]
     pub args: Vec<String>,
 }
+
+/// `[daemon] access_bits` when a spec leaves it out: off until the
+/// full-system checks compare with a replay that sees hits at the bits'
+/// granularity (a page at most once a period); a spec turns them on with
+/// `access_bits = "on"`.
+pub const DEFAULT_ACCESS_BITS: AccessBits = AccessBits::Off;
 
 fn default_cache() -> String {
     "never".into()
@@ -116,10 +127,18 @@ impl DaemonSpec {
 
     /// The access-sampling rate (pages per second), `None` when off (a spec
     /// that loaded has a valid value here).
-    pub fn access_sampling_rate(&self) -> Option<u64> {
+    pub fn access_sampling_rate(&self) -> Option<u32> {
         self.access_sampling
             .as_ref()
-            .and_then(|v| access_sampling_rate(v).ok().flatten())
+            .and_then(|v| access_sampling_rate(v.into()).ok().flatten())
+    }
+
+    /// Accessed bits on or off (a spec that loaded has a valid value here).
+    pub fn access_bits(&self) -> AccessBits {
+        self.access_bits
+            .as_ref()
+            .and_then(|v| access_bits(v.into()).ok())
+            .unwrap_or(DEFAULT_ACCESS_BITS)
     }
 }
 
@@ -133,6 +152,7 @@ impl Default for DaemonSpec {
             dax: false,
             cxl_memory: None,
             access_sampling: None,
+            access_bits: None,
             latency_compensation: None,
             metrics_interval: default_metrics_interval(),
             args: Vec::new(),

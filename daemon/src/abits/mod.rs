@@ -1,0 +1,64 @@
+//! Accessed bits, the preferred hit source (`--access-bits on`, the
+//! default): a bit area per VM region beside the VM's socket
+//! (`SOCKET.dax-abits` for its DAX window, `SOCKET.cxl-abits` for its CXL
+//! memory region), which the VM's QEMU maps and marks: a vCPU's TLB fill
+//! of a page sets the page's bit, and QEMU drops the region's TLB entries
+//! every [`PERIOD`], so the next access marks again ([`area`]; the
+//! protocol: DESIGN.md, "QEMU accessed bits"). The scanner ([`scanner`])
+//! reads and clears the bits every period and tells the device's policy of
+//! each page as a reference (a hit, no latency, no NAND work), in one
+//! device transaction a scan. The window's bits reach pool pages through
+//! the VM's slot table; a region's bits are its pages. A VM whose VMM does
+//! not attach its area (KVM, a stock QEMU) is left to access sampling.
+
+mod area;
+pub mod scanner;
+
+pub use area::{AreaHeader, AreaState, BitArea, CreateAreaError, HEADER_BYTES, MAGIC, VERSION};
+pub use scanner::AccessBitsSource;
+
+use crate::hits::RegionKind;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How often the bits are read, and QEMU re-arms them: a page's hits reach
+/// the policy at most once a period.
+pub const PERIOD: Duration = Duration::from_millis(cxlfs_api::hits::ACCESS_BITS_PERIOD_MS);
+
+/// The area of `region` of the VM whose socket is `socket`.
+pub fn area_path(socket: &Path, region: RegionKind) -> PathBuf {
+    let mut p = socket.as_os_str().to_os_string();
+    p.push(match region {
+        RegionKind::File => ".dax-abits",
+        RegionKind::Memory => ".cxl-abits",
+    });
+    PathBuf::from(p)
+}
+
+/// One VM region's area, before the scanner takes it.
+#[derive(Debug)]
+pub struct VmArea {
+    /// The VM.
+    pub vm: String,
+    /// Which of its regions.
+    pub region: RegionKind,
+    /// The area.
+    pub area: BitArea,
+}
+
+/// Creates `region`'s area of `region_bytes` for VM `vm` beside `socket`.
+pub fn create_area(
+    vm: &str,
+    socket: &Path,
+    region: RegionKind,
+    region_bytes: u64,
+) -> Result<VmArea, CreateAreaError> {
+    let period_us = u32::try_from(PERIOD.as_micros()).unwrap_or(u32::MAX);
+    let area = BitArea::create(&area_path(socket, region), region_bytes, period_us)?;
+    tracing::info!(vm, region = region.as_str(), path = %area.path().display(), pages = area.pages(), "accessed-bit area ready for the VMM");
+    Ok(VmArea {
+        vm: vm.to_string(),
+        region,
+        area,
+    })
+}
