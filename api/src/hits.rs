@@ -46,9 +46,27 @@ impl<'a> From<&'a toml::Value> for SettingValue<'a> {
     }
 }
 
-/// How often the daemon reads the accessed bits and the VMM re-arms them
-/// (ms): a page's hits reach the policy at most once a period.
-pub const ACCESS_BITS_PERIOD_MS: u64 = 100;
+/// How often the daemon reads the accessed bits and the VMM re-arms them,
+/// by default (ns): a page's hits reach the policy at most once a period.
+pub const DEFAULT_ACCESS_BITS_PERIOD_NS: u64 = 10_000_000;
+/// The shortest and the longest period (ns): below 1 ms the re-arms'
+/// TLB refills would cost the guest more than the bits save it; above 10 s
+/// a period spans whole phases.
+pub const ACCESS_BITS_PERIOD_RANGE_NS: std::ops::RangeInclusive<u64> = 1_000_000..=10_000_000_000;
+
+/// Why an `access_bits_period` was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("an accessed-bit period of {0} ns: give 1ms to 10s")]
+pub struct AccessBitsPeriodError(pub u64);
+
+/// Checks a period (ns, as a duration parser gave it).
+pub fn access_bits_period(ns: u64) -> Result<u64, AccessBitsPeriodError> {
+    if ACCESS_BITS_PERIOD_RANGE_NS.contains(&ns) {
+        Ok(ns)
+    } else {
+        Err(AccessBitsPeriodError(ns))
+    }
+}
 
 /// The highest access-sampling rate (pages armed per second).
 pub const MAX_ACCESS_SAMPLING: u32 = 1_000_000;
@@ -227,5 +245,8 @@ mod tests {
         assert!(access_bits(Integer(1)).is_err());
         assert_eq!(AccessBits::default(), AccessBits::On);
         assert_eq!(HitSourceKind::AccessBits.as_str(), "access_bits");
+        assert_eq!(access_bits_period(10_000_000), Ok(10_000_000));
+        assert!(access_bits_period(999_999).is_err());
+        assert!(access_bits_period(10_000_000_001).is_err());
     }
 }

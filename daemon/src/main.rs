@@ -257,6 +257,7 @@ fn start_hit_sources(
                     &vm.socket,
                     RegionKind::File,
                     cfg.dax.window,
+                    cfg.access_bits_period,
                 )?);
             }
             if let Some(r) = cfg.memory_regions.iter().find(|r| r.vm == vm.name) {
@@ -265,6 +266,7 @@ fn start_hit_sources(
                     &vm.socket,
                     RegionKind::Memory,
                     r.size,
+                    cfg.access_bits_period,
                 )?);
             }
         }
@@ -277,6 +279,7 @@ fn start_hit_sources(
         });
         let source = Arc::new(AccessBitsSource::start(
             areas,
+            cfg.access_bits_period,
             state.shared.clone(),
             state.dax().cloned(),
             memory.cloned(),

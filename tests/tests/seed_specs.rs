@@ -573,7 +573,7 @@ fn tiering_promotes_hot_pages_and_beats_all_on_cxl() {
 }
 
 #[test]
-fn policy_full_system_sampling_shows_lru_its_hits() {
+fn policy_full_system_bits_and_sampling_show_lru_its_hits() {
     let _serial = exclusive();
     let (_dir, rows) = run_spec_with(
         "policy-full-system",
@@ -582,49 +582,80 @@ fn policy_full_system_sampling_shows_lru_its_hits() {
             r#"sweep.daemon.device.cache.policy=["fifo","lru"]"#,
             "--set",
             r#"sweep.daemon.access_sampling=["off","30000/s"]"#,
+            "--set",
+            r#"sweep.daemon.access_bits=["off","on"]"#,
         ],
     );
-    let row = |policy: &str, sampling: &str| -> &Value {
+    let row = |policy: &str, sampling: &str, bits: &str| -> &Value {
         let found: Vec<&Value> = of(&rows, "vm0", "zipf")
             .into_iter()
             .filter(|r| {
-                r["daemon.device.cache.policy"] == policy && r["daemon.access_sampling"] == sampling
+                r["daemon.device.cache.policy"] == policy
+                    && r["daemon.access_sampling"] == sampling
+                    && r["daemon.access_bits"] == bits
             })
             .collect();
-        assert_eq!(found.len(), 1, "{policy} {sampling}: {rows:#?}");
+        assert_eq!(found.len(), 1, "{policy} {sampling} {bits}: {rows:#?}");
         found[0]
     };
     let misses = |r: &Value| f(r, "daemon.region_device_misses");
     for policy in ["fifo", "lru"] {
-        let off = row(policy, "off");
-        // Off: today's check (the target is 1 point; 2 on a loaded host).
-        let diff = (f(off, "hit_share.full_system") - f(off, "hit_share.replay")).abs();
-        assert!(
-            diff < 0.02,
-            "{policy}: full system vs blind replay {diff}: {off:#}"
-        );
+        // Blind, and seeing each page once a bits' period: the full system
+        // against the replay with the same information (the target is 1
+        // point; 2 on a loaded host).
+        for bits in ["off", "on"] {
+            let r = row(policy, "off", bits);
+            let diff = (f(r, "hit_share.full_system") - f(r, "hit_share.replay")).abs();
+            assert!(
+                diff < 0.02,
+                "{policy} bits {bits}: full system vs replay {diff}: {r:#}"
+            );
+        }
+        let off = row(policy, "off", "off");
         assert_eq!(f(off, "daemon.region_sampled_accesses"), 0.0, "{off:#}");
         assert_eq!(f(off, "daemon.region_sampling_armed_pages"), 0.0, "{off:#}");
-        let on = row(policy, "30000/s");
-        assert!(f(on, "daemon.region_sampled_accesses") > 0.0, "{on:#}");
+        let sampled = row(policy, "30000/s", "off");
+        assert!(
+            f(sampled, "daemon.region_sampled_accesses") > 0.0,
+            "{sampled:#}"
+        );
+        let bits = row(policy, "off", "on");
+        assert!(f(bits, "daemon.references") > 0.0, "{bits:#}");
+        // Both on: the bits cover the region, sampling arms none of it.
+        let both = row(policy, "30000/s", "on");
+        assert_eq!(
+            f(both, "daemon.region_sampling_armed_pages"),
+            0.0,
+            "{both:#}"
+        );
     }
     // The rate is pages armed per second of wall time: the faster a miss
     // is served, the fewer accesses a rate samples. With the region
     // helper on FUSE over io_uring, 10000/s sampled too few to move LRU
     // (0.976x); at 30000/s, measured here: LRU 0.90x its misses without
-    // sampling, FIFO 1.00x, LRU 0.90x FIFO's.
-    let (lru_off, lru_on) = (misses(row("lru", "off")), misses(row("lru", "30000/s")));
-    let (fifo_off, fifo_on) = (misses(row("fifo", "off")), misses(row("fifo", "30000/s")));
-    assert!(
-        lru_on < 0.94 * lru_off,
-        "LRU did not learn from the sampled hits: {lru_off} -> {lru_on}"
+    // sampling, FIFO 1.00x, LRU 0.90x FIFO's. The bits (10 ms): LRU 0.81x,
+    // FIFO 1.00x.
+    let (lru_off, fifo_off) = (
+        misses(row("lru", "off", "off")),
+        misses(row("fifo", "off", "off")),
     );
-    assert!(
-        fifo_on > 0.97 * fifo_off,
-        "FIFO ignores hits, yet: {fifo_off} -> {fifo_on}"
-    );
-    assert!(
-        lru_on < 0.95 * fifo_on,
-        "LRU with sampled hits {lru_on} vs FIFO {fifo_on}"
-    );
+    for (how, sampling, bits, lru_bound) in [
+        ("sampled", "30000/s", "off", 0.94),
+        ("accessed bits", "off", "on", 0.90),
+    ] {
+        let lru = misses(row("lru", sampling, bits));
+        let fifo = misses(row("fifo", sampling, bits));
+        assert!(
+            lru < lru_bound * lru_off,
+            "LRU did not learn from the {how} hits: {lru_off} -> {lru}"
+        );
+        assert!(
+            fifo > 0.97 * fifo_off && fifo < 1.03 * fifo_off,
+            "FIFO ignores hits, yet with {how} hits: {fifo_off} -> {fifo}"
+        );
+        assert!(
+            lru < 0.95 * fifo,
+            "LRU with {how} hits {lru} vs FIFO {fifo}"
+        );
+    }
 }

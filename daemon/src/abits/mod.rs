@@ -3,7 +3,7 @@
 //! (`SOCKET.dax-abits` for its DAX window, `SOCKET.cxl-abits` for its CXL
 //! memory region), which the VM's QEMU maps and marks: a vCPU's TLB fill
 //! of a page sets the page's bit, and QEMU drops the region's TLB entries
-//! every [`PERIOD`], so the next access marks again ([`area`]; the
+//! every period (`--access-bits-period`), so the next access marks again ([`area`]; the
 //! protocol: DESIGN.md, "QEMU accessed bits"). The scanner ([`scanner`])
 //! reads and clears the bits every period and tells the device's policy of
 //! each page as a reference (a hit, no latency, no NAND work), in one
@@ -20,10 +20,6 @@ pub use scanner::AccessBitsSource;
 use crate::hits::RegionKind;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// How often the bits are read, and QEMU re-arms them: a page's hits reach
-/// the policy at most once a period.
-pub const PERIOD: Duration = Duration::from_millis(cxlfs_api::hits::ACCESS_BITS_PERIOD_MS);
 
 /// The area of `region` of the VM whose socket is `socket`.
 pub fn area_path(socket: &Path, region: RegionKind) -> PathBuf {
@@ -46,14 +42,16 @@ pub struct VmArea {
     pub area: BitArea,
 }
 
-/// Creates `region`'s area of `region_bytes` for VM `vm` beside `socket`.
+/// Creates `region`'s area of `region_bytes` for VM `vm` beside `socket`,
+/// for QEMU to re-arm every `period`.
 pub fn create_area(
     vm: &str,
     socket: &Path,
     region: RegionKind,
     region_bytes: u64,
+    period: Duration,
 ) -> Result<VmArea, CreateAreaError> {
-    let period_us = u32::try_from(PERIOD.as_micros()).unwrap_or(u32::MAX);
+    let period_us = u32::try_from(period.as_micros()).unwrap_or(u32::MAX);
     let area = BitArea::create(&area_path(socket, region), region_bytes, period_us)?;
     tracing::info!(vm, region = region.as_str(), path = %area.path().display(), pages = area.pages(), "accessed-bit area ready for the VMM");
     Ok(VmArea {

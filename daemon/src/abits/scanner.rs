@@ -1,4 +1,4 @@
-//! The scanner thread: every [`PERIOD`] it reads and clears the bits of
+//! The scanner thread: every period it reads and clears the bits of
 //! every attached area, maps them to device pages (a window's through the
 //! VM's slot table, a region's by offset), and hands them to the device as
 //! references in one transaction; the period they were read for begins at
@@ -6,7 +6,7 @@
 //! access). It is the [`HitSource`] of kind `access_bits`: it covers a VM
 //! region while the region's VMM has the area attached and intact.
 
-use super::{VmArea, PERIOD};
+use super::VmArea;
 use crate::dax::DaxPlane;
 use crate::device::{SharedDevice, PAGE};
 use crate::hits::{HitSource, RegionKind};
@@ -63,6 +63,8 @@ struct Shared {
     connected: Connected,
     /// What serves a region whose area is not attached (for the log).
     fallback: &'static str,
+    /// How often the bits are read.
+    period: Duration,
     stop: AtomicBool,
 }
 
@@ -82,10 +84,12 @@ impl std::fmt::Debug for AccessBitsSource {
 }
 
 impl AccessBitsSource {
-    /// Starts reading `areas` every [`PERIOD`]. `sampling`: whether access
-    /// sampling serves what the bits do not (for the log).
+    /// Starts reading `areas` every `period` (the one their headers ask
+    /// QEMU for). `sampling`: whether access sampling serves what the bits
+    /// do not (for the log).
     pub fn start(
         areas: Vec<VmArea>,
+        period: Duration,
         device: Arc<SharedDevice>,
         dax: Option<Arc<DaxPlane>>,
         memory: Option<Arc<MemoryRegions>>,
@@ -118,13 +122,14 @@ impl AccessBitsSource {
             } else {
                 "nothing: the policy sees its misses only"
             },
+            period,
             stop: AtomicBool::new(false),
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("access-bits".into())
             .spawn(move || run(&s))?;
-        tracing::info!(areas = shared.tracked.len(), period = ?PERIOD, "accessed bits on (read where the VMM attaches its area)");
+        tracing::info!(areas = shared.tracked.len(), period = ?period, "accessed bits on (read where the VMM attaches its area)");
         Ok(AccessBitsSource {
             shared,
             thread: std::sync::Mutex::new(Some(thread)),
@@ -150,7 +155,8 @@ impl Drop for AccessBitsSource {
 /// The thread: a scan every period until stopped.
 fn run(s: &Shared) {
     let mut since = s.device.now_ns();
-    let mut next = Instant::now() + PERIOD;
+    let period = s.period;
+    let mut next = Instant::now() + period;
     let mut buffers = Buffers::default();
     while !s.stop.load(Ordering::Acquire) {
         let now = Instant::now();
@@ -158,9 +164,9 @@ fn run(s: &Shared) {
             std::thread::park_timeout(next - now);
             continue;
         }
-        next += PERIOD;
+        next += period;
         // After a stall, no burst of scans.
-        next = next.max(now + PERIOD / 2);
+        next = next.max(now + period / 2);
         since = scan(s, since, &mut buffers);
     }
 }

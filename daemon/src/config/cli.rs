@@ -102,6 +102,11 @@ pub struct Cli {
     /// attach the area falls back to access sampling, if that is on.
     #[arg(long, value_name = "on|off")]
     pub access_bits: Option<String>,
+    /// How often the accessed bits are read and the VMM re-arms them
+    /// (default 10ms; 1ms to 10s): a page's hits reach the policy at most
+    /// once a period, at its end.
+    #[arg(long, value_name = "DURATION")]
+    pub access_bits_period: Option<String>,
     /// virtio-fs tag in the device config space (default `cxlfs`), for
     /// front-ends that read it from the back-end (VHOST_USER_GET_CONFIG,
     /// e.g. QEMU >= 11.1 `vhost-user-test-device-pci,virtio-id=26`);
@@ -230,6 +235,7 @@ impl TryFrom<&Cli> for Settings {
             plane_poll: cli.plane_poll.then_some(true),
             access_sampling: cli.access_sampling.clone().map(toml::Value::String),
             access_bits: cli.access_bits.clone().map(toml::Value::String),
+            access_bits_period: cli.access_bits_period.clone(),
             tag: cli.tag.clone(),
             dax: cli.dax,
             dax_window: cli.dax_window.clone(),

@@ -159,6 +159,8 @@ pub struct DaemonConfig {
     pub access_sampling: Option<u32>,
     /// Accessed bits from the VMMs that offer them.
     pub access_bits: AccessBits,
+    /// How often they are read (and re-armed).
+    pub access_bits_period: std::time::Duration,
 }
 
 pub use cxlfs_api::hits::AccessBits;
@@ -169,6 +171,20 @@ fn access_sampling(s: &Settings) -> Result<Option<u32>, LoadDaemonConfigError> {
         cxlfs_api::hits::access_sampling_rate(v.into())
             .map_err(|e| LoadDaemonConfigError::Invalid(format!("access_sampling: {e}")))
     })
+}
+
+/// `access_bits_period`: a duration, 1 ms to 10 s.
+fn access_bits_period(s: &Settings) -> Result<std::time::Duration, LoadDaemonConfigError> {
+    let ns = match &s.access_bits_period {
+        None => cxlfs_api::hits::DEFAULT_ACCESS_BITS_PERIOD_NS,
+        Some(t) => cxlfs_device_model::units::parse_duration_ns(t)
+            .map_err(|e| e.to_string())
+            .and_then(|ns| cxlfs_api::hits::access_bits_period(ns).map_err(|e| e.to_string()))
+            .map_err(|e| {
+                LoadDaemonConfigError::Invalid(format!("access_bits_period `{t}`: {e}"))
+            })?,
+    };
+    Ok(std::time::Duration::from_nanos(ns))
 }
 
 /// `access_bits` (`cxlfs_api::hits::access_bits`); on when unset.
@@ -542,6 +558,7 @@ impl TryFrom<Settings> for DaemonConfig {
         }
         let access_sampling = access_sampling(&s)?;
         let access_bits = access_bits(&s)?;
+        let access_bits_period = access_bits_period(&s)?;
         if access_sampling.is_some() && !device.cache.hits_visible {
             // Sampled accesses are hits: a policy blind to hits would
             // throw them away.
@@ -578,6 +595,7 @@ impl TryFrom<Settings> for DaemonConfig {
             memory_regions,
             access_sampling,
             access_bits,
+            access_bits_period,
             max_open_files,
             control,
             cxl_ratio,
@@ -816,6 +834,22 @@ mod tests {
         let c = DaemonConfig::merge(&cli(&["--shared-dir", "/a", "--access-bits", "on"]), file)
             .unwrap();
         assert_eq!(c.access_bits, AccessBits::On, "the flag wins");
+        assert_eq!(c.access_bits_period, std::time::Duration::from_millis(10));
+        let c = DaemonConfig::merge(
+            &cli(&["--shared-dir", "/a", "--access-bits-period", "50ms"]),
+            FileConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(c.access_bits_period, std::time::Duration::from_millis(50));
+        for bad in ["100us", "11s", "soon"] {
+            let e = DaemonConfig::merge(
+                &cli(&["--shared-dir", "/a", "--access-bits-period", bad]),
+                FileConfig::default(),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("access_bits_period"), "{bad}: {e}");
+        }
         let e = DaemonConfig::merge(
             &cli(&["--shared-dir", "/a", "--access-bits", "maybe"]),
             FileConfig::default(),
@@ -1083,7 +1117,7 @@ mod tests {
             let flag = flag.replace('_', "-");
             assert!(longs.contains(&flag.as_str()), "no --{flag} for `{key}`");
         }
-        assert_eq!(Settings::KEYS.len(), 36);
+        assert_eq!(Settings::KEYS.len(), 37);
         // ... and `sets` is not a file key.
         assert!(toml::from_str::<FileConfig>("sets = [\"a=1\"]").is_err());
     }

@@ -81,6 +81,8 @@ settings! {
         access_sampling: toml::Value,
         /// Accessed bits from the VMM: "on" (default) or "off".
         access_bits: toml::Value,
+        /// How often the bits are read and re-armed ("10ms").
+        access_bits_period: String,
         /// virtio-fs tag of the device config space.
         tag: String,
         /// DAX window on / off.

@@ -41,6 +41,9 @@ pub(super) fn daemon_args(
         "--access-bits".to_string(),
         d.access_bits().as_str().to_string(),
     ]);
+    if let Some(p) = &d.access_bits_period {
+        a.extend(["--access-bits-period".to_string(), p.clone()]);
+    }
     if let Some(m) = d.cxl_memory_bytes() {
         for i in 0..plan.spec.vms.count {
             a.extend(["--cxl-memory".to_string(), format!("vm{i}={m}")]);
@@ -197,7 +200,7 @@ mod tests {
                 "--dax-window",
                 "64M",
                 "--access-bits",
-                "off",
+                "on",
                 "--metrics-file",
                 "m.jsonl",
                 "--metrics-interval",
@@ -237,15 +240,22 @@ mod tests {
                 "--mountopts",
                 "dax=always",
                 "--cache-size",
-                "64M"
+                "64M",
+                "--dax-abits",
+                "w/vm1.sock.dax-abits"
             ]
         );
-        // With the bits on, each guest is given the area beside its socket.
-        let mut on = plans[1].clone();
-        on.spec.daemon.access_bits = Some(toml::Value::String("on".into()));
-        let v = vm_args(&on, "vm1", Path::new("w/vm1.sock"));
-        assert_eq!(v[v.len() - 2..], ["--dax-abits", "w/vm1.sock.dax-abits"]);
-        let a = daemon_args(&on, None, Path::new("m.jsonl"));
-        assert!(a.windows(2).any(|w| w == ["--access-bits", "on"]), "{a:?}");
+        // With the bits off, no area, and the daemon is told.
+        let mut off = plans[1].clone();
+        off.spec.daemon.access_bits = Some(toml::Value::String("off".into()));
+        off.spec.daemon.access_bits_period = Some("20ms".into());
+        let v = vm_args(&off, "vm1", Path::new("w/vm1.sock"));
+        assert_eq!(v.last().map(String::as_str), Some("64M"), "{v:?}");
+        let a = daemon_args(&off, None, Path::new("m.jsonl"));
+        assert!(a.windows(2).any(|w| w == ["--access-bits", "off"]), "{a:?}");
+        assert!(
+            a.windows(2).any(|w| w == ["--access-bits-period", "20ms"]),
+            "{a:?}"
+        );
     }
 }

@@ -95,7 +95,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         return slurm::run_on_slurm(args, &loaded.spec, &plans);
     }
     let out_dir = prepare_out_dir(args)?;
-    let dax = plans.iter().any(|p| p.spec.daemon.dax);
+    let dax = plans.iter().any(|p| p.spec.daemon.needs_patched_qemu());
     let tools = resolve_tools(args, dax, &loaded.spec.image)?;
     let stop = stop_on_signals()?;
     let mut provenance = Provenance::start(args, &loaded.spec, &plans, &tools, &out_dir)?;

@@ -148,6 +148,12 @@ impl PhaseRows<'_> {
             "daemon.access_bits".into(),
             json!(plan.spec.daemon.access_bits().as_str()),
         );
+        if plan.spec.daemon.access_bits().is_on() {
+            r.insert(
+                "daemon.access_bits_period_ns".into(),
+                json!(plan.spec.daemon.access_bits_period_ns()),
+            );
+        }
         let compensation = plan.spec.daemon.latency_compensation.as_deref();
         r.insert(
             "daemon.latency_compensation".into(),
@@ -438,7 +444,7 @@ mod tests {
         assert_eq!(r0["daemon.cxl_ratio"], 0);
         assert_eq!(r0["policy"], plans[0].device.cache.policy.name());
         assert_eq!(r0["daemon.access_sampling"], "off");
-        assert_eq!(r0["daemon.access_bits"], "off");
+        assert_eq!(r0["daemon.access_bits"], "on");
         let mut sampled = plans[0].clone();
         sampled.spec.daemon.access_sampling = Some(toml::Value::Integer(2000));
         assert_eq!(

@@ -256,11 +256,16 @@ fn hit_share_check(
     let seq = replay_check::decode_sequence(&bytes)?;
     // With the bits on: a period's worth of the phase's own loads.
     let bits_period_loads = if plan.spec.daemon.access_bits().is_on() {
-        let rate = probe
-            .get("loads_per_s")
-            .and_then(Value::as_f64)
-            .context("the probe's JSON has no `loads_per_s`")?;
-        let period_s = cxlfs_api::hits::ACCESS_BITS_PERIOD_MS as f64 / 1e3;
+        // The measured rate (Zipf laps), else one load per mean load time
+        // plus the timer's own (a chain's laps time each load).
+        let num = |k: &str| probe.get(k).and_then(Value::as_f64);
+        let rate = num("loads_per_s")
+            .or_else(|| {
+                let per_load = num("mean_ns")? + num("timer_overhead_ns").unwrap_or(0.0);
+                (per_load > 0.0).then(|| 1e9 / per_load)
+            })
+            .context("the probe's JSON has neither `loads_per_s` nor `mean_ns`")?;
+        let period_s = plan.spec.daemon.access_bits_period_ns() as f64 / 1e9;
         Some((rate * period_s).round().max(1.0) as u64)
     } else {
         None

@@ -97,7 +97,8 @@ fn build_qemu() -> Result<String> {
 }
 
 /// Finds the tools: the given paths first, then the environment, then the
-/// defaults (the image built or cached, the patched QEMU built for DAX).
+/// defaults (the image built or cached, the patched QEMU built when `dax`:
+/// a DAX window or accessed bits need it).
 pub(super) fn resolve_tools(args: &RunArgs, dax: bool, image: &ImageSpec) -> Result<Tools> {
     let cxlfsd = find_cxlfsd(args.cxlfsd.as_deref())?;
     let help = output_of(Command::new(&cxlfsd).arg("--help"));

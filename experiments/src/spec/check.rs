@@ -222,6 +222,16 @@ fn check_access_sampling(d: &DaemonSpec) -> Result<(), KeyError> {
     if let Some(v) = &d.access_bits {
         access_bits(v.into()).map_err(|e| ("daemon.access_bits".to_string(), e.to_string()))?;
     }
+    if let Some(t) = &d.access_bits_period {
+        cxlfs_device_model::units::parse_duration_ns(t)
+            .map_err(|e| e.to_string())
+            .and_then(|ns| {
+                cxlfs_api::hits::access_bits_period(ns)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
+            .map_err(|e| ("daemon.access_bits_period".to_string(), e))?;
+    }
     Ok(())
 }
 

@@ -92,6 +92,10 @@ pub struct DaemonSpec {
     /// [`DEFAULT_ACCESS_BITS`] when absent.
     #[serde(default)]
     pub access_bits: Option<toml::Value>,
+    /// How often the bits are read and re-armed (`cxlfsd
+    /// --access-bits-period`, e.g. `"10ms"`; absent: the daemon's default).
+    #[serde(default)]
+    pub access_bits_period: Option<String>,
     /// Latency compensation (`cxlfsd --latency-compensation`): `auto` (the
     /// daemon's default: no flag), `off`, a duration, or `dax=…,fuse=…`.
     #[serde(default)]
@@ -104,11 +108,8 @@ pub struct DaemonSpec {
     pub args: Vec<String>,
 }
 
-/// `[daemon] access_bits` when a spec leaves it out: off until the
-/// full-system checks compare with a replay that sees hits at the bits'
-/// granularity (a page at most once a period); a spec turns them on with
-/// `access_bits = "on"`.
-pub const DEFAULT_ACCESS_BITS: AccessBits = AccessBits::Off;
+/// `[daemon] access_bits` when a spec leaves it out: the daemon's default.
+pub const DEFAULT_ACCESS_BITS: AccessBits = AccessBits::On;
 
 fn default_cache() -> String {
     "never".into()
@@ -133,6 +134,21 @@ impl DaemonSpec {
             .and_then(|v| access_sampling_rate(v.into()).ok().flatten())
     }
 
+    /// The accessed bits' period (ns): the spec's, or the daemon's default
+    /// (a spec that loaded has a valid value here).
+    pub fn access_bits_period_ns(&self) -> u64 {
+        self.access_bits_period
+            .as_deref()
+            .and_then(|t| cxlfs_device_model::units::parse_duration_ns(t).ok())
+            .unwrap_or(cxlfs_api::hits::DEFAULT_ACCESS_BITS_PERIOD_NS)
+    }
+
+    /// Whether the guests need the project's QEMU: for a DAX window, or
+    /// for accessed bits.
+    pub fn needs_patched_qemu(&self) -> bool {
+        self.dax || self.access_bits().is_on()
+    }
+
     /// Accessed bits on or off (a spec that loaded has a valid value here).
     pub fn access_bits(&self) -> AccessBits {
         self.access_bits
@@ -153,6 +169,7 @@ impl Default for DaemonSpec {
             cxl_memory: None,
             access_sampling: None,
             access_bits: None,
+            access_bits_period: None,
             latency_compensation: None,
             metrics_interval: default_metrics_interval(),
             args: Vec::new(),

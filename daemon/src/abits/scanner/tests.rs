@@ -29,10 +29,12 @@ fn set_bits_become_references_of_resident_pages_while_the_area_is_attached() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("vm0.sock");
     let size = memory.region("vm0").unwrap().size;
-    let area = create_area("vm0", &socket, RegionKind::Memory, size).unwrap();
+    let period = Duration::from_millis(100);
+    let area = create_area("vm0", &socket, RegionKind::Memory, size, period).unwrap();
     let path = area.area.path().to_path_buf();
     let source = AccessBitsSource::start(
         vec![area],
+        period,
         rig.shared.clone(),
         None,
         Some(memory.clone()),

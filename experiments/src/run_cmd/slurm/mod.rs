@@ -60,7 +60,7 @@ pub(super) fn run_on_slurm(args: &RunArgs, spec: &Spec, plans: &[RunPlan]) -> Re
         );
         return collect::collect_dir(&out_dir, args.no_plots).map(|_| ());
     }
-    let dax = plans.iter().any(|p| p.spec.daemon.dax);
+    let dax = plans.iter().any(|p| p.spec.daemon.needs_patched_qemu());
     let tools = resolve_tools(args, dax, &spec.image)?;
     if !o.resume {
         Provenance::start(args, spec, plans, &tools, &out_dir)?;
