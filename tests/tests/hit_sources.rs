@@ -31,6 +31,30 @@ fn daemon_log(d: &Daemon) -> String {
     fs::read_to_string(d.work_dir().join("daemon.log")).unwrap_or_default()
 }
 
+/// Starts a daemon with `args` (a share holding `data` of `data_bytes`
+/// bytes when not 0), runs `script` in one guest booted with `opts`, and
+/// returns the stopped daemon and its last snapshot (one more scan after
+/// the guest's end).
+fn run_guest(
+    args: &[&str],
+    data_bytes: usize,
+    script: &str,
+    opts: &VmOptions,
+) -> (Daemon, MetricsSnapshot) {
+    let mut d = Daemon::start(&["vm0"], args, |share| {
+        if data_bytes > 0 {
+            fs::write(share.join("data"), vec![0x5a; data_bytes]).unwrap();
+        }
+    });
+    d.write_guest_script(&format!("{GUEST_PRELUDE}\n{script}\n"));
+    let run = d.boot("vm0", opts).wait();
+    assert!(run.ok(), "{}\n{}", run.describe(), d.diagnostics());
+    std::thread::sleep(Duration::from_millis(300));
+    let snap = d.snapshot();
+    d.stop();
+    (d, snap)
+}
+
 /// 16 MiB read three times through a 64 MiB DAX window, a 32 MiB device
 /// cache: the first read misses every page, the next two find them
 /// resident and mapped, and reach the device only through the bits.
@@ -38,8 +62,11 @@ fn daemon_log(d: &Daemon) -> String {
 fn a_dax_windows_hits_reach_the_policy_as_references() {
     let _serial = exclusive();
     const PAGES: u64 = 16 * 256;
-    let mut d = Daemon::start(
-        &["vm0"],
+    let opts = VmOptions {
+        access_bits: true,
+        ..VmOptions::dax("64M")
+    };
+    let (d, snap) = run_guest(
         &[
             "--dax",
             "on",
@@ -50,20 +77,10 @@ fn a_dax_windows_hits_reach_the_policy_as_references() {
             "--access-bits",
             "on",
         ],
-        |share| fs::write(share.join("data"), vec![0x5a; (PAGES * 4096) as usize]).unwrap(),
+        (PAGES * 4096) as usize,
+        "for i in 1 2 3; do run cat /mnt/data >/dev/null; sleep 1; done",
+        &opts,
     );
-    d.write_guest_script(&format!(
-        "{GUEST_PRELUDE}\nfor i in 1 2 3; do run cat /mnt/data >/dev/null; sleep 1; done\n"
-    ));
-    let opts = VmOptions {
-        access_bits: true,
-        ..VmOptions::dax("64M")
-    };
-    let run = d.boot("vm0", &opts).wait();
-    assert!(run.ok(), "{}\n{}", run.describe(), d.diagnostics());
-    // One more scan after the guest's last read.
-    std::thread::sleep(Duration::from_millis(300));
-    let snap = d.snapshot();
     let row = bits_row(&snap, "vm0", "file");
     let vm = snap.vms.iter().find(|v| v.vm == "vm0").unwrap();
     let misses = vm.counter("device_misses");
@@ -72,7 +89,6 @@ fn a_dax_windows_hits_reach_the_policy_as_references() {
         vm.counter("device_hits"),
         snap.device.references
     );
-    d.stop();
     assert_eq!(row.serving, HitSourceKind::AccessBits, "{row:?}");
     assert!(row.rearms > 0 && row.vmm_bits_set >= PAGES, "{row:?}");
     // The second and third reads: every page referenced, at most once a
@@ -98,20 +114,6 @@ fn a_dax_windows_hits_reach_the_policy_as_references() {
 #[test]
 fn a_cxl_regions_hits_reach_the_policy_as_references() {
     let _serial = exclusive();
-    let mut d = Daemon::start(
-        &["vm0"],
-        &[
-            "--cxl-memory",
-            "vm0=64MiB",
-            "--set",
-            "cache.size_bytes=8MiB",
-        ],
-        |_| {},
-    );
-    d.write_guest_script(&format!(
-        "{GUEST_PRELUDE}\nrc=0\ntimeout 10 numactl --membind=1 cxlfs-memlat --size 4m --stride 4096 \
-         --laps 1000000 >/dev/null || rc=$?\n[ $rc = 143 ] || [ $rc = 124 ]\n"
-    ));
     let opts = VmOptions {
         cxl_memory: Some("64M".into()),
         access_bits: true,
@@ -119,13 +121,21 @@ fn a_cxl_regions_hits_reach_the_policy_as_references() {
         timeout: Duration::from_secs(240),
         ..VmOptions::default()
     };
-    let run = d.boot("vm0", &opts).wait();
-    assert!(run.ok(), "{}\n{}", run.describe(), d.diagnostics());
-    let snap = d.snapshot();
+    let (_d, snap) = run_guest(
+        &[
+            "--cxl-memory",
+            "vm0=64MiB",
+            "--set",
+            "cache.size_bytes=8MiB",
+        ],
+        0,
+        "rc=0\ntimeout 10 numactl --membind=1 cxlfs-memlat --size 4m --stride 4096 \
+         --laps 1000000 >/dev/null || rc=$?\n[ $rc = 143 ] || [ $rc = 124 ]",
+        &opts,
+    );
     let row = bits_row(&snap, "vm0", "memory");
     let region = snap.memory_regions[0].clone();
     eprintln!("region bits: {row:?}; region {region:?}");
-    d.stop();
     assert_eq!(row.serving, HitSourceKind::AccessBits, "{row:?}");
     // 1024 chased pages, seen again period after period for ~10 s.
     assert!(
@@ -143,8 +153,7 @@ fn a_cxl_regions_hits_reach_the_policy_as_references() {
 #[test]
 fn a_vm_without_the_bits_is_served_by_sampling_and_the_daemon_says_so() {
     let _serial = exclusive();
-    let mut d = Daemon::start(
-        &["vm0"],
+    let (d, snap) = run_guest(
         &[
             "--dax",
             "on",
@@ -153,15 +162,10 @@ fn a_vm_without_the_bits_is_served_by_sampling_and_the_daemon_says_so() {
             "--access-sampling",
             "2000/s",
         ],
-        |share| fs::write(share.join("data"), vec![1u8; 1 << 20]).unwrap(),
+        1 << 20,
+        "run cat /mnt/data >/dev/null\nsleep 8",
+        &VmOptions::dax("64M"),
     );
-    d.write_guest_script(&format!(
-        "{GUEST_PRELUDE}\nrun cat /mnt/data >/dev/null\nsleep 8\n"
-    ));
-    let run = d.boot("vm0", &VmOptions::dax("64M")).wait();
-    assert!(run.ok(), "{}\n{}", run.describe(), d.diagnostics());
-    let snap = d.snapshot();
-    d.stop();
     let row = bits_row(&snap, "vm0", "file");
     assert_eq!(row.serving, HitSourceKind::Sampling, "{row:?}");
     assert_eq!((row.bits_read, row.references), (0, 0), "{row:?}");

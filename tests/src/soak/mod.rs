@@ -127,7 +127,14 @@ pub fn run_soak(cfg: &SoakConfig) -> Report {
     let names: Vec<String> = (0..cfg.vms).map(|i| format!("vm{i}")).collect();
     let shared = seeded_bytes(SHARED_BYTES as u64, 11);
     let victim = seeded_bytes(1 << 20, 12);
-    let mut args: Vec<String> = vec!["--set".into(), "cache.size_bytes=8MiB".into()];
+    // The windows' accessed bits on (the daemon's default), made for the
+    // guests' 32 MiB windows.
+    let mut args: Vec<String> = vec![
+        "--set".into(),
+        "cache.size_bytes=8MiB".into(),
+        "--dax-window".into(),
+        "32MiB".into(),
+    ];
     if cfg.small_pool {
         for set in small_device(cfg.vms) {
             args.extend(["--set".into(), set]);
@@ -214,6 +221,7 @@ impl Soak {
             mem: "384M".into(),
             cxl_memory: Some("64M".into()),
             timeout: cfg.length + Duration::from_secs(900),
+            access_bits: true,
             ..VmOptions::dax("32M")
         };
         let at = self.now();
