@@ -624,6 +624,7 @@ fn shipped_experiment_specs_expand() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     // (spec, runs, runs under --quick)
     let specs = [
+        ("access-bits-cost.toml", 2 * 3, 2),
         ("bandwidth-vs-wss-memory.toml", 5, 5),
         ("bandwidth-vs-wss.toml", 5, 5),
         ("cmm-h-interleave.toml", 4, 4),
@@ -631,7 +632,7 @@ fn shipped_experiment_specs_expand() {
         ("demo.toml", 3, 3),
         ("guest-clock.toml", 2 * 3, 2),
         ("miss-latency.toml", 3 * 2 * 3, 3 * 2 * 3),
-        ("policy-full-system.toml", 5 * 3 * 3, 5 * 3),
+        ("policy-full-system.toml", 5 * 2 * 2 * 3, 5 * 2 * 2),
         ("policy-hit-rate.toml", 7, 7),
         ("prefetch-degree.toml", 5, 5),
         ("redis.toml", 3, 3),
