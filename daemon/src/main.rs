@@ -3,7 +3,7 @@
 use clap::Parser;
 use cxlfs_device_model::Device;
 use cxlfsd::abits::{self, AccessBitsSource};
-use cxlfsd::hits::{HitSources, Preferred, RegionKind};
+use cxlfsd::hits::{HitPlanes, HitSources, Preferred, RegionKind};
 use cxlfsd::sandbox::{caps, seccomp, Keep, Leftovers, SandboxMode};
 use cxlfsd::server::ServerOptions;
 use cxlfsd::{
@@ -247,6 +247,11 @@ fn start_hit_sources(
 ) -> Result<(RunningSources, Vec<PathBuf>), BoxError> {
     let mut sources = HitSources::default();
     let preferred = Preferred::default();
+    let on = HitPlanes {
+        device: state.shared.clone(),
+        dax: state.dax().cloned(),
+        memory: memory.cloned(),
+    };
     let mut paths = Vec::new();
     let bits = if cfg.access_bits.is_on() {
         let mut areas = Vec::new();
@@ -280,9 +285,7 @@ fn start_hit_sources(
         let source = Arc::new(AccessBitsSource::start(
             areas,
             cfg.access_bits_period,
-            state.shared.clone(),
-            state.dax().cloned(),
-            memory.cloned(),
+            on.clone(),
             connected,
             cfg.access_sampling.is_some(),
         )?);
@@ -295,13 +298,7 @@ fn start_hit_sources(
     };
     let sampler = match cfg.access_sampling {
         Some(rate) => {
-            let s = Arc::new(AccessSampler::start(
-                state.shared.clone(),
-                state.dax().cloned(),
-                memory.cloned(),
-                rate,
-                preferred,
-            )?);
+            let s = Arc::new(AccessSampler::start(on, rate, preferred)?);
             sources.push(s.clone());
             Some(s)
         }

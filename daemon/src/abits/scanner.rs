@@ -7,10 +7,8 @@
 //! region while the region's VMM has the area attached and intact.
 
 use super::VmArea;
-use crate::dax::DaxPlane;
-use crate::device::{SharedDevice, PAGE};
-use crate::hits::{HitSource, RegionKind};
-use crate::memory::MemoryRegions;
+use crate::device::PAGE;
+use crate::hits::{HitPlanes, HitSource, RegionKind};
 use crate::metrics::DeviceTotals;
 use cxlfs_api::hits::HitSourceKind;
 use cxlfs_api::metrics::HitSourceSample;
@@ -57,9 +55,7 @@ struct ScanFigures {
 struct Shared {
     tracked: Vec<Tracked>,
     figures: ScanFigures,
-    device: Arc<SharedDevice>,
-    dax: Option<Arc<DaxPlane>>,
-    memory: Option<Arc<MemoryRegions>>,
+    on: HitPlanes,
     connected: Connected,
     /// What serves a region whose area is not attached (for the log).
     fallback: &'static str,
@@ -90,9 +86,7 @@ impl AccessBitsSource {
     pub fn start(
         areas: Vec<VmArea>,
         period: Duration,
-        device: Arc<SharedDevice>,
-        dax: Option<Arc<DaxPlane>>,
-        memory: Option<Arc<MemoryRegions>>,
+        on: HitPlanes,
         connected: Connected,
         sampling: bool,
     ) -> std::io::Result<Self> {
@@ -113,9 +107,7 @@ impl AccessBitsSource {
         let shared = Arc::new(Shared {
             tracked,
             figures: ScanFigures::default(),
-            device,
-            dax,
-            memory,
+            on,
             connected,
             fallback: if sampling {
                 "access sampling (hinting faults)"
@@ -154,7 +146,7 @@ impl Drop for AccessBitsSource {
 
 /// The thread: a scan every period until stopped.
 fn run(s: &Shared) {
-    let mut since = s.device.now_ns();
+    let mut since = s.on.device.now_ns();
     let period = s.period;
     let mut next = Instant::now() + period;
     let mut buffers = Buffers::default();
@@ -184,7 +176,7 @@ struct Buffers {
 /// when this one began.
 fn scan(s: &Shared, since: u64, b: &mut Buffers) -> u64 {
     let started = Instant::now();
-    let now = s.device.now_ns();
+    let now = s.on.device.now_ns();
     b.device_pages.clear();
     b.spans.clear();
     for (i, t) in s.tracked.iter().enumerate() {
@@ -211,7 +203,7 @@ fn scan(s: &Shared, since: u64, b: &mut Buffers) -> u64 {
             .iter()
             .map(|(_, r)| &b.device_pages[r.clone()])
             .collect();
-        let done = s.device.reference(since, &groups);
+        let done = s.on.device.reference(since, &groups);
         for ((i, _), r) in b.spans.iter().zip(done) {
             s.tracked[*i]
                 .references
@@ -271,12 +263,12 @@ fn check(s: &Shared, t: &Tracked) -> bool {
 fn device_pages(s: &Shared, t: &Tracked, taken: &[u64], out: &mut Vec<u64>) {
     match t.region {
         RegionKind::File => {
-            if let Some(d) = &s.dax {
+            if let Some(d) = &s.on.dax {
                 d.window_pool_pages(&t.vm, taken, out);
             }
         }
         RegionKind::Memory => {
-            let Some(r) = s.memory.as_ref().and_then(|m| m.region(&t.vm)) else {
+            let Some(r) = s.on.memory.as_ref().and_then(|m| m.region(&t.vm)) else {
                 return;
             };
             let (first, pages) = (r.base / PAGE, r.size / PAGE);

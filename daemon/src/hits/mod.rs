@@ -14,6 +14,9 @@
 //! the bits cover. A KVM source (the EPT's accessed bits, DESIGN.md) would
 //! be one more implementation, preferred like the QEMU one.
 
+use crate::dax::DaxPlane;
+use crate::device::SharedDevice;
+use crate::memory::MemoryRegions;
 use crate::metrics::{DeviceTotals, HitSourcesSource};
 use cxlfs_api::hits::HitSourceKind;
 use cxlfs_api::metrics::HitSourceSample;
@@ -35,6 +38,27 @@ impl RegionKind {
             RegionKind::File => "file",
             RegionKind::Memory => "memory",
         }
+    }
+}
+
+/// What a hit source works on: the device, and the residency planes whose
+/// pages the guests map (the DAX window's, the memory regions).
+#[derive(Clone)]
+pub struct HitPlanes {
+    /// The device its hits go to.
+    pub device: Arc<SharedDevice>,
+    /// The DAX window's plane, when the daemon has one.
+    pub dax: Option<Arc<DaxPlane>>,
+    /// The CXL memory regions (memory mode).
+    pub memory: Option<Arc<MemoryRegions>>,
+}
+
+impl std::fmt::Debug for HitPlanes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HitPlanes")
+            .field("dax", &self.dax.is_some())
+            .field("memory", &self.memory.is_some())
+            .finish()
     }
 }
 

@@ -16,9 +16,7 @@
 //! maps it sets bits).
 
 use crate::dax::DaxPlane;
-use crate::device::SharedDevice;
-use crate::hits::{HitSource, Preferred, RegionKind};
-use crate::memory::MemoryRegions;
+use crate::hits::{HitPlanes, HitSource, Preferred, RegionKind};
 use cxlfs_api::hits::HitSourceKind;
 use cxlfs_api::metrics::HitSourceSample;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,31 +36,20 @@ pub struct AccessSampler {
 }
 
 /// The planes whose pages are armed, and what is left to other sources.
+#[derive(Debug)]
 struct Planes {
-    shared: Arc<SharedDevice>,
-    dax: Option<Arc<DaxPlane>>,
-    memory: Option<Arc<MemoryRegions>>,
+    on: HitPlanes,
     preferred: Preferred,
-}
-
-impl std::fmt::Debug for Planes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Planes")
-            .field("dax", &self.dax.is_some())
-            .field("memory", &self.memory.is_some())
-            .field("preferred", &self.preferred)
-            .finish()
-    }
 }
 
 impl Planes {
     /// The VM regions sampling can arm: every VM's window, every region.
     fn regions(&self) -> Vec<(String, RegionKind)> {
         let mut out = Vec::new();
-        if let Some(d) = &self.dax {
+        if let Some(d) = &self.on.dax {
             out.extend(d.vm_names().into_iter().map(|v| (v, RegionKind::File)));
         }
-        if let Some(m) = &self.memory {
+        if let Some(m) = &self.on.memory {
             out.extend(
                 m.regions()
                     .iter()
@@ -83,23 +70,12 @@ impl Planes {
 }
 
 impl AccessSampler {
-    /// Starts arming `rate` pages a second of the planes given, leaving
+    /// Starts arming `rate` pages a second of the planes `on`, leaving
     /// alone what `preferred` covers.
-    pub fn start(
-        shared: Arc<SharedDevice>,
-        dax: Option<Arc<DaxPlane>>,
-        memory: Option<Arc<MemoryRegions>>,
-        rate: u32,
-        preferred: Preferred,
-    ) -> std::io::Result<Self> {
+    pub fn start(on: HitPlanes, rate: u32, preferred: Preferred) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
-        let planes = Arc::new(Planes {
-            shared,
-            dax,
-            memory,
-            preferred,
-        });
-        planes.shared.track_recency();
+        let planes = Arc::new(Planes { on, preferred });
+        planes.on.device.track_recency();
         let flag = stop.clone();
         let p = planes.clone();
         let thread = std::thread::Builder::new()
@@ -144,7 +120,7 @@ fn run(planes: &Planes, rate: u32, stop: &AtomicBool) {
         if n == 0 {
             continue;
         }
-        let picked = planes.shared.sampling_candidates(n);
+        let picked = planes.on.device.sampling_candidates(n);
         let picked = picked.as_slice();
         owed -= picked.len() as f64;
         if picked.is_empty() {
@@ -152,14 +128,15 @@ fn run(planes: &Planes, rate: u32, stop: &AtomicBool) {
             continue;
         }
         let started = Instant::now();
-        if let Some(d) = planes.dax.as_ref().filter(|d| !planes.pool_covered(d)) {
+        if let Some(d) = planes.on.dax.as_ref().filter(|d| !planes.pool_covered(d)) {
             d.arm_sampled(picked);
         }
-        if let Some(m) = &planes.memory {
+        if let Some(m) = &planes.on.memory {
             m.arm_sampled(picked, |vm| planes.preferred.covers(vm, RegionKind::Memory));
         }
         planes
-            .shared
+            .on
+            .device
             .record_sampling_time(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX));
     }
 }

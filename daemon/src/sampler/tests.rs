@@ -104,14 +104,12 @@ fn the_sampler_arms_resident_pages_until_dropped() {
         return;
     };
     let region = RegionMap::new(memory.region("vm0").unwrap().file());
-    let s = AccessSampler::start(
-        rig.shared.clone(),
-        Some(rig.dax.clone()),
-        Some(memory.clone()),
-        1000,
-        crate::hits::Preferred::default(),
-    )
-    .unwrap();
+    let on = crate::hits::HitPlanes {
+        device: rig.shared.clone(),
+        dax: Some(rig.dax.clone()),
+        memory: Some(memory.clone()),
+    };
+    let s = AccessSampler::start(on, 1000, crate::hits::Preferred::default()).unwrap();
     // The pages it may arm: those it heard of (their traps).
     for p in 0..64 {
         region.load(p);

@@ -35,9 +35,11 @@ fn set_bits_become_references_of_resident_pages_while_the_area_is_attached() {
     let source = AccessBitsSource::start(
         vec![area],
         period,
-        rig.shared.clone(),
-        None,
-        Some(memory.clone()),
+        HitPlanes {
+            device: rig.shared.clone(),
+            dax: None,
+            memory: Some(memory.clone()),
+        },
         Box::new(|_| true),
         false,
     )
