@@ -161,6 +161,48 @@ pub fn access_bits(v: SettingValue<'_>) -> Result<AccessBits, ParseAccessBitsErr
     }
 }
 
+/// Which of a VM's mapped regions a hit lands in (the `region` label).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum RegionKind {
+    /// Its DAX window (pool pages of shared files).
+    #[default]
+    File,
+    /// Its CXL memory region (memory mode).
+    Memory,
+}
+
+impl RegionKind {
+    /// The `region` label: `file` or `memory`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RegionKind::File => "file",
+            RegionKind::Memory => "memory",
+        }
+    }
+
+    /// The accessed-bit area `cxlfsd --access-bits on` makes for this
+    /// region of the VM whose socket is `socket`: `SOCKET.dax-abits`,
+    /// `SOCKET.cxl-abits` (what QEMU is given: `run-vm.sh --dax-abits`,
+    /// `--cxl-abits`).
+    pub fn area_path(self, socket: &std::path::Path) -> std::path::PathBuf {
+        let mut p = socket.as_os_str().to_os_string();
+        p.push(match self {
+            RegionKind::File => ".dax-abits",
+            RegionKind::Memory => ".cxl-abits",
+        });
+        p.into()
+    }
+}
+
+impl std::fmt::Display for RegionKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The source a VM's hits reach the device through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -245,6 +287,15 @@ mod tests {
         assert!(access_bits(Integer(1)).is_err());
         assert_eq!(AccessBits::default(), AccessBits::On);
         assert_eq!(HitSourceKind::AccessBits.as_str(), "access_bits");
+        let socket = std::path::Path::new("w/vm0.sock");
+        assert_eq!(
+            RegionKind::File.area_path(socket),
+            std::path::Path::new("w/vm0.sock.dax-abits")
+        );
+        assert_eq!(
+            RegionKind::Memory.area_path(socket),
+            std::path::Path::new("w/vm0.sock.cxl-abits")
+        );
         assert_eq!(access_bits_period(10_000_000), Ok(10_000_000));
         assert!(access_bits_period(999_999).is_err());
         assert!(access_bits_period(10_000_000_001).is_err());

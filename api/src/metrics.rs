@@ -15,7 +15,7 @@
 //! them and a client that names its columns after them gets the same names.
 //! Field meanings: `docs/metrics.md`.
 
-use crate::hits::HitSourceKind;
+use crate::hits::{HitSourceKind, RegionKind};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -419,7 +419,7 @@ pub struct HitSourceSample {
     /// The VM.
     pub vm: String,
     /// `file` (its DAX window) or `memory` (its CXL memory region).
-    pub region: String,
+    pub region: RegionKind,
     /// The source this row is from.
     pub source: HitSourceKind,
     /// The source that serves the region now (the first that covers it).
@@ -440,7 +440,7 @@ impl Default for HitSourceSample {
     fn default() -> Self {
         HitSourceSample {
             vm: String::new(),
-            region: String::new(),
+            region: RegionKind::File,
             source: HitSourceKind::None,
             serving: HitSourceKind::None,
             bits_read: 0,
@@ -628,7 +628,7 @@ mod tests {
             memory_regions: Vec::new(),
             hit_sources: vec![HitSourceSample {
                 vm: "vm0".into(),
-                region: "file".into(),
+                region: RegionKind::File,
                 source: HitSourceKind::AccessBits,
                 serving: HitSourceKind::AccessBits,
                 bits_read: 7,

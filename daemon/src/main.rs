@@ -3,7 +3,7 @@
 use clap::Parser;
 use cxlfs_device_model::Device;
 use cxlfsd::abits::{self, AccessBitsSource};
-use cxlfsd::hits::{HitPlanes, HitSources, Preferred, RegionKind};
+use cxlfsd::hits::{HitPlanes, HitSource, HitSources, RegionKind};
 use cxlfsd::sandbox::{caps, seccomp, Keep, Leftovers, SandboxMode};
 use cxlfsd::server::ServerOptions;
 use cxlfsd::{
@@ -246,7 +246,6 @@ fn start_hit_sources(
     memory: Option<&Arc<MemoryRegions>>,
 ) -> Result<(RunningSources, Vec<PathBuf>), BoxError> {
     let mut sources = HitSources::default();
-    let preferred = Preferred::default();
     let on = HitPlanes {
         device: state.shared.clone(),
         dax: state.dax().cloned(),
@@ -289,7 +288,6 @@ fn start_hit_sources(
             connected,
             cfg.access_sampling.is_some(),
         )?);
-        preferred.set(source.clone());
         sources.push(source.clone());
         Some(source)
     } else {
@@ -298,6 +296,7 @@ fn start_hit_sources(
     };
     let sampler = match cfg.access_sampling {
         Some(rate) => {
+            let preferred = bits.clone().map(|b| b as Arc<dyn HitSource>);
             let s = Arc::new(AccessSampler::start(on, rate, preferred)?);
             sources.push(s.clone());
             Some(s)

@@ -535,16 +535,15 @@ impl Daemon {
             cmd.arg("--cache-size").arg(c);
         }
         if opts.access_bits {
-            let area = |suffix: &str| {
-                let mut p = self.socket(vm).as_os_str().to_os_string();
-                p.push(suffix);
-                PathBuf::from(p)
-            };
+            use cxlfs_api::hits::RegionKind;
+            let socket = self.socket(vm);
             if opts.cache_size.is_some() {
-                cmd.arg("--dax-abits").arg(area(".dax-abits"));
+                cmd.arg("--dax-abits")
+                    .arg(RegionKind::File.area_path(socket));
             }
             if opts.cxl_memory.is_some() {
-                cmd.arg("--cxl-abits").arg(area(".cxl-abits"));
+                cmd.arg("--cxl-abits")
+                    .arg(RegionKind::Memory.area_path(socket));
             }
         }
         if let Some(q) = &opts.qemu {

@@ -83,7 +83,7 @@ const FSX_MAXLEN: u64 = 8 << 20;
 /// writes, punches and truncates them.
 #[test]
 fn fsx_dax_small_cache() {
-    let m = fsx_dax(&[], FSX_OPS);
+    let m = fsx_dax(&[], FSX_OPS, true);
     let refs = m.count(
         "cxlfs_references_total",
         &[("vm", "vm0"), ("region", "file")],
@@ -105,6 +105,7 @@ fn fsx_dax_small_cache_with_access_sampling() {
     let m = fsx_dax(
         &["--access-sampling", "1000000/s", "--access-bits", "off"],
         FSX_VARIANT_OPS,
+        false,
     );
     let sampled = m.count(
         "cxlfs_sampled_accesses_total",
@@ -119,7 +120,11 @@ fn fsx_dax_small_cache_with_access_sampling() {
 fn fsx_dax_small_cache_with_a_write_log() {
     // Every write-back of the run lands in a 256 KiB log (64-byte lines,
     // cleaned at 51 % full): fsx's checks hold, and the log was used.
-    let m = fsx_dax(&["--set", "cache.write_log_bytes=256KiB"], FSX_VARIANT_OPS);
+    let m = fsx_dax(
+        &["--set", "cache.write_log_bytes=256KiB"],
+        FSX_VARIANT_OPS,
+        true,
+    );
     let lines = m.count("cxlfs_log_writes_all_total", &[]);
     let cleanings = m.count("cxlfs_log_cleanings_total", &[]);
     eprintln!("write log: {lines} lines written, {cleanings} cleanings");
@@ -127,8 +132,9 @@ fn fsx_dax_small_cache_with_a_write_log() {
 }
 
 /// The fsx run of the DAX tests over a 1 MiB device cache, with `extra`
-/// daemon flags and `ops` operations; returns the daemon's last metrics.
-fn fsx_dax(extra: &[&str], ops: u64) -> cxlfs_e2e::Metrics {
+/// daemon flags and `ops` operations, QEMU given the window's bit area if
+/// `bits`; returns the daemon's last metrics.
+fn fsx_dax(extra: &[&str], ops: u64, bits: bool) -> cxlfs_e2e::Metrics {
     let _serial = exclusive();
     let t = Instant::now();
     let ops: u64 = env_knob("CXLFS_FSX_OPS", ops);
@@ -166,7 +172,7 @@ echo guest-done
     ));
     let mut opts = VmOptions::dax("64M");
     opts.timeout = Duration::from_secs(900);
-    opts.access_bits = !extra.contains(&"off");
+    opts.access_bits = bits;
     let run = d.boot("vm0", &opts).wait();
     check_guest(&run, &d, t);
     assert!(run.serial.contains("SELF-TEST-RC=1"), "{}", run.describe());

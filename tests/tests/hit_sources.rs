@@ -17,7 +17,9 @@ use std::time::Duration;
 fn bits_row(snap: &MetricsSnapshot, vm: &str, region: &str) -> HitSourceSample {
     snap.hit_sources
         .iter()
-        .find(|r| r.vm == vm && r.region == region && r.source == HitSourceKind::AccessBits)
+        .find(|r| {
+            r.vm == vm && r.region.as_str() == region && r.source == HitSourceKind::AccessBits
+        })
         .cloned()
         .unwrap_or_else(|| {
             panic!(

@@ -18,18 +18,8 @@ pub use area::{AreaHeader, AreaState, BitArea, CreateAreaError, HEADER_BYTES, MA
 pub use scanner::AccessBitsSource;
 
 use crate::hits::RegionKind;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
-
-/// The area of `region` of the VM whose socket is `socket`.
-pub fn area_path(socket: &Path, region: RegionKind) -> PathBuf {
-    let mut p = socket.as_os_str().to_os_string();
-    p.push(match region {
-        RegionKind::File => ".dax-abits",
-        RegionKind::Memory => ".cxl-abits",
-    });
-    PathBuf::from(p)
-}
 
 /// One VM region's area, before the scanner takes it.
 #[derive(Debug)]
@@ -52,7 +42,7 @@ pub fn create_area(
     period: Duration,
 ) -> Result<VmArea, CreateAreaError> {
     let period_us = u32::try_from(period.as_micros()).unwrap_or(u32::MAX);
-    let area = BitArea::create(&area_path(socket, region), region_bytes, period_us)?;
+    let area = BitArea::create(&region.area_path(socket), region_bytes, period_us)?;
     tracing::info!(vm, region = region.as_str(), path = %area.path().display(), pages = area.pages(), "accessed-bit area ready for the VMM");
     Ok(VmArea {
         vm: vm.to_string(),

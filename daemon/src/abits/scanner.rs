@@ -297,7 +297,7 @@ impl HitSource for AccessBitsSource {
                 let st = t.area.state();
                 HitSourceSample {
                     vm: t.vm.clone(),
-                    region: t.region.as_str().into(),
+                    region: t.region,
                     source: HitSourceKind::AccessBits,
                     serving: HitSourceKind::None,
                     bits_read: t.bits_read.load(Ordering::Relaxed),

@@ -19,27 +19,9 @@ use crate::device::SharedDevice;
 use crate::memory::MemoryRegions;
 use crate::metrics::{DeviceTotals, HitSourcesSource};
 use cxlfs_api::hits::HitSourceKind;
+pub use cxlfs_api::hits::RegionKind;
 use cxlfs_api::metrics::HitSourceSample;
 use std::sync::Arc;
-
-/// Which of a VM's mapped regions a hit lands in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RegionKind {
-    /// Its DAX window (pool pages of shared files).
-    File,
-    /// Its CXL memory region (memory mode).
-    Memory,
-}
-
-impl RegionKind {
-    /// The `region` label: `file` or `memory`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RegionKind::File => "file",
-            RegionKind::Memory => "memory",
-        }
-    }
-}
 
 /// What a hit source works on: the device, and the residency planes whose
 /// pages the guests map (the DAX window's, the memory regions).
@@ -114,12 +96,7 @@ impl HitSourcesSource for HitSources {
         let mut rows: Vec<HitSourceSample> = Vec::new();
         for s in &self.sources {
             for mut r in s.samples() {
-                let region = if r.region == RegionKind::File.as_str() {
-                    RegionKind::File
-                } else {
-                    RegionKind::Memory
-                };
-                r.serving = self.source_of(&r.vm, region);
+                r.serving = self.source_of(&r.vm, r.region);
                 rows.push(r);
             }
         }
@@ -130,31 +107,6 @@ impl HitSourcesSource for HitSources {
         for s in &self.sources {
             s.add_totals(totals);
         }
-    }
-}
-
-/// What a less preferred source must leave alone: what some more
-/// preferred one covers. Shared, so that a source added later is seen.
-#[derive(Default, Clone)]
-pub struct Preferred(Arc<std::sync::OnceLock<Arc<dyn HitSource>>>);
-
-impl std::fmt::Debug for Preferred {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("Preferred")
-            .field(&self.0.get().map(|s| s.kind()))
-            .finish()
-    }
-}
-
-impl Preferred {
-    /// `source` is preferred from now on (only the first call counts).
-    pub fn set(&self, source: Arc<dyn HitSource>) {
-        let _ = self.0.set(source);
-    }
-
-    /// Whether a preferred source covers VM `vm`'s `region` now.
-    pub fn covers(&self, vm: &str, region: RegionKind) -> bool {
-        self.0.get().is_some_and(|s| s.covers(vm, region))
     }
 }
 

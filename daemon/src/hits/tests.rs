@@ -17,7 +17,7 @@ impl HitSource for Fixed {
             .iter()
             .map(|&(vm, r)| HitSourceSample {
                 vm: vm.into(),
-                region: r.as_str().into(),
+                region: r,
                 source: self.0,
                 ..HitSourceSample::default()
             })
@@ -51,16 +51,4 @@ fn the_first_source_that_covers_a_region_serves_it() {
     assert!(rows
         .iter()
         .all(|r| r.serving == s.source_of(&r.vm, RegionKind::Memory)));
-}
-
-#[test]
-fn preferred_covers_only_once_set() {
-    let p = Preferred::default();
-    assert!(!p.covers("vm0", RegionKind::File));
-    p.set(Arc::new(Fixed(
-        HitSourceKind::AccessBits,
-        vec![("vm0", RegionKind::File)],
-    )));
-    assert!(p.covers("vm0", RegionKind::File));
-    assert!(!p.covers("vm0", RegionKind::Memory));
 }

@@ -16,7 +16,7 @@
 //! maps it sets bits).
 
 use crate::dax::DaxPlane;
-use crate::hits::{HitPlanes, HitSource, Preferred, RegionKind};
+use crate::hits::{HitPlanes, HitSource, RegionKind};
 use cxlfs_api::hits::HitSourceKind;
 use cxlfs_api::metrics::HitSourceSample;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,13 +36,29 @@ pub struct AccessSampler {
 }
 
 /// The planes whose pages are armed, and what is left to other sources.
-#[derive(Debug)]
 struct Planes {
     on: HitPlanes,
-    preferred: Preferred,
+    /// The source preferred to sampling (the accessed bits), if any.
+    preferred: Option<Arc<dyn HitSource>>,
+}
+
+impl std::fmt::Debug for Planes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Planes")
+            .field("on", &self.on)
+            .field("preferred", &self.preferred.as_ref().map(|p| p.kind()))
+            .finish()
+    }
 }
 
 impl Planes {
+    /// Whether the preferred source covers VM `vm`'s `region` now.
+    fn left_to_preferred(&self, vm: &str, region: RegionKind) -> bool {
+        self.preferred
+            .as_ref()
+            .is_some_and(|p| p.covers(vm, region))
+    }
+
     /// The VM regions sampling can arm: every VM's window, every region.
     fn regions(&self) -> Vec<(String, RegionKind)> {
         let mut out = Vec::new();
@@ -65,14 +81,18 @@ impl Planes {
         !vms.is_empty()
             && vms
                 .iter()
-                .all(|v| self.preferred.covers(v, RegionKind::File))
+                .all(|v| self.left_to_preferred(v, RegionKind::File))
     }
 }
 
 impl AccessSampler {
     /// Starts arming `rate` pages a second of the planes `on`, leaving
     /// alone what `preferred` covers.
-    pub fn start(on: HitPlanes, rate: u32, preferred: Preferred) -> std::io::Result<Self> {
+    pub fn start(
+        on: HitPlanes,
+        rate: u32,
+        preferred: Option<Arc<dyn HitSource>>,
+    ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let planes = Arc::new(Planes { on, preferred });
         planes.on.device.track_recency();
@@ -132,7 +152,9 @@ fn run(planes: &Planes, rate: u32, stop: &AtomicBool) {
             d.arm_sampled(picked);
         }
         if let Some(m) = &planes.on.memory {
-            m.arm_sampled(picked, |vm| planes.preferred.covers(vm, RegionKind::Memory));
+            m.arm_sampled(picked, |vm| {
+                planes.left_to_preferred(vm, RegionKind::Memory)
+            });
         }
         planes
             .on
@@ -161,7 +183,7 @@ impl HitSource for AccessSampler {
             .into_iter()
             .map(|(vm, r)| HitSourceSample {
                 vm,
-                region: r.as_str().into(),
+                region: r,
                 source: HitSourceKind::Sampling,
                 ..HitSourceSample::default()
             })

@@ -109,7 +109,7 @@ fn the_sampler_arms_resident_pages_until_dropped() {
         dax: Some(rig.dax.clone()),
         memory: Some(memory.clone()),
     };
-    let s = AccessSampler::start(on, 1000, crate::hits::Preferred::default()).unwrap();
+    let s = AccessSampler::start(on, 1000, None).unwrap();
     // The pages it may arm: those it heard of (their traps).
     for p in 0..64 {
         region.load(p);

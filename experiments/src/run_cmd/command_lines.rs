@@ -7,6 +7,7 @@ use crate::guest_script;
 use crate::spec::{access_sampling_text, PhaseSpec, RunPlan, DEFAULT_PRESET};
 use crate::template::TemplateValue;
 use anyhow::Result;
+use cxlfs_api::hits::RegionKind;
 use cxlfs_device_model::units::parse_duration_ns;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -112,16 +113,12 @@ pub(super) fn vm_args(plan: &RunPlan, vm: &str, socket: &Path) -> Vec<String> {
     }
     if plan.spec.daemon.access_bits().is_on() {
         // The areas `cxlfsd --access-bits on` made beside the socket.
-        let area = |suffix: &str| {
-            let mut p = socket.as_os_str().to_os_string();
-            p.push(suffix);
-            p.to_string_lossy().into_owned()
-        };
+        let area = |r: RegionKind| r.area_path(socket).to_string_lossy().into_owned();
         if plan.spec.daemon.dax {
-            a.extend(["--dax-abits".to_string(), area(".dax-abits")]);
+            a.extend(["--dax-abits".to_string(), area(RegionKind::File)]);
         }
         if plan.spec.daemon.cxl_memory.is_some() {
-            a.extend(["--cxl-abits".to_string(), area(".cxl-abits")]);
+            a.extend(["--cxl-abits".to_string(), area(RegionKind::Memory)]);
         }
     }
     a

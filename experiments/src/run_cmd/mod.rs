@@ -95,8 +95,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
         return slurm::run_on_slurm(args, &loaded.spec, &plans);
     }
     let out_dir = prepare_out_dir(args)?;
-    let dax = plans.iter().any(|p| p.spec.daemon.needs_patched_qemu());
-    let tools = resolve_tools(args, dax, &loaded.spec.image)?;
+    let patched_qemu = plans.iter().any(|p| p.spec.daemon.needs_patched_qemu());
+    let tools = resolve_tools(args, patched_qemu, &loaded.spec.image)?;
     let stop = stop_on_signals()?;
     let mut provenance = Provenance::start(args, &loaded.spec, &plans, &tools, &out_dir)?;
 

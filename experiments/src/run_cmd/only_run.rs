@@ -25,8 +25,8 @@ pub(super) fn run_task(args: &RunArgs, spec: &Spec, plans: &[RunPlan], n: u32) -
     let out_dir =
         fs::canonicalize(&args.out).with_context(|| format!("resolving {}", args.out.display()))?;
     let facts = node_facts();
-    let dax = plan.spec.daemon.needs_patched_qemu();
-    let tools = resolve_tools(args, dax, &spec.image)?;
+    let patched_qemu = plan.spec.daemon.needs_patched_qemu();
+    let tools = resolve_tools(args, patched_qemu, &spec.image)?;
     let stop = stop_on_signals()?;
     eprintln!(
         "cxlfs run: run {n}/{} [{}] on {} ...",

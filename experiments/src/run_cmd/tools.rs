@@ -97,9 +97,13 @@ fn build_qemu() -> Result<String> {
 }
 
 /// Finds the tools: the given paths first, then the environment, then the
-/// defaults (the image built or cached, the patched QEMU built when `dax`:
-/// a DAX window or accessed bits need it).
-pub(super) fn resolve_tools(args: &RunArgs, dax: bool, image: &ImageSpec) -> Result<Tools> {
+/// defaults (the image built or cached, the patched QEMU built when
+/// `patched_qemu`: a DAX window or accessed bits need it).
+pub(super) fn resolve_tools(
+    args: &RunArgs,
+    patched_qemu: bool,
+    image: &ImageSpec,
+) -> Result<Tools> {
     let cxlfsd = find_cxlfsd(args.cxlfsd.as_deref())?;
     let help = output_of(Command::new(&cxlfsd).arg("--help"));
     if help.is_empty() {
@@ -120,7 +124,7 @@ pub(super) fn resolve_tools(args: &RunArgs, dax: bool, image: &ImageSpec) -> Res
     ) {
         (Some(q), _) => q.display().to_string(),
         (None, Some(q)) => q,
-        (None, None) if dax => build_qemu()?,
+        (None, None) if patched_qemu => build_qemu()?,
         (None, None) => "qemu-system-x86_64".to_string(),
     };
     let run_vm = repo_root().join("qemu-configs/run-vm.sh");

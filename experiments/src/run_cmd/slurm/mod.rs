@@ -60,8 +60,8 @@ pub(super) fn run_on_slurm(args: &RunArgs, spec: &Spec, plans: &[RunPlan]) -> Re
         );
         return collect::collect_dir(&out_dir, args.no_plots).map(|_| ());
     }
-    let dax = plans.iter().any(|p| p.spec.daemon.needs_patched_qemu());
-    let tools = resolve_tools(args, dax, &spec.image)?;
+    let patched_qemu = plans.iter().any(|p| p.spec.daemon.needs_patched_qemu());
+    let tools = resolve_tools(args, patched_qemu, &spec.image)?;
     if !o.resume {
         Provenance::start(args, spec, plans, &tools, &out_dir)?;
     }
