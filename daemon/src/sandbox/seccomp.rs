@@ -183,6 +183,9 @@ const COMMON: &[i64] = &[
     libc::SYS_io_uring_enter,
     libc::SYS_io_uring_register,
     libc::SYS_sched_setaffinity,
+    // The CPU an eviction notice was queued on, where glibc cannot read it
+    // from rseq (the polling notifier keeps off that CPU).
+    libc::SYS_getcpu,
     // The pool plane at shutdown: stopping its request threads, and the
     // lazy unmount (refused without CAP_SYS_ADMIN, harmless: the pool is
     // already detached).

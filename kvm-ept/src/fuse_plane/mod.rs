@@ -58,6 +58,7 @@ mod calibrate;
 mod mount;
 mod mounted;
 mod notifier;
+mod notifier_cpus;
 mod options;
 mod plane;
 mod server;

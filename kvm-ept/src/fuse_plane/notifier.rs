@@ -13,6 +13,7 @@
 //! reaches without a trap (a hit the model never sees), and a guest that
 //! touches a page while it is being laundered waits for the launder.
 
+use super::notifier_cpus::{current_cpu, NotifierCpus};
 use super::server::Server;
 use super::{CALIB_NODEID, POOL_NODEID};
 use crate::PAGE_SIZE;
@@ -63,6 +64,8 @@ pub(super) struct Notice {
     pub(super) done: SyncSender<Result<Duration, io::Error>>,
     /// When it was queued.
     pub(super) queued: Instant,
+    /// The CPU it was queued on (a polling notifier keeps off it).
+    pub(super) cpu: Option<usize>,
 }
 
 impl Notice {
@@ -72,6 +75,7 @@ impl Notice {
             kind,
             done,
             queued: Instant::now(),
+            cpu: current_cpu(),
         }
     }
 }
@@ -82,7 +86,9 @@ const MAX_BATCH: usize = 256;
 
 /// The notifier: writes each queued notification, counts it, and reports
 /// its result; after a batch with an eviction, polls its queue for `poll`
-/// (yielding the CPU) before it sleeps; ends when every sender is gone.
+/// (yielding the CPU) before it sleeps, on CPUs other than those the
+/// batch's evictions came from ([`NotifierCpus`]); ends when every sender
+/// is gone.
 pub(super) fn notifier(server: &Server, dev: &File, rx: Receiver<Notice>, poll: Duration) {
     let mut head = Vec::with_capacity(64);
     let mut batch = Vec::with_capacity(MAX_BATCH);
@@ -90,12 +96,24 @@ pub(super) fn notifier(server: &Server, dev: &File, rx: Receiver<Notice>, poll: 
     // calibration probes alone, the next notice is not due soon, and
     // polling would only take the CPU from the rest of the daemon.
     let mut evicting = false;
+    let mut cpus = NotifierCpus::of_this_thread();
+    let mut senders = Vec::new();
     while next_batch(
         &rx,
         if evicting { poll } else { Duration::ZERO },
         &mut batch,
     ) {
         evicting = batch.iter().any(|n| n.kind.evicted_range().is_some());
+        if !poll.is_zero() {
+            senders.extend(
+                batch
+                    .iter()
+                    .filter(|n| n.kind.evicted_range().is_some())
+                    .filter_map(|n| n.cpu),
+            );
+            cpus.place(evicting, &mut senders);
+            senders.clear();
+        }
         start_write_back(server, &batch);
         for n in batch.drain(..) {
             let res = write_notice(server, dev, &mut head, &n);
