@@ -98,6 +98,7 @@ bench: toolchain fuse-uring
 	daemon/bench/virtiofsd-comparison.sh
 	$(CARGO) bench --locked -p cxlfs-residency --bench pool_latency
 	$(CARGO) bench --locked -p cxlfsd --bench metrics_overhead
+	$(CARGO) bench --locked -p cxlfsd --bench device_threads
 	daemon/bench/memory-mode.sh
 
 ## The cargo-fuzz targets (fuzz/README.md), each for FUZZ_SECONDS (default 60) in

@@ -75,7 +75,7 @@ pub use config::{Cli, DaemonConfig, FileConfig, VmSpec, DEFAULT_MAX_OPEN_FILES};
 pub use control::{ControlSocket, StartControlError};
 pub use daemon::{listen, DaemonState, Features, ListeningVm, SessionOptions, VmServer};
 pub use device::placement::{tier_at, Placement, Tier};
-pub use device::{SharedDevice, EXTENT_SIZE, PAGE};
+pub use device::{DeviceObserver, LockTimesSnapshot, Publish, SharedDevice, EXTENT_SIZE, PAGE};
 pub use heap::{spawn_heap_trimmer, trim_heap, HEAP_TRIM_EVERY};
 pub use ids::FileKey;
 pub use memory::{MemoryRegions, RegionPlane};

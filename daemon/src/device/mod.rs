@@ -21,12 +21,14 @@
 pub mod clock;
 pub mod events;
 mod figures;
+mod lock_times;
 pub mod placement;
 pub mod pool;
 mod sampling;
 
 pub use clock::Clock;
 pub use events::DeviceObserver;
+pub use lock_times::LockTimesSnapshot;
 pub use pool::{page_runs, Pool, EXTENT_SIZE, PAGE};
 
 use crate::ids::FileKey;
@@ -40,6 +42,7 @@ use sampling::SampleMarks;
 pub use sampling::SamplingCounts;
 use std::cell::Cell;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Instant;
 
 /// What the device did during some accesses (counter deltas), so that
 /// NAND work, GC and prefetches can be put down to the VM whose access
@@ -175,6 +178,8 @@ struct Locked {
     device: Device,
     pool: Pool,
     marks: SampleMarks,
+    /// How long this lock was waited for and held.
+    times: lock_times::LockTimes,
 }
 
 thread_local! {
@@ -182,11 +187,17 @@ thread_local! {
     static HOLDS_DEVICE: Cell<bool> = const { Cell::new(false) };
 }
 
-/// The locked device and pool; marks the thread as holding them.
-struct StateGuard<'a>(MutexGuard<'a, Locked>);
+/// The locked device and pool; marks the thread as holding them, and
+/// records how long it held them when dropped.
+struct StateGuard<'a> {
+    locked: MutexGuard<'a, Locked>,
+    since: Instant,
+}
 
 impl Drop for StateGuard<'_> {
     fn drop(&mut self) {
+        let held = self.since.elapsed();
+        self.locked.times.held(held);
         HOLDS_DEVICE.with(|h| h.set(false));
     }
 }
@@ -194,13 +205,13 @@ impl Drop for StateGuard<'_> {
 impl std::ops::Deref for StateGuard<'_> {
     type Target = Locked;
     fn deref(&self) -> &Locked {
-        &self.0
+        &self.locked
     }
 }
 
 impl std::ops::DerefMut for StateGuard<'_> {
     fn deref_mut(&mut self) -> &mut Locked {
-        &mut self.0
+        &mut self.locked
     }
 }
 
@@ -353,6 +364,7 @@ impl SharedDevice {
                 device,
                 pool,
                 marks: SampleMarks::default(),
+                times: lock_times::LockTimes::new(),
             }),
             clock: Clock::new(),
             placement,
@@ -497,9 +509,12 @@ impl SharedDevice {
             !HOLDS_DEVICE.with(Cell::get),
             "a device transaction started inside another one"
         );
-        let guard = StateGuard(lock(&self.state));
+        let asked = Instant::now();
+        let mut locked = lock(&self.state);
+        let since = Instant::now();
+        locked.times.waited(since.duration_since(asked));
         HOLDS_DEVICE.with(|h| h.set(true));
-        guard
+        StateGuard { locked, since }
     }
 
     /// Runs `f` on the locked pool and device, then (the lock released)
@@ -530,6 +545,7 @@ impl SharedDevice {
                 device,
                 pool,
                 marks,
+                ..
             } = &mut *state;
             let r = f(pool, device, marks);
             let evicted = device.drain_evictions();
@@ -637,6 +653,18 @@ impl SharedDevice {
     /// so there is nothing to drain or publish.
     fn with_pool<R>(&self, f: impl FnOnce(&mut Pool) -> R) -> R {
         f(&mut self.state().pool)
+    }
+
+    /// How long the device lock was waited for and held, since the start
+    /// or [`SharedDevice::reset_lock_times`] (this call's own acquisition
+    /// included).
+    pub fn lock_times(&self) -> LockTimesSnapshot {
+        self.state().times.snapshot()
+    }
+
+    /// Starts [`SharedDevice::lock_times`] over.
+    pub fn reset_lock_times(&self) {
+        self.state().times.reset();
     }
 
     /// Device counters.
