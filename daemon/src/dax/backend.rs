@@ -26,11 +26,12 @@ impl PoolBackend for DaemonPoolBackend {
         let within = miss.pool_offset % EXTENT_SIZE;
         // A trap never crosses an extent (the kernel asks for one page).
         let len = u64::from(miss.len).min(EXTENT_SIZE - within) as u32;
-        let at = self.state.file_at(&self.shared, miss.pool_offset);
-        let charge = self
+        // The charge and the owner of the page's extent: one transaction.
+        let (charge, owner) = self
             .shared
-            .charge_pool(miss.arrival_ns, Op::Read, miss.pool_offset, len.max(1))
+            .charge_trap(miss.arrival_ns, Op::Read, miss.pool_offset, len.max(1))
             .map_err(|e| ServeMissError::Device(e.to_string()))?;
+        let at = self.state.file_of(owner, miss.pool_offset);
         if let Some(m) = self.state.vm_metrics(miss.vm) {
             m.record_charge(&charge);
             if charge.sampled_pages > 0 {

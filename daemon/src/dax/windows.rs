@@ -2,7 +2,7 @@
 //! pages may be resident in the plane) and the host files behind them.
 
 use super::{DaxPlane, PlaneState};
-use crate::device::{Publish, SharedDevice, EXTENT_SIZE, PAGE};
+use crate::device::{ExtentOwner, Publish, SharedDevice, EXTENT_SIZE, PAGE};
 use crate::ids::FileKey;
 use crate::sync::lock;
 use std::fs::File;
@@ -15,7 +15,18 @@ impl PlaneState {
         shared: &SharedDevice,
         pool_offset: u64,
     ) -> Option<(Arc<File>, u64)> {
-        let owner = shared.read(|p, _| p.owner_of(pool_offset / EXTENT_SIZE))?;
+        let owner = shared.read(|p, _| p.owner_of(pool_offset / EXTENT_SIZE));
+        self.file_of(owner, pool_offset)
+    }
+
+    /// The host file and file offset behind pool offset `pool_offset`,
+    /// whose extent `owner` holds (as the pool said).
+    pub(super) fn file_of(
+        &self,
+        owner: Option<ExtentOwner>,
+        pool_offset: u64,
+    ) -> Option<(Arc<File>, u64)> {
+        let owner = owner?;
         let file = lock(&self.windows).files.get(&owner.key).cloned()?;
         Some((file, owner.chunk * EXTENT_SIZE + pool_offset % EXTENT_SIZE))
     }

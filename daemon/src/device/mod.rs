@@ -29,7 +29,7 @@ mod sampling;
 pub use clock::Clock;
 pub use events::DeviceObserver;
 pub use lock_times::LockTimesSnapshot;
-pub use pool::{page_runs, Pool, EXTENT_SIZE, PAGE};
+pub use pool::{page_runs, ExtentOwner, Pool, EXTENT_SIZE, PAGE};
 
 use crate::ids::FileKey;
 use crate::sync::lock;
@@ -298,6 +298,24 @@ fn charge_locked(
         charge.add(&dev.access(now_ns, op, from, (to - from) as u32)?);
         Ok(())
     })
+}
+
+/// Charges pool bytes `[addr, addr + len)` (one extent at most) as a trap
+/// at `now_ns` with the ratio `ratio`: touched, charged, and the sampling
+/// marks on them taken.
+fn charge_pool_locked(
+    pool: &mut Pool,
+    dev: &mut Device,
+    marks: &mut SampleMarks,
+    (ratio, now_ns, op): (u8, u64, Op),
+    addr: u64,
+    len: u32,
+    charge: &mut Charge,
+) -> Result<(), AccessError> {
+    pool.touch(addr, u64::from(len));
+    charge_locked(dev, ratio, now_ns, op, addr, u64::from(len), charge)?;
+    charge.sampled_pages = marks.take(addr, u64::from(len));
+    Ok(())
 }
 
 /// Charges file bytes `(key, offset, len)`: maps them to pool segments
@@ -722,11 +740,26 @@ impl SharedDevice {
         len: u32,
     ) -> Result<Charge, ChargeAccessError> {
         self.charged(now_ns, |pool, dev, ratio, charge, marks| {
-            pool.touch(addr, u64::from(len));
-            charge_locked(dev, ratio, now_ns, op, addr, u64::from(len), charge)?;
-            charge.sampled_pages = marks.take(addr, u64::from(len));
-            Ok(())
+            charge_pool_locked(pool, dev, marks, (ratio, now_ns, op), addr, len, charge)
         })
+    }
+
+    /// [`SharedDevice::charge_pool`] of a trap, and in the same transaction
+    /// (one take of the lock) the owner of the extent it lies in: the host
+    /// file the trap reads from (`None`: a free extent).
+    pub fn charge_trap(
+        &self,
+        now_ns: u64,
+        op: Op,
+        addr: u64,
+        len: u32,
+    ) -> Result<(Charge, Option<ExtentOwner>), ChargeAccessError> {
+        let mut owner = None;
+        let charge = self.charged(now_ns, |pool, dev, ratio, charge, marks| {
+            owner = pool.owner_of(addr / EXTENT_SIZE);
+            charge_pool_locked(pool, dev, marks, (ratio, now_ns, op), addr, len, charge)
+        })?;
+        Ok((charge, owner))
     }
 
     /// A residency-plane write-back of pool bytes `[addr, addr+len)` (never
