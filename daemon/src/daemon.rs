@@ -324,6 +324,11 @@ impl DaemonState {
         self.shared.cxl_ratio()
     }
 
+    /// Whether VM `vm`'s front-end is connected now.
+    pub fn is_connected(&self, vm: &str) -> bool {
+        lock(&self.live).iter().any(|(n, _)| n == vm)
+    }
+
     /// Whether shutdown was requested.
     pub fn shutting_down(&self) -> bool {
         self.shutdown.load(Ordering::Acquire)

@@ -275,12 +275,9 @@ fn start_hit_sources(
             }
         }
         paths.extend(areas.iter().map(|a| a.area.path().to_path_buf()));
-        let metrics = state.metrics.clone();
-        let connected: abits::scanner::Connected = Box::new(move |vm| {
-            metrics
-                .vm_if_known(vm)
-                .is_some_and(|m| m.connections.load(std::sync::atomic::Ordering::Relaxed) > 0)
-        });
+        let live = Arc::downgrade(state);
+        let connected: abits::scanner::Connected =
+            Box::new(move |vm| live.upgrade().is_some_and(|s| s.is_connected(vm)));
         let source = Arc::new(AccessBitsSource::start(
             areas,
             cfg.access_bits_period,

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 /// daemon says so (QEMU attaches while it starts, before it connects).
 const ATTACH_GRACE: Duration = Duration::from_secs(5);
 
-/// Whether VM `name` has connected to the daemon (so its VMM is up).
+/// Whether VM `name` is connected to the daemon now (so its VMM is up).
 pub type Connected = Box<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// One tracked area and its figures.
@@ -232,7 +232,11 @@ fn check(s: &Shared, t: &Tracked) -> bool {
         tracing::error!(vm, region, path = %t.area.path().display(), fallback = s.fallback, "accessed-bit area refused: its header was written over; the VM's hits there are seen through the fallback");
         return false;
     }
-    let active = t.area.state().active;
+    // QEMU marks the area active when it attaches it and leaves the mark
+    // when it dies: the area covers the region only while its VM is
+    // connected too.
+    let connected = (s.connected)(vm);
+    let active = t.area.state().active && connected;
     let was = t.covered.swap(active, Ordering::Relaxed);
     if active && !was {
         tracing::info!(
@@ -245,10 +249,10 @@ fn check(s: &Shared, t: &Tracked) -> bool {
             vm,
             region,
             fallback = s.fallback,
-            "accessed bits detached by the VMM; hits through the fallback"
+            "accessed bits detached by the VMM, or the VM left; hits through the fallback"
         );
     }
-    if !active && !t.warned.load(Ordering::Relaxed) && (s.connected)(vm) {
+    if !active && !t.warned.load(Ordering::Relaxed) && connected {
         let mut since = crate::sync::lock(&t.detached_since);
         let first = *since.get_or_insert_with(Instant::now);
         if first.elapsed() >= ATTACH_GRACE {

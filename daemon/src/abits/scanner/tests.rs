@@ -1,6 +1,7 @@
 //! The scanner over a real memory region (the rig of `control::planes_rig`):
 //! bits a VMM set become references of the resident pages only, the source
-//! covers the region only while the VMM has the area attached, and an area
+//! covers the region only while the VMM has the area attached and its VM is
+//! connected, and an area
 //! whose header was written over is refused.
 #![allow(clippy::unwrap_used)]
 use super::*;
@@ -97,4 +98,57 @@ fn set_bits_become_references_of_resident_pages_while_the_area_is_attached() {
         3,
         "a refused area is not read"
     );
+}
+
+#[test]
+fn an_attached_area_covers_its_region_only_while_its_vm_is_connected() {
+    let Some((rig, memory, _)) = planes() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("vm0.sock");
+    let size = memory.region("vm0").unwrap().size;
+    let period = Duration::from_millis(50);
+    let area = create_area("vm0", &socket, RegionKind::Memory, size, period).unwrap();
+    let path = area.area.path().to_path_buf();
+    let connected = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let c = connected.clone();
+    let source = AccessBitsSource::start(
+        vec![area],
+        period,
+        HitPlanes {
+            device: rig.shared.clone(),
+            dax: None,
+            memory: Some(memory.clone()),
+        },
+        Box::new(move |_| c.load(Ordering::Relaxed)),
+        false,
+    )
+    .unwrap();
+    let f = OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_all_at(&1u32.to_le_bytes(), 28).unwrap(); // active
+    wait_for("the area to be covered", || {
+        source.covers("vm0", RegionKind::Memory)
+    });
+    // The VMM died: its mark stays, its VM is gone.
+    connected.store(false, Ordering::Relaxed);
+    wait_for("the region to be left", || {
+        !source.covers("vm0", RegionKind::Memory)
+    });
+    let read = source.samples()[0].bits_read;
+    f.write_all_at(&1u64.to_le_bytes(), u64::from(HEADER_BYTES))
+        .unwrap();
+    let scans = || source.shared.figures.scans.load(Ordering::Relaxed);
+    let at = scans();
+    wait_for("two scans", || scans() > at + 1);
+    assert_eq!(
+        source.samples()[0].bits_read,
+        read,
+        "the area of a VM that left is not read"
+    );
+    // A new front-end of the VM connects and attaches the area again.
+    connected.store(true, Ordering::Relaxed);
+    wait_for("the area to be covered again", || {
+        source.covers("vm0", RegionKind::Memory)
+    });
 }
