@@ -201,6 +201,13 @@ run_phase() {
     kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
     tier_counters >/tmp/vmstat-$k.1 2>/dev/null
     vmstat_json /tmp/vmstat-$k.0 /tmp/vmstat-$k.1 >"$d/vmstat.json"
+    c=$(file_cache_kib)
+    echo "{\"file_cache_bytes\":$(( c > cache0 ? (c - cache0) * 1024 : 0 ))}" >"$d/meminfo.json"
+}
+# The page cache of files (Cached less Shmem: tmpfs, the root file system),
+# in KiB.
+file_cache_kib() {
+    awk '/^Cached:/ { c = $2 } /^Shmem:/ { s = $2 } END { print c - s }' /proc/meminfo
 }
 # set_tiering K PROMOTION DEMOTION (1 or 0): the guest kernel's memory
 # tiering from phase K on; what failed goes to $out/K/stderr (rc 3).
@@ -232,6 +239,11 @@ fio_phase() {
 }
 { fio --version; uname -r; } >/tmp/versions.txt 2>&1
 cp /tmp/versions.txt "$out/versions.txt"
+# The file page cache at the start, emptied first: what a phase's
+# meminfo.json reports (file_cache_bytes) is the file data the guest
+# caches by the phase's end.
+sync; echo 3 >/proc/sys/vm/drop_caches
+cache0=$(file_cache_kib)
 "#;
 
 /// The whole `.cxlfs/run.sh`; `base` holds the template variables every
@@ -424,6 +436,32 @@ tiering = { demotion = true }
         assert_eq!(
             got,
             serde_json::json!({"numa_hint_faults": 15, "pgpromote_success": 0})
+        );
+    }
+
+    #[test]
+    fn the_file_page_cache_is_cached_less_shmem() {
+        let f = &PRELUDE[PRELUDE.find("file_cache_kib() {").unwrap()..];
+        let f = &f[..f.find("\n}\n").unwrap() + 3];
+        let out = std::process::Command::new("sh")
+            .args(["-c", &format!("{f}file_cache_kib")])
+            .output()
+            .unwrap();
+        let got: i64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+        let field = |k: &str| -> i64 {
+            let l = meminfo.lines().find(|l| l.starts_with(k)).unwrap();
+            l.split_whitespace().nth(1).unwrap().parse().unwrap()
+        };
+        let want = field("Cached:") - field("Shmem:");
+        // The host's page cache moves while the test runs.
+        assert!(
+            (got - want).abs() < 64 * 1024,
+            "{got} KiB against {want} KiB"
+        );
+        assert!(
+            PRELUDE.contains("meminfo.json"),
+            "each phase writes meminfo.json"
         );
     }
 

@@ -636,9 +636,13 @@ fn shipped_experiment_specs_expand() {
         ("policy-hit-rate.toml", 7, 7),
         ("prefetch-degree.toml", 5, 5),
         ("redis.toml", 3, 3),
+        ("sharing.toml", 5 * 3, 3 * 3),
         ("tiering.toml", 12, 4),
         ("virtiofs-cxl-ratio.toml", 8 * 2, 8 * 2),
     ];
+    // Their `[quick] set` narrows a sweep: the quick points are some of
+    // the full ones (sharing.toml stops at 4 guests).
+    const NARROWED: &[&str] = &["sharing.toml"];
     let mut shipped: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -674,11 +678,24 @@ fn shipped_experiment_specs_expand() {
         };
         assert_eq!(heads(&full).len(), runs, "{name}:\n{full}");
         assert_eq!(heads(&quick).len(), quick_runs, "{name} --quick:\n{quick}");
-        assert_eq!(
-            points(&full),
-            points(&quick),
-            "{name}: --quick changed the points"
-        );
+        if NARROWED.contains(&name) {
+            let params = |v: Vec<String>| -> Vec<String> {
+                v.iter()
+                    .map(|p| p.split_once(": ").map_or(p.as_str(), |x| x.1).to_string())
+                    .collect()
+            };
+            let (f, q) = (params(points(&full)), params(points(&quick)));
+            assert!(
+                q.len() < f.len() && q.iter().all(|p| f.contains(p)),
+                "{name}: --quick points {q:?} are not fewer of {f:?}"
+            );
+        } else {
+            assert_eq!(
+                points(&full),
+                points(&quick),
+                "{name}: --quick changed the points"
+            );
+        }
         assert_ne!(full, quick, "{name}: --quick changed nothing");
     }
 }

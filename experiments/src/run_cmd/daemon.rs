@@ -24,6 +24,11 @@ pub(super) struct DaemonProc {
 }
 
 impl DaemonProc {
+    /// Its process id.
+    pub(super) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The daemon's snapshot (`/metrics.json`): its text and its figures.
     pub(super) fn scrape(&self) -> Result<(String, Figures), String> {
         let text = http_get(self.metrics, "/metrics.json").map_err(|e| e.to_string())?;

@@ -1,14 +1,15 @@
-//! One run of a plan: a temp work dir with the share, `cxlfsd` started,
-//! the guests booted at once, the phase barriers passed (a daemon snapshot
-//! at each), the guests powered off (or stopped), `cxlfsd` stopped with
-//! SIGTERM, and what the guests left read back.
+//! One run of a plan: a temp work dir with the share, the back-end started
+//! (`cxlfsd`, or one `virtiofsd` per guest), the guests booted at once, the
+//! phase barriers passed (a daemon snapshot and the back-end's resident
+//! memory at each), the guests powered off (or stopped), the back-end
+//! stopped with SIGTERM, and what the guests left read back.
 
-use super::daemon::{start_daemon, DaemonProc};
 use super::guests::{boot, Guest};
+use super::host_memory::rss_bytes;
 use super::run_output::{collect, unix_ms, RunOutput};
+use super::server::Server;
 use super::share::prepare_share;
 use super::tools::Tools;
-use crate::daemon_metrics::Figures;
 use crate::spec::RunPlan;
 use cxlfs_device_model::units::parse_duration_ns;
 use std::fs;
@@ -38,7 +39,7 @@ pub(super) fn execute(
         out.error = Some(format!("preparing the share: {e:#}"));
         return out;
     }
-    let daemon = match start_daemon(plan, tools, work.path(), run_dir, &vms) {
+    let daemon = match Server::start(plan, tools, work.path(), run_dir, &vms) {
         Ok(d) => d,
         Err(e) => {
             out.error = Some(e);
@@ -58,7 +59,7 @@ pub(super) fn execute(
         stop,
     };
     if out.error.is_none() {
-        match barriers.pass_all(plan, &daemon, &mut guests, run_dir, &mut out.snapshots) {
+        match barriers.pass_all(plan, &daemon, &mut guests, run_dir, &mut out) {
             Ok(()) => {}
             Err(Halt::Interrupted) => {
                 out.interrupted = true;
@@ -121,23 +122,28 @@ struct Barriers<'a> {
 
 impl Barriers<'_> {
     /// Passes barriers 0 to the number of phases; the daemon's snapshot at
-    /// each goes into `snapshots` (and `metrics-K.json` in `run_dir`).
+    /// each goes into `out.snapshots` (and `metrics-K.json` in `run_dir`),
+    /// the back-end's resident bytes into `out.server_rss_bytes`.
     fn pass_all(
         &self,
         plan: &RunPlan,
-        daemon: &DaemonProc,
+        daemon: &Server,
         guests: &mut [Guest],
         run_dir: &Path,
-        snapshots: &mut Vec<(u64, Figures)>,
+        out: &mut RunOutput,
     ) -> Result<(), Halt> {
         for k in 0..=plan.spec.phases.len() {
             self.wait(k, guests)?;
+            out.server_rss_bytes.push(rss_bytes(&daemon.pids()));
             match daemon.scrape() {
-                Ok((text, snap)) => {
+                Some(Ok((text, snap))) => {
                     let _ = fs::write(run_dir.join(format!("metrics-{k}.json")), text);
-                    snapshots.push((unix_ms(), snap));
+                    out.snapshots.push((unix_ms(), snap));
                 }
-                Err(e) => return Err(Halt::Failed(format!("scraping cxlfsd at barrier {k}: {e}"))),
+                Some(Err(e)) => {
+                    return Err(Halt::Failed(format!("scraping cxlfsd at barrier {k}: {e}")))
+                }
+                None => {}
             }
             if let Err(e) = fs::write(self.sync.join(format!("go-{k}")), b"") {
                 return Err(Halt::Failed(format!("writing go-{k}: {e}")));

@@ -41,6 +41,7 @@ mod command_lines;
 mod daemon;
 mod execute;
 mod guests;
+mod host_memory;
 mod node;
 mod only_run;
 mod progress;
@@ -48,11 +49,13 @@ mod provenance;
 mod record;
 mod rows;
 mod run_output;
+mod server;
 mod share;
 mod slurm;
 #[cfg(test)]
 mod test_spec;
 mod tools;
+mod virtiofsd;
 
 pub use args::RunArgs;
 pub use slurm::{collect_cmd, CollectArgs};
@@ -74,7 +77,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tools::{resolve_tools, Tools};
+use tools::{resolve_tools, Needs, Tools};
 
 /// `cxlfs run` stopped by SIGINT / SIGTERM (exit status 130).
 #[derive(Debug, thiserror::Error)]
@@ -95,8 +98,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         return slurm::run_on_slurm(args, &loaded.spec, &plans);
     }
     let out_dir = prepare_out_dir(args)?;
-    let patched_qemu = plans.iter().any(|p| p.spec.daemon.needs_patched_qemu());
-    let tools = resolve_tools(args, patched_qemu, &loaded.spec.image)?;
+    let tools = resolve_tools(args, Needs::of(&plans), &loaded.spec.image)?;
     let stop = stop_on_signals()?;
     let mut provenance = Provenance::start(args, &loaded.spec, &plans, &tools, &out_dir)?;
 
@@ -149,15 +151,24 @@ pub fn run(args: &RunArgs) -> Result<()> {
 fn print_dry_run(plans: &[RunPlan]) -> Result<()> {
     let mut o = std::io::stdout().lock();
     for p in plans {
+        let server = match p.spec.daemon.backend {
+            crate::spec::Backend::Cxlfsd => format!(
+                "cxlfsd {}",
+                daemon_args(p, None, Path::new("RUN_DIR/metrics.jsonl")).join(" ")
+            ),
+            crate::spec::Backend::Virtiofsd => format!(
+                "virtiofsd per VM --cache={} --sandbox=none --seccomp=none",
+                p.spec.daemon.cache
+            ),
+        };
         writeln!(
             o,
-            "run {} (point {}, repeat {}): {} | {} VM(s) | cxlfsd {}",
+            "run {} (point {}, repeat {}): {} | {} VM(s) | {server}",
             p.run,
             p.point,
             p.repeat,
             p.label(),
             p.spec.vms.count,
-            daemon_args(p, None, Path::new("RUN_DIR/metrics.jsonl")).join(" ")
         )?;
         for ph in &p.spec.phases {
             writeln!(o, "    {}: {}", ph.name, phase_text(p, ph)?)?;

@@ -7,7 +7,7 @@
 use super::args::RunArgs;
 use super::node::{node_facts, write_node_provenance};
 use super::record::{record_run, run_dir};
-use super::tools::resolve_tools;
+use super::tools::{resolve_tools, Needs};
 use super::{run_line, stop_on_signals, Interrupted};
 use crate::spec::{RunPlan, Spec};
 use anyhow::{bail, Context, Result};
@@ -25,8 +25,7 @@ pub(super) fn run_task(args: &RunArgs, spec: &Spec, plans: &[RunPlan], n: u32) -
     let out_dir =
         fs::canonicalize(&args.out).with_context(|| format!("resolving {}", args.out.display()))?;
     let facts = node_facts();
-    let patched_qemu = plan.spec.daemon.needs_patched_qemu();
-    let tools = resolve_tools(args, patched_qemu, &spec.image)?;
+    let tools = resolve_tools(args, Needs::of([plan]), &spec.image)?;
     let stop = stop_on_signals()?;
     eprintln!(
         "cxlfs run: run {n}/{} [{}] on {} ...",

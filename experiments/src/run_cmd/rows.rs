@@ -129,6 +129,7 @@ impl PhaseRows<'_> {
         );
         r.insert("vm".into(), json!(vm));
         r.insert("vms".into(), json!(plan.spec.vms.count));
+        r.insert("backend".into(), json!(plan.spec.daemon.backend.name()));
         r.insert(
             "cxl_ratio".into(),
             json!(plan.spec.daemon.cxl_ratio.unwrap_or(DEFAULT_CXL_RATIO)),
@@ -181,6 +182,10 @@ impl PhaseRows<'_> {
         if let Some(s) = pr.and_then(|p| p.fio.as_ref()) {
             add_fio(&mut r, s, totals);
         }
+        if let Some(x) = pr.and_then(|p| p.file_cache_bytes) {
+            r.insert("guest_file_cache_bytes".into(), num(x));
+            totals.add_to_sum("guest_file_cache_bytes".into(), x);
+        }
         for (name, x) in pr.map(command_figures).unwrap_or_default() {
             r.insert(name.clone(), num(x));
             let summed = name
@@ -229,9 +234,27 @@ impl PhaseRows<'_> {
                 all.insert(format!("daemon.{name}"), num(x));
             }
         }
+        add_file_memory(&mut all, self.out.server_rss_bytes.get(self.k + 1).copied());
         add_series(&mut all, self.out, "all", self.end_ms(), self.last_phase());
         all
     }
+}
+
+/// The memory that holds file data at the phase's end, on the `all` row:
+/// the back-end's resident bytes on the host (`server_rss_bytes`: `cxlfsd`,
+/// or every `virtiofsd`), the DAX pool's resident bytes
+/// (`daemon.pool_resident_bytes`) and the guests' file page caches summed
+/// (`guest_file_cache_bytes`): `file_memory_bytes`. The host's own page
+/// cache of the shared files is not in it (one copy of what was read, in
+/// every configuration).
+fn add_file_memory(all: &mut Row, server_rss: Option<u64>) {
+    let Some(rss) = server_rss else {
+        return;
+    };
+    all.insert("server_rss_bytes".into(), json!(rss));
+    let get = |k: &str| all.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+    let total = rss as f64 + get("daemon.pool_resident_bytes") + get("guest_file_cache_bytes");
+    all.insert("file_memory_bytes".into(), num(total));
 }
 
 /// fio's figures as cells of `r`: latencies are averaged over the VMs,
@@ -492,6 +515,60 @@ mod tests {
         assert!(rows
             .iter()
             .all(|r| !r.contains_key("read_bw_bytes_per_sec")));
+    }
+
+    #[test]
+    fn file_memory_is_the_back_ends_rss_the_pool_and_the_guests_caches() {
+        let plans = load_str("t.toml", SPEC, &[])
+            .unwrap()
+            .expand(false)
+            .unwrap();
+        let pool = |bytes: u64| {
+            Figures::of(&MetricsSnapshot {
+                device: DeviceTotals {
+                    pool_resident_bytes: bytes,
+                    ..DeviceTotals::default()
+                },
+                ..MetricsSnapshot::default()
+            })
+        };
+        let cached = |mib: f64| PhaseResult {
+            file_cache_bytes: Some(mib * 1048576.0),
+            ..PhaseResult::default()
+        };
+        let mut out = RunOutput {
+            snapshots: vec![
+                (1000, pool(0)),
+                (2000, pool(8 << 20)),
+                (3000, pool(16 << 20)),
+            ],
+            server_rss_bytes: vec![1 << 20, 3 << 20, 4 << 20],
+            ..RunOutput::default()
+        };
+        out.phases
+            .insert("vm0".into(), vec![cached(10.0), cached(20.0)]);
+        out.phases
+            .insert("vm1".into(), vec![cached(30.0), cached(40.0)]);
+        let rows = rows_of(&plans[0], &out);
+        assert_eq!(rows[0]["guest_file_cache_bytes"], num(10.0 * 1048576.0));
+        assert_eq!(rows[0]["backend"], "cxlfsd");
+        let (all_a, all_b) = (&rows[2], &rows[5]);
+        assert_eq!(all_a["server_rss_bytes"], 3 << 20);
+        assert_eq!(
+            all_a["file_memory_bytes"],
+            num(f64::from((3 + 8 + 10 + 30) << 20))
+        );
+        assert_eq!(
+            all_b["file_memory_bytes"],
+            num(f64::from((4 + 16 + 20 + 40) << 20))
+        );
+        assert!(
+            !rows[0].contains_key("file_memory_bytes"),
+            "on the all rows only"
+        );
+        // No barrier reached: no memory figures.
+        let none = rows_of(&plans[0], &RunOutput::default());
+        assert!(none.iter().all(|r| !r.contains_key("file_memory_bytes")));
     }
 
     #[test]

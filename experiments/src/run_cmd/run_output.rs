@@ -37,6 +37,9 @@ pub(super) struct PhaseResult {
     pub(super) histograms: Vec<(String, String, Buckets)>,
     /// `replay_check`: measured and predicted hit shares.
     pub(super) hit_shares: Option<HitShares>,
+    /// The guest's file page cache at the phase's end, over what it held
+    /// at boot (`meminfo.json`).
+    pub(super) file_cache_bytes: Option<f64>,
     pub(super) error: Option<String>,
 }
 
@@ -62,8 +65,12 @@ pub(super) struct HitShares {
 pub(super) struct RunOutput {
     /// The run's error (daemon, guests, barrier); `None` if it got through.
     pub(super) error: Option<String>,
-    /// Snapshots at the barriers (index K = before phase K).
+    /// Snapshots at the barriers (index K = before phase K); none with a
+    /// back-end that has no figures (`virtiofsd`).
     pub(super) snapshots: Vec<(u64, Figures)>,
+    /// The back-end's resident bytes at each barrier (index K = before
+    /// phase K).
+    pub(super) server_rss_bytes: Vec<u64>,
     /// Per VM, per phase.
     pub(super) phases: BTreeMap<String, Vec<PhaseResult>>,
     /// The metrics series (empty if the daemon wrote none).
@@ -171,6 +178,13 @@ fn read_phase(
             return r;
         }
     }
+    r.file_cache_bytes = fs::read_to_string(dir.join("meminfo.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| {
+            v.get("file_cache_bytes")
+                .and_then(serde_json::Value::as_f64)
+        });
     if phase.command.is_none() {
         match fs::read_to_string(dir.join("fio.json"))
             .map_err(|e| e.to_string())

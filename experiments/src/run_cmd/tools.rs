@@ -41,6 +41,56 @@ pub(super) struct Tools {
     pub(super) image: PathBuf,
     pub(super) qemu: String,
     pub(super) run_vm: PathBuf,
+    /// The stock `virtiofsd`, where a run uses it (`daemon.backend`).
+    pub(super) virtiofsd: Option<PathBuf>,
+}
+
+/// What the runs of an experiment need beyond `cxlfsd` and the image.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Needs {
+    /// The patched QEMU (a DAX window or accessed bits).
+    pub(super) patched_qemu: bool,
+    /// The stock `virtiofsd`.
+    pub(super) virtiofsd: bool,
+}
+
+impl Needs {
+    /// What `plans` need.
+    pub(super) fn of<'a>(plans: impl IntoIterator<Item = &'a crate::spec::RunPlan>) -> Self {
+        plans.into_iter().fold(Needs::default(), |n, p| Needs {
+            patched_qemu: n.patched_qemu || p.spec.daemon.needs_patched_qemu(),
+            virtiofsd: n.virtiofsd || p.spec.daemon.backend == crate::spec::Backend::Virtiofsd,
+        })
+    }
+}
+
+/// `$VIRTIOFSD`, else the one `qemu-configs/install-virtiofsd.sh` installs
+/// (built once from crates.io) and prints.
+fn find_virtiofsd() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("VIRTIOFSD").filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            bail!("VIRTIOFSD={}: no such file", p.display())
+        };
+    }
+    let script = repo_root().join("qemu-configs/install-virtiofsd.sh");
+    let out = Command::new(&script)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot run {}", script.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or("").trim();
+    if !out.status.success() || !Path::new(last).is_file() {
+        bail!(
+            "{} failed ({}); its log is above",
+            script.display(),
+            out.status
+        );
+    }
+    Ok(PathBuf::from(last))
 }
 
 fn find_cxlfsd(given: Option<&Path>) -> Result<PathBuf> {
@@ -97,13 +147,9 @@ fn build_qemu() -> Result<String> {
 }
 
 /// Finds the tools: the given paths first, then the environment, then the
-/// defaults (the image built or cached, the patched QEMU built when
-/// `patched_qemu`: a DAX window or accessed bits need it).
-pub(super) fn resolve_tools(
-    args: &RunArgs,
-    patched_qemu: bool,
-    image: &ImageSpec,
-) -> Result<Tools> {
+/// defaults (the image built or cached, the patched QEMU built and
+/// `virtiofsd` installed when `needs` says so).
+pub(super) fn resolve_tools(args: &RunArgs, needs: Needs, image: &ImageSpec) -> Result<Tools> {
     let cxlfsd = find_cxlfsd(args.cxlfsd.as_deref())?;
     let help = output_of(Command::new(&cxlfsd).arg("--help"));
     if help.is_empty() {
@@ -124,7 +170,7 @@ pub(super) fn resolve_tools(
     ) {
         (Some(q), _) => q.display().to_string(),
         (None, Some(q)) => q,
-        (None, None) if patched_qemu => build_qemu()?,
+        (None, None) if needs.patched_qemu => build_qemu()?,
         (None, None) => "qemu-system-x86_64".to_string(),
     };
     let run_vm = repo_root().join("qemu-configs/run-vm.sh");
@@ -146,5 +192,10 @@ pub(super) fn resolve_tools(
         image,
         qemu,
         run_vm,
+        virtiofsd: if needs.virtiofsd {
+            Some(find_virtiofsd()?)
+        } else {
+            None
+        },
     })
 }

@@ -5,7 +5,7 @@
 
 use super::check_phase::{check_phase, check_share_path};
 use super::tree::{flatten_sets, size_value};
-use super::types::{DaemonSpec, Spec};
+use super::types::{Backend, DaemonSpec, Spec};
 use super::{LoadSpecError, DEFAULT_PRESET};
 use cxlfs_api::hits::{access_bits, access_sampling_rate};
 use cxlfs_device_model::presets::preset;
@@ -34,6 +34,7 @@ pub(super) fn parse_tree(
     check_sweep_keys(&spec).map_err(key_err)?;
     device_config(&spec.daemon).map_err(key_err)?;
     check_cxl_memory(&spec.daemon).map_err(key_err)?;
+    check_backend(&spec.daemon).map_err(key_err)?;
     check_access_sampling(&spec.daemon).map_err(key_err)?;
     check_latency_compensation(&spec.daemon).map_err(key_err)?;
     check_vars(&spec).map_err(key_err)?;
@@ -198,6 +199,34 @@ fn check_cases(k: &str, cases: &[toml::Value]) -> Result<(), KeyError> {
     Ok(())
 }
 
+/// What only `cxlfsd` does is refused with the stock `virtiofsd`: a DAX
+/// window, memory mode, access sampling, a device (its figures would be
+/// absent, not the device's).
+fn check_backend(d: &DaemonSpec) -> Result<(), KeyError> {
+    if d.backend != Backend::Virtiofsd {
+        return Ok(());
+    }
+    let only_cxlfsd = [
+        ("daemon.dax", d.dax),
+        ("daemon.cxl_memory", d.cxl_memory.is_some()),
+        ("daemon.access_sampling", d.access_sampling.is_some()),
+        ("daemon.cxl_ratio", d.cxl_ratio.is_some()),
+    ];
+    if let Some((key, _)) = only_cxlfsd.iter().find(|(_, set)| *set) {
+        return Err((
+            key.to_string(),
+            "only cxlfsd has it: not with daemon.backend = \"virtiofsd\"".into(),
+        ));
+    }
+    if !["never", "auto", "always"].contains(&d.cache.as_str()) {
+        return Err((
+            "daemon.cache".into(),
+            format!("{:?}: virtiofsd takes never, auto or always", d.cache),
+        ));
+    }
+    Ok(())
+}
+
 /// The CXL memory region (memory mode): at least 16 MiB, whole 2 MiB pages.
 fn check_cxl_memory(d: &DaemonSpec) -> Result<(), KeyError> {
     if let Some(m) = &d.cxl_memory {
@@ -300,6 +329,26 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use crate::spec::load_str;
     use crate::spec::test_specs::SPEC;
+
+    #[test]
+    fn virtiofsd_refuses_what_only_cxlfsd_has() {
+        let ok = SPEC
+            .replace("cxl_ratio = 50\n", "")
+            .replace("[daemon]", "[daemon]\nbackend = \"virtiofsd\"");
+        load_str("s.toml", &ok, &[]).unwrap();
+        for (set, key) in [
+            ("dax = true", "daemon.dax"),
+            ("cxl_memory = \"64MiB\"", "daemon.cxl_memory"),
+            ("cxl_ratio = 50", "daemon.cxl_ratio"),
+        ] {
+            let bad = ok.replace("[daemon]", &format!("[daemon]\n{set}"));
+            let e = load_str("s.toml", &bad, &[]).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains("only cxlfsd"), "{set}: {e}");
+        }
+        let bad = SPEC.replace("[daemon]", "[daemon]\nbackend = \"nfs\"");
+        let e = load_str("s.toml", &bad, &[]).unwrap_err().to_string();
+        assert!(e.contains("backend"), "{e}");
+    }
 
     #[test]
     fn unknown_keys_are_named_with_the_file() {

@@ -40,7 +40,7 @@ pub use phase::{
 pub use sweep::RunPlan;
 pub use tree::size_value;
 pub use tree::value_text;
-pub use types::{ImageSpec, Spec};
+pub use types::{Backend, ImageSpec, Spec};
 
 use check::parse_tree;
 use std::path::Path;

@@ -61,6 +61,11 @@ fn one() -> u32 {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DaemonSpec {
+    /// The virtio-fs back-end the guests mount: `cxlfsd` (the default) or
+    /// the stock `virtiofsd`, one per guest, the baseline (no device, no
+    /// DAX, no memory mode; `cache` is its `--cache`).
+    #[serde(default)]
+    pub backend: Backend,
     /// Device preset (`cxlfsd --preset`).
     #[serde(default)]
     pub preset: Option<String>,
@@ -108,6 +113,27 @@ pub struct DaemonSpec {
     pub args: Vec<String>,
 }
 
+/// `[daemon] backend`: which virtio-fs back-end serves the guests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// One `cxlfsd` for every guest, on the emulated device.
+    #[default]
+    Cxlfsd,
+    /// The stock `virtiofsd`, one process per guest (`qemu-configs/install-virtiofsd.sh`).
+    Virtiofsd,
+}
+
+impl Backend {
+    /// Its name in specs and results.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Cxlfsd => "cxlfsd",
+            Backend::Virtiofsd => "virtiofsd",
+        }
+    }
+}
+
 /// `[daemon] access_bits` when a spec leaves it out: the daemon's default.
 pub const DEFAULT_ACCESS_BITS: AccessBits = AccessBits::On;
 
@@ -151,6 +177,9 @@ impl DaemonSpec {
 
     /// Accessed bits on or off (a spec that loaded has a valid value here).
     pub fn access_bits(&self) -> AccessBits {
+        if self.backend == Backend::Virtiofsd {
+            return AccessBits::Off;
+        }
         self.access_bits
             .as_ref()
             .and_then(|v| access_bits(v.into()).ok())
@@ -161,6 +190,7 @@ impl DaemonSpec {
 impl Default for DaemonSpec {
     fn default() -> Self {
         DaemonSpec {
+            backend: Backend::default(),
             preset: None,
             device: toml::Table::new(),
             cache: default_cache(),

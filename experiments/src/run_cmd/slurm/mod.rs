@@ -25,7 +25,7 @@ use super::args::RunArgs;
 use super::provenance::Provenance;
 use super::record::{forget_rows, read_rows, run_dir};
 use super::run_output::unix_ms;
-use super::tools::{repo_root, resolve_tools, Tools};
+use super::tools::{repo_root, resolve_tools, Needs, Tools};
 use super::{prepare_out_dir, stop_on_signals, Interrupted};
 use crate::spec::{RunPlan, Spec};
 use anyhow::{bail, Context, Result};
@@ -60,8 +60,7 @@ pub(super) fn run_on_slurm(args: &RunArgs, spec: &Spec, plans: &[RunPlan]) -> Re
         );
         return collect::collect_dir(&out_dir, args.no_plots).map(|_| ());
     }
-    let patched_qemu = plans.iter().any(|p| p.spec.daemon.needs_patched_qemu());
-    let tools = resolve_tools(args, patched_qemu, &spec.image)?;
+    let tools = resolve_tools(args, Needs::of(plans), &spec.image)?;
     if !o.resume {
         Provenance::start(args, spec, plans, &tools, &out_dir)?;
     }
