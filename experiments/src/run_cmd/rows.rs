@@ -241,8 +241,8 @@ impl PhaseRows<'_> {
 }
 
 /// The memory that holds file data at the phase's end, on the `all` row:
-/// the back-end's resident bytes on the host (`server_rss_bytes`: `cxlfsd`,
-/// or every `virtiofsd`), the DAX pool's resident bytes
+/// the back-end's anonymous resident bytes on the host (`server_rss_bytes`:
+/// `cxlfsd`, or every `virtiofsd`), the DAX pool's resident bytes
 /// (`daemon.pool_resident_bytes`) and the guests' file page caches summed
 /// (`guest_file_cache_bytes`): `file_memory_bytes`. The host's own page
 /// cache of the shared files is not in it (one copy of what was read, in

@@ -68,8 +68,8 @@ pub(super) struct RunOutput {
     /// Snapshots at the barriers (index K = before phase K); none with a
     /// back-end that has no figures (`virtiofsd`).
     pub(super) snapshots: Vec<(u64, Figures)>,
-    /// The back-end's resident bytes at each barrier (index K = before
-    /// phase K).
+    /// The back-end's anonymous resident bytes at each barrier (index K =
+    /// before phase K).
     pub(super) server_rss_bytes: Vec<u64>,
     /// Per VM, per phase.
     pub(super) phases: BTreeMap<String, Vec<PhaseResult>>,
