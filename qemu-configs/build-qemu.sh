@@ -5,6 +5,9 @@
 #       cache-size=, VHOST_USER_BACKEND_SHMEM_MAP / _UNMAP
 #   patches/qemu-7.2-tcg-accessed-bits.patch      accessed bits from TCG's TLB
 #       fills: memory backends' x-cxlfs-abits=, vhost-user-fs abits=
+#   patches/qemu-7.2-vhost-user-shmem-config.patch  one window size: asks the
+#       back-end (VHOST_USER_GET_SHMEM_CONFIG) and refuses a cache-size that
+#       differs from its window
 #
 #   qemu-configs/build-qemu.sh [--force] [--key]
 #
@@ -33,7 +36,7 @@
 # Environment:
 #   CXLFS_CACHE_DIR    cache root (default: $XDG_CACHE_HOME/cxlfs, else ~/.cache/cxlfs)
 #   CXLFS_QEMU_PATCH   patches to apply, space-separated, in order (default: the
-#                      two above, beside this script)
+#                      three above, beside this script)
 #   CXLFS_QEMU_JOBS    parallel compile jobs (default: 2). configure and ninja
 #                      run under `nice -n 19 ionice -c3`.
 set -euo pipefail
@@ -45,7 +48,9 @@ source "$here/lib.sh"
 
 parse_build_args "$@"
 
-read -r -a patches <<<"${CXLFS_QEMU_PATCH:-$here/patches/qemu-7.2-vhost-user-fs-dax.patch $here/patches/qemu-7.2-tcg-accessed-bits.patch}"
+default_patches="$here/patches/qemu-7.2-vhost-user-fs-dax.patch $here/patches/qemu-7.2-tcg-accessed-bits.patch"
+default_patches+=" $here/patches/qemu-7.2-vhost-user-shmem-config.patch"
+read -r -a patches <<<"${CXLFS_QEMU_PATCH:-$default_patches}"
 jobs="${CXLFS_QEMU_JOBS:-2}"
 ((${#patches[@]})) || die "no patch to apply (CXLFS_QEMU_PATCH is empty)"
 for p in "${patches[@]}"; do
@@ -276,6 +281,8 @@ log "built in $(($(date +%s) - start)) s"
     || die "the built QEMU has no vhost-user-fs-pci cache-size property (patch not applied?)"
 "$build/qemu-system-x86_64" -object memory-backend-memfd,help 2>/dev/null | grep -q 'x-cxlfs-abits=' \
     || die "the built QEMU has no memory backend x-cxlfs-abits property (patch not applied?)"
+grep -aq 'VHOST_USER_GET_SHMEM_CONFIG' "$build/qemu-system-x86_64" \
+    || die "the built QEMU does not ask the back-end for its window size (patch not applied?)"
 mkdir -p "$out"
 cp "$build/qemu-system-x86_64" "$bin.tmp"
 mv -f "$bin.tmp" "$bin"
