@@ -25,7 +25,7 @@
 # hash of this script, lib.sh, the patches and the Debian source version of
 # qemu; the patched source tree and its build directory stay in
 # $CXLFS_CACHE_DIR/qemu-src/<version>/, so a changed patch rebuilds only the
-# files it touches (the patches are applied, and reverted, as one). A run with nothing changed does no apt work (about 10 ms).
+# files it touches (the patches are applied in order, and reverted last first). A run with nothing changed does no apt work (about 10 ms).
 #
 # Host setup, done only when needed (root): a deb-src entry mirroring the
 # existing bookworm deb entries (/etc/apt/sources.list.d/cxlfs-deb-src.sources),
@@ -56,7 +56,7 @@ jobs="${CXLFS_QEMU_JOBS:-2}"
 for p in "${patches[@]}"; do
     [[ -f "$p" ]] || die "no patch at $p"
 done
-# The patches as one (applied and reverted as a unit; hashed for the key).
+# The patches as one file (applied in order; hashed for the key).
 patch_file="$(mktemp -t cxlfs-qemu-patches.XXXXXX)"
 trap 'rm -f "$patch_file"' EXIT
 cat "${patches[@]}" >"$patch_file"
@@ -242,12 +242,26 @@ if [[ -z "$src" || ! -f "$src/.cxlfs-prepared" ]]; then
     touch "$src/.cxlfs-prepared"
 fi
 
-# Apply the patch; a different one applied before is reversed first.
+# Reverts the patches in $applied (each starts with a "From: " line), last
+# first: one that changes lines an earlier one added only comes off first.
+revert_applied() {
+    local dir i parts rc=0
+    dir="$(mktemp -d -t cxlfs-qemu-revert.XXXXXX)"
+    awk -v d="$dir" '/^From: / { n++ } { print > sprintf("%s/%03d.patch", d, n) }' "$applied"
+    parts=("$dir"/*.patch)
+    for ((i = ${#parts[@]} - 1; i >= 0; i--)); do
+        patch -d "$src" -p1 -R --batch --silent <"${parts[i]}" >&2 || { rc=1; break; }
+    done
+    rm -rf "$dir"
+    return $rc
+}
+
+# Apply the patches; different ones applied before are reversed first.
 applied="$src/.cxlfs-applied.patch"
 if [[ ! -f "$applied" ]] || ! cmp -s "$applied" "$patch_file"; then
     if [[ -f "$applied" ]]; then
-        log "reverting the previously applied patch"
-        if ! patch -d "$src" -p1 -R --batch --silent <"$applied" >&2; then
+        log "reverting the previously applied patches"
+        if ! revert_applied; then
             log "revert failed: fetching the source again"
             rm -rf "$src"
             exec "$self" "$@"
