@@ -5,6 +5,9 @@
 #       cache-size=, VHOST_USER_BACKEND_SHMEM_MAP / _UNMAP
 #   patches/qemu-7.2-tcg-accessed-bits.patch      accessed bits from TCG's TLB
 #       fills: memory backends' x-cxlfs-abits=, vhost-user-fs abits=
+#   patches/qemu-7.2-vhost-user-shmem-config.patch  one window size: asks the
+#       back-end (VHOST_USER_GET_SHMEM_CONFIG) and refuses a cache-size that
+#       differs from its window
 #
 #   qemu-configs/build-qemu.sh [--force] [--key]
 #
@@ -22,7 +25,7 @@
 # hash of this script, lib.sh, the patches and the Debian source version of
 # qemu; the patched source tree and its build directory stay in
 # $CXLFS_CACHE_DIR/qemu-src/<version>/, so a changed patch rebuilds only the
-# files it touches (the patches are applied, and reverted, as one). A run with nothing changed does no apt work (about 10 ms).
+# files it touches (the patches are applied in order, and reverted last first). A run with nothing changed does no apt work (about 10 ms).
 #
 # Host setup, done only when needed (root): a deb-src entry mirroring the
 # existing bookworm deb entries (/etc/apt/sources.list.d/cxlfs-deb-src.sources),
@@ -33,7 +36,7 @@
 # Environment:
 #   CXLFS_CACHE_DIR    cache root (default: $XDG_CACHE_HOME/cxlfs, else ~/.cache/cxlfs)
 #   CXLFS_QEMU_PATCH   patches to apply, space-separated, in order (default: the
-#                      two above, beside this script)
+#                      three above, beside this script)
 #   CXLFS_QEMU_JOBS    parallel compile jobs (default: 2). configure and ninja
 #                      run under `nice -n 19 ionice -c3`.
 set -euo pipefail
@@ -45,13 +48,15 @@ source "$here/lib.sh"
 
 parse_build_args "$@"
 
-read -r -a patches <<<"${CXLFS_QEMU_PATCH:-$here/patches/qemu-7.2-vhost-user-fs-dax.patch $here/patches/qemu-7.2-tcg-accessed-bits.patch}"
+default_patches="$here/patches/qemu-7.2-vhost-user-fs-dax.patch $here/patches/qemu-7.2-tcg-accessed-bits.patch"
+default_patches+=" $here/patches/qemu-7.2-vhost-user-shmem-config.patch"
+read -r -a patches <<<"${CXLFS_QEMU_PATCH:-$default_patches}"
 jobs="${CXLFS_QEMU_JOBS:-2}"
 ((${#patches[@]})) || die "no patch to apply (CXLFS_QEMU_PATCH is empty)"
 for p in "${patches[@]}"; do
     [[ -f "$p" ]] || die "no patch at $p"
 done
-# The patches as one (applied and reverted as a unit; hashed for the key).
+# The patches as one file (applied in order; hashed for the key).
 patch_file="$(mktemp -t cxlfs-qemu-patches.XXXXXX)"
 trap 'rm -f "$patch_file"' EXIT
 cat "${patches[@]}" >"$patch_file"
@@ -237,12 +242,26 @@ if [[ -z "$src" || ! -f "$src/.cxlfs-prepared" ]]; then
     touch "$src/.cxlfs-prepared"
 fi
 
-# Apply the patch; a different one applied before is reversed first.
+# Reverts the patches in $applied (each starts with a "From: " line), last
+# first: one that changes lines an earlier one added only comes off first.
+revert_applied() {
+    local dir i parts rc=0
+    dir="$(mktemp -d -t cxlfs-qemu-revert.XXXXXX)"
+    awk -v d="$dir" '/^From: / { n++ } { print > sprintf("%s/%03d.patch", d, n) }' "$applied"
+    parts=("$dir"/*.patch)
+    for ((i = ${#parts[@]} - 1; i >= 0; i--)); do
+        patch -d "$src" -p1 -R --batch --silent <"${parts[i]}" >&2 || { rc=1; break; }
+    done
+    rm -rf "$dir"
+    return $rc
+}
+
+# Apply the patches; different ones applied before are reversed first.
 applied="$src/.cxlfs-applied.patch"
 if [[ ! -f "$applied" ]] || ! cmp -s "$applied" "$patch_file"; then
     if [[ -f "$applied" ]]; then
-        log "reverting the previously applied patch"
-        if ! patch -d "$src" -p1 -R --batch --silent <"$applied" >&2; then
+        log "reverting the previously applied patches"
+        if ! revert_applied; then
             log "revert failed: fetching the source again"
             rm -rf "$src"
             exec "$self" "$@"
@@ -276,6 +295,8 @@ log "built in $(($(date +%s) - start)) s"
     || die "the built QEMU has no vhost-user-fs-pci cache-size property (patch not applied?)"
 "$build/qemu-system-x86_64" -object memory-backend-memfd,help 2>/dev/null | grep -q 'x-cxlfs-abits=' \
     || die "the built QEMU has no memory backend x-cxlfs-abits property (patch not applied?)"
+grep -aq 'VHOST_USER_GET_SHMEM_CONFIG' "$build/qemu-system-x86_64" \
+    || die "the built QEMU does not ask the back-end for its window size (patch not applied?)"
 mkdir -p "$out"
 cp "$build/qemu-system-x86_64" "$bin.tmp"
 mv -f "$bin.tmp" "$bin"

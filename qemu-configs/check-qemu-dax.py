@@ -7,7 +7,10 @@ A minimal vhost-user back-end (just enough of the protocol for QEMU to start
 the device; it never answers FUSE requests) is served on a socket, and
 
 1. without a guest (QEMU -S): protocol feature SHMEM (22) is negotiated only
-   for a device with cache-size, and SHMEM_MAP is refused without one;
+   for a device with cache-size, and SHMEM_MAP is refused without one; QEMU
+   asks for the back-end's window (GET_SHMEM_CONFIG) only with a window, and
+   refuses to start when the back-end's window is not cache-size, with a
+   message that names both sizes;
 2. with a guest (run-vm.sh, TCG): the guest's virtio_fs driver finds the
    window (shared memory capability, BAR 2); after `rmmod virtiofs` (the
    driver's reset drops all mappings) the back-end sends SHMEM_MAP/UNMAP
@@ -39,6 +42,7 @@ F_REPLY = 0x4
 F_NEED_REPLY = 0x8
 GET_FEATURES, GET_VRING_BASE, GET_PROTOCOL_FEATURES = 1, 11, 15
 SET_PROTOCOL_FEATURES, GET_QUEUE_NUM, SET_BACKEND_REQ_FD = 16, 17, 21
+GET_SHMEM_CONFIG = 44
 BACKEND_SHMEM_MAP, BACKEND_SHMEM_UNMAP = 9, 10
 PF_REPLY_ACK, PF_BACKEND_REQ, PF_BACKEND_SEND_FD, PF_SHMEM = 3, 5, 10, 22
 VIRTIO_F_VERSION_1, VHOST_USER_F_PROTOCOL_FEATURES = 32, 30
@@ -81,8 +85,10 @@ def recv_msg(sock):
 class Backend:
     """Serves one vhost-user connection: accepts everything, answers gets."""
 
-    def __init__(self, path):
+    def __init__(self, path, window=WINDOW):
         self.path = path
+        self.window = window
+        self.shmem_config_asked = 0
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(path)
         self.listener.listen(1)
@@ -111,6 +117,10 @@ class Backend:
                     reply = struct.pack("<II", struct.unpack("<I", payload[:4])[0], 0)
                 elif req == SET_BACKEND_REQ_FD:
                     self.backend_sock = socket.socket(fileno=fds.pop(0))
+                elif req == GET_SHMEM_CONFIG:
+                    # { u32 nregions; u32 padding; u64 memory_sizes[256] }
+                    self.shmem_config_asked += 1
+                    reply = struct.pack("<II256Q", 1, 0, self.window, *([0] * 255))
                 if reply is None and flags & F_NEED_REPLY:
                     reply = struct.pack("<Q", 0)
                 if reply is not None:
@@ -175,6 +185,8 @@ def part1(qemu, tmp):
             os.ftruncate(memfd, 4 * MiB)
             r = be.request(BACKEND_SHMEM_MAP, 0, 0, 0, 2 * MiB, MAP_RW, memfd)
             check((r == 0) == bool(cache), "cache-size=%d: SHMEM_MAP reply %d" % (cache, r))
+            check(be.shmem_config_asked == bool(cache), "cache-size=%d: GET_SHMEM_CONFIG sent %d times"
+                  % (cache, be.shmem_config_asked))
             if cache:
                 r = be.request(BACKEND_SHMEM_UNMAP, 0, 0, 0, 2 * MiB, 0)
                 check(r == 0, "cache-size=%d: SHMEM_UNMAP reply %d" % (cache, r))
@@ -185,6 +197,30 @@ def part1(qemu, tmp):
             be.close()
         if out.strip():
             print("  qemu said: " + out.strip().replace("\n", "\n  qemu said: "))
+
+
+def part1_mismatch(qemu, tmp):
+    """No guest: a back-end whose window is not cache-size is refused."""
+    sock = os.path.join(tmp, "mismatch.sock")
+    be = Backend(sock, window=WINDOW // 2)
+    q = subprocess.Popen([qemu, "-S", "-machine", "q35", "-accel", "tcg", "-nodefaults",
+                          "-display", "none", "-monitor", "none", "-m", "256M", "-name", "mm",
+                          "-object", "memory-backend-memfd,id=mem,size=256M,share=on",
+                          "-numa", "node,memdev=mem", "-chardev", "socket,id=c0,path=" + sock,
+                          "-device", "vhost-user-fs-pci,chardev=c0,tag=t,cache-size=%d" % WINDOW],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out = q.communicate(timeout=30)[0]
+    except subprocess.TimeoutExpired:
+        q.kill()
+        out = q.communicate()[0]
+    finally:
+        be.close()
+    check(q.returncode not in (0, None) and be.shmem_config_asked == 1,
+          "a 32 MiB back-end window with cache-size=64M: QEMU exits (status %s)" % q.returncode)
+    check("cache-size is 64 MiB" in out and "DAX window of 32 MiB" in out
+          and "VM 'mm'" in out and sock in out,
+          "the error names both sizes, the socket and the VM: %s" % out.strip())
 
 
 GUEST_CMD = r"""
@@ -290,6 +326,7 @@ def main():
     qemu = find_qemu(args)
     tmp = tempfile.mkdtemp(prefix="cxlfs-daxcheck-")
     part1(qemu, tmp)
+    part1_mismatch(qemu, tmp)
     part2(qemu, args.image, tmp, args.keep)
     if not args.keep:
         subprocess.run(["rm", "-rf", tmp])

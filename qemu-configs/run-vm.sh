@@ -14,7 +14,11 @@
 #   --tag TAG         virtio-fs tag (default: cxlfs)
 #   --mountopts OPTS  guest mount -o options for the share, e.g. dax=always
 #   --cache-size SIZE DAX window of the share (QEMU syntax, e.g. 64M); needs the
-#                     patched QEMU of build-qemu.sh (QEMU=$(build-qemu.sh | tail -n1))
+#                     patched QEMU of build-qemu.sh (QEMU=$(build-qemu.sh | tail -n1)).
+#                     Must be the back-end's window (cxlfsd --dax-window, default
+#                     1GiB): QEMU asks it (VHOST_USER_GET_SHMEM_CONFIG) and exits
+#                     at start, naming both sizes, when they differ (status 125).
+#                     `cxlfs run` passes both from the spec's vms.dax_window
 #   --mem SIZE        guest RAM, QEMU syntax (default: 1G)
 #   --cxl-memory SIZE memory mode: add a CPU-less NUMA node 1 of SIZE (N with a
 #                     K, M, G or T suffix, a whole number of MiB), backed by the

@@ -136,7 +136,7 @@ rm -f "$release_log" "$build_log"
 # (latency, bandwidth, `placement`'s read times, Slurm's overhead, the
 # soak's latency windows, and any new one) runs alone afterwards.
 PAIRED=(fuse_ops dax_pressure memory_mode many_files experiment_run hit_sources access_bits dax
-    two_vms one_vm control durability credentials)
+    two_vms one_vm control durability dax_window credentials)
 
 if [ -n "${E2E_ONLY:-}" ]; then
     IFS=, read -r -a binaries <<<"$E2E_ONLY"

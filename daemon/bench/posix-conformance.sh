@@ -79,7 +79,7 @@ run_config() {
             [[ "$name" != cxlfsd-never ]] && mode=auto
             if [[ "$name" == cxlfsd-dax ]]; then
                 [[ -n "$patched_qemu" ]] || { log "$name: skipped (no patched QEMU)"; return 0; }
-                dax=(--set cache.size_bytes=4MiB)
+                dax=(--set cache.size_bytes=4MiB --dax-window 64MiB)
                 vm_args=(--cache-size 64M --mountopts dax=always)
             fi
             RUST_LOG="${RUST_LOG:-warn}" "$cxlfsd" --shared-dir "$share" --vm "vm0=$sock" \

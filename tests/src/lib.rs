@@ -320,7 +320,9 @@ pub struct VmOptions {
     /// Guest mount options for the share (`--mountopts`, e.g. `dax=always`).
     pub mountopts: Option<String>,
     /// The share's DAX window (`--cache-size`, QEMU syntax); needs `qemu`
-    /// to be the patched QEMU ([`patched_qemu`]).
+    /// to be the patched QEMU ([`patched_qemu`]), and the same size as the
+    /// daemon's `--dax-window` (default 1GiB): QEMU asks the daemon and
+    /// exits at start with another size.
     pub cache_size: Option<String>,
     /// The QEMU binary (`$QEMU` of `run-vm.sh`); `None`: the system's.
     pub qemu: Option<PathBuf>,
@@ -339,7 +341,8 @@ pub struct VmOptions {
 
 impl VmOptions {
     /// A guest that mounts the share with `dax=always` through a DAX window
-    /// of `window` (QEMU syntax) on the patched QEMU.
+    /// of `window` (QEMU syntax) on the patched QEMU; start the daemon with
+    /// `--dax-window` `window` (it takes the same syntax).
     pub fn dax(window: &str) -> Self {
         VmOptions {
             mountopts: Some("dax=always".to_string()),

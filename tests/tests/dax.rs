@@ -44,6 +44,8 @@ fn two_vms_share_the_pool_through_their_windows() {
         &[
             "--cache",
             "never",
+            "--dax-window",
+            "256M",
             "--set",
             "cache.size_bytes=256MiB",
             "--set",
@@ -176,6 +178,8 @@ fn misses_trap_and_are_charged() {
         &[
             "--cache",
             "never",
+            "--dax-window",
+            "64M",
             "--set",
             "cache.size_bytes=8MiB",
             "--set",

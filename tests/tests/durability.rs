@@ -31,7 +31,14 @@ fn sigterm_loses_no_window_store() {
     const LEN: usize = 4 * MIB;
     let mut d = Daemon::start(
         &["vm0"],
-        &["--dax-writeback-interval", "0", "--set", "nand.read_ns=1us"],
+        &[
+            "--dax-writeback-interval",
+            "0",
+            "--dax-window",
+            "64M",
+            "--set",
+            "nand.read_ns=1us",
+        ],
         |share| fs::write(share.join("win.bin"), vec![0u8; LEN]).unwrap(),
     );
     d.write_guest_script(&format!(

@@ -532,6 +532,8 @@ fn posix_suite_dax() {
         &[
             "--cache",
             "never",
+            "--dax-window",
+            "64M",
             "--set",
             "cache.size_bytes=8MiB",
             "--set",

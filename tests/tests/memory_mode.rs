@@ -292,6 +292,8 @@ fn two_vms_with_cxl_memory_and_a_shared_dax_file_share_one_device_cache() {
             "vm0=64MiB",
             "--cxl-memory",
             "vm1=64MiB",
+            "--dax-window",
+            "64M",
             "--set",
             &format!("cache.size_bytes={CACHE}"),
         ],

@@ -118,8 +118,9 @@ pub struct Cli {
     /// daemon logs why and serves without DAX.
     #[arg(long, value_name = "on|off")]
     pub dax: Option<OnOff>,
-    /// Size of each VM's DAX window (as reported by GET_SHMEM_CONFIG; QEMU's
-    /// `cache-size` decides the real one), e.g. `1GiB`. Multiple of 2 MiB.
+    /// Size of each VM's DAX window, reported by GET_SHMEM_CONFIG: QEMU's
+    /// `cache-size` must be the same (the patched QEMU asks and refuses to
+    /// start with another), e.g. `1GiB`. Multiple of 2 MiB.
     #[arg(long, value_name = "BYTES")]
     pub dax_window: Option<String>,
     /// Where to mount the pool (default: /run/cxlfsd/pool-PID).

@@ -362,6 +362,30 @@ impl DaxSession {
         Errno::INVAL
     }
 
+    /// Counts, logs (WARN) and refuses a FUSE_SETUPMAPPING of `m` past the
+    /// end of the `window`-byte window: the VMM's window is larger than
+    /// ours. The WARN is given on the 1st, 2nd, 4th, 8th, ... of the VM's.
+    fn refuse_overrun(&self, m: &SetupMappingIn, window: u64) -> Errno {
+        let n = self
+            .metrics
+            .dax_window_overruns
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        if n.is_power_of_two() {
+            tracing::warn!(
+                vm = %self.metrics.name,
+                moffset = m.moffset,
+                len = m.len,
+                window,
+                overruns = n,
+                "SETUPMAPPING refused: the range lies past the end of the DAX window \
+                 (--dax-window {window} bytes); the VMM's window is larger \
+                 (QEMU cache-size must equal --dax-window)"
+            );
+        }
+        self.refuse(m, "outside the window")
+    }
+
     /// Checks FUSE_SETUPMAPPING `m` of node `nodeid` against a window of
     /// `window` bytes, the file and the live slots; returns the file's key.
     fn check_mapping(
@@ -384,7 +408,7 @@ impl DaxSession {
             .checked_add(m.len)
             .is_some_and(|end| end <= window)
         {
-            return Err(bad("outside the window"));
+            return Err(self.refuse_overrun(m, window));
         }
         let file = fs.host_file(nodeid, fh, false)?;
         if file.is_dir {
@@ -756,5 +780,37 @@ mod tests {
         lock(&s.slots).clear();
         assert!(s.settled_slots(0).is_ok());
         assert_eq!(metrics.dax_map_waits.load(Ordering::Relaxed), 2);
+    }
+
+    /// A SETUPMAPPING past the end of the window (the VMM's window is
+    /// larger) is refused with EINVAL and counted twice: an overrun and a
+    /// refusal. One inside the window is no overrun.
+    #[test]
+    fn a_mapping_past_the_window_is_an_overrun() {
+        let Some(rig) = super::super::tests::rig() else {
+            return;
+        };
+        let metrics = Arc::new(VmMetrics::new("w"));
+        let s = DaxSession::new(rig.dax.clone(), metrics.clone());
+        let window = 2 * SLOT_SIZE;
+        let at = |moffset| SetupMappingIn {
+            fh: u64::MAX,
+            foffset: 0,
+            len: SLOT_SIZE,
+            flags: 0,
+            moffset,
+        };
+        for moffset in [window, window + SLOT_SIZE, u64::MAX - (SLOT_SIZE - 1)] {
+            let r = s.check_mapping(&rig.fs, 1, None, &at(moffset), window);
+            assert_eq!(r.err(), Some(Errno::INVAL), "moffset {moffset:#x}");
+        }
+        assert_eq!(metrics.dax_window_overruns.load(Ordering::Relaxed), 3);
+        assert_eq!(metrics.dax_map_refusals.load(Ordering::Relaxed), 3);
+        // Inside the window: judged on (here, the root directory is no
+        // regular file), not an overrun.
+        let r = s.check_mapping(&rig.fs, 1, None, &at(SLOT_SIZE), window);
+        assert_eq!(r.err(), Some(Errno::INVAL));
+        assert_eq!(metrics.dax_window_overruns.load(Ordering::Relaxed), 3);
+        assert_eq!(metrics.dax_map_refusals.load(Ordering::Relaxed), 4);
     }
 }

@@ -192,6 +192,7 @@ vm_counters! {
     dax_unmaps => "cxlfs_dax_unmaps_total", help "DAX window slots unmapped (VHOST_USER_BACKEND_SHMEM_UNMAP).";
     dax_map_waits => "cxlfs_dax_map_waits_total", help "SETUPMAPPING/REMOVEMAPPING requests that waited for an in-flight mapping or removal of the same window slot.";
     dax_map_refusals => "cxlfs_dax_map_refusals_total", help "SETUPMAPPING/REMOVEMAPPING requests refused: a range the guest does not hold, bad arguments, or a slot still in flight after the front-end's reply timeout.";
+    dax_window_overruns => "cxlfs_dax_window_overruns_total", help "SETUPMAPPING requests for a range past the end of the VM's DAX window (the VMM's window is larger than --dax-window; also in cxlfs_dax_map_refusals_total).";
     dax_slot_reuses => "cxlfs_dax_slot_reuses_total", help "Window slots mapped for another file range than they held last (the guest took the range back from one file for another: window pressure).";
     backend_timeouts => "cxlfs_backend_channel_timeouts_total", help "Back-end channel requests the front-end did not acknowledge in time (the connection was dropped).";
     bad_chains => "cxlfs_bad_descriptor_chains_total", json "bad_descriptor_chains", help "Descriptor chains dropped as malformed.";

@@ -35,7 +35,10 @@ pub(super) fn daemon_args(
     }
     if d.dax {
         a.extend(["--dax".to_string(), "on".to_string()]);
-        // The window's bit area is made for the window QEMU is given.
+        // One size for both sides, the spec's vms.dax_window: QEMU's
+        // cache-size (`vm_args`) must equal it (the patched QEMU asks the
+        // daemon and refuses to start with another), and the window's bit
+        // area is made for it.
         a.extend(["--dax-window".to_string(), plan.spec.vms.dax_window.clone()]);
     }
     a.extend([
@@ -92,6 +95,7 @@ pub(super) fn vm_args(plan: &RunPlan, vm: &str, socket: &Path) -> Vec<String> {
         a.extend(["--mountopts".to_string(), m]);
     }
     if plan.spec.daemon.dax {
+        // The daemon's --dax-window (`daemon_args`): the same value.
         a.extend(["--cache-size".to_string(), v.dax_window.clone()]);
     }
     if plan.spec.daemon.cxl_memory.is_some() {

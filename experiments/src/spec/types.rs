@@ -223,7 +223,8 @@ pub struct VmsSpec {
     /// Guest mount options of the share (default with DAX: `dax=always`).
     #[serde(default)]
     pub mountopts: Option<String>,
-    /// DAX window per guest (QEMU `cache-size`), used when `daemon.dax` is on.
+    /// DAX window per guest, used when `daemon.dax` is on: both the
+    /// daemon's `--dax-window` and QEMU's `cache-size` (which must agree).
     #[serde(default = "default_dax_window")]
     pub dax_window: String,
     /// Guest time limit per run (the guest is killed after it).
