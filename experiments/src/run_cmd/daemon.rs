@@ -96,16 +96,7 @@ pub(super) fn start_daemon(
         format!("{} {}\n", tools.cxlfsd.display(), args.join(" ")),
     );
     let log_path = run_dir.join("daemon.log");
-    let log = fs::File::create(&log_path).map_err(|e| format!("daemon.log: {e}"))?;
-    let log2 = log.try_clone().map_err(|e| format!("daemon.log: {e}"))?;
-    let child = Command::new(&tools.cxlfsd)
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(log2)
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", tools.cxlfsd.display()))?;
+    let child = spawn_logged(&tools.cxlfsd, &args, &log_path)?;
     let mut d = DaemonProc {
         child,
         metrics,
@@ -136,4 +127,21 @@ pub(super) fn start_daemon(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Starts `bin ARGS` in a process group of its own, its stdout and stderr
+/// into `log`.
+pub(super) fn spawn_logged(bin: &Path, args: &[String], log: &Path) -> Result<Child, String> {
+    let out = fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let err = out
+        .try_clone()
+        .map_err(|e| format!("{}: {e}", log.display()))?;
+    Command::new(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", bin.display()))
 }

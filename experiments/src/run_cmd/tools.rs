@@ -67,23 +67,34 @@ impl Needs {
 /// `$VIRTIOFSD`, else the one `qemu-configs/install-virtiofsd.sh` installs
 /// (built once from crates.io) and prints.
 fn find_virtiofsd() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("VIRTIOFSD").filter(|p| !p.is_empty()) {
-        let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            bail!("VIRTIOFSD={}: no such file", p.display())
-        };
+    if let Some(p) = file_from_env("VIRTIOFSD") {
+        return p;
     }
-    let script = repo_root().join("qemu-configs/install-virtiofsd.sh");
-    let out = Command::new(&script)
+    path_printed_by(&repo_root().join("qemu-configs/install-virtiofsd.sh"))
+}
+
+/// The file environment variable `var` names (`None`: unset or empty; an
+/// error: no such file).
+fn file_from_env(var: &str) -> Option<Result<PathBuf>> {
+    let p = PathBuf::from(std::env::var_os(var).filter(|p| !p.is_empty())?);
+    Some(if p.is_file() {
+        Ok(p)
+    } else {
+        Err(anyhow::anyhow!("{var}={}: no such file", p.display()))
+    })
+}
+
+/// Runs `script` (its log on this stderr) and returns the file named by
+/// the last line it printed.
+fn path_printed_by(script: &Path) -> Result<PathBuf> {
+    let out = Command::new(script)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
         .with_context(|| format!("cannot run {}", script.display()))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let last = stdout.lines().last().unwrap_or("").trim();
-    if !out.status.success() || !Path::new(last).is_file() {
+    if !out.status.success() || last.is_empty() || !Path::new(last).is_file() {
         bail!(
             "{} failed ({}); its log is above",
             script.display(),
@@ -101,13 +112,8 @@ fn find_cxlfsd(given: Option<&Path>) -> Result<PathBuf> {
             bail!("--cxlfsd {}: no such file", p.display())
         };
     }
-    if let Some(p) = std::env::var_os("CXLFSD").filter(|p| !p.is_empty()) {
-        let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            bail!("CXLFSD={}: no such file", p.display())
-        };
+    if let Some(p) = file_from_env("CXLFSD") {
+        return p;
     }
     if let Some(sibling) = std::env::current_exe()
         .ok()
@@ -129,21 +135,7 @@ fn build_qemu() -> Result<String> {
         "cxlfs run: DAX needs the patched QEMU: {}",
         script.display()
     );
-    let out = Command::new(&script)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("cannot run {}", script.display()))?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let last = stdout.lines().last().unwrap_or("").trim().to_string();
-    if !out.status.success() || last.is_empty() || !Path::new(&last).is_file() {
-        bail!(
-            "{} failed ({}); its log is above",
-            script.display(),
-            out.status
-        );
-    }
-    Ok(last)
+    Ok(path_printed_by(&script)?.display().to_string())
 }
 
 /// Finds the tools: the given paths first, then the environment, then the

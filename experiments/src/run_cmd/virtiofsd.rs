@@ -4,14 +4,14 @@
 //! `daemon/bench/virtiofsd-comparison.sh` runs it); each logged in the run
 //! directory, stopped with SIGTERM (each also exits when its guest goes).
 
+use super::daemon::spawn_logged;
 use super::tools::Tools;
 use crate::spec::RunPlan;
 use cxlfs::procs::{signal, tail, terminate_tree, wait_timeout};
 use std::fs;
 use std::os::unix::fs::FileTypeExt;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 /// The started `virtiofsd`s, one per guest.
@@ -72,18 +72,7 @@ pub(super) fn start_virtiofsd(
             "--seccomp=none".to_string(),
         ];
         lines.push_str(&format!("{} {}\n", bin.display(), args.join(" ")));
-        let log_path = run_dir.join(format!("virtiofsd-{vm}.log"));
-        let log =
-            fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
-        let log2 = log.try_clone().map_err(|e| e.to_string())?;
-        let child = Command::new(bin)
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(log2)
-            .stderr(log)
-            .process_group(0)
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+        let child = spawn_logged(bin, &args, &run_dir.join(format!("virtiofsd-{vm}.log")))?;
         procs.children.push((vm.clone(), child));
     }
     let _ = fs::write(run_dir.join("daemon-command.txt"), lines);

@@ -22,15 +22,17 @@ fn wait_for(what: &str, done: impl Fn() -> bool) {
     }
 }
 
-#[test]
-fn set_bits_become_references_of_resident_pages_while_the_area_is_attached() {
-    let Some((rig, memory, _)) = planes() else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("vm0.sock");
+/// A source over vm0's memory region of `memory`, its area in `dir`
+/// (re-armed every `period`), and the area's path.
+fn source_on(
+    rig: &crate::dax::tests::Rig,
+    memory: &Arc<crate::memory::MemoryRegions>,
+    dir: &std::path::Path,
+    period: Duration,
+    connected: Connected,
+) -> (AccessBitsSource, std::path::PathBuf) {
     let size = memory.region("vm0").unwrap().size;
-    let period = Duration::from_millis(100);
+    let socket = dir.join("vm0.sock");
     let area = create_area("vm0", &socket, RegionKind::Memory, size, period).unwrap();
     let path = area.area.path().to_path_buf();
     let source = AccessBitsSource::start(
@@ -41,10 +43,26 @@ fn set_bits_become_references_of_resident_pages_while_the_area_is_attached() {
             dax: None,
             memory: Some(memory.clone()),
         },
-        Box::new(|_| true),
+        connected,
         false,
     )
     .unwrap();
+    (source, path)
+}
+
+#[test]
+fn set_bits_become_references_of_resident_pages_while_the_area_is_attached() {
+    let Some((rig, memory, _)) = planes() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (source, path) = source_on(
+        &rig,
+        &memory,
+        dir.path(),
+        Duration::from_millis(100),
+        Box::new(|_| true),
+    );
     // Pages 0..4 of the region become resident (each one a trap, a miss).
     let region = RegionMap::new(memory.region("vm0").unwrap().file());
     for p in 0..4 {
@@ -106,25 +124,15 @@ fn an_attached_area_covers_its_region_only_while_its_vm_is_connected() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("vm0.sock");
-    let size = memory.region("vm0").unwrap().size;
-    let period = Duration::from_millis(50);
-    let area = create_area("vm0", &socket, RegionKind::Memory, size, period).unwrap();
-    let path = area.area.path().to_path_buf();
     let connected = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let c = connected.clone();
-    let source = AccessBitsSource::start(
-        vec![area],
-        period,
-        HitPlanes {
-            device: rig.shared.clone(),
-            dax: None,
-            memory: Some(memory.clone()),
-        },
+    let (source, path) = source_on(
+        &rig,
+        &memory,
+        dir.path(),
+        Duration::from_millis(50),
         Box::new(move |_| c.load(Ordering::Relaxed)),
-        false,
-    )
-    .unwrap();
+    );
     let f = OpenOptions::new().write(true).open(&path).unwrap();
     f.write_all_at(&1u32.to_le_bytes(), 28).unwrap(); // active
     wait_for("the area to be covered", || {
