@@ -1,0 +1,165 @@
+//! Miss-ratio curves: a cache's miss ratio at many sizes from one pass over
+//! the input.
+//!
+//! * **Exact** (LRU): [`stack_distance`] gives every size's misses from one
+//!   histogram, equal to a replay of each size when [`limits::exact`] holds.
+//! * **Sampled** (any policy): [`shards`] keeps a spatial sample of the
+//!   pages at rate R; [`minisim`] runs the device model itself, with its own
+//!   policy code, on a cache of `size × R` pages per size, when
+//!   [`limits::miniature`] holds.
+//!
+//! A miss is what `replay` counts: a page lookup of a measured access (after
+//! the warm-up) that did not hit, each page of a multi-page access counted.
+//! The miss ratio is misses over page lookups.
+
+pub mod limits;
+pub mod minisim;
+pub mod shards;
+pub mod sizes;
+pub mod stack_distance;
+
+use crate::device::AccessError;
+use crate::trace::Access;
+use crate::{PAGE_SHIFT, PAGE_SIZE};
+use shards::{Sample, Sampler};
+use stack_distance::StackDistances;
+
+/// Why the pass over the input stopped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("access {index}: {error}")]
+pub struct FeedError {
+    /// 0-based access index (warm-up included).
+    pub index: u64,
+    /// What the device would have said.
+    pub error: AccessError,
+}
+
+/// One pass over the input, feeding the stack and the sampler it was asked for.
+pub struct CurvePass {
+    capacity_bytes: u64,
+    warmup: u64,
+    fed: u64,
+    stack: Option<StackDistances>,
+    sampler: Option<Sampler>,
+}
+
+/// What a pass collected.
+pub struct Collected {
+    /// Accesses fed (warm-up included).
+    pub fed: u64,
+    /// The stack-distance histogram, if asked for.
+    pub stack: Option<StackDistances>,
+    /// The sample, if asked for.
+    pub sample: Option<Sample>,
+}
+
+impl CurvePass {
+    /// A pass over accesses to a device of `capacity_bytes`; the first
+    /// `warmup` accesses are not measured.
+    pub fn new(
+        capacity_bytes: u64,
+        warmup: u64,
+        exact: bool,
+        sampler: Option<Sampler>,
+    ) -> CurvePass {
+        CurvePass {
+            capacity_bytes,
+            warmup,
+            fed: 0,
+            stack: exact.then(|| StackDistances::new(capacity_bytes / PAGE_SIZE)),
+            sampler,
+        }
+    }
+
+    /// One access; refused as the device refuses it.
+    #[inline]
+    pub fn feed(&mut self, access: &Access) -> Result<(), FeedError> {
+        let index = self.fed;
+        let len = u64::from(access.len);
+        let error = match access.addr.checked_add(len) {
+            _ if len == 0 => Some(AccessError::Empty { addr: access.addr }),
+            Some(end) if end <= self.capacity_bytes => None,
+            _ => Some(AccessError::OutOfRange {
+                addr: access.addr,
+                len,
+                capacity: self.capacity_bytes,
+            }),
+        };
+        if let Some(error) = error {
+            return Err(FeedError { index, error });
+        }
+        let warm = index < self.warmup;
+        if let Some(stack) = self.stack.as_mut() {
+            let first = access.addr >> PAGE_SHIFT;
+            let last = (access.addr + len - 1) >> PAGE_SHIFT;
+            for page in first..=last {
+                stack.access(page, !warm);
+            }
+        }
+        if let Some(sampler) = self.sampler.as_mut() {
+            sampler.access(access, warm);
+        }
+        self.fed += 1;
+        Ok(())
+    }
+
+    /// The pass's results.
+    pub fn finish(self) -> Collected {
+        Collected {
+            fed: self.fed,
+            stack: self.stack,
+            sample: self.sampler.map(Sampler::finish),
+        }
+    }
+}
+
+/// One point of an exact curve.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ExactPoint {
+    /// Cache size.
+    pub size_bytes: u64,
+    /// Measured misses.
+    pub misses: u64,
+    /// Measured page lookups.
+    pub page_accesses: u64,
+}
+
+impl ExactPoint {
+    /// Misses over page lookups (0 with none).
+    pub fn miss_ratio(&self) -> f64 {
+        if self.page_accesses == 0 {
+            0.0
+        } else {
+            self.misses as f64 / self.page_accesses as f64
+        }
+    }
+}
+
+/// A fully associative LRU's curve at `sizes` (bytes, whole pages).
+pub fn exact_lru(stack: &StackDistances, sizes: &[u64]) -> Vec<ExactPoint> {
+    let pages: Vec<u64> = sizes.iter().map(|s| s / PAGE_SIZE).collect();
+    stack
+        .misses(&pages)
+        .into_iter()
+        .zip(sizes)
+        .map(|(misses, &size_bytes)| ExactPoint {
+            size_bytes,
+            misses,
+            page_accesses: stack.accesses(),
+        })
+        .collect()
+}
+
+/// The default sampling rate for a curve whose smallest cache is
+/// `smallest_bytes`: enough that its miniature holds [`MIN_MINIATURE_PAGES`],
+/// at least [`MIN_RATE`], at most 1.
+pub fn default_rate(smallest_bytes: u64) -> f64 {
+    let pages = (smallest_bytes / PAGE_SIZE).max(1) as f64;
+    (MIN_MINIATURE_PAGES as f64 / pages).clamp(MIN_RATE, 1.0)
+}
+
+/// Pages the smallest miniature cache gets at the default rate.
+pub const MIN_MINIATURE_PAGES: u64 = 512;
+
+/// The lowest default rate.
+pub const MIN_RATE: f64 = 0.001;
