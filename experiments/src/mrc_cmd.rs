@@ -156,8 +156,7 @@ fn plan(asked: MethodArg, cfg: &DeviceConfig, arrival: Arrival) -> Result<Method
             Method::Exact
         }
         MethodArg::Sampled => {
-            limits::miniature(cfg, arrival)
-                .with_context(|| format!("{name}: no sampled curve"))?;
+            limits::miniature(cfg, arrival).with_context(|| format!("{name}: no sampled curve"))?;
             Method::Sampled
         }
         MethodArg::Replay => Method::Replay,

@@ -202,7 +202,12 @@ pub fn plot(file: &Path, curves: &[PolicyCurve]) -> Result<Vec<PathBuf>, PlotErr
                 points: c
                     .points
                     .iter()
-                    .map(|p| Pt::at(p.size_bytes as f64 / (1024.0 * 1024.0), p.miss_ratio * 100.0))
+                    .map(|p| {
+                        Pt::at(
+                            p.size_bytes as f64 / (1024.0 * 1024.0),
+                            p.miss_ratio * 100.0,
+                        )
+                    })
                     .collect(),
                 style: Style::Line,
             })

@@ -233,7 +233,13 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         } else {
             "replay".to_string()
         };
-        let result = run_point(cfg, &input, arrival, args.input.warmup, progress.then_some(label));
+        let result = run_point(
+            cfg,
+            &input,
+            arrival,
+            args.input.warmup,
+            progress.then_some(label),
+        );
         let result = if swept {
             result.with_context(|| point_name(params))?
         } else {
