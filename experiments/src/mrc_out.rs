@@ -52,6 +52,9 @@ pub struct CurvePoint {
     /// Sampled: the rate.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sampling_rate: Option<f64>,
+    /// Sampled: the share of the input's distinct pages the sample holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub realized_rate: Option<f64>,
     /// Sampled: distinct pages in the sample.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sampled_pages: Option<u64>,
@@ -73,6 +76,7 @@ impl CurvePoint {
             misses: Some(misses),
             page_accesses: Some(page_accesses),
             sampling_rate: None,
+            realized_rate: None,
             sampled_pages: None,
             miniature_bytes: None,
         }
@@ -86,6 +90,7 @@ impl CurvePoint {
             misses: None,
             page_accesses: None,
             sampling_rate: Some(sample.rate),
+            realized_rate: Some(sample.realized_rate),
             sampled_pages: Some(sample.pages),
             miniature_bytes: Some(m.mini_size_bytes),
         }
@@ -148,8 +153,9 @@ pub fn print(
         let mut line = format!("{}: {}", c.policy.name(), c.method.describe());
         if let Some(p) = c.points.first().filter(|p| p.sampling_rate.is_some()) {
             line += &format!(
-                ", R = {:.5}, {} sampled pages",
+                ", R = {:.5} ({:.5} of the pages), {} sampled pages",
                 p.sampling_rate.unwrap_or(0.0),
+                p.realized_rate.unwrap_or(0.0),
                 p.sampled_pages.unwrap_or(0)
             );
         }

@@ -42,9 +42,10 @@ pub struct Miniature {
     pub misses: u64,
     /// Its measured page accesses.
     pub page_accesses: u64,
-    /// The estimate: misses over the page accesses the sample stands for
-    /// (SHARDS' adjusted estimator: a sample that holds more or fewer
-    /// accesses than R of the input is not read as a higher or lower miss
+    /// The estimate: misses over the page accesses the sample stands for,
+    /// the realized rate of the input's (SHARDS' adjusted estimator, with
+    /// the rate measured: a sample whose hot pages bring more or fewer
+    /// accesses than R of the input is not read as a lower or higher miss
     /// ratio), at most 1.
     pub miss_ratio: f64,
 }
@@ -69,13 +70,14 @@ pub fn miniature_config(base: &DeviceConfig, size_bytes: u64, rate: f64) -> Devi
     cfg
 }
 
-/// Runs the miniature of a `size_bytes` cache of `base` on `sample`.
+/// Runs the miniature of a `size_bytes` cache of `base` on `sample`,
+/// scaled by the sample's realized rate.
 pub fn simulate(
     base: &DeviceConfig,
     sample: &Sample,
     size_bytes: u64,
 ) -> Result<Miniature, SimulateError> {
-    let cfg = miniature_config(base, size_bytes, sample.rate);
+    let cfg = miniature_config(base, size_bytes, sample.realized_rate);
     let mini_size_bytes = cfg.cache.size_bytes;
     let mut device =
         Device::new(cfg).map_err(|source| SimulateError::Config { size_bytes, source })?;
@@ -87,7 +89,7 @@ pub fn simulate(
         Err(RunError::Replay(source)) => return Err(SimulateError::Replay { size_bytes, source }),
     }
     let stats = replayer.device().stats();
-    let expected = sample.rate * sample.measured_page_accesses as f64;
+    let expected = sample.realized_rate * sample.measured_page_accesses as f64;
     let miss_ratio = if expected > 0.0 {
         (stats.misses as f64 / expected).min(1.0)
     } else {

@@ -12,6 +12,7 @@
 //! the warm-up) that did not hit, each page of a multi-page access counted.
 //! The miss ratio is misses over page lookups.
 
+pub mod distinct;
 pub mod limits;
 pub mod minisim;
 pub mod shards;
@@ -21,6 +22,7 @@ pub mod stack_distance;
 use crate::device::AccessError;
 use crate::trace::Access;
 use crate::{PAGE_SHIFT, PAGE_SIZE};
+use distinct::DistinctPages;
 use shards::{Sample, Sampler};
 use stack_distance::StackDistances;
 
@@ -41,6 +43,8 @@ pub struct CurvePass {
     fed: u64,
     stack: Option<StackDistances>,
     sampler: Option<Sampler>,
+    /// With a sampler: every page seen, to measure the rate realized.
+    distinct: Option<DistinctPages>,
 }
 
 /// What a pass collected.
@@ -67,6 +71,9 @@ impl CurvePass {
             warmup,
             fed: 0,
             stack: exact.then(|| StackDistances::new(capacity_bytes / PAGE_SIZE)),
+            distinct: sampler
+                .as_ref()
+                .map(|_| DistinctPages::new(capacity_bytes / PAGE_SIZE)),
             sampler,
         }
     }
@@ -89,11 +96,16 @@ impl CurvePass {
             return Err(FeedError { index, error });
         }
         let warm = index < self.warmup;
+        let first = access.addr >> PAGE_SHIFT;
+        let last = (access.addr + len - 1) >> PAGE_SHIFT;
         if let Some(stack) = self.stack.as_mut() {
-            let first = access.addr >> PAGE_SHIFT;
-            let last = (access.addr + len - 1) >> PAGE_SHIFT;
             for page in first..=last {
                 stack.access(page, !warm);
+            }
+        }
+        if let Some(distinct) = self.distinct.as_mut() {
+            for page in first..=last {
+                distinct.insert(page);
             }
         }
         if let Some(sampler) = self.sampler.as_mut() {
@@ -108,7 +120,10 @@ impl CurvePass {
         Collected {
             fed: self.fed,
             stack: self.stack,
-            sample: self.sampler.map(Sampler::finish),
+            sample: self.sampler.map(|s| {
+                let distinct = self.distinct.as_ref().map_or(0, DistinctPages::count);
+                s.finish(distinct)
+            }),
         }
     }
 }

@@ -76,8 +76,14 @@ pub struct Sample {
     pub accesses: Vec<Access>,
     /// How many of `accesses` (the first ones) belong to the warm-up.
     pub warmup: u64,
-    /// The final sampling rate.
+    /// The final sampling rate: the share of hash values sampled.
     pub rate: f64,
+    /// The share of the input's distinct pages that the sample holds
+    /// (`rate` when they were not counted): what the miniatures scale by
+    /// and the estimate divides by, so that a sample that happened to take
+    /// more or fewer pages than `rate` of them is not read as a larger or
+    /// smaller working set.
+    pub realized_rate: f64,
     /// The final threshold (the rate is this over 2^64).
     pub threshold: u64,
     /// Distinct pages in the sample.
@@ -178,8 +184,8 @@ impl Sampler {
         self.filtered_len = self.kept.len();
     }
 
-    /// The sample.
-    pub fn finish(mut self) -> Sample {
+    /// The sample of an input of `distinct` pages (0: not counted).
+    pub fn finish(mut self, distinct: u64) -> Sample {
         self.filter();
         let pages = match &self.fixed {
             Some((_, _, set)) => set.len() as u64,
@@ -190,6 +196,11 @@ impl Sampler {
             accesses: self.kept.iter().map(|k| k.access).collect(),
             warmup,
             rate: rate_of(self.threshold),
+            realized_rate: if distinct > 0 && pages > 0 {
+                pages as f64 / distinct as f64
+            } else {
+                rate_of(self.threshold)
+            },
             threshold: self.threshold,
             pages,
             measured_page_accesses: self.measured_pages,
@@ -219,7 +230,7 @@ mod tests {
                 s.access(&read(p), round == 0);
             }
         }
-        let sample = s.finish();
+        let sample = s.finish(0);
         assert!((9_000..11_000).contains(&sample.pages), "{}", sample.pages);
         assert_eq!(sample.accesses.len() as u64, 3 * sample.pages);
         assert_eq!(sample.warmup, sample.pages);
@@ -234,7 +245,7 @@ mod tests {
                 s.access(&read(p * 7 + round), false);
             }
         }
-        let sized = s.finish();
+        let sized = s.finish(0);
         assert_eq!(sized.pages, 1000);
         let mut r = Sampler::below(sized.threshold);
         for round in 0..2 {
@@ -242,7 +253,7 @@ mod tests {
                 r.access(&read(p * 7 + round), false);
             }
         }
-        let rated = r.finish();
+        let rated = r.finish(0);
         assert_eq!(rated.accesses, sized.accesses);
     }
 
@@ -256,7 +267,7 @@ mod tests {
             len: 8192,
         };
         s.access(&a, false);
-        let got = s.finish();
+        let got = s.finish(0);
         let parts: Vec<(u64, u32)> = got.accesses.iter().map(|a| (a.addr, a.len)).collect();
         assert_eq!(parts, vec![(4000, 96), (4096, 4096), (8192, 4000)]);
     }
