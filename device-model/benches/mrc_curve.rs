@@ -62,7 +62,7 @@ fn curve(cfg: &DeviceConfig, sizes: &[u64], accesses: &[Access]) -> (Vec<f64>, f
     let t = Instant::now();
     let exact = cfg.cache.policy == PolicyKind::Lru;
     let sampler = (!exact).then(|| Sampler::fixed_rate(default_rate(sizes[0])));
-    let mut pass = CurvePass::new(cfg.capacity_bytes(), 0, exact, sampler);
+    let mut pass = CurvePass::new(cfg.capacity_bytes(), 0, exact.then_some(sizes), sampler);
     for a in accesses {
         pass.feed(a).unwrap_or_else(|e| panic!("{e}"));
     }

@@ -85,7 +85,7 @@ fn sizes(lo: u64, hi: u64, n: u32) -> Vec<u64> {
 fn assert_exact(accesses: &[Access], warmup: u64, sizes: &[u64]) {
     let cfg = config(PolicyKind::Lru);
     limits::exact(&cfg, Arrival::Closed { think_ns: 0 }).unwrap();
-    let mut pass = CurvePass::new(cfg.capacity_bytes(), warmup, true, None);
+    let mut pass = CurvePass::new(cfg.capacity_bytes(), warmup, Some(sizes), None);
     for a in accesses {
         pass.feed(a).unwrap();
     }
@@ -115,7 +115,7 @@ fn sampled_error(policy: PolicyKind, accesses: &[Access], rate: f64, sizes: &[u6
     let mut pass = CurvePass::new(
         cfg.capacity_bytes(),
         0,
-        false,
+        None,
         Some(Sampler::fixed_rate(rate)),
     );
     for a in accesses {

@@ -81,7 +81,13 @@ pub fn run(args: &MrcArgs) -> Result<()> {
     let sampled = plans.iter().any(|m| *m == Method::Sampled);
     let sampler = sampled.then(|| sampler_of(args, sizes[0])).transpose()?;
     let collected = if exact || sampled {
-        Some(one_pass(&base, &input, args.input.warmup, exact, sampler)?)
+        Some(one_pass(
+            &base,
+            &input,
+            args.input.warmup,
+            exact.then_some(&sizes[..]),
+            sampler,
+        )?)
     } else {
         None
     };
@@ -190,10 +196,10 @@ fn one_pass(
     base: &DeviceConfig,
     input: &Input,
     warmup: u64,
-    exact: bool,
+    exact_sizes: Option<&[u64]>,
     sampler: Option<Sampler>,
 ) -> Result<Collected> {
-    let mut pass = CurvePass::new(base.capacity_bytes(), warmup, exact, sampler);
+    let mut pass = CurvePass::new(base.capacity_bytes(), warmup, exact_sizes, sampler);
     match input {
         Input::Workload(spec) => {
             for access in spec.generate()? {

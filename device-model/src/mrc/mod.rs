@@ -25,6 +25,7 @@ use crate::{PAGE_SHIFT, PAGE_SIZE};
 use distinct::DistinctPages;
 use shards::{Sample, Sampler};
 use stack_distance::StackDistances;
+use std::collections::VecDeque;
 
 /// Why the pass over the input stopped.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,7 +46,14 @@ pub struct CurvePass {
     sampler: Option<Sampler>,
     /// With a sampler: every page seen, to measure the rate realized.
     distinct: Option<DistinctPages>,
+    /// Accesses checked and not yet counted (with their warm-up flag): the
+    /// stack is hinted of each [`LOOKAHEAD`] accesses before it counts it,
+    /// so that its table reads overlap (as the replay loop's look-ahead).
+    window: VecDeque<(Access, bool)>,
 }
+
+/// Accesses the pass looks ahead; the second hint comes at half of it.
+const LOOKAHEAD: usize = 16;
 
 /// What a pass collected.
 pub struct Collected {
@@ -60,21 +68,27 @@ pub struct Collected {
 impl CurvePass {
     /// A pass over accesses to a device of `capacity_bytes`; the first
     /// `warmup` accesses are not measured.
+    /// `exact_sizes`: the cache sizes (bytes) to count LRU stack distances
+    /// for, if any.
     pub fn new(
         capacity_bytes: u64,
         warmup: u64,
-        exact: bool,
+        exact_sizes: Option<&[u64]>,
         sampler: Option<Sampler>,
     ) -> CurvePass {
         CurvePass {
             capacity_bytes,
             warmup,
             fed: 0,
-            stack: exact.then(|| StackDistances::new(capacity_bytes / PAGE_SIZE)),
+            stack: exact_sizes.map(|sizes| {
+                let pages: Vec<u64> = sizes.iter().map(|s| s / PAGE_SIZE).collect();
+                StackDistances::new(capacity_bytes / PAGE_SIZE, &pages)
+            }),
             distinct: sampler
                 .as_ref()
                 .map(|_| DistinctPages::new(capacity_bytes / PAGE_SIZE)),
             sampler,
+            window: VecDeque::with_capacity(LOOKAHEAD + 1),
         }
     }
 
@@ -96,8 +110,27 @@ impl CurvePass {
             return Err(FeedError { index, error });
         }
         let warm = index < self.warmup;
+        self.fed += 1;
+        if let Some(stack) = self.stack.as_ref() {
+            stack.hint_upcoming(access.addr >> PAGE_SHIFT);
+            if let Some((a, _)) = self.window.get(LOOKAHEAD / 2) {
+                stack.hint_imminent(a.addr >> PAGE_SHIFT);
+            }
+        }
+        self.window.push_back((*access, warm));
+        if self.window.len() > LOOKAHEAD {
+            if let Some((a, warm)) = self.window.pop_front() {
+                self.count(&a, warm);
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts one checked access.
+    #[inline]
+    fn count(&mut self, access: &Access, warm: bool) {
         let first = access.addr >> PAGE_SHIFT;
-        let last = (access.addr + len - 1) >> PAGE_SHIFT;
+        let last = (access.addr + u64::from(access.len) - 1) >> PAGE_SHIFT;
         if let Some(stack) = self.stack.as_mut() {
             for page in first..=last {
                 stack.access(page, !warm);
@@ -111,12 +144,13 @@ impl CurvePass {
         if let Some(sampler) = self.sampler.as_mut() {
             sampler.access(access, warm);
         }
-        self.fed += 1;
-        Ok(())
     }
 
     /// The pass's results.
-    pub fn finish(self) -> Collected {
+    pub fn finish(mut self) -> Collected {
+        while let Some((a, warm)) = self.window.pop_front() {
+            self.count(&a, warm);
+        }
         Collected {
             fed: self.fed,
             stack: self.stack,
@@ -150,17 +184,20 @@ impl ExactPoint {
     }
 }
 
-/// A fully associative LRU's curve at `sizes` (bytes, whole pages).
+/// A fully associative LRU's curve at `sizes` (bytes, whole pages; those
+/// the pass counted for, others left out).
 pub fn exact_lru(stack: &StackDistances, sizes: &[u64]) -> Vec<ExactPoint> {
     let pages: Vec<u64> = sizes.iter().map(|s| s / PAGE_SIZE).collect();
     stack
         .misses(&pages)
         .into_iter()
         .zip(sizes)
-        .map(|(misses, &size_bytes)| ExactPoint {
-            size_bytes,
-            misses,
-            page_accesses: stack.accesses(),
+        .filter_map(|(misses, &size_bytes)| {
+            Some(ExactPoint {
+                size_bytes,
+                misses: misses?,
+                page_accesses: stack.accesses(),
+            })
         })
         .collect()
 }

@@ -1,17 +1,19 @@
 //! LRU stack distances in one pass (Mattson et al.), O(log n) per access.
 //!
-//! Every page access gets a *time slot*; a Fenwick tree over the slots marks
-//! the slot of each page's latest access. The stack distance of a re-access
+//! Every page access gets a *time slot*; a bitmap over the slots (with a
+//! Fenwick tree over its words) marks the slot of each page's latest access. The stack distance of a re-access
 //! is the number of marks after the page's previous slot: the distinct pages
 //! touched since. A fully associative LRU cache of `C` pages hits exactly the
 //! re-accesses of distance `< C`, so one histogram of distances gives every
-//! size's misses. Slots are renumbered (compacted) when they run out, so
+//! size's misses (counted in buckets between the sizes asked for, so the
+//! histogram stays in the CPU's cache). Slots are renumbered (compacted) when they run out, so
 //! memory follows the distinct pages, not the trace length.
 
+use crate::slot::prefetch_read;
 use rustc_hash::FxHashMap;
 
 /// Fewest slots the tree is built with.
-const MIN_SLOTS: usize = 1 << 16;
+const MIN_SLOTS: usize = 1 << 16; // a multiple of 64
 
 /// Pages up to this many are tracked in a flat table (zeroed memory costs
 /// nothing until touched); beyond, in a hash map.
@@ -45,6 +47,16 @@ impl LastSlot {
         }
     }
 
+    /// Starts loading `page`'s entry into the CPU's cache.
+    #[inline]
+    fn prefetch(&self, page: u64) {
+        if let LastSlot::Flat(v) = self {
+            if let Some(e) = usize::try_from(page).ok().and_then(|i| v.get(i)) {
+                prefetch_read(e);
+            }
+        }
+    }
+
     #[inline]
     fn set(&mut self, page: u64, slot_plus_one: u32) {
         match self {
@@ -60,30 +72,57 @@ impl LastSlot {
     }
 }
 
-/// A Fenwick (binary indexed) tree of 0/1 marks over the slots.
-struct Fenwick(Vec<u32>);
+/// 0/1 marks over the slots: a bit per slot, and a Fenwick (binary
+/// indexed) tree of the marks per 64-slot word. The tree is 64 times
+/// smaller than one over the slots (it stays in the CPU's cache for
+/// millions of slots), and a count is a tree walk plus one popcount.
+struct Marks {
+    bits: Vec<u64>,
+    /// Fenwick tree over the words' counts (1-based).
+    tree: Vec<u32>,
+}
 
-impl Fenwick {
-    /// A tree of `n` slots with the first `marked` marked, built in O(n).
+impl Marks {
+    /// `n` slots (a multiple of 64) with the first `marked` marked, built in O(n).
     fn with_prefix_marked(n: usize, marked: usize) -> Self {
-        let mut t = vec![0u32; n + 1];
-        for i in 1..=n {
-            if i <= marked {
-                t[i] += 1;
-            }
+        let words = n / 64;
+        let mut bits = vec![0u64; words];
+        for (w, word) in bits.iter_mut().enumerate() {
+            let lo = w * 64;
+            *word = match marked.saturating_sub(lo) {
+                0 => 0,
+                k if k >= 64 => u64::MAX,
+                k => (1u64 << k) - 1,
+            };
+        }
+        let mut tree = vec![0u32; words + 1];
+        for i in 1..=words {
+            tree[i] += bits[i - 1].count_ones();
             let parent = i + (i & i.wrapping_neg());
-            if parent <= n {
-                t[parent] += t[i];
+            if parent <= words {
+                tree[parent] += tree[i];
             }
         }
-        Fenwick(t)
+        Marks { bits, tree }
+    }
+
+    fn len(&self) -> usize {
+        self.bits.len() * 64
     }
 
     #[inline]
-    fn add(&mut self, slot: usize, delta: i32) {
-        let mut i = slot + 1;
-        while i < self.0.len() {
-            self.0[i] = self.0[i].wrapping_add_signed(delta);
+    fn set(&mut self, slot: usize, on: bool) {
+        let w = slot / 64;
+        let bit = 1u64 << (slot % 64);
+        let delta: i32 = if on { 1 } else { -1 };
+        if on {
+            self.bits[w] |= bit;
+        } else {
+            self.bits[w] &= !bit;
+        }
+        let mut i = w + 1;
+        while i < self.tree.len() {
+            self.tree[i] = self.tree[i].wrapping_add_signed(delta);
             i += i & i.wrapping_neg();
         }
     }
@@ -91,28 +130,35 @@ impl Fenwick {
     /// Marks in slots `0..=slot`.
     #[inline]
     fn prefix(&self, slot: usize) -> u64 {
-        let mut i = slot + 1;
-        let mut sum = 0u64;
+        let w = slot / 64;
+        let upto = u64::MAX >> (63 - slot % 64);
+        let mut sum = u64::from((self.bits[w] & upto).count_ones());
+        let mut i = w;
         while i > 0 {
-            sum += u64::from(self.0[i]);
+            sum += u64::from(self.tree[i]);
             i &= i - 1;
         }
         sum
     }
 }
 
-/// The histogram of LRU stack distances of a page-access stream.
+/// The histogram of LRU stack distances of a page-access stream, counted
+/// in buckets between the cache sizes asked for.
 pub struct StackDistances {
     last: LastSlot,
-    tree: Fenwick,
+    marks: Marks,
     /// The page whose latest access has each slot ([`DEAD`] otherwise).
     slot_page: Vec<u64>,
     /// Next free slot.
     next: usize,
     /// Distinct pages seen.
     live: u64,
-    /// `hist[d]`: counted re-accesses at distance `d`.
-    hist: Vec<u64>,
+    /// The sizes asked for, in pages, ascending, distinct.
+    bounds: Vec<u64>,
+    /// `buckets[i]`: counted re-accesses at a distance `d` with
+    /// `bounds[i-1] <= d < bounds[i]` (bucket 0 below the smallest, the last
+    /// at or above the largest).
+    buckets: Vec<u64>,
     /// Counted first accesses (misses at every size).
     cold: u64,
     /// Counted page accesses.
@@ -120,17 +166,41 @@ pub struct StackDistances {
 }
 
 impl StackDistances {
-    /// Empty, for pages `0..device_pages`.
-    pub fn new(device_pages: u64) -> Self {
+    /// Empty, for pages `0..device_pages`, counting for caches of `sizes` pages.
+    pub fn new(device_pages: u64, sizes: &[u64]) -> Self {
+        let mut bounds = sizes.to_vec();
+        bounds.sort_unstable();
+        bounds.dedup();
         StackDistances {
             last: LastSlot::new(device_pages),
-            tree: Fenwick::with_prefix_marked(MIN_SLOTS, 0),
+            marks: Marks::with_prefix_marked(MIN_SLOTS, 0),
             slot_page: vec![DEAD; MIN_SLOTS],
             next: 0,
             live: 0,
-            hist: Vec::new(),
+            buckets: vec![0; bounds.len() + 1],
+            bounds,
             cold: 0,
             accesses: 0,
+        }
+    }
+
+    /// A hint that `page` will be accessed soon: starts loading its
+    /// latest-slot entry (a random read into a table over the device's
+    /// pages, the pass's costliest miss). Changes nothing counted.
+    #[inline]
+    pub fn hint_upcoming(&self, page: u64) {
+        self.last.prefetch(page);
+    }
+
+    /// A second hint, some accesses after [`StackDistances::hint_upcoming`]:
+    /// starts loading the marks' word of `page`'s latest slot.
+    #[inline]
+    pub fn hint_imminent(&self, page: u64) {
+        let prev = self.last.get(page);
+        if prev != 0 {
+            if let Some(word) = self.marks.bits.get((prev as usize - 1) / 64) {
+                prefetch_read(word);
+            }
         }
     }
 
@@ -138,7 +208,7 @@ impl StackDistances {
     /// stack moves, the histogram does not).
     #[inline]
     pub fn access(&mut self, page: u64, counted: bool) {
-        if self.next == self.slot_page.len() {
+        if self.next == self.marks.len() {
             self.compact();
         }
         let prev = self.last.get(page);
@@ -149,16 +219,12 @@ impl StackDistances {
             }
         } else {
             let slot = (prev - 1) as usize;
-            let distance = self.live - self.tree.prefix(slot);
-            self.tree.add(slot, -1);
+            let distance = self.live - self.marks.prefix(slot);
+            self.marks.set(slot, false);
             self.slot_page[slot] = DEAD;
             if counted {
-                let d = usize::try_from(distance).unwrap_or(usize::MAX);
-                if d >= self.hist.len() {
-                    self.hist
-                        .resize(d.saturating_add(1).max(self.hist.len() * 2), 0);
-                }
-                self.hist[d] += 1;
+                let b = self.bounds.partition_point(|&c| c <= distance);
+                self.buckets[b] += 1;
             }
         }
         if counted {
@@ -166,10 +232,10 @@ impl StackDistances {
         }
         let slot = self.next;
         self.next += 1;
-        self.tree.add(slot, 1);
+        self.marks.set(slot, true);
         self.slot_page[slot] = page;
-        // Slots stay below 2^31: the tree never holds more than twice the
-        // distinct pages, and the cache's page numbers fit in u32 frames.
+        // Slots stay below 2^31: the marks never span more than twice the
+        // distinct pages, and those fit the device's u32 page table.
         self.last
             .set(page, u32::try_from(slot + 1).unwrap_or(u32::MAX));
     }
@@ -178,7 +244,7 @@ impl StackDistances {
     /// for as many accesses again.
     fn compact(&mut self) {
         let live = usize::try_from(self.live).unwrap_or(usize::MAX);
-        let n = (live.saturating_mul(2)).max(MIN_SLOTS);
+        let n = (live.saturating_mul(2)).max(MIN_SLOTS).next_multiple_of(64);
         let mut pages = Vec::with_capacity(n);
         pages.extend(self.slot_page.iter().copied().filter(|&p| p != DEAD));
         for (i, &page) in pages.iter().enumerate() {
@@ -188,7 +254,7 @@ impl StackDistances {
         self.next = pages.len();
         pages.resize(n, DEAD);
         self.slot_page = pages;
-        self.tree = Fenwick::with_prefix_marked(n, self.next);
+        self.marks = Marks::with_prefix_marked(n, self.next);
     }
 
     /// Counted page accesses.
@@ -201,21 +267,22 @@ impl StackDistances {
         self.live
     }
 
-    /// Counted misses of a fully associative LRU cache of `pages` pages,
-    /// for each of `pages_list` (any order).
-    pub fn misses(&self, pages_list: &[u64]) -> Vec<u64> {
-        // suffix[d] = re-accesses at distance >= d.
-        let mut suffix = vec![0u64; self.hist.len() + 1];
-        for d in (0..self.hist.len()).rev() {
-            suffix[d] = suffix[d + 1] + self.hist[d];
+    /// Counted misses of a fully associative LRU cache of `pages` pages
+    /// (one of the sizes given to [`StackDistances::new`], else `None`),
+    /// for each of `pages_list`.
+    pub fn misses(&self, pages_list: &[u64]) -> Vec<Option<u64>> {
+        // suffix[i]: re-accesses at a distance >= bounds[i].
+        let mut suffix = vec![0u64; self.buckets.len()];
+        let mut sum = 0;
+        for i in (0..self.bounds.len()).rev() {
+            sum += self.buckets[i + 1];
+            suffix[i] = sum;
         }
         pages_list
             .iter()
-            .map(|&c| {
-                let c = usize::try_from(c)
-                    .unwrap_or(usize::MAX)
-                    .min(self.hist.len());
-                self.cold + suffix[c]
+            .map(|c| {
+                let i = self.bounds.binary_search(c).ok()?;
+                Some(self.cold + suffix[i])
             })
             .collect()
     }
@@ -257,26 +324,27 @@ mod tests {
             })
             .collect();
         for flat in [true, false] {
-            let mut sd = StackDistances::new(if flat { 300 } else { u64::MAX });
+            let sizes = [1u64, 2, 10, 63, 64, 65, 100, 299, 300, 1000];
+            let mut sd = StackDistances::new(if flat { 300 } else { u64::MAX }, &sizes);
             for &p in &pages {
                 sd.access(p, true);
             }
-            let sizes = [1u64, 2, 10, 100, 299, 300, 1000];
             let got = sd.misses(&sizes);
             for (&c, &m) in sizes.iter().zip(&got) {
-                assert_eq!(m, brute(&pages, c as usize), "size {c}");
+                assert_eq!(m, Some(brute(&pages, c as usize)), "size {c}");
             }
+            assert_eq!(sd.misses(&[7]), vec![None]);
         }
     }
 
     #[test]
     fn warm_up_accesses_move_the_stack_but_are_not_counted() {
-        let mut sd = StackDistances::new(16);
+        let mut sd = StackDistances::new(16, &[2, 3]);
         for p in [1, 2, 3] {
             sd.access(p, false);
         }
         sd.access(1, true);
         assert_eq!(sd.accesses(), 1);
-        assert_eq!(sd.misses(&[2, 3]), vec![1, 0]);
+        assert_eq!(sd.misses(&[2, 3]), vec![Some(1), Some(0)]);
     }
 }
