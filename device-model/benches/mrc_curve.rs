@@ -1,8 +1,8 @@
 //! A 64-point miss-ratio curve against replays: for each workload (zipf
 //! 0.99 and uniform over 4 Mi pages, accesses from memory) and policy, the
 //! time of the curve (one pass over the accesses, then the 64 points: LRU
-//! from stack distances, the other policies from miniature caches at the
-//! default rate) against one full replay of the largest size (2× the
+//! from stack distances, LIFO from its thresholds, the other policies from
+//! miniature caches at the default rate) against one full replay of the largest size (2× the
 //! working set) and against 64 replays (8 × the replays of every 8th
 //! size), and the miss ratios' mean and largest error (points) against
 //! those 8 replays.
@@ -14,7 +14,7 @@
 
 use cxlfs_device_model::config::PolicyKind;
 use cxlfs_device_model::mrc::shards::Sampler;
-use cxlfs_device_model::mrc::{default_rate, exact_lru, minisim, CurvePass};
+use cxlfs_device_model::mrc::{default_rate, exact_curve, minisim, CurvePass};
 use cxlfs_device_model::replay::{Arrival, Replayer};
 use cxlfs_device_model::trace::Access;
 use cxlfs_device_model::workload::{WorkloadKind, WorkloadSpec};
@@ -60,9 +60,18 @@ fn replay(cfg: &DeviceConfig, size: u64, accesses: &[Access]) -> (f64, f64) {
 /// The curve's miss ratios and its seconds (pass and points).
 fn curve(cfg: &DeviceConfig, sizes: &[u64], accesses: &[Access]) -> (Vec<f64>, f64) {
     let t = Instant::now();
-    let exact = cfg.cache.policy == PolicyKind::Lru;
-    let sampler = (!exact).then(|| Sampler::fixed_rate(default_rate(sizes[0])));
-    let mut pass = CurvePass::new(cfg.capacity_bytes(), 0, exact.then_some(sizes), sampler);
+    let (lru, lifo) = (
+        cfg.cache.policy == PolicyKind::Lru,
+        cfg.cache.policy == PolicyKind::Lifo,
+    );
+    let sampler = (!lru && !lifo).then(|| Sampler::fixed_rate(default_rate(sizes[0])));
+    let mut pass = CurvePass::new(cfg.capacity_bytes(), 0, sampler);
+    if lru {
+        pass = pass.with_lru(sizes);
+    }
+    if lifo {
+        pass = pass.with_lifo(sizes);
+    }
     for a in accesses {
         pass.feed(a).unwrap_or_else(|e| panic!("{e}"));
     }

@@ -1,12 +1,12 @@
 //! Miss-ratio curves against replays of each size: LRU's stack distances
-//! equal them access for access (a Zipf workload with writes, page-crossing
+//! and LIFO's thresholds equal them access for access (a Zipf workload with writes, page-crossing
 //! accesses and a warm-up; a real memory trace), and the sampled miniatures
 //! of every other policy stay within the error target.
 
 #![allow(clippy::unwrap_used)]
 
 use cxlfs_device_model::mrc::shards::Sampler;
-use cxlfs_device_model::mrc::{exact_lru, limits, minisim, CurvePass};
+use cxlfs_device_model::mrc::{exact_curve, limits, minisim, CurvePass};
 use cxlfs_device_model::replay::{Arrival, Replayer};
 use cxlfs_device_model::trace::{parse_csv_line, Access};
 use cxlfs_device_model::workload::{WorkloadKind, WorkloadSpec};
@@ -82,28 +82,46 @@ fn sizes(lo: u64, hi: u64, n: u32) -> Vec<u64> {
     cxlfs_device_model::mrc::sizes::parse_sizes(&spec, PAGE_SIZE).unwrap()
 }
 
+/// LRU's and LIFO's one-pass curves equal replays of every size.
 fn assert_exact(accesses: &[Access], warmup: u64, sizes: &[u64]) {
-    let cfg = config(PolicyKind::Lru);
-    limits::exact(&cfg, Arrival::Closed { think_ns: 0 }).unwrap();
-    let mut pass = CurvePass::new(cfg.capacity_bytes(), warmup, Some(sizes), None);
+    let lru = config(PolicyKind::Lru);
+    let mut lifo = config(PolicyKind::Lifo);
+    lifo.cache.hits_visible = false;
+    for cfg in [&lru, &lifo] {
+        limits::exact(cfg, Arrival::Closed { think_ns: 0 }).unwrap();
+    }
+    let mut pass = CurvePass::new(lru.capacity_bytes(), warmup, None)
+        .with_lru(sizes)
+        .with_lifo(sizes);
     for a in accesses {
         pass.feed(a).unwrap();
     }
-    let stack = pass.finish().stack.unwrap();
-    for p in exact_lru(&stack, sizes) {
-        let want = replay(&cfg, p.size_bytes, accesses, warmup);
-        assert_eq!((p.misses, p.page_accesses), want, "{} bytes", p.size_bytes);
+    let got = pass.finish();
+    let (stack, thresholds) = (got.stack.unwrap(), got.lifo.unwrap());
+    for (cfg, counts) in [(&lru, stack.counts()), (&lifo, thresholds.counts())] {
+        let points = exact_curve(counts, sizes);
+        assert_eq!(points.len(), sizes.len());
+        for p in points {
+            let want = replay(cfg, p.size_bytes, accesses, warmup);
+            let name = cfg.cache.policy.name();
+            assert_eq!(
+                (p.misses, p.page_accesses),
+                want,
+                "{name} {} bytes",
+                p.size_bytes
+            );
+        }
     }
 }
 
 #[test]
-fn lru_stack_distances_equal_replays_of_every_size_on_zipf() {
+fn lru_and_lifo_one_pass_curves_equal_replays_of_every_size_on_zipf() {
     let accesses = zipf(4096, 60_000);
     assert_exact(&accesses, 5_000, &sizes(1, 8192, 24));
 }
 
 #[test]
-fn lru_stack_distances_equal_replays_of_every_size_on_a_real_trace() {
+fn lru_and_lifo_one_pass_curves_equal_replays_of_every_size_on_a_real_trace() {
     let accesses = real_trace();
     assert_eq!(accesses.len(), 40_000);
     assert_exact(&accesses, 0, &sizes(1, 4096, 24));
@@ -112,12 +130,7 @@ fn lru_stack_distances_equal_replays_of_every_size_on_a_real_trace() {
 /// Mean and largest |sampled − replayed| miss ratio, in points (%).
 fn sampled_error(policy: PolicyKind, accesses: &[Access], rate: f64, sizes: &[u64]) -> (f64, f64) {
     let cfg = config(policy);
-    let mut pass = CurvePass::new(
-        cfg.capacity_bytes(),
-        0,
-        None,
-        Some(Sampler::fixed_rate(rate)),
-    );
+    let mut pass = CurvePass::new(cfg.capacity_bytes(), 0, Some(Sampler::fixed_rate(rate)));
     for a in accesses {
         pass.feed(a).unwrap();
     }

@@ -1,6 +1,6 @@
 //! `cxlfs mrc`: a miss-ratio curve (miss ratio against cache size) for one
 //! or more policies from one pass over a trace or a synthetic workload:
-//! exact for LRU (stack distances), in miniature on a spatial sample for any
+//! exact for LRU (stack distances) and LIFO, in miniature on a spatial sample for any
 //! policy, or, where a knob rules both out, one replay per size.
 
 use crate::mrc_out::{self, CurvePoint, Method, PolicyCurve};
@@ -11,7 +11,7 @@ use clap::{Args, ValueEnum};
 use cxlfs_device_model::mrc::shards::Sampler;
 use cxlfs_device_model::mrc::sizes::parse_sizes;
 use cxlfs_device_model::mrc::{
-    default_rate, exact_lru, limits, minisim, Collected, CurvePass, ExactPoint,
+    default_rate, exact_curve, limits, minisim, Collected, CurvePass, ExactPoint,
 };
 use cxlfs_device_model::replay::Arrival;
 use cxlfs_device_model::{DeviceConfig, PolicyKind, PAGE_SIZE};
@@ -32,8 +32,8 @@ pub struct MrcArgs {
     /// [default: the config's cache.policy].
     #[arg(long, value_name = "P1,P2,...")]
     policy: Option<String>,
-    /// How each curve is computed; `auto`: exact for LRU where stack
-    /// distances give it, sampled where a miniature can, else replay.
+    /// How each curve is computed; `auto`: exact for LRU and LIFO where a
+    /// one-pass count gives it, sampled where a miniature can, else replay.
     #[arg(long, value_enum, default_value = "auto")]
     method: MethodArg,
     /// Spatial sampling rate R, 0 < R <= 1 [default: enough that the
@@ -77,17 +77,23 @@ pub fn run(args: &MrcArgs) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
 
     let started = Instant::now();
-    let exact = plans.iter().any(|m| *m == Method::Exact);
+    let exact = |p: PolicyKind| {
+        policies
+            .iter()
+            .zip(&plans)
+            .any(|(&q, &m)| q == p && m == Method::Exact)
+    };
     let sampled = plans.iter().any(|m| *m == Method::Sampled);
     let sampler = sampled.then(|| sampler_of(args, sizes[0])).transpose()?;
-    let collected = if exact || sampled {
-        Some(one_pass(
-            &base,
-            &input,
-            args.input.warmup,
-            exact.then_some(&sizes[..]),
-            sampler,
-        )?)
+    let collected = if plans.iter().any(|m| *m != Method::Replay) {
+        let mut pass = CurvePass::new(base.capacity_bytes(), args.input.warmup, sampler);
+        if exact(PolicyKind::Lru) {
+            pass = pass.with_lru(&sizes);
+        }
+        if exact(PolicyKind::Lifo) {
+            pass = pass.with_lifo(&sizes);
+        }
+        Some(one_pass(pass, &input, args.input.warmup)?)
     } else {
         None
     };
@@ -95,7 +101,7 @@ pub fn run(args: &MrcArgs) -> Result<()> {
     for (&policy, &method) in policies.iter().zip(&plans) {
         let cfg = with_policy(&base, policy);
         let points = match method {
-            Method::Exact => exact_points(collected.as_ref(), &sizes),
+            Method::Exact => exact_points(policy, collected.as_ref(), &sizes),
             Method::Sampled => sampled_points(&cfg, collected.as_ref(), &sizes)?,
             Method::Replay => replay_points(&cfg, &input, arrival, args.input.warmup, &sizes)?,
         };
@@ -191,15 +197,8 @@ fn sampler_of(args: &MrcArgs, smallest: u64) -> Result<Sampler> {
     })
 }
 
-/// Reads the input once into the stack and the sampler.
-fn one_pass(
-    base: &DeviceConfig,
-    input: &Input,
-    warmup: u64,
-    exact_sizes: Option<&[u64]>,
-    sampler: Option<Sampler>,
-) -> Result<Collected> {
-    let mut pass = CurvePass::new(base.capacity_bytes(), warmup, exact_sizes, sampler);
+/// Reads the input once into `pass`.
+fn one_pass(mut pass: CurvePass, input: &Input, warmup: u64) -> Result<Collected> {
     match input {
         Input::Workload(spec) => {
             for access in spec.generate()? {
@@ -227,11 +226,16 @@ fn one_pass(
     Ok(collected)
 }
 
-fn exact_points(collected: Option<&Collected>, sizes: &[u64]) -> Vec<CurvePoint> {
-    let Some(stack) = collected.and_then(|c| c.stack.as_ref()) else {
+fn exact_points(policy: PolicyKind, c: Option<&Collected>, sizes: &[u64]) -> Vec<CurvePoint> {
+    let counts = match policy {
+        PolicyKind::Lru => c.and_then(|c| c.stack.as_ref()).map(|s| s.counts()),
+        PolicyKind::Lifo => c.and_then(|c| c.lifo.as_ref()).map(|l| l.counts()),
+        _ => None,
+    };
+    let Some(counts) = counts else {
         return Vec::new();
     };
-    exact_lru(stack, sizes)
+    exact_curve(counts, sizes)
         .into_iter()
         .map(|p: ExactPoint| CurvePoint::counted(p.size_bytes, p.misses, p.page_accesses))
         .collect()

@@ -18,7 +18,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Method {
-    /// LRU stack distances.
+    /// One pass: LRU stack distances, LIFO thresholds.
     Exact,
     /// Miniature simulations of a spatial sample.
     Sampled,
@@ -29,7 +29,7 @@ pub enum Method {
 impl Method {
     fn describe(self) -> &'static str {
         match self {
-            Method::Exact => "exact (LRU stack distances, one pass)",
+            Method::Exact => "exact (one pass: LRU stack distances, LIFO thresholds)",
             Method::Sampled => "sampled (miniature caches of size × R on a spatial sample)",
             Method::Replay => "one full replay per size",
         }

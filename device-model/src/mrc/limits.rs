@@ -9,13 +9,17 @@ use crate::PolicyKind;
 /// A knob that keeps a method from giving the device's curve.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Unsupported {
-    /// Stack distances describe LRU only.
-    #[error("cache.policy = {}: stack distances give LRU's curve only", .0.name())]
-    NotLru(PolicyKind),
-    /// A set-associative LRU is one LRU per set, and the sets change with the size.
+    /// One-pass exact curves exist for LRU and LIFO only.
     #[error(
-        "cache.ways = {0}: stack distances give a fully associative LRU; with sets, \
-         each set is its own LRU and the number of sets changes with the size"
+        "cache.policy = {}: exact one-pass curves exist for LRU (stack distances) \
+         and LIFO only",
+        .0.name()
+    )]
+    NoExactCurve(PolicyKind),
+    /// A set-associative cache is one cache per set, and the sets change with the size.
+    #[error(
+        "cache.ways = {0}: the exact curves are of a fully associative cache; with \
+         sets, each set is its own cache and the number of sets changes with the size"
     )]
     SetAssociative(u32),
     /// With hits invisible the policy hears only misses.
@@ -61,20 +65,20 @@ fn timeless(cfg: &DeviceConfig, arrival: Arrival) -> Result<(), Unsupported> {
     Ok(())
 }
 
-/// `Ok` when stack distances give `cfg`'s curve exactly under `arrival`:
-/// LRU, fully associative, hits visible, no prefetch, no write log, closed
+/// `Ok` when a one-pass exact curve gives `cfg`'s under `arrival`: LRU
+/// (stack distances, hits visible) or LIFO (a hit changes nothing, so
+/// visible or not), fully associative, no prefetch, no write log, closed
 /// loop (every fill has completed when the next access arrives, so a page
 /// is a hit exactly when it is resident). Writes change nothing: a write
 /// miss allocates as a read miss does.
 pub fn exact(cfg: &DeviceConfig, arrival: Arrival) -> Result<(), Unsupported> {
-    if cfg.cache.policy != PolicyKind::Lru {
-        return Err(Unsupported::NotLru(cfg.cache.policy));
+    match cfg.cache.policy {
+        PolicyKind::Lru if !cfg.cache.hits_visible => return Err(Unsupported::HitsInvisible),
+        PolicyKind::Lru | PolicyKind::Lifo => {}
+        other => return Err(Unsupported::NoExactCurve(other)),
     }
     if cfg.cache.ways != 0 {
         return Err(Unsupported::SetAssociative(cfg.cache.ways));
-    }
-    if !cfg.cache.hits_visible {
-        return Err(Unsupported::HitsInvisible);
     }
     timeless(cfg, arrival)
 }

@@ -1,8 +1,9 @@
 //! Miss-ratio curves: a cache's miss ratio at many sizes from one pass over
 //! the input.
 //!
-//! * **Exact** (LRU): [`stack_distance`] gives every size's misses from one
-//!   histogram, equal to a replay of each size when [`limits::exact`] holds.
+//! * **Exact** (LRU, LIFO): [`stack_distance`] (LRU) and [`lifo_exact`]
+//!   give every size's misses from one pass, equal to a replay of each size
+//!   when [`limits::exact`] holds.
 //! * **Sampled** (any policy): [`shards`] keeps a spatial sample of the
 //!   pages at rate R; [`minisim`] runs the device model itself, with its own
 //!   policy code, on a cache of `size × R` pages per size, when
@@ -12,9 +13,12 @@
 //! the warm-up) that did not hit, each page of a multi-page access counted.
 //! The miss ratio is misses over page lookups.
 
+pub mod buckets;
 pub mod distinct;
+pub mod lifo_exact;
 pub mod limits;
 pub mod minisim;
+mod page_table;
 pub mod shards;
 pub mod sizes;
 pub mod stack_distance;
@@ -22,7 +26,9 @@ pub mod stack_distance;
 use crate::device::AccessError;
 use crate::trace::Access;
 use crate::{PAGE_SHIFT, PAGE_SIZE};
+use buckets::Buckets;
 use distinct::DistinctPages;
+use lifo_exact::LifoThresholds;
 use shards::{Sample, Sampler};
 use stack_distance::StackDistances;
 use std::collections::VecDeque;
@@ -43,6 +49,7 @@ pub struct CurvePass {
     warmup: u64,
     fed: u64,
     stack: Option<StackDistances>,
+    lifo: Option<LifoThresholds>,
     sampler: Option<Sampler>,
     /// With a sampler: every page seen, to measure the rate realized.
     distinct: Option<DistinctPages>,
@@ -61,35 +68,42 @@ pub struct Collected {
     pub fed: u64,
     /// The stack-distance histogram, if asked for.
     pub stack: Option<StackDistances>,
+    /// LIFO's thresholds, if asked for.
+    pub lifo: Option<LifoThresholds>,
     /// The sample, if asked for.
     pub sample: Option<Sample>,
 }
 
 impl CurvePass {
     /// A pass over accesses to a device of `capacity_bytes`; the first
-    /// `warmup` accesses are not measured.
-    /// `exact_sizes`: the cache sizes (bytes) to count LRU stack distances
-    /// for, if any.
-    pub fn new(
-        capacity_bytes: u64,
-        warmup: u64,
-        exact_sizes: Option<&[u64]>,
-        sampler: Option<Sampler>,
-    ) -> CurvePass {
+    /// `warmup` accesses are not measured. Feeds `sampler`, if any.
+    pub fn new(capacity_bytes: u64, warmup: u64, sampler: Option<Sampler>) -> CurvePass {
         CurvePass {
             capacity_bytes,
             warmup,
             fed: 0,
-            stack: exact_sizes.map(|sizes| {
-                let pages: Vec<u64> = sizes.iter().map(|s| s / PAGE_SIZE).collect();
-                StackDistances::new(capacity_bytes / PAGE_SIZE, &pages)
-            }),
+            stack: None,
+            lifo: None,
             distinct: sampler
                 .as_ref()
                 .map(|_| DistinctPages::new(capacity_bytes / PAGE_SIZE)),
             sampler,
             window: VecDeque::with_capacity(LOOKAHEAD + 1),
         }
+    }
+
+    /// Also counts LRU stack distances for caches of `sizes` bytes.
+    pub fn with_lru(mut self, sizes: &[u64]) -> CurvePass {
+        let pages: Vec<u64> = sizes.iter().map(|s| s / PAGE_SIZE).collect();
+        self.stack = Some(StackDistances::new(self.capacity_bytes / PAGE_SIZE, &pages));
+        self
+    }
+
+    /// Also counts LIFO thresholds for caches of `sizes` bytes.
+    pub fn with_lifo(mut self, sizes: &[u64]) -> CurvePass {
+        let pages: Vec<u64> = sizes.iter().map(|s| s / PAGE_SIZE).collect();
+        self.lifo = Some(LifoThresholds::new(self.capacity_bytes / PAGE_SIZE, &pages));
+        self
     }
 
     /// One access; refused as the device refuses it.
@@ -136,6 +150,11 @@ impl CurvePass {
                 stack.access(page, !warm);
             }
         }
+        if let Some(lifo) = self.lifo.as_mut() {
+            for page in first..=last {
+                lifo.access(page, !warm);
+            }
+        }
         if let Some(distinct) = self.distinct.as_mut() {
             for page in first..=last {
                 distinct.insert(page);
@@ -154,6 +173,7 @@ impl CurvePass {
         Collected {
             fed: self.fed,
             stack: self.stack,
+            lifo: self.lifo,
             sample: self.sampler.map(|s| {
                 let distinct = self.distinct.as_ref().map_or(0, DistinctPages::count);
                 s.finish(distinct)
@@ -184,11 +204,11 @@ impl ExactPoint {
     }
 }
 
-/// A fully associative LRU's curve at `sizes` (bytes, whole pages; those
-/// the pass counted for, others left out).
-pub fn exact_lru(stack: &StackDistances, sizes: &[u64]) -> Vec<ExactPoint> {
+/// An exact curve (LRU's stack distances, LIFO's thresholds) at `sizes`
+/// (bytes, whole pages; those the pass counted for, others left out).
+pub fn exact_curve(counts: &Buckets, sizes: &[u64]) -> Vec<ExactPoint> {
     let pages: Vec<u64> = sizes.iter().map(|s| s / PAGE_SIZE).collect();
-    stack
+    counts
         .misses(&pages)
         .into_iter()
         .zip(sizes)
@@ -196,7 +216,7 @@ pub fn exact_lru(stack: &StackDistances, sizes: &[u64]) -> Vec<ExactPoint> {
             Some(ExactPoint {
                 size_bytes,
                 misses: misses?,
-                page_accesses: stack.accesses(),
+                page_accesses: counts.accesses(),
             })
         })
         .collect()

@@ -9,68 +9,15 @@
 //! histogram stays in the CPU's cache). Slots are renumbered (compacted) when they run out, so
 //! memory follows the distinct pages, not the trace length.
 
+use super::buckets::Buckets;
+use super::page_table::PageTable;
 use crate::slot::prefetch_read;
-use rustc_hash::FxHashMap;
 
 /// Fewest slots the tree is built with.
 const MIN_SLOTS: usize = 1 << 16; // a multiple of 64
 
-/// Pages up to this many are tracked in a flat table (zeroed memory costs
-/// nothing until touched); beyond, in a hash map.
-const FLAT_PAGES: u64 = 1 << 30;
-
 /// Marker for a slot whose page was accessed again later.
 const DEAD: u64 = u64::MAX;
-
-/// A page's latest slot (+ 1; 0: never accessed).
-enum LastSlot {
-    Flat(Vec<u32>),
-    Map(FxHashMap<u64, u32>),
-}
-
-impl LastSlot {
-    fn new(device_pages: u64) -> Self {
-        match usize::try_from(device_pages) {
-            Ok(n) if device_pages <= FLAT_PAGES => LastSlot::Flat(vec![0; n]),
-            _ => LastSlot::Map(FxHashMap::default()),
-        }
-    }
-
-    #[inline]
-    fn get(&self, page: u64) -> u32 {
-        match self {
-            LastSlot::Flat(v) => usize::try_from(page)
-                .ok()
-                .and_then(|i| v.get(i).copied())
-                .unwrap_or(0),
-            LastSlot::Map(m) => m.get(&page).copied().unwrap_or(0),
-        }
-    }
-
-    /// Starts loading `page`'s entry into the CPU's cache.
-    #[inline]
-    fn prefetch(&self, page: u64) {
-        if let LastSlot::Flat(v) = self {
-            if let Some(e) = usize::try_from(page).ok().and_then(|i| v.get(i)) {
-                prefetch_read(e);
-            }
-        }
-    }
-
-    #[inline]
-    fn set(&mut self, page: u64, slot_plus_one: u32) {
-        match self {
-            LastSlot::Flat(v) => {
-                if let Some(e) = usize::try_from(page).ok().and_then(|i| v.get_mut(i)) {
-                    *e = slot_plus_one;
-                }
-            }
-            LastSlot::Map(m) => {
-                m.insert(page, slot_plus_one);
-            }
-        }
-    }
-}
 
 /// 0/1 marks over the slots: a bit per slot, and a Fenwick (binary
 /// indexed) tree of the marks per 64-slot word. The tree is 64 times
@@ -145,7 +92,8 @@ impl Marks {
 /// The histogram of LRU stack distances of a page-access stream, counted
 /// in buckets between the cache sizes asked for.
 pub struct StackDistances {
-    last: LastSlot,
+    /// Each page's latest slot + 1 (0: never accessed).
+    last: PageTable<u32>,
     marks: Marks,
     /// The page whose latest access has each slot ([`DEAD`] otherwise).
     slot_page: Vec<u64>,
@@ -153,34 +101,20 @@ pub struct StackDistances {
     next: usize,
     /// Distinct pages seen.
     live: u64,
-    /// The sizes asked for, in pages, ascending, distinct.
-    bounds: Vec<u64>,
-    /// `buckets[i]`: counted re-accesses at a distance `d` with
-    /// `bounds[i-1] <= d < bounds[i]` (bucket 0 below the smallest, the last
-    /// at or above the largest).
-    buckets: Vec<u64>,
-    /// Counted first accesses (misses at every size).
-    cold: u64,
-    /// Counted page accesses.
-    accesses: u64,
+    /// Counted accesses: a re-access misses in caches of at most its distance.
+    counts: Buckets,
 }
 
 impl StackDistances {
     /// Empty, for pages `0..device_pages`, counting for caches of `sizes` pages.
     pub fn new(device_pages: u64, sizes: &[u64]) -> Self {
-        let mut bounds = sizes.to_vec();
-        bounds.sort_unstable();
-        bounds.dedup();
         StackDistances {
-            last: LastSlot::new(device_pages),
+            last: PageTable::new(device_pages),
             marks: Marks::with_prefix_marked(MIN_SLOTS, 0),
             slot_page: vec![DEAD; MIN_SLOTS],
             next: 0,
             live: 0,
-            buckets: vec![0; bounds.len() + 1],
-            bounds,
-            cold: 0,
-            accesses: 0,
+            counts: Buckets::new(sizes),
         }
     }
 
@@ -215,7 +149,7 @@ impl StackDistances {
         if prev == 0 {
             self.live += 1;
             if counted {
-                self.cold += 1;
+                self.counts.cold();
             }
         } else {
             let slot = (prev - 1) as usize;
@@ -223,12 +157,8 @@ impl StackDistances {
             self.marks.set(slot, false);
             self.slot_page[slot] = DEAD;
             if counted {
-                let b = self.bounds.partition_point(|&c| c <= distance);
-                self.buckets[b] += 1;
+                self.counts.reuse(distance);
             }
-        }
-        if counted {
-            self.accesses += 1;
         }
         let slot = self.next;
         self.next += 1;
@@ -257,9 +187,14 @@ impl StackDistances {
         self.marks = Marks::with_prefix_marked(n, self.next);
     }
 
+    /// The counts.
+    pub fn counts(&self) -> &Buckets {
+        &self.counts
+    }
+
     /// Counted page accesses.
     pub fn accesses(&self) -> u64 {
-        self.accesses
+        self.counts.accesses()
     }
 
     /// Distinct pages seen (warm-up included).
@@ -267,24 +202,10 @@ impl StackDistances {
         self.live
     }
 
-    /// Counted misses of a fully associative LRU cache of `pages` pages
-    /// (one of the sizes given to [`StackDistances::new`], else `None`),
-    /// for each of `pages_list`.
+    /// Counted misses of a fully associative LRU cache of each of
+    /// `pages_list` pages (`None`: not a size given to [`StackDistances::new`]).
     pub fn misses(&self, pages_list: &[u64]) -> Vec<Option<u64>> {
-        // suffix[i]: re-accesses at a distance >= bounds[i].
-        let mut suffix = vec![0u64; self.buckets.len()];
-        let mut sum = 0;
-        for i in (0..self.bounds.len()).rev() {
-            sum += self.buckets[i + 1];
-            suffix[i] = sum;
-        }
-        pages_list
-            .iter()
-            .map(|c| {
-                let i = self.bounds.binary_search(c).ok()?;
-                Some(self.cold + suffix[i])
-            })
-            .collect()
+        self.counts.misses(pages_list)
     }
 }
 
