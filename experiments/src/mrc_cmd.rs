@@ -37,7 +37,8 @@ pub struct MrcArgs {
     #[arg(long, value_enum, default_value = "auto")]
     method: MethodArg,
     /// Spatial sampling rate R, 0 < R <= 1 [default: enough that the
-    /// smallest size's miniature holds 512 pages, at least 0.001].
+    /// smallest size's miniature holds 512 pages, within 0.001..=1/32; a
+    /// small input may want more].
     #[arg(long, value_name = "R")]
     sampling: Option<f64>,
     /// Fixed-size sampling: keep at most N distinct pages, the rate falling
