@@ -76,8 +76,13 @@ fn curve(cfg: &DeviceConfig, sizes: &[u64], accesses: &[Access]) -> (Vec<f64>, f
         pass.feed(a).unwrap_or_else(|e| panic!("{e}"));
     }
     let got = pass.finish();
-    let ratios = match (&got.stack, &got.sample) {
-        (Some(stack), _) => exact_lru(stack, sizes)
+    let counts = got
+        .stack
+        .as_ref()
+        .map(|s| s.counts())
+        .or(got.lifo.as_ref().map(|l| l.counts()));
+    let ratios = match (counts, &got.sample) {
+        (Some(counts), _) => exact_curve(counts, sizes)
             .iter()
             .map(|p| p.miss_ratio())
             .collect(),

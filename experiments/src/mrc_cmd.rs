@@ -84,7 +84,7 @@ pub fn run(args: &MrcArgs) -> Result<()> {
             .zip(&plans)
             .any(|(&q, &m)| q == p && m == Method::Exact)
     };
-    let sampled = plans.iter().any(|m| *m == Method::Sampled);
+    let sampled = plans.contains(&Method::Sampled);
     let sampler = sampled.then(|| sampler_of(args, sizes[0])).transpose()?;
     let collected = if plans.iter().any(|m| *m != Method::Replay) {
         let mut pass = CurvePass::new(base.capacity_bytes(), args.input.warmup, sampler);

@@ -16,16 +16,13 @@
 use super::buckets::Buckets;
 use super::page_table::PageTable;
 
-/// A page's first-access rank + 1 (0: never accessed) and latest access time.
-#[derive(Debug, Clone, Copy, Default)]
-struct Seen {
-    rank_plus_one: u64,
-    time: u64,
-}
-
 /// The LIFO thresholds of a page-access stream.
 pub struct LifoThresholds {
-    seen: PageTable<Seen>,
+    /// Each page's first-access rank + 1 (0: never accessed).
+    rank: PageTable<u64>,
+    /// Each page's latest access time. (Two tables of integers: zeroed
+    /// memory, touched only where pages are.)
+    time_of: PageTable<u64>,
     /// (time, rank) of accesses whose rank is above every later one's.
     maxima: Vec<(u64, u64)>,
     time: u64,
@@ -37,7 +34,8 @@ impl LifoThresholds {
     /// Empty, for pages `0..device_pages`, counting for caches of `sizes` pages.
     pub fn new(device_pages: u64, sizes: &[u64]) -> Self {
         LifoThresholds {
-            seen: PageTable::new(device_pages),
+            rank: PageTable::new(device_pages),
+            time_of: PageTable::new(device_pages),
             maxima: Vec::new(),
             time: 0,
             ranks: 0,
@@ -45,21 +43,29 @@ impl LifoThresholds {
         }
     }
 
+    /// A hint that `page` will be accessed soon: starts loading its entry.
+    #[inline]
+    pub fn hint_upcoming(&self, page: u64) {
+        self.rank.prefetch(page);
+        self.time_of.prefetch(page);
+    }
+
     /// One access to `page`; `counted` false during the warm-up.
     #[inline]
     pub fn access(&mut self, page: u64, counted: bool) {
-        let s = self.seen.get(page);
-        let rank = if s.rank_plus_one == 0 {
+        let rank_plus_one = self.rank.get(page);
+        let rank = if rank_plus_one == 0 {
             self.ranks += 1;
             if counted {
                 self.counts.cold();
             }
             self.ranks - 1
         } else {
-            let rank = s.rank_plus_one - 1;
+            let rank = rank_plus_one - 1;
             if counted {
-                // The largest rank accessed after `s.time`.
-                let i = self.maxima.partition_point(|&(t, _)| t <= s.time);
+                // The largest rank accessed after the page's previous access.
+                let previous = self.time_of.get(page);
+                let i = self.maxima.partition_point(|&(t, _)| t <= previous);
                 let threshold = match self.maxima.get(i) {
                     Some(&(_, m)) => rank.min(m) + 1,
                     None => 0,
@@ -72,13 +78,8 @@ impl LifoThresholds {
             self.maxima.pop();
         }
         self.maxima.push((self.time, rank));
-        self.seen.set(
-            page,
-            Seen {
-                rank_plus_one: rank + 1,
-                time: self.time,
-            },
-        );
+        self.rank.set(page, rank + 1);
+        self.time_of.set(page, self.time);
         self.time += 1;
     }
 

@@ -54,7 +54,7 @@ pub struct CurvePass {
     /// With a sampler: every page seen, to measure the rate realized.
     distinct: Option<DistinctPages>,
     /// Accesses checked and not yet counted (with their warm-up flag): the
-    /// stack is hinted of each [`LOOKAHEAD`] accesses before it counts it,
+    /// counts are hinted of each [`LOOKAHEAD`] accesses before they count it,
     /// so that its table reads overlap (as the replay loop's look-ahead).
     window: VecDeque<(Access, bool)>,
 }
@@ -130,6 +130,9 @@ impl CurvePass {
             if let Some((a, _)) = self.window.get(LOOKAHEAD / 2) {
                 stack.hint_imminent(a.addr >> PAGE_SHIFT);
             }
+        }
+        if let Some(lifo) = self.lifo.as_ref() {
+            lifo.hint_upcoming(access.addr >> PAGE_SHIFT);
         }
         self.window.push_back((*access, warm));
         if self.window.len() > LOOKAHEAD {

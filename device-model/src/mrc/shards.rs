@@ -77,9 +77,8 @@ struct Kept {
 /// The sample of a page-access stream.
 pub struct Sampler {
     threshold: u64,
-    /// Fixed-size mode: the bound, the kept pages by hash (largest on top)
-    /// and the set of them.
-    fixed: Option<(usize, BinaryHeap<(u64, u64)>, FxHashSet<u64>)>,
+    /// Fixed-size mode.
+    fixed: Option<FixedSize>,
     kept: Vec<Kept>,
     /// `kept`'s length after the last filtering (fixed size).
     filtered_len: usize,
@@ -87,6 +86,14 @@ pub struct Sampler {
     pages: FxHashSet<u64>,
     /// Measured page accesses, sampled or not.
     measured_pages: u64,
+}
+
+/// Fixed-size mode's state: the bound, the kept pages by hash (largest on
+/// top) and the set of them.
+struct FixedSize {
+    max: usize,
+    heap: BinaryHeap<(u64, u64)>,
+    set: FxHashSet<u64>,
 }
 
 /// What a sample holds, once finished.
@@ -135,7 +142,11 @@ impl Sampler {
     /// At most `max_pages` distinct pages, starting at `rate`.
     pub fn fixed_size(max_pages: usize, rate: f64) -> Self {
         let mut s = Sampler::fixed_rate(rate);
-        s.fixed = Some((max_pages.max(1), BinaryHeap::new(), FxHashSet::default()));
+        s.fixed = Some(FixedSize {
+            max: max_pages.max(1),
+            heap: BinaryHeap::new(),
+            set: FxHashSet::default(),
+        });
         s
     }
 
@@ -182,18 +193,18 @@ impl Sampler {
     /// the largest hash and lower the threshold).
     #[inline]
     fn admit(&mut self, page: u64, hash: u64) -> bool {
-        let Some((max, heap, set)) = self.fixed.as_mut() else {
+        let Some(f) = self.fixed.as_mut() else {
             self.pages.insert(page);
             return true;
         };
-        if set.contains(&page) {
+        if f.set.contains(&page) {
             return true;
         }
-        heap.push((hash, page));
-        set.insert(page);
-        while set.len() > *max {
-            let Some((h, p)) = heap.pop() else { break };
-            set.remove(&p);
+        f.heap.push((hash, page));
+        f.set.insert(page);
+        while f.set.len() > f.max {
+            let Some((h, p)) = f.heap.pop() else { break };
+            f.set.remove(&p);
             self.threshold = h;
         }
         hash < self.threshold
@@ -210,7 +221,7 @@ impl Sampler {
     pub fn finish(mut self, distinct: u64) -> Sample {
         self.filter();
         let pages = match &self.fixed {
-            Some((_, _, set)) => set.len() as u64,
+            Some(f) => f.set.len() as u64,
             None => self.pages.len() as u64,
         };
         let warmup = self.kept.iter().take_while(|k| k.warm).count() as u64;
