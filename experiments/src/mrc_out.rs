@@ -198,7 +198,6 @@ pub fn plot(file: &Path, curves: &[PolicyCurve]) -> Result<Vec<PathBuf>, PlotErr
         },
         y: Axis {
             label: "Miss ratio (% of page lookups)".to_string(),
-            range: Some((0.0, 100.0)),
             ..Axis::default()
         },
         curves: curves
