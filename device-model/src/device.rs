@@ -402,6 +402,11 @@ impl Device {
     }
 
     /// Serves one page of an access, counting it in `out`; returns when the page is served.
+    ///
+    /// Always inlined: since the write log's path calls it too (a second
+    /// call site), the compiler kept it out of line, and a replay paid a
+    /// call and its spills on every page (S3-FIFO zipf 10 M: 0.90x).
+    #[inline(always)]
     fn access_page(
         &mut self,
         now: u64,
@@ -466,6 +471,8 @@ impl Device {
     /// Serves one page of an access with the write log on: a write goes to
     /// the log, a read of lines all logged is served from it, any other
     /// read goes to the page cache. Returns when the page is served.
+    /// Kept out of line: the log's path should not crowd the common one.
+    #[inline(never)]
     fn access_page_logged(
         &mut self,
         now: u64,

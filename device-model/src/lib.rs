@@ -25,6 +25,7 @@ pub mod arrival;
 pub mod cache;
 pub mod config;
 pub mod device;
+pub mod mrc;
 pub mod nand;
 pub mod policy;
 pub mod presets;

@@ -2,6 +2,8 @@
 //!
 //! * `cxlfs replay` — replay a trace or a synthetic workload against the
 //!   device model (table or JSON; sweeps over config keys);
+//! * `cxlfs mrc` — miss-ratio curves (many cache sizes, several policies,
+//!   one pass: exact for LRU, sampled for any policy);
 //! * `cxlfs trace convert|gen` — trace file tools;
 //! * `cxlfs presets` — the named device configurations;
 //! * `cxlfs config` — print an effective device config;
@@ -19,6 +21,8 @@ mod distributions;
 mod fio_json;
 mod guest_script;
 mod image_cmd;
+mod mrc_cmd;
+mod mrc_out;
 mod phase_output;
 mod plot;
 mod plot_axis;
@@ -58,6 +62,9 @@ struct Cli {
 enum Command {
     /// Replay a trace or a synthetic workload against the device model.
     Replay(Box<replay_cmd::ReplayArgs>),
+    /// A miss-ratio curve (miss ratio against cache size) for one or more
+    /// policies in one pass: exact for LRU, sampled in miniature for any policy.
+    Mrc(Box<mrc_cmd::MrcArgs>),
     /// Trace file tools: convert CSV <-> binary, generate a workload trace.
     #[command(subcommand)]
     Trace(trace_cmd::TraceCommand),
@@ -119,6 +126,7 @@ fn list_presets() -> anyhow::Result<()> {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Replay(args) => replay_cmd::run(&args),
+        Command::Mrc(args) => mrc_cmd::run(&args),
         Command::Trace(cmd) => trace_cmd::run(&cmd),
         Command::Presets => list_presets(),
         Command::Image(cmd) => Ok(image_cmd::run(&cmd)?),

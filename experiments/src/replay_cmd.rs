@@ -24,32 +24,39 @@ use std::time::{Duration, Instant};
 /// Replays shorter than this get no progress bar.
 const PROGRESS_MIN: u64 = 1 << 20;
 
-/// `cxlfs replay` arguments.
+/// What a replay reads and the device it drives: the flags `cxlfs replay`
+/// and `cxlfs mrc` share.
 #[derive(Debug, Clone, Args)]
-pub struct ReplayArgs {
+pub struct ReplayInputArgs {
     #[command(flatten)]
-    device: DeviceArgs,
-    /// Print the effective device config as TOML and exit.
-    #[arg(long)]
-    print_config: bool,
+    pub(crate) device: DeviceArgs,
     /// Trace file to replay (CSV `time_ns,op,addr,len` or binary; detected by its magic).
-    #[arg(long, value_name = "FILE", conflicts_with = "workload",
-          required_unless_present_any = ["workload", "print_config"])]
-    trace: Option<PathBuf>,
+    #[arg(long, value_name = "FILE", conflicts_with = "workload")]
+    pub(crate) trace: Option<PathBuf>,
     /// Synthetic workload: seq, stride:STEP, uniform, zipf:THETA, pointer-chase.
     #[arg(long, value_name = "KIND", value_parser = kind_arg)]
-    workload: Option<WorkloadKind>,
+    pub(crate) workload: Option<WorkloadKind>,
     #[command(flatten)]
-    shape: WorkloadArgs,
+    pub(crate) shape: WorkloadArgs,
     /// When accesses arrive: `trace` (their own times), `closed[:THINK]` (one
     /// outstanding, dependent loads), `fixed:INTERVAL` (open loop)
     /// [default: for --trace the mode the trace records (`cxlfs trace gen`
     /// records one), else trace; closed for --workload].
     #[arg(long, value_name = "MODE")]
-    arrival: Option<Arrival>,
+    pub(crate) arrival: Option<Arrival>,
     /// Replay the first N accesses to warm the cache, then reset the statistics.
     #[arg(long, value_name = "N", default_value = "0", value_parser = count_arg)]
-    warmup: u64,
+    pub(crate) warmup: u64,
+}
+
+/// `cxlfs replay` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct ReplayArgs {
+    #[command(flatten)]
+    input: ReplayInputArgs,
+    /// Print the effective device config as TOML and exit.
+    #[arg(long)]
+    print_config: bool,
     /// Print JSON (one object; one per line for a sweep) instead of a table.
     #[arg(long)]
     json: bool,
@@ -75,7 +82,7 @@ pub struct ReplayArgs {
 
 /// What is replayed.
 #[derive(Debug, Clone)]
-enum Input {
+pub(crate) enum Input {
     Trace(PathBuf),
     Workload(WorkloadSpec),
 }
@@ -83,7 +90,7 @@ enum Input {
 /// The input as reported.
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
-enum InputDesc {
+pub(crate) enum InputDesc {
     Trace {
         trace: String,
         format: TraceFormat,
@@ -159,9 +166,9 @@ struct JsonRecord<'a> {
 }
 
 /// One replay's result.
-struct PointResult {
-    report: ReplayReport,
-    wall: Duration,
+pub(crate) struct PointResult {
+    pub(crate) report: ReplayReport,
+    pub(crate) wall: Duration,
     /// The replaying thread's CPU time over the same span (less than `wall`
     /// when other work shares the core).
     cpu: Duration,
@@ -182,16 +189,16 @@ impl PointResult {
 
 /// Runs `cxlfs replay`.
 pub fn run(args: &ReplayArgs) -> Result<()> {
-    let (base_cfg, _) = args.device.load(&[])?;
+    let (base_cfg, _) = args.input.device.load(&[])?;
     if args.print_config {
         std::io::stdout()
             .lock()
             .write_all(base_cfg.to_toml_string().as_bytes())?;
         return Ok(());
     }
-    let input = input_of(args)?;
+    let input = input_of(&args.input)?;
     let (input_desc, recorded) = describe_input(&input)?;
-    let (arrival, arrival_source) = arrival_of(args.arrival, &input, recorded);
+    let (arrival, arrival_source) = arrival_of(args.input.arrival, &input, recorded);
     let arrival_origin = match arrival_source {
         ArrivalSource::Recorded => " (recorded in the trace)",
         ArrivalSource::Given | ArrivalSource::Times => "",
@@ -201,7 +208,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     // value fails at once.
     let sweep = parse_sweeps(&args.sweeps)?;
     let points = cartesian(&sweep);
-    let configs = point_configs(&args.device, &points)?;
+    let configs = point_configs(&args.input.device, &points)?;
 
     let progress = !args.no_progress && std::io::stderr().is_terminal();
     let stdout = std::io::stdout();
@@ -210,11 +217,11 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     if !args.json {
         print_header(
             &mut out,
-            &args.device,
+            &args.input.device,
             &base_cfg,
             &input,
             &format!("{arrival}{arrival_origin}"),
-            args.warmup,
+            args.input.warmup,
             swept,
         )?;
     }
@@ -226,7 +233,13 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         } else {
             "replay".to_string()
         };
-        let result = run_point(cfg, &input, arrival, args.warmup, progress.then_some(label));
+        let result = run_point(
+            cfg,
+            &input,
+            arrival,
+            args.input.warmup,
+            progress.then_some(label),
+        );
         let result = if swept {
             result.with_context(|| point_name(params))?
         } else {
@@ -249,7 +262,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
                 config: desc,
                 workload: &input_desc,
                 arrival: arrival.to_string(),
-                warmup: args.warmup,
+                warmup: args.input.warmup,
                 report: &result.report,
                 sim_accesses_per_sec: (!args.reproducible)
                     .then(|| result.accesses_per_sec().round() as u64),
@@ -278,7 +291,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
 
 /// What `args` asks to replay: the trace, or the workload (checked, with
 /// accesses left after the warm-up).
-fn input_of(args: &ReplayArgs) -> Result<Input> {
+pub(crate) fn input_of(args: &ReplayInputArgs) -> Result<Input> {
     Ok(match (&args.trace, args.workload) {
         (Some(path), _) => {
             if let Some(flag) = args.shape.first_given() {
@@ -304,7 +317,7 @@ fn input_of(args: &ReplayArgs) -> Result<Input> {
 
 /// The arrival mode (`--arrival`, else the one the trace records, else
 /// the default for the input) and where it came from.
-fn arrival_of(
+pub(crate) fn arrival_of(
     given: Option<Arrival>,
     input: &Input,
     recorded: Option<Arrival>,
@@ -383,7 +396,7 @@ fn cartesian(sweep: &[(String, Vec<String>)]) -> Vec<Vec<(String, String)>> {
 
 /// Where the arrival mode of a replay came from.
 #[derive(Debug, Clone, Copy)]
-enum ArrivalSource {
+pub(crate) enum ArrivalSource {
     /// `--arrival`, or the default for a generated workload.
     Given,
     /// The mode the trace records.
@@ -410,7 +423,7 @@ fn coalescing_warning(note: &CoalescingNote, source: ArrivalSource, point: &str)
 }
 
 /// The input as reported, and the arrival mode a trace records.
-fn describe_input(input: &Input) -> Result<(InputDesc, Option<Arrival>)> {
+pub(crate) fn describe_input(input: &Input) -> Result<(InputDesc, Option<Arrival>)> {
     Ok(match input {
         Input::Trace(path) => {
             let reader = TraceReader::open(path)?;
@@ -535,7 +548,7 @@ impl ReplayObserver for Clock<'_> {
     }
 }
 
-fn run_point(
+pub(crate) fn run_point(
     cfg: &DeviceConfig,
     input: &Input,
     arrival: Arrival,

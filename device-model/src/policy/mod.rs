@@ -249,7 +249,9 @@ macro_rules! policies {
                     $(Policy::$variant(p) => p.on_insert(frames, set, slot, page, from_ghost),)*
                 }
             }
-            #[inline]
+            // Always inlined: every visible hit dispatches here, from
+            // Cache::record_hit, itself inlined into three callers.
+            #[inline(always)]
             fn on_hit(&mut self, frames: &mut [Frame], set: u32, slot: SlotId) {
                 match self { $(Policy::$variant(p) => p.on_hit(frames, set, slot),)* }
             }

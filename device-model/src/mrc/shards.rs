@@ -1,0 +1,307 @@
+//! SHARDS spatial sampling (Waldspurger et al., FAST'15): a page is in the
+//! sample when a hash of its number falls below a threshold, so a sampled
+//! page brings *every* access to it and an unsampled one none — each
+//! page's reuse is kept whole, at rate R = threshold / 2^64.
+//!
+//! Fixed rate: the threshold is set once. Fixed size: at most `max_pages`
+//! distinct pages are kept; when one more arrives the page of the largest
+//! hash leaves and the threshold drops to its hash, so the rate adapts to
+//! the trace. The accesses kept while the rate was higher are dropped at
+//! the end ([`Sampler::finish`]), so the sample is exactly the one the final
+//! rate would have taken from the start.
+
+use crate::trace::Access;
+use crate::{PAGE_SHIFT, PAGE_SIZE};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::BinaryHeap;
+
+/// The hash that decides sampling (splitmix64's finalizer: every input bit
+/// moves every output bit).
+#[inline]
+pub fn page_hash(page: u64) -> u64 {
+    let mut z = page.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The threshold of rate `rate` (0 < rate <= 1).
+pub fn threshold_of(rate: f64) -> u64 {
+    if rate >= 1.0 {
+        u64::MAX
+    } else {
+        // 2^64 * rate, below 2^64 for rate < 1.
+        (rate * 18_446_744_073_709_551_616.0) as u64
+    }
+}
+
+/// The rate of a threshold.
+pub fn rate_of(threshold: u64) -> f64 {
+    if threshold == u64::MAX {
+        1.0
+    } else {
+        threshold as f64 / 18_446_744_073_709_551_616.0
+    }
+}
+
+/// The kept accesses with their pages renamed 0, 1, 2, … in order of
+/// first access (offsets kept): a miniature's page table then holds the
+/// sample's pages side by side instead of scattered over the device (64
+/// miniatures of a sample spread over 4 Mi pages spent more time in page
+/// faults than in simulating). Only a page's identity matters to a
+/// policy; for a set-associative cache the sampled pages land in other
+/// sets, which hashed sampling had made arbitrary already.
+fn renamed(kept: &[Kept]) -> Vec<Access> {
+    let mut names: FxHashMap<u64, u64> = FxHashMap::default();
+    kept.iter()
+        .map(|k| {
+            let next = names.len() as u64;
+            let name = *names.entry(k.access.addr >> PAGE_SHIFT).or_insert(next);
+            Access {
+                addr: (name << PAGE_SHIFT) | (k.access.addr & (PAGE_SIZE - 1)),
+                ..k.access
+            }
+        })
+        .collect()
+}
+
+/// One kept page access: the part of an access that falls in one sampled page.
+#[derive(Debug, Clone, Copy)]
+struct Kept {
+    access: Access,
+    hash: u64,
+    /// Part of the warm-up.
+    warm: bool,
+}
+
+/// The sample of a page-access stream.
+pub struct Sampler {
+    threshold: u64,
+    /// Fixed-size mode.
+    fixed: Option<FixedSize>,
+    kept: Vec<Kept>,
+    /// `kept`'s length after the last filtering (fixed size).
+    filtered_len: usize,
+    /// Distinct sampled pages (fixed rate).
+    pages: FxHashSet<u64>,
+    /// Measured page accesses, sampled or not.
+    measured_pages: u64,
+}
+
+/// Fixed-size mode's state: the bound, the kept pages by hash (largest on
+/// top) and the set of them.
+struct FixedSize {
+    max: usize,
+    heap: BinaryHeap<(u64, u64)>,
+    set: FxHashSet<u64>,
+}
+
+/// What a sample holds, once finished.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// The sampled page accesses, in trace order, each an [`Access`] that
+    /// stays within one page, pages renamed 0, 1, 2, … in order of first
+    /// access.
+    pub accesses: Vec<Access>,
+    /// How many of `accesses` (the first ones) belong to the warm-up.
+    pub warmup: u64,
+    /// The final sampling rate: the share of hash values sampled.
+    pub rate: f64,
+    /// The share of the input's distinct pages that the sample holds
+    /// (`rate` when they were not counted): what the miniatures scale by
+    /// and the estimate divides by, so that a sample that happened to take
+    /// more or fewer pages than `rate` of them is not read as a larger or
+    /// smaller working set.
+    pub realized_rate: f64,
+    /// The final threshold (the rate is this over 2^64).
+    pub threshold: u64,
+    /// Distinct pages in the sample.
+    pub pages: u64,
+    /// Measured page accesses of the whole input (sampled or not).
+    pub measured_page_accesses: u64,
+}
+
+impl Sampler {
+    /// Sampling at a fixed `rate` (0 < rate <= 1).
+    pub fn fixed_rate(rate: f64) -> Self {
+        Sampler::below(threshold_of(rate))
+    }
+
+    /// Sampling the pages whose hash is below `threshold`.
+    fn below(threshold: u64) -> Self {
+        Sampler {
+            threshold,
+            fixed: None,
+            kept: Vec::new(),
+            filtered_len: 0,
+            pages: FxHashSet::default(),
+            measured_pages: 0,
+        }
+    }
+
+    /// At most `max_pages` distinct pages, starting at `rate`.
+    pub fn fixed_size(max_pages: usize, rate: f64) -> Self {
+        let mut s = Sampler::fixed_rate(rate);
+        s.fixed = Some(FixedSize {
+            max: max_pages.max(1),
+            heap: BinaryHeap::new(),
+            set: FxHashSet::default(),
+        });
+        s
+    }
+
+    /// The current rate.
+    pub fn rate(&self) -> f64 {
+        rate_of(self.threshold)
+    }
+
+    /// One access (already checked against the device's range), `warm`
+    /// during the warm-up.
+    #[inline]
+    pub fn access(&mut self, access: &Access, warm: bool) {
+        let end = access.addr + u64::from(access.len);
+        let first = access.addr >> PAGE_SHIFT;
+        let last = (end - 1) >> PAGE_SHIFT;
+        if !warm {
+            self.measured_pages += last - first + 1;
+        }
+        for page in first..=last {
+            let hash = page_hash(page);
+            if hash >= self.threshold || !self.admit(page, hash) {
+                continue;
+            }
+            let start = (page << PAGE_SHIFT).max(access.addr);
+            let stop = ((page << PAGE_SHIFT) + PAGE_SIZE).min(end);
+            let part = Access {
+                addr: start,
+                // At most one page.
+                len: (stop - start) as u32,
+                ..*access
+            };
+            self.kept.push(Kept {
+                access: part,
+                hash,
+                warm,
+            });
+        }
+        if self.fixed.is_some() && self.kept.len() >= 2 * self.filtered_len.max(1 << 16) {
+            self.filter();
+        }
+    }
+
+    /// Whether a page under the threshold is kept (fixed size: may evict
+    /// the largest hash and lower the threshold).
+    #[inline]
+    fn admit(&mut self, page: u64, hash: u64) -> bool {
+        let Some(f) = self.fixed.as_mut() else {
+            self.pages.insert(page);
+            return true;
+        };
+        if f.set.contains(&page) {
+            return true;
+        }
+        f.heap.push((hash, page));
+        f.set.insert(page);
+        while f.set.len() > f.max {
+            let Some((h, p)) = f.heap.pop() else { break };
+            f.set.remove(&p);
+            self.threshold = h;
+        }
+        hash < self.threshold
+    }
+
+    /// Drops kept accesses at or above the threshold.
+    fn filter(&mut self) {
+        let t = self.threshold;
+        self.kept.retain(|k| k.hash < t);
+        self.filtered_len = self.kept.len();
+    }
+
+    /// The sample of an input of `distinct` pages (0: not counted).
+    pub fn finish(mut self, distinct: u64) -> Sample {
+        self.filter();
+        let pages = match &self.fixed {
+            Some(f) => f.set.len() as u64,
+            None => self.pages.len() as u64,
+        };
+        let warmup = self.kept.iter().take_while(|k| k.warm).count() as u64;
+        Sample {
+            accesses: renamed(&self.kept),
+            warmup,
+            rate: rate_of(self.threshold),
+            realized_rate: if distinct > 0 && pages > 0 {
+                pages as f64 / distinct as f64
+            } else {
+                rate_of(self.threshold)
+            },
+            threshold: self.threshold,
+            pages,
+            measured_page_accesses: self.measured_pages,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Op;
+
+    fn read(page: u64) -> Access {
+        Access {
+            time_ns: 0,
+            op: Op::Read,
+            addr: page << PAGE_SHIFT,
+            len: 64,
+        }
+    }
+
+    #[test]
+    fn a_fixed_rate_keeps_about_that_share_of_pages_and_all_their_accesses() {
+        let mut s = Sampler::fixed_rate(0.1);
+        for round in 0..3 {
+            for p in 0..100_000 {
+                s.access(&read(p), round == 0);
+            }
+        }
+        let sample = s.finish(0);
+        assert!((9_000..11_000).contains(&sample.pages), "{}", sample.pages);
+        assert_eq!(sample.accesses.len() as u64, 3 * sample.pages);
+        assert_eq!(sample.warmup, sample.pages);
+        assert_eq!(sample.measured_page_accesses, 200_000);
+    }
+
+    #[test]
+    fn a_fixed_size_sample_equals_the_fixed_rate_sample_of_its_final_rate() {
+        let mut s = Sampler::fixed_size(1000, 1.0);
+        for round in 0..2 {
+            for p in (0..50_000).rev() {
+                s.access(&read(p * 7 + round), false);
+            }
+        }
+        let sized = s.finish(0);
+        assert_eq!(sized.pages, 1000);
+        let mut r = Sampler::below(sized.threshold);
+        for round in 0..2 {
+            for p in (0..50_000).rev() {
+                r.access(&read(p * 7 + round), false);
+            }
+        }
+        let rated = r.finish(0);
+        assert_eq!(rated.accesses, sized.accesses);
+    }
+
+    #[test]
+    fn an_access_across_pages_is_cut_at_page_boundaries() {
+        let mut s = Sampler::fixed_rate(1.0);
+        let a = Access {
+            time_ns: 5,
+            op: Op::Write,
+            addr: 4000,
+            len: 8192,
+        };
+        s.access(&a, false);
+        let got = s.finish(0);
+        let parts: Vec<(u64, u32)> = got.accesses.iter().map(|a| (a.addr, a.len)).collect();
+        assert_eq!(parts, vec![(4000, 96), (4096, 4096), (8192, 4000)]);
+    }
+}

@@ -1,0 +1,271 @@
+//! LRU stack distances in one pass (Mattson et al.), O(log n) per access.
+//!
+//! Every page access gets a *time slot*; a bitmap over the slots (with a
+//! Fenwick tree over its words) marks the slot of each page's latest access. The stack distance of a re-access
+//! is the number of marks after the page's previous slot: the distinct pages
+//! touched since. A fully associative LRU cache of `C` pages hits exactly the
+//! re-accesses of distance `< C`, so one histogram of distances gives every
+//! size's misses (counted in buckets between the sizes asked for, so the
+//! histogram stays in the CPU's cache). Slots are renumbered (compacted) when they run out, so
+//! memory follows the distinct pages, not the trace length.
+
+use super::buckets::Buckets;
+use super::page_table::PageTable;
+use crate::slot::prefetch_read;
+
+/// Fewest slots the tree is built with.
+const MIN_SLOTS: usize = 1 << 16; // a multiple of 64
+
+/// Marker for a slot whose page was accessed again later.
+const DEAD: u64 = u64::MAX;
+
+/// 0/1 marks over the slots: a bit per slot, and a Fenwick (binary
+/// indexed) tree of the marks per 64-slot word. The tree is 64 times
+/// smaller than one over the slots (it stays in the CPU's cache for
+/// millions of slots), and a count is a tree walk plus one popcount.
+struct Marks {
+    bits: Vec<u64>,
+    /// Fenwick tree over the words' counts (1-based).
+    tree: Vec<u32>,
+}
+
+impl Marks {
+    /// `n` slots (a multiple of 64) with the first `marked` marked, built in O(n).
+    fn with_prefix_marked(n: usize, marked: usize) -> Self {
+        let words = n / 64;
+        let mut bits = vec![0u64; words];
+        for (w, word) in bits.iter_mut().enumerate() {
+            let lo = w * 64;
+            *word = match marked.saturating_sub(lo) {
+                0 => 0,
+                k if k >= 64 => u64::MAX,
+                k => (1u64 << k) - 1,
+            };
+        }
+        let mut tree = vec![0u32; words + 1];
+        for i in 1..=words {
+            tree[i] += bits[i - 1].count_ones();
+            let parent = i + (i & i.wrapping_neg());
+            if parent <= words {
+                tree[parent] += tree[i];
+            }
+        }
+        Marks { bits, tree }
+    }
+
+    fn len(&self) -> usize {
+        self.bits.len() * 64
+    }
+
+    #[inline]
+    fn set(&mut self, slot: usize, on: bool) {
+        let w = slot / 64;
+        let bit = 1u64 << (slot % 64);
+        let delta: i32 = if on { 1 } else { -1 };
+        if on {
+            self.bits[w] |= bit;
+        } else {
+            self.bits[w] &= !bit;
+        }
+        let mut i = w + 1;
+        while i < self.tree.len() {
+            self.tree[i] = self.tree[i].wrapping_add_signed(delta);
+            i += i & i.wrapping_neg();
+        }
+    }
+
+    /// Marks in slots `0..=slot`.
+    #[inline]
+    fn prefix(&self, slot: usize) -> u64 {
+        let w = slot / 64;
+        let upto = u64::MAX >> (63 - slot % 64);
+        let mut sum = u64::from((self.bits[w] & upto).count_ones());
+        let mut i = w;
+        while i > 0 {
+            sum += u64::from(self.tree[i]);
+            i &= i - 1;
+        }
+        sum
+    }
+}
+
+/// The histogram of LRU stack distances of a page-access stream, counted
+/// in buckets between the cache sizes asked for.
+pub struct StackDistances {
+    /// Each page's latest slot + 1 (0: never accessed).
+    last: PageTable<u32>,
+    marks: Marks,
+    /// The page whose latest access has each slot ([`DEAD`] otherwise).
+    slot_page: Vec<u64>,
+    /// Next free slot.
+    next: usize,
+    /// Distinct pages seen.
+    live: u64,
+    /// Counted accesses: a re-access misses in caches of at most its distance.
+    counts: Buckets,
+}
+
+impl StackDistances {
+    /// Empty, for pages `0..device_pages`, counting for caches of `sizes` pages.
+    pub fn new(device_pages: u64, sizes: &[u64]) -> Self {
+        StackDistances {
+            last: PageTable::new(device_pages),
+            marks: Marks::with_prefix_marked(MIN_SLOTS, 0),
+            slot_page: vec![DEAD; MIN_SLOTS],
+            next: 0,
+            live: 0,
+            counts: Buckets::new(sizes),
+        }
+    }
+
+    /// A hint that `page` will be accessed soon: starts loading its
+    /// latest-slot entry (a random read into a table over the device's
+    /// pages, the pass's costliest miss). Changes nothing counted.
+    #[inline]
+    pub fn hint_upcoming(&self, page: u64) {
+        self.last.prefetch(page);
+    }
+
+    /// A second hint, some accesses after [`StackDistances::hint_upcoming`]:
+    /// starts loading the marks' word of `page`'s latest slot.
+    #[inline]
+    pub fn hint_imminent(&self, page: u64) {
+        let prev = self.last.get(page);
+        if prev != 0 {
+            if let Some(word) = self.marks.bits.get((prev as usize - 1) / 64) {
+                prefetch_read(word);
+            }
+        }
+    }
+
+    /// One access to `page`; `counted` false during the warm-up (the
+    /// stack moves, the histogram does not).
+    #[inline]
+    pub fn access(&mut self, page: u64, counted: bool) {
+        if self.next == self.marks.len() {
+            self.compact();
+        }
+        let prev = self.last.get(page);
+        if prev == 0 {
+            self.live += 1;
+            if counted {
+                self.counts.cold();
+            }
+        } else {
+            let slot = (prev - 1) as usize;
+            let distance = self.live - self.marks.prefix(slot);
+            self.marks.set(slot, false);
+            self.slot_page[slot] = DEAD;
+            if counted {
+                self.counts.reuse(distance);
+            }
+        }
+        let slot = self.next;
+        self.next += 1;
+        self.marks.set(slot, true);
+        self.slot_page[slot] = page;
+        // Slots stay below 2^31: the marks never span more than twice the
+        // distinct pages, and those fit the device's u32 page table.
+        self.last
+            .set(page, u32::try_from(slot + 1).unwrap_or(u32::MAX));
+    }
+
+    /// Renumbers the live slots `0..live` in their order, and makes room
+    /// for as many accesses again.
+    fn compact(&mut self) {
+        let live = usize::try_from(self.live).unwrap_or(usize::MAX);
+        let n = (live.saturating_mul(2)).max(MIN_SLOTS).next_multiple_of(64);
+        let mut pages = Vec::with_capacity(n);
+        pages.extend(self.slot_page.iter().copied().filter(|&p| p != DEAD));
+        for (i, &page) in pages.iter().enumerate() {
+            self.last
+                .set(page, u32::try_from(i + 1).unwrap_or(u32::MAX));
+        }
+        self.next = pages.len();
+        pages.resize(n, DEAD);
+        self.slot_page = pages;
+        self.marks = Marks::with_prefix_marked(n, self.next);
+    }
+
+    /// The counts.
+    pub fn counts(&self) -> &Buckets {
+        &self.counts
+    }
+
+    /// Counted page accesses.
+    pub fn accesses(&self) -> u64 {
+        self.counts.accesses()
+    }
+
+    /// Distinct pages seen (warm-up included).
+    pub fn distinct_pages(&self) -> u64 {
+        self.live
+    }
+
+    /// Counted misses of a fully associative LRU cache of each of
+    /// `pages_list` pages (`None`: not a size given to [`StackDistances::new`]).
+    pub fn misses(&self, pages_list: &[u64]) -> Vec<Option<u64>> {
+        self.counts.misses(pages_list)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Misses of an LRU of `c` pages by brute force.
+    fn brute(pages: &[u64], c: usize) -> u64 {
+        let mut stack: Vec<u64> = Vec::new();
+        let mut misses = 0;
+        for &p in pages {
+            match stack.iter().position(|&q| q == p) {
+                Some(i) if i < c => {
+                    stack.remove(i);
+                }
+                Some(i) => {
+                    stack.remove(i);
+                    misses += 1;
+                }
+                None => misses += 1,
+            }
+            stack.insert(0, p);
+        }
+        misses
+    }
+
+    #[test]
+    fn distances_match_a_brute_force_lru_through_compactions() {
+        let mut x = 12345u64;
+        let pages: Vec<u64> = (0..200_000)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (x >> 33) % 300
+            })
+            .collect();
+        for flat in [true, false] {
+            let sizes = [1u64, 2, 10, 63, 64, 65, 100, 299, 300, 1000];
+            let mut sd = StackDistances::new(if flat { 300 } else { u64::MAX }, &sizes);
+            for &p in &pages {
+                sd.access(p, true);
+            }
+            let got = sd.misses(&sizes);
+            for (&c, &m) in sizes.iter().zip(&got) {
+                assert_eq!(m, Some(brute(&pages, c as usize)), "size {c}");
+            }
+            assert_eq!(sd.misses(&[7]), vec![None]);
+        }
+    }
+
+    #[test]
+    fn warm_up_accesses_move_the_stack_but_are_not_counted() {
+        let mut sd = StackDistances::new(16, &[2, 3]);
+        for p in [1, 2, 3] {
+            sd.access(p, false);
+        }
+        sd.access(1, true);
+        assert_eq!(sd.accesses(), 1);
+        assert_eq!(sd.misses(&[2, 3]), vec![Some(1), Some(0)]);
+    }
+}

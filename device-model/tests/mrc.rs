@@ -1,0 +1,198 @@
+//! Miss-ratio curves against replays of each size: LRU's stack distances
+//! and LIFO's thresholds equal them access for access (a Zipf workload with writes, page-crossing
+//! accesses and a warm-up; a real memory trace), and the sampled miniatures
+//! of every other policy stay within the error target.
+
+#![allow(clippy::unwrap_used)]
+
+use cxlfs_device_model::mrc::shards::Sampler;
+use cxlfs_device_model::mrc::{exact_curve, limits, minisim, CurvePass};
+use cxlfs_device_model::replay::{Arrival, Replayer};
+use cxlfs_device_model::trace::{parse_csv_line, Access};
+use cxlfs_device_model::workload::{WorkloadKind, WorkloadSpec};
+use cxlfs_device_model::{Device, DeviceConfig, PolicyKind, PAGE_SIZE};
+use std::convert::Infallible;
+
+/// A fully associative cache, hits visible, NAND off.
+fn config(policy: PolicyKind) -> DeviceConfig {
+    let mut cfg = DeviceConfig::default()
+        .with_overrides(&[
+            "cache.ways=0",
+            "cache.hits_visible=true",
+            "nand.enabled=false",
+            "cache.size_bytes=1MiB",
+        ])
+        .unwrap();
+    cfg.cache.policy = policy;
+    cfg
+}
+
+/// Measured (misses, page lookups) of a replay of a `size`-byte cache.
+fn replay(cfg: &DeviceConfig, size: u64, accesses: &[Access], warmup: u64) -> (u64, u64) {
+    let mut cfg = cfg.clone();
+    cfg.cache.size_bytes = size;
+    let mut dev = Device::new(cfg).unwrap();
+    let mut r = Replayer::new(&mut dev, Arrival::Closed { think_ns: 0 });
+    r.drive(
+        accesses.iter().map(|a| Ok::<_, Infallible>(*a)),
+        warmup,
+        &mut (),
+    )
+    .unwrap();
+    let s = r.device().stats();
+    (s.misses, s.page_accesses)
+}
+
+/// A Zipf workload over `pages` pages: a third writes, every third access
+/// shifted to cross into the next page.
+fn zipf(pages: u64, accesses: u64) -> Vec<Access> {
+    let spec = WorkloadSpec {
+        kind: WorkloadKind::Zipf { theta: 0.99 },
+        wss_bytes: pages * PAGE_SIZE,
+        accesses: Some(accesses),
+        write_ratio: 0.3,
+        ..WorkloadSpec::default()
+    };
+    spec.generate()
+        .unwrap()
+        .enumerate()
+        .map(|(i, mut a)| {
+            if i % 3 == 0 {
+                a.addr = (a.addr | 4064).min(pages * PAGE_SIZE - 128);
+                a.len = 128;
+            }
+            a
+        })
+        .collect()
+}
+
+/// The committed real trace: 40 000 page references of a Python program
+/// (dict build, sort, lookups) under valgrind's lackey
+/// (`device-model/bench/lackey-trace.py` says how it was made).
+fn real_trace() -> Vec<Access> {
+    include_str!("data/lackey-python.csv")
+        .lines()
+        .filter_map(|l| parse_csv_line(l).unwrap())
+        .collect()
+}
+
+/// Sizes from `lo` to `hi` pages, log-spaced, `n` of them.
+fn sizes(lo: u64, hi: u64, n: u32) -> Vec<u64> {
+    let spec = format!("{}..{}:{n}", lo * PAGE_SIZE, hi * PAGE_SIZE);
+    cxlfs_device_model::mrc::sizes::parse_sizes(&spec, PAGE_SIZE).unwrap()
+}
+
+/// LRU's and LIFO's one-pass curves equal replays of every size.
+fn assert_exact(accesses: &[Access], warmup: u64, sizes: &[u64]) {
+    let lru = config(PolicyKind::Lru);
+    let mut lifo = config(PolicyKind::Lifo);
+    lifo.cache.hits_visible = false;
+    for cfg in [&lru, &lifo] {
+        limits::exact(cfg, Arrival::Closed { think_ns: 0 }).unwrap();
+    }
+    let mut pass = CurvePass::new(lru.capacity_bytes(), warmup, None)
+        .with_lru(sizes)
+        .with_lifo(sizes);
+    for a in accesses {
+        pass.feed(a).unwrap();
+    }
+    let got = pass.finish();
+    let (stack, thresholds) = (got.stack.unwrap(), got.lifo.unwrap());
+    for (cfg, counts) in [(&lru, stack.counts()), (&lifo, thresholds.counts())] {
+        let points = exact_curve(counts, sizes);
+        assert_eq!(points.len(), sizes.len());
+        for p in points {
+            let want = replay(cfg, p.size_bytes, accesses, warmup);
+            let name = cfg.cache.policy.name();
+            assert_eq!(
+                (p.misses, p.page_accesses),
+                want,
+                "{name} {} bytes",
+                p.size_bytes
+            );
+        }
+    }
+}
+
+#[test]
+fn lru_and_lifo_one_pass_curves_equal_replays_of_every_size_on_zipf() {
+    let accesses = zipf(4096, 60_000);
+    assert_exact(&accesses, 5_000, &sizes(1, 8192, 24));
+}
+
+#[test]
+fn lru_and_lifo_one_pass_curves_equal_replays_of_every_size_on_a_real_trace() {
+    let accesses = real_trace();
+    assert_eq!(accesses.len(), 40_000);
+    assert_exact(&accesses, 0, &sizes(1, 4096, 24));
+}
+
+/// Mean and largest |sampled − replayed| miss ratio, in points (%).
+fn sampled_error(policy: PolicyKind, accesses: &[Access], rate: f64, sizes: &[u64]) -> (f64, f64) {
+    let cfg = config(policy);
+    let mut pass = CurvePass::new(cfg.capacity_bytes(), 0, Some(Sampler::fixed_rate(rate)));
+    for a in accesses {
+        pass.feed(a).unwrap();
+    }
+    let sample = pass.finish().sample.unwrap();
+    let mut errors = Vec::new();
+    for &size in sizes {
+        let m = minisim::simulate(&cfg, &sample, size).unwrap();
+        let (misses, lookups) = replay(&cfg, size, accesses, 0);
+        let want = misses as f64 / lookups as f64;
+        errors.push((m.miss_ratio - want).abs() * 100.0);
+    }
+    let mae = errors.iter().sum::<f64>() / errors.len() as f64;
+    let max = errors.iter().copied().fold(0.0, f64::max);
+    (mae, max)
+}
+
+/// Every policy's sampled curve, 16 sizes from 1/64 to 2× the working set:
+/// mean absolute error ≤ 1 point, largest ≤ 2 points (the full-scale
+/// figures, 10 M accesses and 64 sizes, are in docs/device-model.md).
+#[test]
+fn sampled_curves_of_every_policy_stay_within_the_error_target() {
+    let pages = 1 << 17;
+    let workloads = [
+        ("zipf", zipf(pages, 200_000)),
+        ("uniform", {
+            let spec = WorkloadSpec {
+                kind: WorkloadKind::Uniform,
+                wss_bytes: pages * PAGE_SIZE,
+                accesses: Some(200_000),
+                ..WorkloadSpec::default()
+            };
+            spec.generate().unwrap().collect()
+        }),
+    ];
+    let sizes = sizes(pages / 64, pages * 2, 8);
+    for (name, accesses) in &workloads {
+        for policy in PolicyKind::ALL {
+            let (mae, max) = sampled_error(policy, accesses, 0.25, &sizes);
+            eprintln!("{name} {}: MAE {mae:.3} max {max:.3}", policy.name());
+            assert!(
+                mae <= 1.0 && max <= 2.0,
+                "{name} {}: MAE {mae:.3} max {max:.3}",
+                policy.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn knobs_a_method_cannot_honour_are_refused_with_the_reason() {
+    let closed = Arrival::Closed { think_ns: 0 };
+    let mut cfg = config(PolicyKind::Lru);
+    cfg.prefetch.degree = 2;
+    let why = limits::miniature(&cfg, closed).unwrap_err().to_string();
+    assert!(why.contains("prefetch.degree = 2"), "{why}");
+    let cfg = config(PolicyKind::S3Fifo);
+    assert!(limits::exact(&cfg, closed).is_err());
+    assert!(limits::miniature(&cfg, closed).is_ok());
+    let open = Arrival::Fixed { interval_ns: 10 };
+    assert!(limits::miniature(&cfg, open).is_err());
+    let mut cfg = config(PolicyKind::Lru);
+    cfg.cache.hits_visible = false;
+    assert!(limits::exact(&cfg, closed).is_err());
+    assert!(limits::miniature(&cfg, closed).is_ok());
+}

@@ -1,0 +1,282 @@
+//! `cxlfs mrc`: a miss-ratio curve (miss ratio against cache size) for one
+//! or more policies from one pass over a trace or a synthetic workload:
+//! exact for LRU (stack distances) and LIFO, in miniature on a spatial sample for any
+//! policy, or, where a knob rules both out, one replay per size.
+
+use crate::mrc_out::{self, CurvePoint, Method, PolicyCurve};
+use crate::replay_cmd::{arrival_of, describe_input, input_of, run_point, Input, ReplayInputArgs};
+use crate::trace_io::TraceReader;
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use cxlfs_device_model::mrc::shards::Sampler;
+use cxlfs_device_model::mrc::sizes::parse_sizes;
+use cxlfs_device_model::mrc::{
+    default_rate, exact_curve, limits, minisim, Collected, CurvePass, ExactPoint,
+};
+use cxlfs_device_model::replay::Arrival;
+use cxlfs_device_model::{DeviceConfig, PolicyKind, PAGE_SIZE};
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// `cxlfs mrc` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct MrcArgs {
+    #[command(flatten)]
+    input: ReplayInputArgs,
+    /// Cache sizes: a comma-separated list (units or bytes: `64MiB,1GiB`) or
+    /// log-spaced ranges `FROM..TO:POINTS` (`1MiB..4GiB:64`), rounded down
+    /// to whole pages (whole sets when cache.ways > 0).
+    #[arg(long, value_name = "SIZES")]
+    sizes: String,
+    /// Policies, comma-separated (fifo, lifo, lru, clock, s3fifo, 2q, lfru)
+    /// [default: the config's cache.policy].
+    #[arg(long, value_name = "P1,P2,...")]
+    policy: Option<String>,
+    /// How each curve is computed; `auto`: exact for LRU and LIFO where a
+    /// one-pass count gives it, sampled where a miniature can, else replay.
+    #[arg(long, value_enum, default_value = "auto")]
+    method: MethodArg,
+    /// Spatial sampling rate R, 0 < R <= 1 [default: enough that the
+    /// smallest size's miniature holds 512 pages, within 0.001..=1/32; a
+    /// small input may want more].
+    #[arg(long, value_name = "R")]
+    sampling: Option<f64>,
+    /// Fixed-size sampling: keep at most N distinct pages, the rate falling
+    /// from --sampling (default 1) as more arrive.
+    #[arg(long, value_name = "N")]
+    sample_pages: Option<usize>,
+    /// Print one JSON object per point instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Also draw the curves: FILE.png and FILE.svg.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
+}
+
+/// `--method`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum MethodArg {
+    Auto,
+    Exact,
+    Sampled,
+    Replay,
+}
+
+/// Runs `cxlfs mrc`.
+pub fn run(args: &MrcArgs) -> Result<()> {
+    let (base, _) = args.input.device.load(&[])?;
+    let input = input_of(&args.input)?;
+    let (_, recorded) = describe_input(&input)?;
+    let (arrival, _) = arrival_of(args.input.arrival, &input, recorded);
+    let unit = u64::from(base.cache.ways).max(1) * PAGE_SIZE;
+    let sizes = parse_sizes(&args.sizes, unit).context("--sizes")?;
+    check_sizes(&base, &sizes)?;
+    let policies = policies_of(args.policy.as_deref(), &base)?;
+    let plans = policies
+        .iter()
+        .map(|&p| plan(args.method, &with_policy(&base, p), arrival))
+        .collect::<Result<Vec<_>>>()?;
+
+    let started = Instant::now();
+    let exact = |p: PolicyKind| {
+        policies
+            .iter()
+            .zip(&plans)
+            .any(|(&q, &m)| q == p && m == Method::Exact)
+    };
+    let sampled = plans.contains(&Method::Sampled);
+    let sampler = sampled.then(|| sampler_of(args, sizes[0])).transpose()?;
+    let collected = if plans.iter().any(|m| *m != Method::Replay) {
+        let mut pass = CurvePass::new(base.capacity_bytes(), args.input.warmup, sampler);
+        if exact(PolicyKind::Lru) {
+            pass = pass.with_lru(&sizes);
+        }
+        if exact(PolicyKind::Lifo) {
+            pass = pass.with_lifo(&sizes);
+        }
+        Some(one_pass(pass, &input, args.input.warmup)?)
+    } else {
+        None
+    };
+    let mut curves = Vec::with_capacity(policies.len());
+    for (&policy, &method) in policies.iter().zip(&plans) {
+        let cfg = with_policy(&base, policy);
+        let points = match method {
+            Method::Exact => exact_points(policy, collected.as_ref(), &sizes),
+            Method::Sampled => sampled_points(&cfg, collected.as_ref(), &sizes)?,
+            Method::Replay => replay_points(&cfg, &input, arrival, args.input.warmup, &sizes)?,
+        };
+        curves.push(PolicyCurve {
+            policy,
+            method,
+            points,
+        });
+    }
+    let elapsed = started.elapsed();
+    mrc_out::print(args.json, &base, &input, arrival, &curves, elapsed)?;
+    if let Some(file) = &args.plot {
+        for f in mrc_out::plot(file, &curves)? {
+            eprintln!("{}", f.display());
+        }
+    }
+    Ok(())
+}
+
+/// Every size must be a cache the device can have.
+fn check_sizes(base: &DeviceConfig, sizes: &[u64]) -> Result<()> {
+    for &size in sizes {
+        let mut cfg = base.clone();
+        cfg.cache.size_bytes = size;
+        cfg.validate()
+            .with_context(|| format!("--sizes: a cache of {size} bytes"))?;
+    }
+    Ok(())
+}
+
+/// `--policy`, or the config's.
+fn policies_of(list: Option<&str>, base: &DeviceConfig) -> Result<Vec<PolicyKind>> {
+    let Some(list) = list else {
+        return Ok(vec![base.cache.policy]);
+    };
+    let mut out = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let p: PolicyKind = name
+            .parse()
+            .map_err(|e: String| anyhow::anyhow!("--policy: {e}"))?;
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    if out.is_empty() {
+        bail!("--policy names no policy");
+    }
+    Ok(out)
+}
+
+fn with_policy(base: &DeviceConfig, policy: PolicyKind) -> DeviceConfig {
+    let mut cfg = base.clone();
+    cfg.cache.policy = policy;
+    cfg
+}
+
+/// The method for one policy: the one asked for if it applies (else the
+/// reason it does not), or under `auto` the best that applies.
+fn plan(asked: MethodArg, cfg: &DeviceConfig, arrival: Arrival) -> Result<Method> {
+    let name = cfg.cache.policy.name();
+    Ok(match asked {
+        MethodArg::Exact => {
+            limits::exact(cfg, arrival).with_context(|| format!("{name}: no exact curve"))?;
+            Method::Exact
+        }
+        MethodArg::Sampled => {
+            limits::miniature(cfg, arrival).with_context(|| format!("{name}: no sampled curve"))?;
+            Method::Sampled
+        }
+        MethodArg::Replay => Method::Replay,
+        MethodArg::Auto => match (limits::exact(cfg, arrival), limits::miniature(cfg, arrival)) {
+            (Ok(()), _) => Method::Exact,
+            (Err(_), Ok(())) => Method::Sampled,
+            (Err(_), Err(why)) => {
+                eprintln!("note: {name}: one replay per size, as no sampled curve applies: {why}");
+                Method::Replay
+            }
+        },
+    })
+}
+
+/// The sampler `--sampling` / `--sample-pages` ask for.
+fn sampler_of(args: &MrcArgs, smallest: u64) -> Result<Sampler> {
+    if let Some(r) = args.sampling {
+        if !(r > 0.0 && r <= 1.0) {
+            bail!("--sampling {r} is not within 0 < R <= 1");
+        }
+    }
+    Ok(match args.sample_pages {
+        Some(0) => bail!("--sample-pages must be at least 1"),
+        Some(n) => Sampler::fixed_size(n, args.sampling.unwrap_or(1.0)),
+        None => Sampler::fixed_rate(args.sampling.unwrap_or_else(|| default_rate(smallest))),
+    })
+}
+
+/// Reads the input once into `pass`.
+fn one_pass(mut pass: CurvePass, input: &Input, warmup: u64) -> Result<Collected> {
+    match input {
+        Input::Workload(spec) => {
+            for access in spec.generate()? {
+                pass.feed(&access).context("workload")?;
+            }
+        }
+        Input::Trace(path) => {
+            let mut reader = TraceReader::open(path)?;
+            let mut index = 0u64;
+            while let Some(access) = reader.next() {
+                let access = access?;
+                pass.feed(&access)
+                    .with_context(|| reader.location_of(index))?;
+                index += 1;
+            }
+        }
+    }
+    let collected = pass.finish();
+    if warmup > 0 && collected.fed <= warmup {
+        bail!(
+            "--warmup {warmup} leaves nothing to measure: the input has {} accesses",
+            collected.fed
+        );
+    }
+    Ok(collected)
+}
+
+fn exact_points(policy: PolicyKind, c: Option<&Collected>, sizes: &[u64]) -> Vec<CurvePoint> {
+    let counts = match policy {
+        PolicyKind::Lru => c.and_then(|c| c.stack.as_ref()).map(|s| s.counts()),
+        PolicyKind::Lifo => c.and_then(|c| c.lifo.as_ref()).map(|l| l.counts()),
+        _ => None,
+    };
+    let Some(counts) = counts else {
+        return Vec::new();
+    };
+    exact_curve(counts, sizes)
+        .into_iter()
+        .map(|p: ExactPoint| CurvePoint::counted(p.size_bytes, p.misses, p.page_accesses))
+        .collect()
+}
+
+fn sampled_points(
+    cfg: &DeviceConfig,
+    collected: Option<&Collected>,
+    sizes: &[u64],
+) -> Result<Vec<CurvePoint>> {
+    let Some(sample) = collected.and_then(|c| c.sample.as_ref()) else {
+        return Ok(Vec::new());
+    };
+    sizes
+        .iter()
+        .map(|&size| {
+            let m = minisim::simulate(cfg, sample, size)?;
+            Ok(CurvePoint::sampled(&m, sample))
+        })
+        .collect()
+}
+
+/// One full replay per size (the reference, and what is left when a knob
+/// rules out the other methods).
+fn replay_points(
+    cfg: &DeviceConfig,
+    input: &Input,
+    arrival: Arrival,
+    warmup: u64,
+    sizes: &[u64],
+) -> Result<Vec<CurvePoint>> {
+    sizes
+        .iter()
+        .map(|&size| {
+            let mut c = cfg.clone();
+            c.cache.size_bytes = size;
+            let r = run_point(&c, input, arrival, warmup, None)
+                .with_context(|| format!("replay of a {size}-byte cache"))?
+                .report;
+            Ok(CurvePoint::counted(size, r.misses, r.page_accesses))
+        })
+        .collect()
+}

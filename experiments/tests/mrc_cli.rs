@@ -1,0 +1,159 @@
+//! `cxlfs mrc` end to end: the exact LRU curve equals `cxlfs replay
+//! --sweep cache.size_bytes=…` point for point; every policy gets a curve;
+//! knobs a method cannot honour are refused with the reason; `--plot`
+//! writes a PNG and an SVG.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{cxlfs, SMALL};
+use serde_json::Value;
+
+/// The small device's preset and a fully associative LRU with hits seen.
+const DEVICE: [&str; 10] = [
+    SMALL[0],
+    SMALL[1],
+    "--set",
+    "cache.ways=0",
+    "--set",
+    "cache.hits_visible=true",
+    "--set",
+    "nand.enabled=false",
+    "--set",
+    "cache.policy=lru",
+];
+const INPUT: [&str; 8] = [
+    "--workload",
+    "zipf:0.99",
+    "--wss",
+    "8MiB",
+    "--accesses",
+    "30000",
+    "--warmup",
+    "2000",
+];
+const SIZES: &str = "64KiB,256KiB,1MiB,4MiB,16MiB";
+
+fn run(cmd: &str, extra: &[&str]) -> Vec<Value> {
+    let mut args = vec![cmd];
+    args.extend(DEVICE);
+    args.extend(INPUT);
+    args.extend(extra);
+    args.push("--json");
+    let out = cxlfs(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn the_exact_lru_curve_equals_a_replay_sweep_of_the_sizes() {
+    let curve = run("mrc", &["--sizes", SIZES]);
+    let sweep = run("replay", &["--sweep", &format!("cache.size_bytes={SIZES}")]);
+    assert_eq!(curve.len(), 5);
+    for (c, r) in curve.iter().zip(&sweep) {
+        assert_eq!(c["method"], "exact");
+        assert_eq!(c["policy"], "lru");
+        assert_eq!(c["size_bytes"], r["config"]["cache_bytes"]);
+        assert_eq!(c["misses"], r["misses"], "{c} {r}");
+        assert_eq!(c["page_accesses"], r["page_accesses"]);
+    }
+}
+
+#[test]
+fn every_policy_gets_a_sampled_curve_with_its_rate() {
+    let all = "fifo,lifo,lru,clock,s3fifo,2q,lfru";
+    let curve = run(
+        "mrc",
+        &[
+            "--sizes",
+            "64KiB..16MiB:6",
+            "--policy",
+            all,
+            "--method",
+            "sampled",
+            "--sampling",
+            "0.5",
+        ],
+    );
+    assert_eq!(curve.len(), 7 * 6);
+    for p in &curve {
+        assert_eq!(p["method"], "sampled");
+        assert_eq!(p["sampling_rate"], 0.5);
+        assert!(p["sampled_pages"].as_u64().unwrap() > 0);
+        let m = p["miss_ratio"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&m), "{p}");
+    }
+}
+
+#[test]
+fn knobs_that_rule_a_method_out_are_named() {
+    let mut args = vec!["mrc"];
+    args.extend(DEVICE);
+    args.extend(INPUT);
+    args.extend([
+        "--set",
+        "prefetch.degree=2",
+        "--sizes",
+        SIZES,
+        "--method",
+        "sampled",
+    ]);
+    let out = cxlfs(&args);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("prefetch.degree = 2"), "{err}");
+    // auto: one replay per size, and a note that says why.
+    args.truncate(args.len() - 2);
+    args.push("--json");
+    let out = cxlfs(&args);
+    assert!(out.status.success());
+    let note = String::from_utf8(out.stderr).unwrap();
+    assert!(note.contains("one replay per size"), "{note}");
+}
+
+#[test]
+fn plot_writes_a_png_and_an_svg() {
+    if !cxlfs_font_present() {
+        eprintln!("skipped: no DejaVu font");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("curve.png");
+    let mut args = vec!["mrc"];
+    args.extend(DEVICE);
+    args.extend(INPUT);
+    args.extend([
+        "--sizes",
+        SIZES,
+        "--policy",
+        "lru,fifo",
+        "--plot",
+        file.to_str().unwrap(),
+    ]);
+    let out = cxlfs(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(file.exists() && file.with_extension("svg").exists());
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        table.contains("lru miss %") && table.contains("fifo miss %"),
+        "{table}"
+    );
+}
+
+fn cxlfs_font_present() -> bool {
+    std::env::var_os("CXLFS_PLOT_FONT").is_some()
+        || std::path::Path::new("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf").exists()
+}
