@@ -9,7 +9,7 @@
 
 use cxlfs_api::hits::HitSourceKind;
 use cxlfs_api::metrics::{HitSourceSample, MetricsSnapshot};
-use cxlfs_e2e::{exclusive, Daemon, VmOptions, GUEST_PRELUDE};
+use cxlfs_e2e::{exclusive, handshake, Daemon, VmOptions, GUEST_PRELUDE};
 use std::fs;
 use std::time::Duration;
 
@@ -35,26 +35,32 @@ fn daemon_log(d: &Daemon) -> String {
 
 /// Starts a daemon with `args` (a share holding `data` of `data_bytes`
 /// bytes when not 0), runs `script` in one guest booted with `opts`, and
-/// returns the stopped daemon and its last snapshot (one more scan after
-/// the guest's end).
+/// returns the stopped daemon, its snapshot while the guest is still
+/// connected (one more scan after the script's end) and its last one
+/// (the guest gone).
 fn run_guest(
     args: &[&str],
     data_bytes: usize,
     script: &str,
     opts: &VmOptions,
-) -> (Daemon, MetricsSnapshot) {
+) -> (Daemon, MetricsSnapshot, MetricsSnapshot) {
     let mut d = Daemon::start(&["vm0"], args, |share| {
         if data_bytes > 0 {
             fs::write(share.join("data"), vec![0x5a; data_bytes]).unwrap();
         }
     });
-    d.write_guest_script(&format!("{GUEST_PRELUDE}\n{script}\n"));
-    let run = d.boot("vm0", opts).wait();
+    d.write_guest_script(&format!("{GUEST_PRELUDE}\n{script}\nhandshake 1\n"));
+    let mut vm = d.boot("vm0", opts);
+    let live = handshake(&d, &mut vm, 1, || {
+        std::thread::sleep(Duration::from_millis(300));
+        d.snapshot()
+    });
+    let run = vm.wait();
     assert!(run.ok(), "{}\n{}", run.describe(), d.diagnostics());
     std::thread::sleep(Duration::from_millis(300));
-    let snap = d.snapshot();
+    let last = d.snapshot();
     d.stop();
-    (d, snap)
+    (d, live, last)
 }
 
 /// 16 MiB read three times through a 64 MiB DAX window, a 32 MiB device
@@ -68,7 +74,7 @@ fn a_dax_windows_hits_reach_the_policy_as_references() {
         access_bits: true,
         ..VmOptions::dax("64M")
     };
-    let (d, snap) = run_guest(
+    let (d, live, snap) = run_guest(
         &[
             "--dax",
             "on",
@@ -91,7 +97,14 @@ fn a_dax_windows_hits_reach_the_policy_as_references() {
         vm.counter("device_hits"),
         snap.device.references
     );
-    assert_eq!(row.serving, HitSourceKind::AccessBits, "{row:?}");
+    let serving = bits_row(&live, "vm0", "file").serving;
+    assert_eq!(
+        serving,
+        HitSourceKind::AccessBits,
+        "while connected: {row:?}"
+    );
+    // Its QEMU gone (the area still marked active), the bits serve nothing.
+    assert_eq!(row.serving, HitSourceKind::None, "the VM left: {row:?}");
     assert!(row.rearms > 0 && row.vmm_bits_set >= PAGES, "{row:?}");
     // The second and third reads: every page referenced, at most once a
     // period (a read of 16 MiB spans a few periods under TCG).
@@ -123,7 +136,7 @@ fn a_cxl_regions_hits_reach_the_policy_as_references() {
         timeout: Duration::from_secs(240),
         ..VmOptions::default()
     };
-    let (_d, snap) = run_guest(
+    let (_d, live, snap) = run_guest(
         &[
             "--cxl-memory",
             "vm0=64MiB",
@@ -138,7 +151,12 @@ fn a_cxl_regions_hits_reach_the_policy_as_references() {
     let row = bits_row(&snap, "vm0", "memory");
     let region = snap.memory_regions[0].clone();
     eprintln!("region bits: {row:?}; region {region:?}");
-    assert_eq!(row.serving, HitSourceKind::AccessBits, "{row:?}");
+    let serving = bits_row(&live, "vm0", "memory").serving;
+    assert_eq!(
+        serving,
+        HitSourceKind::AccessBits,
+        "while connected: {row:?}"
+    );
     // 1024 chased pages, seen again period after period for ~10 s.
     assert!(
         row.references >= 4 * 1024,
@@ -155,7 +173,7 @@ fn a_cxl_regions_hits_reach_the_policy_as_references() {
 #[test]
 fn a_vm_without_the_bits_is_served_by_sampling_and_the_daemon_says_so() {
     let _serial = exclusive();
-    let (d, snap) = run_guest(
+    let (d, live, snap) = run_guest(
         &[
             "--dax",
             "on",
@@ -169,7 +187,8 @@ fn a_vm_without_the_bits_is_served_by_sampling_and_the_daemon_says_so() {
         &VmOptions::dax("64M"),
     );
     let row = bits_row(&snap, "vm0", "file");
-    assert_eq!(row.serving, HitSourceKind::Sampling, "{row:?}");
+    let serving = bits_row(&live, "vm0", "file").serving;
+    assert_eq!(serving, HitSourceKind::Sampling, "while connected: {row:?}");
     assert_eq!((row.bits_read, row.references), (0, 0), "{row:?}");
     let log = daemon_log(&d);
     assert!(
