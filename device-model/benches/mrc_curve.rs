@@ -12,6 +12,10 @@
 //! (`zipf`, `uniform`) narrow it. It prints what it measures and asserts
 //! nothing about speed.
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::{log_sizes, mrc_config as config};
 use cxlfs_device_model::config::PolicyKind;
 use cxlfs_device_model::mrc::shards::Sampler;
 use cxlfs_device_model::mrc::{default_rate, exact_curve, minisim, CurvePass};
@@ -29,18 +33,6 @@ fn env_or(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.replace('_', "").parse().ok())
         .unwrap_or(default)
-}
-
-fn config(policy: PolicyKind) -> DeviceConfig {
-    let mut cfg = DeviceConfig::default()
-        .with_overrides(&[
-            "cache.ways=0",
-            "cache.hits_visible=true",
-            "nand.enabled=false",
-        ])
-        .unwrap_or_else(|e| panic!("config: {e}"));
-    cfg.cache.policy = policy;
-    cfg
 }
 
 /// Misses over page lookups of one full replay; and its seconds.
@@ -97,15 +89,7 @@ fn curve(cfg: &DeviceConfig, sizes: &[u64], accesses: &[Access]) -> (Vec<f64>, f
 
 fn main() {
     let count = env_or("BENCH_ACCESSES", 10_000_000);
-    let sizes = cxlfs_device_model::mrc::sizes::parse_sizes(
-        &format!(
-            "{}..{}:{POINTS}",
-            WSS_PAGES / 64 * PAGE_SIZE,
-            WSS_PAGES * 2 * PAGE_SIZE
-        ),
-        PAGE_SIZE,
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let sizes = log_sizes(WSS_PAGES / 64, WSS_PAGES * 2, POINTS);
     let wanted = |var: &str, name: &str| {
         std::env::var(var).map_or(true, |v| v.split(',').any(|w| w.trim() == name))
     };

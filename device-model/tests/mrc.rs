@@ -5,6 +5,9 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::{log_sizes as sizes, mrc_config as config};
 use cxlfs_device_model::mrc::shards::Sampler;
 use cxlfs_device_model::mrc::{exact_curve, limits, minisim, CurvePass};
 use cxlfs_device_model::replay::{Arrival, Replayer};
@@ -12,20 +15,6 @@ use cxlfs_device_model::trace::{parse_csv_line, Access};
 use cxlfs_device_model::workload::{WorkloadKind, WorkloadSpec};
 use cxlfs_device_model::{Device, DeviceConfig, PolicyKind, PAGE_SIZE};
 use std::convert::Infallible;
-
-/// A fully associative cache, hits visible, NAND off.
-fn config(policy: PolicyKind) -> DeviceConfig {
-    let mut cfg = DeviceConfig::default()
-        .with_overrides(&[
-            "cache.ways=0",
-            "cache.hits_visible=true",
-            "nand.enabled=false",
-            "cache.size_bytes=1MiB",
-        ])
-        .unwrap();
-    cfg.cache.policy = policy;
-    cfg
-}
 
 /// Measured (misses, page lookups) of a replay of a `size`-byte cache.
 fn replay(cfg: &DeviceConfig, size: u64, accesses: &[Access], warmup: u64) -> (u64, u64) {
@@ -74,12 +63,6 @@ fn real_trace() -> Vec<Access> {
         .lines()
         .filter_map(|l| parse_csv_line(l).unwrap())
         .collect()
-}
-
-/// Sizes from `lo` to `hi` pages, log-spaced, `n` of them.
-fn sizes(lo: u64, hi: u64, n: u32) -> Vec<u64> {
-    let spec = format!("{}..{}:{n}", lo * PAGE_SIZE, hi * PAGE_SIZE);
-    cxlfs_device_model::mrc::sizes::parse_sizes(&spec, PAGE_SIZE).unwrap()
 }
 
 /// LRU's and LIFO's one-pass curves equal replays of every size.

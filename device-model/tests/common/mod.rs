@@ -1,0 +1,29 @@
+//! Helpers shared by the miss-ratio-curve test (`tests/mrc.rs`) and bench
+//! (`benches/mrc_curve.rs`, which includes this file with `#[path]`).
+
+use cxlfs_device_model::config::PolicyKind;
+use cxlfs_device_model::{DeviceConfig, PAGE_SIZE};
+
+/// The config curves and the replays they are checked against run on: a
+/// fully associative cache, hits visible, NAND off, `policy`. The cache
+/// size is a placeholder each replay or miniature sets.
+pub fn mrc_config(policy: PolicyKind) -> DeviceConfig {
+    let mut cfg = DeviceConfig::default()
+        .with_overrides(&[
+            "cache.ways=0",
+            "cache.hits_visible=true",
+            "nand.enabled=false",
+            "cache.size_bytes=1MiB",
+        ])
+        .unwrap_or_else(|e| panic!("config: {e}"));
+    cfg.cache.policy = policy;
+    cfg
+}
+
+/// `n` cache sizes in bytes, log-spaced from `lo` to `hi` pages, as
+/// `cxlfs mrc --sizes LO..HI:N` gives them.
+pub fn log_sizes(lo: u64, hi: u64, n: u32) -> Vec<u64> {
+    let spec = format!("{}..{}:{n}", lo * PAGE_SIZE, hi * PAGE_SIZE);
+    cxlfs_device_model::mrc::sizes::parse_sizes(&spec, PAGE_SIZE)
+        .unwrap_or_else(|e| panic!("sizes {spec}: {e}"))
+}
