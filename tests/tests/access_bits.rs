@@ -7,6 +7,7 @@
 //! that does not match the node is refused at start, naming both.
 #![allow(clippy::unwrap_used)]
 
+use cxlfs_api::abits::{AreaHeader, HEADER_BYTES};
 use cxlfs_e2e::{exclusive, guest_image, patched_qemu, repo_root};
 use std::fs::{self, File};
 use std::os::unix::fs::FileExt;
@@ -21,20 +22,16 @@ const PAGES: u64 = NODE_MIB << 8;
 const CHASED: u64 = 2048;
 /// QEMU's re-arm period the area asks for.
 const PERIOD_US: u32 = 50_000;
-const HEADER: u64 = 64;
+/// Bytes of the area's header: its bits start there.
+const HEADER: u64 = HEADER_BYTES as u64;
 
-/// Writes a bit area for `pages` pages, every bit clear.
+/// Writes a bit area for `pages` pages, every bit clear, as the daemon
+/// does (the layout is `cxlfs_api::abits`, the one QEMU reads).
 fn write_area(path: &Path, pages: u64) {
-    let mut h = Vec::with_capacity(HEADER as usize);
-    h.extend_from_slice(b"XLSABITS"); // magic, little-endian u64
-    h.extend_from_slice(&1u32.to_le_bytes()); // version
-    h.extend_from_slice(&(HEADER as u32).to_le_bytes()); // header bytes
-    h.extend_from_slice(&pages.to_le_bytes());
-    h.extend_from_slice(&PERIOD_US.to_le_bytes());
-    h.resize(HEADER as usize, 0);
     let f = File::create(path).unwrap();
-    f.write_all_at(&h, 0).unwrap();
-    f.set_len(HEADER + pages.div_ceil(64) * 8).unwrap();
+    f.write_all_at(AreaHeader::new(pages, PERIOD_US).bytes(), 0)
+        .unwrap();
+    f.set_len(AreaHeader::area_bytes(pages)).unwrap();
 }
 
 /// The area's header fields QEMU writes and its bits set.
@@ -48,11 +45,11 @@ struct Seen {
 
 fn read_area(path: &Path) -> Seen {
     let b = fs::read(path).unwrap();
-    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    let h = AreaHeader::read(&b).unwrap();
     Seen {
-        active: u32::from_le_bytes(b[28..32].try_into().unwrap()),
-        rearms: u64_at(32),
-        bits_set: u64_at(40),
+        active: h.active,
+        rearms: h.rearms,
+        bits_set: h.bits_set,
         set_now: b[HEADER as usize..]
             .iter()
             .map(|x| u64::from(x.count_ones()))
@@ -63,8 +60,8 @@ fn read_area(path: &Path) -> Seen {
 /// Clears every bit (as the daemon does after a scan).
 fn clear_bits(path: &Path) {
     let f = fs::OpenOptions::new().write(true).open(path).unwrap();
-    f.write_all_at(&vec![0u8; (PAGES.div_ceil(64) * 8) as usize], HEADER)
-        .unwrap();
+    let bits = AreaHeader::bits_bytes(PAGES);
+    f.write_all_at(&vec![0u8; bits as usize], HEADER).unwrap();
 }
 
 /// `run-vm.sh` for a guest with a 64 MiB CXL node on `dir/cxl.mem` and the

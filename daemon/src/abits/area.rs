@@ -10,42 +10,10 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use zerocopy::{Immutable, IntoBytes, KnownLayout};
+use zerocopy::IntoBytes;
 
-/// The header's `magic`: the bytes `XLSABITS` (little-endian u64).
-pub const MAGIC: u64 = u64::from_le_bytes(*b"XLSABITS");
-/// The layout's version.
-pub const VERSION: u32 = 1;
-/// Bytes of the header; the bits follow.
-pub const HEADER_BYTES: u32 = 64;
-/// Bytes of memory a bit stands for.
-pub const PAGE_BYTES: u64 = 4096;
+pub use cxlfs_api::abits::{AreaHeader, HEADER_BYTES, MAGIC, PAGE_BYTES, VERSION};
 
-/// The header (little-endian, as QEMU's `CxlfsAbitsHeader`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, IntoBytes, Immutable, KnownLayout)]
-pub struct AreaHeader {
-    /// Daemon: [`MAGIC`].
-    pub magic: u64,
-    /// Daemon: [`VERSION`].
-    pub version: u32,
-    /// Daemon: [`HEADER_BYTES`].
-    pub header_bytes: u32,
-    /// Daemon: the region's pages (bits that follow).
-    pub pages: u64,
-    /// Daemon: how often QEMU drops the region's TLB entries (µs).
-    pub period_us: u32,
-    /// QEMU: 1 while it sets bits (TCG), else 0.
-    pub active: u32,
-    /// QEMU: re-arms done.
-    pub rearms: u64,
-    /// QEMU: bits it found clear and set.
-    pub bits_set: u64,
-    /// Zero.
-    pub reserved: [u64; 2],
-}
-
-const _: () = assert!(std::mem::size_of::<AreaHeader>() == HEADER_BYTES as usize);
 /// Byte offsets of the header's fields.
 const VERSION_AT: usize = std::mem::offset_of!(AreaHeader, version);
 const HEADER_BYTES_AT: usize = std::mem::offset_of!(AreaHeader, header_bytes);
@@ -110,12 +78,8 @@ impl BitArea {
             path: path.to_path_buf(),
             source,
         };
-        let words = pages.div_ceil(64);
-        let len = words
-            .checked_mul(8)
-            .and_then(|b| b.checked_add(u64::from(HEADER_BYTES)))
-            .and_then(|b| usize::try_from(b).ok())
-            .ok_or(CreateAreaError::Size(region_bytes))?;
+        let len = usize::try_from(AreaHeader::area_bytes(pages))
+            .map_err(|_| CreateAreaError::Size(region_bytes))?;
         match std::fs::remove_file(path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -129,14 +93,7 @@ impl BitArea {
             .custom_flags(libc::O_CLOEXEC)
             .open(path)
             .map_err(io)?;
-        let header = AreaHeader {
-            magic: MAGIC,
-            version: VERSION,
-            header_bytes: HEADER_BYTES,
-            pages,
-            period_us,
-            ..AreaHeader::default()
-        };
+        let header = AreaHeader::new(pages, period_us);
         file.set_len(len as u64).map_err(io)?;
         file.write_all_at(header.as_bytes(), 0).map_err(io)?;
         let base = map_shared(&file, len).map_err(io)?;
