@@ -31,6 +31,8 @@ import sys
 
 import numpy as np
 
+import oracle_general as oracle_general_trace
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PAGES = 4 << 20
 CACHE = 1 << 20
@@ -51,7 +53,7 @@ print(n / d / 1e6, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, mi
 
 
 def oracle_general(path: str, dist: str, n: int, seed: int) -> None:
-    """libCacheSim's oracleGeneral records: u32 time, u64 id, u32 size, i64 next."""
+    """The workload as libCacheSim's oracleGeneral trace (objects of size 1)."""
     rng = np.random.default_rng(seed)
     if dist == "uniform":
         ids = rng.integers(0, PAGES, n, dtype=np.uint64)
@@ -60,13 +62,7 @@ def oracle_general(path: str, dist: str, n: int, seed: int) -> None:
         cdf = np.cumsum(ranks**-0.99)
         cdf /= cdf[-1]
         ids = rng.permutation(PAGES).astype(np.uint64)[np.searchsorted(cdf, rng.random(n))]
-    rec = np.dtype([("t", "<u4"), ("id", "<u8"), ("size", "<u4"), ("next", "<i8")])
-    a = np.zeros(n, dtype=rec)
-    a["t"] = np.arange(n, dtype=np.uint32)
-    a["id"] = ids
-    a["size"] = 1
-    a["next"] = -1
-    a.tofile(path)
+    oracle_general_trace.write(path, ids.tolist(), 1)
 
 
 def cxlfs_run(cxlfs: str, trace: str, policy: str) -> tuple[float, float, float]:
