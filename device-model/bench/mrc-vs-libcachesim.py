@@ -17,8 +17,9 @@ libCacheSim's FIFO, LRU, CLOCK, S3-FIFO and 2Q give the same miss counts as
 the model's: see "S3-FIFO and 2Q, as libCacheSim runs them" in
 docs/device-model.md). Then, alternating the order every round, each
 policy's curve from `cxlfs mrc` (its defaults: exact LRU, the others
-sampled; LRU also `--method sampled`, the others also at `--cx-rate-factor`
-times the default rate) and from mrcProfiler (SHARDS for LRU, MINISIM with
+sampled; LRU also `--method sampled`, SHARDS' sampled stack distances, at
+the default rate and at the rates `--lru-cx-rates` adds; the others also at
+`--cx-rate-factor` times the default rate) and from mrcProfiler (SHARDS for LRU, MINISIM with
 `--lcs-threads` threads for the others) at its default rate 0.01, at
 cxlfs's default rate (`--lcs-at-cx-rate`), at the rates `--lcs-rates` adds
 and, for SHARDS, `--lru-rates` (default 1: no sampling, exact). Each is its
@@ -172,6 +173,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--lcs-rates", default="", help="more mrcProfiler rates to time, comma-separated")
     ap.add_argument("--lru-rates", default="1", help="more SHARDS rates for LRU (1: no sampling, exact)")
+    ap.add_argument("--lru-cx-rates", default="0.01",
+                    help="more rates for cxlfs's sampled LRU (`--method sampled --sampling R`), comma-separated")
     ap.add_argument("--lcs-at-cx-rate", type=int, default=1,
                     help="also time mrcProfiler at cxlfs's default rate (0: not)")
     ap.add_argument("--cx-rate-factor", type=float, default=4,
@@ -187,6 +190,7 @@ def main() -> int:
     workloads = [w for w in args.workloads.split(",") if w] + (["real"] if args.real else [])
     extra_rates = [float(r) for r in args.lcs_rates.split(",") if r]
     lru_rates = [float(r) for r in args.lru_rates.split(",") if r]
+    lru_cx_rates = [float(r) for r in args.lru_cx_rates.split(",") if r]
     log = open(os.path.join(args.work, "runs.jsonl"), "a")
     print(f"cxlfs {args.cxlfs}\nmrcProfiler {args.mrcprofiler} (MINISIM threads {args.lcs_threads})\n"
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
@@ -225,8 +229,10 @@ def main() -> int:
                           "--policy", policy, "--json"]
                 runs = [("cxlfs", None, cx_cmd)]
                 if policy == "lru":
-                    # also sampled, as SHARDS is: miniatures at cxlfs's default rate
+                    # also sampled, as SHARDS is: at cxlfs's default rate and at more
                     runs.append(("cxlfs", None, cx_cmd + ["--method", "sampled"]))
+                    runs += [("cxlfs", None, cx_cmd + ["--method", "sampled", "--sampling", f"{r:g}"])
+                             for r in lru_cx_rates if r != cx_rate]
                 elif args.cx_rate_factor > 1:
                     # and at a higher rate: cxlfs's error at a cost still below mrcProfiler's
                     runs.append(("cxlfs", None, cx_cmd + ["--sampling", f"{min(cx_rate * args.cx_rate_factor, 0.5):g}"]))

@@ -1,7 +1,8 @@
 //! Miss-ratio curves against replays of each size: LRU's stack distances
 //! and LIFO's thresholds equal them access for access (a Zipf workload with writes, page-crossing
 //! accesses and a warm-up; a real memory trace), and the sampled miniatures
-//! of every other policy stay within the error target.
+//! of every other policy and LRU's sampled stack distances (SHARDS, fixed
+//! rate and fixed size) stay within the error target.
 
 #![allow(clippy::unwrap_used)]
 
@@ -9,7 +10,7 @@ mod common;
 
 use common::{log_sizes as sizes, mrc_config as config};
 use cxlfs_device_model::mrc::shards::Sampler;
-use cxlfs_device_model::mrc::{exact_curve, limits, minisim, CurvePass};
+use cxlfs_device_model::mrc::{exact_curve, limits, minisim, sampled_lru, CurvePass};
 use cxlfs_device_model::replay::{Arrival, Replayer};
 use cxlfs_device_model::trace::{parse_csv_line, Access};
 use cxlfs_device_model::workload::{WorkloadKind, WorkloadSpec};
@@ -159,6 +160,57 @@ fn sampled_curves_of_every_policy_stay_within_the_error_target() {
                 policy.name()
             );
         }
+    }
+}
+
+/// LRU's sampled curve (stack distances of the sample scaled by 1/R)
+/// against replays: (MAE, max) in points, and the sample's final rate.
+fn sampled_lru_error(
+    accesses: &[Access],
+    warmup: u64,
+    s: Sampler,
+    sizes: &[u64],
+) -> (f64, f64, f64) {
+    let cfg = config(PolicyKind::Lru);
+    limits::exact(&cfg, Arrival::Closed { think_ns: 0 }).unwrap();
+    let mut pass = CurvePass::new(cfg.capacity_bytes(), warmup, Some(s));
+    for a in accesses {
+        pass.feed(a).unwrap();
+    }
+    let sample = pass.finish().sample.unwrap();
+    let points = sampled_lru::curve(&sample, sizes);
+    assert_eq!(points.len(), sizes.len());
+    let mut errors = Vec::new();
+    for p in points {
+        let (misses, lookups) = replay(&cfg, p.size_bytes, accesses, warmup);
+        errors.push((p.miss_ratio - misses as f64 / lookups as f64).abs() * 100.0);
+    }
+    let mae = errors.iter().sum::<f64>() / errors.len() as f64;
+    let max = errors.iter().copied().fold(0.0, f64::max);
+    (mae, max, sample.rate)
+}
+
+/// SHARDS for LRU, 12 sizes from 1/64 to 2× a 128 Ki-page working set
+/// (Zipf with writes, page-crossing accesses and a warm-up): within MAE 1
+/// / max 2 points of per-size replays at a fixed rate of 1/16 and with a
+/// fixed-size sample of 4096 pages (its rate falls to about 1/32).
+#[test]
+fn sampled_lru_stack_distances_stay_within_the_error_target() {
+    let pages = 1 << 17;
+    let accesses = zipf(pages, 300_000);
+    let sizes = sizes(pages / 64, pages * 2, 12);
+    let samplers = [
+        ("fixed rate 1/16", Sampler::fixed_rate(1.0 / 16.0)),
+        ("fixed size 4096 pages", Sampler::fixed_size(4096, 1.0)),
+    ];
+    for (name, sampler) in samplers {
+        let (mae, max, rate) = sampled_lru_error(&accesses, 20_000, sampler, &sizes);
+        eprintln!("lru {name}: R {rate:.5} MAE {mae:.3} max {max:.3}");
+        assert!(rate < 0.1, "{name}: R {rate}: not sampled");
+        assert!(
+            mae <= 1.0 && max <= 2.0,
+            "{name}: MAE {mae:.3} max {max:.3}"
+        );
     }
 }
 

@@ -1,7 +1,8 @@
 //! `cxlfs mrc`: a miss-ratio curve (miss ratio against cache size) for one
 //! or more policies from one pass over a trace or a synthetic workload:
-//! exact for LRU (stack distances) and LIFO, in miniature on a spatial sample for any
-//! policy, or, where a knob rules both out, one replay per size.
+//! exact for LRU (stack distances) and LIFO, sampled for any policy (LRU:
+//! stack distances of a spatial sample, SHARDS; the others in miniature on
+//! it), or, where a knob rules both out, one replay per size.
 
 use crate::mrc_out::{self, CurvePoint, Method, PolicyCurve};
 use crate::replay_cmd::{arrival_of, describe_input, input_of, run_point, Input, ReplayInputArgs};
@@ -11,7 +12,7 @@ use clap::{Args, ValueEnum};
 use cxlfs_device_model::mrc::shards::Sampler;
 use cxlfs_device_model::mrc::sizes::parse_sizes;
 use cxlfs_device_model::mrc::{
-    default_rate, exact_curve, limits, minisim, Collected, CurvePass, ExactPoint,
+    default_rate, exact_curve, limits, minisim, sampled_lru, Collected, CurvePass, ExactPoint,
 };
 use cxlfs_device_model::replay::Arrival;
 use cxlfs_device_model::{DeviceConfig, PolicyKind, PAGE_SIZE};
@@ -33,7 +34,10 @@ pub struct MrcArgs {
     #[arg(long, value_name = "P1,P2,...")]
     policy: Option<String>,
     /// How each curve is computed; `auto`: exact for LRU and LIFO where a
-    /// one-pass count gives it, sampled where a miniature can, else replay.
+    /// one-pass count gives it (LRU: sampled instead when --sampling or
+    /// --sample-pages is given), sampled where a miniature can, else replay.
+    /// Sampled LRU is SHARDS (stack distances of the sample) where the
+    /// exact pass would apply, miniatures otherwise.
     #[arg(long, value_enum, default_value = "auto")]
     method: MethodArg,
     /// Spatial sampling rate R, 0 < R <= 1 [default: enough that the
@@ -74,7 +78,14 @@ pub fn run(args: &MrcArgs) -> Result<()> {
     let policies = policies_of(args.policy.as_deref(), &base)?;
     let plans = policies
         .iter()
-        .map(|&p| plan(args.method, &with_policy(&base, p), arrival))
+        .map(|&p| {
+            plan(
+                args.method,
+                sampling_asked(args),
+                &with_policy(&base, p),
+                arrival,
+            )
+        })
         .collect::<Result<Vec<_>>>()?;
 
     let started = Instant::now();
@@ -84,7 +95,9 @@ pub fn run(args: &MrcArgs) -> Result<()> {
             .zip(&plans)
             .any(|(&q, &m)| q == p && m == Method::Exact)
     };
-    let sampled = plans.contains(&Method::Sampled);
+    let sampled = plans
+        .iter()
+        .any(|m| matches!(m, Method::Sampled | Method::SampledStack));
     let sampler = sampled.then(|| sampler_of(args, sizes[0])).transpose()?;
     let collected = if plans.iter().any(|m| *m != Method::Replay) {
         let mut pass = CurvePass::new(base.capacity_bytes(), args.input.warmup, sampler);
@@ -104,6 +117,7 @@ pub fn run(args: &MrcArgs) -> Result<()> {
         let points = match method {
             Method::Exact => exact_points(policy, collected.as_ref(), &sizes),
             Method::Sampled => sampled_points(&cfg, collected.as_ref(), &sizes)?,
+            Method::SampledStack => sampled_stack_points(collected.as_ref(), &sizes),
             Method::Replay => replay_points(&cfg, &input, arrival, args.input.warmup, &sizes)?,
         };
         curves.push(PolicyCurve {
@@ -159,10 +173,17 @@ fn with_policy(base: &DeviceConfig, policy: PolicyKind) -> DeviceConfig {
     cfg
 }
 
+/// Whether `--sampling` or `--sample-pages` was given.
+fn sampling_asked(args: &MrcArgs) -> bool {
+    args.sampling.is_some() || args.sample_pages.is_some()
+}
+
 /// The method for one policy: the one asked for if it applies (else the
-/// reason it does not), or under `auto` the best that applies.
-fn plan(asked: MethodArg, cfg: &DeviceConfig, arrival: Arrival) -> Result<Method> {
+/// reason it does not), or under `auto` the best that applies; `sampling`:
+/// a rate or a sample size was given, which `auto` takes for LRU.
+fn plan(asked: MethodArg, sampling: bool, cfg: &DeviceConfig, arrival: Arrival) -> Result<Method> {
     let name = cfg.cache.policy.name();
+    let lru = cfg.cache.policy == PolicyKind::Lru;
     Ok(match asked {
         MethodArg::Exact => {
             limits::exact(cfg, arrival).with_context(|| format!("{name}: no exact curve"))?;
@@ -170,10 +191,11 @@ fn plan(asked: MethodArg, cfg: &DeviceConfig, arrival: Arrival) -> Result<Method
         }
         MethodArg::Sampled => {
             limits::miniature(cfg, arrival).with_context(|| format!("{name}: no sampled curve"))?;
-            Method::Sampled
+            sampled_method(lru, cfg, arrival)
         }
         MethodArg::Replay => Method::Replay,
         MethodArg::Auto => match (limits::exact(cfg, arrival), limits::miniature(cfg, arrival)) {
+            (Ok(()), _) if lru && sampling => Method::SampledStack,
             (Ok(()), _) => Method::Exact,
             (Err(_), Ok(())) => Method::Sampled,
             (Err(_), Err(why)) => {
@@ -182,6 +204,17 @@ fn plan(asked: MethodArg, cfg: &DeviceConfig, arrival: Arrival) -> Result<Method
             }
         },
     })
+}
+
+/// A sampled curve's method: SHARDS' sampled stack distances for LRU
+/// where the exact pass applies (fully associative, hits visible),
+/// miniatures otherwise.
+fn sampled_method(lru: bool, cfg: &DeviceConfig, arrival: Arrival) -> Method {
+    if lru && limits::exact(cfg, arrival).is_ok() {
+        Method::SampledStack
+    } else {
+        Method::Sampled
+    }
 }
 
 /// The sampler `--sampling` / `--sample-pages` ask for.
@@ -256,6 +289,17 @@ fn sampled_points(
             let m = minisim::simulate(cfg, sample, size)?;
             Ok(CurvePoint::sampled(&m, sample))
         })
+        .collect()
+}
+
+/// LRU's curve from the sample's stack distances (SHARDS).
+fn sampled_stack_points(collected: Option<&Collected>, sizes: &[u64]) -> Vec<CurvePoint> {
+    let Some(sample) = collected.and_then(|c| c.sample.as_ref()) else {
+        return Vec::new();
+    };
+    sampled_lru::curve(sample, sizes)
+        .into_iter()
+        .map(|p| CurvePoint::estimated(p.size_bytes, p.miss_ratio, sample))
         .collect()
 }
 

@@ -22,6 +22,10 @@ pub enum Method {
     Exact,
     /// Miniature simulations of a spatial sample.
     Sampled,
+    /// LRU stack distances of a spatial sample, scaled by 1/R (SHARDS);
+    /// `sampled` in JSON, as the miniatures.
+    #[serde(rename = "sampled")]
+    SampledStack,
     /// One full replay per size.
     Replay,
 }
@@ -31,6 +35,9 @@ impl Method {
         match self {
             Method::Exact => "exact (one pass: LRU stack distances, LIFO thresholds)",
             Method::Sampled => "sampled (miniature caches of size × R on a spatial sample)",
+            Method::SampledStack => {
+                "sampled (stack distances of a spatial sample, scaled by 1/R: SHARDS)"
+            }
             Method::Replay => "one full replay per size",
         }
     }
@@ -85,14 +92,22 @@ impl CurvePoint {
     /// A point from a miniature simulation.
     pub fn sampled(m: &Miniature, sample: &Sample) -> Self {
         CurvePoint {
-            size_bytes: m.size_bytes,
-            miss_ratio: m.miss_ratio,
+            miniature_bytes: Some(m.mini_size_bytes),
+            ..CurvePoint::estimated(m.size_bytes, m.miss_ratio, sample)
+        }
+    }
+
+    /// A point estimated from `sample` (no miniature: sampled stack distances).
+    pub fn estimated(size_bytes: u64, miss_ratio: f64, sample: &Sample) -> Self {
+        CurvePoint {
+            size_bytes,
+            miss_ratio,
             misses: None,
             page_accesses: None,
             sampling_rate: Some(sample.rate),
             realized_rate: Some(sample.realized_rate),
             sampled_pages: Some(sample.pages),
-            miniature_bytes: Some(m.mini_size_bytes),
+            miniature_bytes: None,
         }
     }
 }
@@ -225,7 +240,7 @@ pub fn plot(file: &Path, curves: &[PolicyCurve]) -> Result<Vec<PathBuf>, PlotErr
 fn method_word(m: Method) -> &'static str {
     match m {
         Method::Exact => "exact",
-        Method::Sampled => "sampled",
+        Method::Sampled | Method::SampledStack => "sampled",
         Method::Replay => "replayed",
     }
 }

@@ -42,11 +42,7 @@ pub struct Miniature {
     pub misses: u64,
     /// Its measured page accesses.
     pub page_accesses: u64,
-    /// The estimate: misses over the page accesses the sample stands for,
-    /// the realized rate of the input's (SHARDS' adjusted estimator, with
-    /// the rate measured: a sample whose hot pages bring more or fewer
-    /// accesses than R of the input is not read as a lower or higher miss
-    /// ratio), at most 1.
+    /// The estimate: [`Sample::estimate`] of its misses.
     pub miss_ratio: f64,
 }
 
@@ -89,17 +85,11 @@ pub fn simulate(
         Err(RunError::Replay(source)) => return Err(SimulateError::Replay { size_bytes, source }),
     }
     let stats = replayer.device().stats();
-    let expected = sample.realized_rate * sample.measured_page_accesses as f64;
-    let miss_ratio = if expected > 0.0 {
-        (stats.misses as f64 / expected).min(1.0)
-    } else {
-        0.0
-    };
     Ok(Miniature {
         size_bytes,
         mini_size_bytes,
         misses: stats.misses,
         page_accesses: stats.page_accesses,
-        miss_ratio,
+        miss_ratio: sample.estimate(stats.misses),
     })
 }

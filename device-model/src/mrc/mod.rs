@@ -7,7 +7,9 @@
 //! * **Sampled** (any policy): [`shards`] keeps a spatial sample of the
 //!   pages at rate R; [`minisim`] runs the device model itself, with its own
 //!   policy code, on a cache of `size × R` pages per size, when
-//!   [`limits::miniature`] holds.
+//!   [`limits::miniature`] holds. For LRU where [`limits::exact`] holds,
+//!   [`sampled_lru`] runs the stack-distance pass over the sample instead
+//!   (SHARDS), each distance scaled by 1/R: one pass for every size.
 //!
 //! A miss is what `replay` counts: a page lookup of a measured access (after
 //! the warm-up) that did not hit, each page of a multi-page access counted.
@@ -19,6 +21,7 @@ pub mod lifo_exact;
 pub mod limits;
 pub mod minisim;
 mod page_table;
+pub mod sampled_lru;
 pub mod shards;
 pub mod sizes;
 pub mod stack_distance;
@@ -125,6 +128,11 @@ impl CurvePass {
         }
         let warm = index < self.warmup;
         self.fed += 1;
+        if self.stack.is_none() && self.lifo.is_none() {
+            // Nothing to hint: a sample alone counts at once.
+            self.count(access, warm);
+            return Ok(());
+        }
         if let Some(stack) = self.stack.as_ref() {
             stack.hint_upcoming(access.addr >> PAGE_SHIFT);
             if let Some((a, _)) = self.window.get(LOOKAHEAD / 2) {

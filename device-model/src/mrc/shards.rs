@@ -121,6 +121,22 @@ pub struct Sample {
     pub measured_page_accesses: u64,
 }
 
+impl Sample {
+    /// The miss ratio that `sampled_misses` (measured misses of the sample)
+    /// stand for: over the page lookups the sample stands for, the realized
+    /// rate of the input's (SHARDS_adj: a sample whose pages bring more or
+    /// fewer accesses than R of the input's is not read as a lower or
+    /// higher miss ratio), at most 1.
+    pub fn estimate(&self, sampled_misses: u64) -> f64 {
+        let expected = self.realized_rate * self.measured_page_accesses as f64;
+        if expected > 0.0 {
+            (sampled_misses as f64 / expected).min(1.0)
+        } else {
+            0.0
+        }
+    }
+}
+
 impl Sampler {
     /// Sampling at a fixed `rate` (0 < rate <= 1).
     pub fn fixed_rate(rate: f64) -> Self {

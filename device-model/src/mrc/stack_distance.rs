@@ -89,6 +89,22 @@ impl Marks {
     }
 }
 
+/// A sampled re-access's distance `d` (distinct sampled pages touched
+/// since) as the full stream's, `⌊d / rate⌋`: each sampled page stands for
+/// `1 / rate` pages, and a cache of `C` pages hits iff `d / rate < C`.
+/// Saturates at `u64::MAX` (a rate of 0 or less: every re-access misses).
+#[inline]
+pub fn scaled_distance(d: u64, rate: f64) -> u64 {
+    if rate >= 1.0 {
+        return d;
+    }
+    if rate.is_nan() || rate <= 0.0 {
+        return u64::MAX;
+    }
+    // `as` saturates above u64::MAX.
+    (d as f64 / rate) as u64
+}
+
 /// The histogram of LRU stack distances of a page-access stream, counted
 /// in buckets between the cache sizes asked for.
 pub struct StackDistances {
@@ -103,11 +119,19 @@ pub struct StackDistances {
     live: u64,
     /// Counted accesses: a re-access misses in caches of at most its distance.
     counts: Buckets,
+    /// The sampling rate distances are scaled by (1: counted as measured).
+    rate: f64,
 }
 
 impl StackDistances {
     /// Empty, for pages `0..device_pages`, counting for caches of `sizes` pages.
     pub fn new(device_pages: u64, sizes: &[u64]) -> Self {
+        StackDistances::scaled(device_pages, sizes, 1.0)
+    }
+
+    /// As [`StackDistances::new`], for a spatial sample at `rate`: each
+    /// distance `d` is counted as [`scaled_distance`]`(d, rate)`.
+    pub fn scaled(device_pages: u64, sizes: &[u64], rate: f64) -> Self {
         StackDistances {
             last: PageTable::new(device_pages),
             marks: Marks::with_prefix_marked(MIN_SLOTS, 0),
@@ -115,6 +139,7 @@ impl StackDistances {
             next: 0,
             live: 0,
             counts: Buckets::new(sizes),
+            rate,
         }
     }
 
@@ -157,7 +182,7 @@ impl StackDistances {
             self.marks.set(slot, false);
             self.slot_page[slot] = DEAD;
             if counted {
-                self.counts.reuse(distance);
+                self.counts.reuse(scaled_distance(distance, self.rate));
             }
         }
         let slot = self.next;
@@ -256,6 +281,31 @@ mod tests {
             }
             assert_eq!(sd.misses(&[7]), vec![None]);
         }
+    }
+
+    #[test]
+    fn sampled_distances_are_scaled_by_one_over_the_rate() {
+        assert_eq!(scaled_distance(0, 0.01), 0);
+        assert_eq!(scaled_distance(3, 0.01), 300);
+        assert_eq!(scaled_distance(7, 1.0), 7);
+        assert_eq!(scaled_distance(1, 0.3), 3);
+        assert_eq!(scaled_distance(u64::MAX, 0.5), u64::MAX);
+        assert_eq!(scaled_distance(1, 0.0), u64::MAX);
+        // In the pass: a, b, c, a has distance 2, counted as 8 at rate 1/4:
+        // it misses in caches of up to 8 pages, hits in one of 9.
+        let mut sd = StackDistances::scaled(16, &[2, 3, 8, 9], 0.25);
+        for p in [1, 2, 3, 1] {
+            sd.access(p, true);
+        }
+        assert_eq!(
+            sd.misses(&[2, 3, 8, 9]),
+            vec![Some(4), Some(4), Some(4), Some(3)]
+        );
+        let mut exact = StackDistances::new(16, &[2, 3]);
+        for p in [1, 2, 3, 1] {
+            exact.access(p, true);
+        }
+        assert_eq!(exact.misses(&[2, 3]), vec![Some(4), Some(3)]);
     }
 
     #[test]
