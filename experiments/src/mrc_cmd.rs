@@ -324,3 +324,50 @@ fn replay_points(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(policy: PolicyKind, hits_visible: bool) -> DeviceConfig {
+        let mut c = DeviceConfig::default();
+        c.cache.policy = policy;
+        c.cache.ways = 0;
+        c.cache.hits_visible = hits_visible;
+        c.prefetch.degree = 0;
+        c.cache.write_log_bytes = 0;
+        c
+    }
+
+    #[test]
+    fn sampled_lru_is_shards_where_the_exact_pass_applies_and_auto_takes_it_given_a_rate() {
+        let closed = Arrival::Closed { think_ns: 0 };
+        let plan_of = |asked, sampling, c: &DeviceConfig| plan(asked, sampling, c, closed).ok();
+        let lru = cfg(PolicyKind::Lru, true);
+        assert_eq!(plan_of(MethodArg::Auto, false, &lru), Some(Method::Exact));
+        assert_eq!(
+            plan_of(MethodArg::Auto, true, &lru),
+            Some(Method::SampledStack)
+        );
+        let sampled = Some(Method::SampledStack);
+        assert_eq!(plan_of(MethodArg::Sampled, false, &lru), sampled);
+        // Hits invisible: not the LRU of stack distances; miniatures.
+        let hidden = cfg(PolicyKind::Lru, false);
+        assert_eq!(
+            plan_of(MethodArg::Sampled, false, &hidden),
+            Some(Method::Sampled)
+        );
+        assert_eq!(
+            plan_of(MethodArg::Auto, true, &hidden),
+            Some(Method::Sampled)
+        );
+        // LIFO stays exact under auto; FIFO is sampled in miniature.
+        let lifo = cfg(PolicyKind::Lifo, true);
+        assert_eq!(plan_of(MethodArg::Auto, true, &lifo), Some(Method::Exact));
+        let fifo = cfg(PolicyKind::Fifo, true);
+        assert_eq!(
+            plan_of(MethodArg::Sampled, false, &fifo),
+            Some(Method::Sampled)
+        );
+    }
+}
