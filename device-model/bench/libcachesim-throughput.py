@@ -62,7 +62,12 @@ def oracle_general(path: str, dist: str, n: int, seed: int) -> None:
         cdf = np.cumsum(ranks**-0.99)
         cdf /= cdf[-1]
         ids = rng.permutation(PAGES).astype(np.uint64)[np.searchsorted(cdf, rng.random(n))]
-    oracle_general_trace.write(path, ids.tolist(), 1)
+    a = np.zeros(n, dtype=np.dtype(oracle_general_trace.FIELDS))
+    a["time"] = np.arange(n, dtype=np.uint32)
+    a["id"] = ids
+    a["size"] = 1
+    a["next"] = -1
+    a.tofile(path)
 
 
 def cxlfs_run(cxlfs: str, trace: str, policy: str) -> tuple[float, float, float]:

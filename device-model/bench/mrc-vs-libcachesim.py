@@ -43,7 +43,6 @@ import argparse
 import json
 import os
 import re
-import struct
 import subprocess
 import sys
 import tempfile
@@ -68,26 +67,24 @@ LCS_DEFAULT_RATE = 0.01
 SHARDS_SALT = 42
 
 
-def binary_pages(path: str):
-    """The pages each access of a cxlfs binary trace touches, in order."""
-    with open(path, "rb") as f:
-        magic = f.read(8)
-        if magic == b"CXLTRC02":
-            f.read(24)
-        elif magic == b"CXLTRC01":
-            f.read(8)
-        else:
-            sys.exit(f"{path}: not a cxlfs binary trace")
-        rec = struct.Struct("<QQI")
-        while True:
-            chunk = f.read(rec.size << 16)
-            if not chunk:
-                return
-            if len(chunk) % rec.size:
-                sys.exit(f"{path}: truncated record")
-            for _t, addr, len_op in rec.iter_unpack(chunk):
-                last = addr + max(len_op & 0x7FFF_FFFF, 1) - 1
-                yield from range(addr // PAGE, last // PAGE + 1)
+def trace_pages(cxlfs: str, path: str, work: str):
+    """The pages each access of a trace `cxlfs replay` reads touches, in
+    order: `cxlfs trace convert` writes it as CSV (its reader, not a second
+    decoder of the binary format), read here line by line."""
+    csv_path = os.path.join(work, "pages.tmp.csv")
+    subprocess.run([cxlfs, "trace", "convert", "--to", "csv", path, csv_path],
+                   check=True, capture_output=True)
+    try:
+        with open(csv_path) as f:
+            for line in f:
+                if line.startswith("#") or line.startswith("time_ns"):
+                    continue
+                _t, _op, addr, length = line.rstrip("\n").split(",")
+                first = int(addr, 0)
+                last = first + max(int(length), 1) - 1
+                yield from range(first // PAGE, last // PAGE + 1)
+    finally:
+        os.unlink(csv_path)
 
 
 def prepare(cxlfs: str, work: str, name: str, real: str | None, accesses: int, seed: int):
@@ -107,7 +104,7 @@ def prepare(cxlfs: str, work: str, name: str, real: str | None, accesses: int, s
         seen: set[int] = set()
 
         def pages():
-            for p in binary_pages(bin_path):
+            for p in trace_pages(cxlfs, bin_path, work):
                 seen.add(p)
                 yield p
 
