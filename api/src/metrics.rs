@@ -495,6 +495,11 @@ pub struct MemoryRegionSample {
     /// region file by the daemon's filler, uncharged): their first guest
     /// touch is a hit with no trap.
     pub prefetch_filled_pages: u64,
+    /// The region plane's latency-compensation floor now (ns; 0: off):
+    /// how far ahead of its modeled completion a miss reply is released.
+    pub compensation_ns: u64,
+    /// Calibration probes the floor is taken from.
+    pub calibration_probes: u64,
 }
 
 /// One memory-mode family: a field of [`MemoryRegionSample`], exposed per
@@ -531,6 +536,7 @@ pub const REGION_FAMILIES: &[RegionFamily] = &[
     RegionFamily { name: "cxlfs_region_prefetch_filled_pages_total", kind: FamilyKind::Counter, help: "Prefetched region pages pushed into the plane (their first touch does not trap).", value: |r| r.prefetch_filled_pages },
     RegionFamily { name: "cxlfs_region_log_writes_total", kind: FamilyKind::Counter, help: "Lines of the region's write-backs the device's write log took.", value: |r| r.log_writes },
     RegionFamily { name: "cxlfs_region_log_hits_total", kind: FamilyKind::Counter, help: "Region traps the device's write log served.", value: |r| r.log_hits },
+    RegionFamily { name: "cxlfs_region_compensation_ns", kind: FamilyKind::Gauge, help: "The region plane's latency-compensation floor (ns): how far ahead of its modeled completion a miss is released.", value: |r| r.compensation_ns },
 ];
 
 /// When and which sample a set of lines is.

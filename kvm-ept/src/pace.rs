@@ -139,14 +139,44 @@ pub const FLOOR_QUANTILE_DIV: usize = 4;
 /// A pacer's live floor: its [`Compensation`] and, under
 /// [`Compensation::Auto`], the lower quartile of the last [`FLOOR_WINDOW`]
 /// measured samples. Read on every reply (one relaxed load).
+///
+/// Under `Auto` the estimate is also bounded by what the misses themselves
+/// show ([`Floor::observe_gap`]): the time from a miss's reply to the next
+/// miss of the same faulting thread holds the whole trap path (reply →
+/// resumed, fault → request) plus whatever the thread ran between, so the
+/// lower quartile of those gaps is an upper bound on the floor. Probes
+/// from a host thread can take a longer path than a stream of guest
+/// misses (a request thread woken from an idle core against one that has
+/// just answered): the bound keeps such a floor from releasing the
+/// stream's misses early.
 #[derive(Debug)]
 pub struct Floor {
     mode: Compensation,
-    /// What is subtracted now (ns).
+    /// What is subtracted now (ns): the probes' estimate, bounded by the
+    /// gaps'.
     current_ns: std::sync::atomic::AtomicU64,
+    /// The probes' estimate (ns).
+    probe_ns: std::sync::atomic::AtomicU64,
+    /// The gaps' bound (ns; `u64::MAX`: none yet).
+    gap_bound_ns: std::sync::atomic::AtomicU64,
     /// Samples taken so far.
     samples: std::sync::atomic::AtomicU64,
     window: std::sync::Mutex<std::collections::VecDeque<u64>>,
+    gaps: std::sync::Mutex<GapWindow>,
+}
+
+/// Most recent reply → next-miss gaps the bound is taken from.
+pub const GAP_WINDOW: usize = 256;
+/// Gaps needed before they bound the floor.
+pub const GAP_MIN_SAMPLES: usize = 32;
+/// The bound is recomputed every this many gaps.
+const GAP_RECOMPUTE_EVERY: u64 = 16;
+
+/// The recent gaps and how many were seen.
+#[derive(Debug, Default)]
+struct GapWindow {
+    gaps: std::collections::VecDeque<u64>,
+    seen: u64,
 }
 
 impl Floor {
@@ -159,8 +189,11 @@ impl Floor {
         Floor {
             mode,
             current_ns: std::sync::atomic::AtomicU64::new(start),
+            probe_ns: std::sync::atomic::AtomicU64::new(start),
+            gap_bound_ns: std::sync::atomic::AtomicU64::new(u64::MAX),
             samples: std::sync::atomic::AtomicU64::new(0),
             window: std::sync::Mutex::new(std::collections::VecDeque::with_capacity(FLOOR_WINDOW)),
+            gaps: std::sync::Mutex::new(GapWindow::default()),
         }
     }
 
@@ -193,18 +226,93 @@ impl Floor {
             }
             w.push_back(s);
         }
-        let mut v: Vec<u64> = w.iter().copied().collect();
-        v.sort_unstable();
-        let q = v[v.len() / FLOOR_QUANTILE_DIV];
-        self.current_ns
-            .store(q, std::sync::atomic::Ordering::Relaxed);
+        let q = lower_quartile(w.iter().copied());
+        self.probe_ns.store(q, std::sync::atomic::Ordering::Relaxed);
+        self.update();
         self.samples
             .fetch_add(samples.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Takes one gap (ns) from a miss's reply to the next miss of the same
+    /// thread ([`MissGaps`]); under `Auto`, once [`GAP_MIN_SAMPLES`] were
+    /// seen, the floor is at most the lower quartile of the last
+    /// [`GAP_WINDOW`]. Ignored in the other modes.
+    pub fn observe_gap(&self, gap_ns: u64) {
+        if self.mode != Compensation::Auto {
+            return;
+        }
+        let mut g = self.gaps.lock().unwrap_or_else(|e| e.into_inner());
+        if g.gaps.len() == GAP_WINDOW {
+            g.gaps.pop_front();
+        }
+        g.gaps.push_back(gap_ns);
+        g.seen += 1;
+        if g.gaps.len() < GAP_MIN_SAMPLES || g.seen % GAP_RECOMPUTE_EVERY != 0 {
+            return;
+        }
+        let q = lower_quartile(g.gaps.iter().copied());
+        drop(g);
+        self.gap_bound_ns
+            .store(q, std::sync::atomic::Ordering::Relaxed);
+        self.update();
+    }
+
+    /// The gaps' bound now (`None`: too few gaps yet, or not `Auto`).
+    pub fn gap_bound_ns(&self) -> Option<u64> {
+        let b = self.gap_bound_ns.load(std::sync::atomic::Ordering::Relaxed);
+        (b != u64::MAX).then_some(b)
+    }
+
+    /// The probes' estimate, bounded by the gaps'.
+    fn update(&self) {
+        let probe = self.probe_ns.load(std::sync::atomic::Ordering::Relaxed);
+        let bound = self.gap_bound_ns.load(std::sync::atomic::Ordering::Relaxed);
+        self.current_ns
+            .store(probe.min(bound), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// [`release_at`] with the current floor.
     pub fn release_at(&self, arrival_ns: u64, deadline_ns: u64) -> u64 {
         release_at(arrival_ns, deadline_ns, self.current_ns())
+    }
+}
+
+/// The lower quartile ([`FLOOR_QUANTILE_DIV`]) of a non-empty set.
+fn lower_quartile(values: impl Iterator<Item = u64>) -> u64 {
+    let mut v: Vec<u64> = values.collect();
+    v.sort_unstable();
+    v.get(v.len() / FLOOR_QUANTILE_DIV).copied().unwrap_or(0)
+}
+
+/// Threads whose last miss reply is remembered.
+const GAP_THREADS: usize = 64;
+
+/// When each recent faulting thread's last miss reply was released, to
+/// measure the gap to its next miss ([`Floor::observe_gap`]). A faulting
+/// thread waits for its reply, so the gap holds the whole trap path.
+#[derive(Debug, Default)]
+pub struct MissGaps {
+    /// `(thread id, release ns)`, most recent last.
+    last: std::sync::Mutex<std::collections::VecDeque<(u32, u64)>>,
+}
+
+impl MissGaps {
+    /// Notes a miss of thread `tid` that arrived at `arrival_ns` and is
+    /// released at `release_ns`; returns the gap since the thread's
+    /// previous release, if it is remembered and not after this arrival.
+    pub fn miss(&self, tid: u32, arrival_ns: u64, release_ns: u64) -> Option<u64> {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let prev = last
+            .iter()
+            .position(|&(t, _)| t == tid)
+            .and_then(|i| last.remove(i))
+            .map(|(_, r)| r);
+        if last.len() == GAP_THREADS {
+            last.pop_front();
+        }
+        last.push_back((tid, release_ns));
+        drop(last);
+        prev.and_then(|r| arrival_ns.checked_sub(r))
     }
 }
 
@@ -357,6 +465,55 @@ mod tests {
         // Old samples leave the window.
         auto.record(&[20_000; FLOOR_WINDOW]);
         assert_eq!(auto.current_ns(), 20_000);
+    }
+
+    #[test]
+    fn gaps_between_a_threads_misses_bound_the_probes_floor() {
+        let f = Floor::new(Compensation::Auto);
+        f.record(&[25_000; 8]);
+        assert_eq!((f.current_ns(), f.gap_bound_ns()), (25_000, None));
+        // Too few gaps: no bound yet.
+        for _ in 0..GAP_MIN_SAMPLES - 1 {
+            f.observe_gap(18_000);
+        }
+        assert_eq!(f.current_ns(), 25_000);
+        // Enough (the bound is recomputed every few): their lower quartile.
+        for g in [17_000, 19_000].into_iter().cycle().take(GAP_MIN_SAMPLES) {
+            f.observe_gap(g);
+        }
+        assert_eq!(f.gap_bound_ns(), Some(18_000));
+        assert_eq!(f.current_ns(), 18_000);
+        assert_eq!(f.release_at(0, 40_000), 22_000);
+        // A bound above the probes changes nothing; new probes still move
+        // the floor under it.
+        for _ in 0..GAP_WINDOW {
+            f.observe_gap(90_000);
+        }
+        assert_eq!(f.current_ns(), 25_000);
+        f.record(&[12_000; FLOOR_WINDOW]);
+        assert_eq!(f.current_ns(), 12_000);
+        // Off and Fixed take no gaps.
+        let fixed = Floor::new(Compensation::Fixed(30_000));
+        for _ in 0..GAP_WINDOW {
+            fixed.observe_gap(1_000);
+        }
+        assert_eq!((fixed.current_ns(), fixed.gap_bound_ns()), (30_000, None));
+    }
+
+    #[test]
+    fn a_gap_is_from_the_same_threads_last_release() {
+        let g = MissGaps::default();
+        assert_eq!(g.miss(7, 1_000, 41_000), None, "first miss of thread 7");
+        assert_eq!(g.miss(8, 2_000, 42_000), None);
+        assert_eq!(g.miss(7, 60_000, 100_000), Some(19_000));
+        assert_eq!(g.miss(8, 50_000, 90_000), Some(8_000));
+        // An arrival before the remembered release is no gap.
+        assert_eq!(g.miss(8, 80_000, 120_000), None);
+        // Old threads are forgotten.
+        for t in 100..100 + GAP_THREADS as u32 {
+            g.miss(t, 0, 0);
+        }
+        assert_eq!(g.miss(7, 200_000, 240_000), None);
     }
 
     #[test]

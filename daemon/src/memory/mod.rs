@@ -283,6 +283,8 @@ impl Region {
             prefetch_filled_pages: s.filled_pages.load(Ordering::Relaxed),
             log_writes: s.log_writes.load(Ordering::Relaxed),
             log_hits: s.log_hits.load(Ordering::Relaxed),
+            compensation_ns: plane.compensation_ns,
+            calibration_probes: plane.calibration_probes,
         }
     }
 

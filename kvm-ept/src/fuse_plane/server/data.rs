@@ -106,6 +106,13 @@ impl Server {
             .floor
             .release_at(arrival_ns, reply.completes_at_ns);
         if self.metrics.floor.mode() == Compensation::Auto {
+            // A VMM's thread waits for this reply: the gap to its next
+            // miss bounds the floor (`pace::Floor::observe_gap`).
+            if vm.is_some() && h.pid != 0 {
+                if let Some(gap) = self.miss_gaps.miss(h.pid, arrival_ns, release) {
+                    self.metrics.floor.observe_gap(gap);
+                }
+            }
             let hold = release.saturating_sub(arrival_ns);
             let old = self.calib.hold_ns.load(Ordering::Relaxed);
             let new = (old / 8).saturating_mul(7).saturating_add(hold / 8);

@@ -66,6 +66,8 @@ pub(crate) struct Server {
     pub(crate) pool_file: std::sync::OnceLock<std::sync::Weak<std::fs::File>>,
     /// The last calibration READ's stamps.
     pub(super) calib: CalibStamps,
+    /// Each VMM thread's last miss release, for the floor's gap bound.
+    miss_gaps: crate::pace::MissGaps,
     /// INIT offers FUSE over io_uring.
     offer_uring: bool,
     /// The kernel offered it too (INIT answered with it).
@@ -157,6 +159,7 @@ impl Server {
             refuse_here: false,
             pool_file: std::sync::OnceLock::new(),
             calib: CalibStamps::default(),
+            miss_gaps: crate::pace::MissGaps::default(),
             offer_uring: false,
             uring_granted: AtomicBool::new(false),
             init_answered: AtomicBool::new(false),
