@@ -675,6 +675,22 @@ impl<R: BufRead> BinaryReader<R> {
         }
     }
 
+    /// The next decoded records (up to 1024), handed out together; the
+    /// error that stopped decoding after the records before it; `None` at
+    /// the end. Mixes with [`Iterator::next`].
+    #[inline]
+    pub fn next_batch(&mut self) -> Option<Result<&[Access], ReadBinaryError>> {
+        if self.pos >= self.batch.len() && !self.ended {
+            self.refill();
+        }
+        if self.pos >= self.batch.len() {
+            return self.error.take().map(Err);
+        }
+        let start = self.pos;
+        self.pos = self.batch.len();
+        Some(Ok(&self.batch[start..]))
+    }
+
     fn push(&mut self, record: &[u8; RECORD_LEN]) {
         match decode_record(record) {
             Ok(access) => {

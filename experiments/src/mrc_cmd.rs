@@ -241,12 +241,11 @@ fn one_pass(mut pass: CurvePass, input: &Input, warmup: u64) -> Result<Collected
         }
         Input::Trace(path) => {
             let mut reader = TraceReader::open(path)?;
-            let mut index = 0u64;
-            while let Some(access) = reader.next() {
-                let access = access?;
-                pass.feed(&access)
-                    .with_context(|| reader.location_of(index))?;
-                index += 1;
+            while let Some(batch) = reader.next_batch() {
+                if let Err(e) = pass.feed_batch(batch?) {
+                    let at = reader.location_of(e.index);
+                    return Err(e).context(at);
+                }
             }
         }
     }

@@ -144,6 +144,8 @@ pub struct TraceReader {
     /// CSV: 1-based line number of the last line read.
     line: u64,
     done: bool,
+    /// CSV: the access [`TraceReader::next_batch`] hands out.
+    single: [Access; 1],
 }
 
 impl TraceReader {
@@ -176,6 +178,7 @@ impl TraceReader {
                 records: 0,
                 line: 0,
                 done: false,
+                single: [Access::default()],
             }
         } else {
             TraceReader {
@@ -190,6 +193,7 @@ impl TraceReader {
                 records: 0,
                 line: 0,
                 done: false,
+                single: [Access::default()],
             }
         };
         trace.read_csv_preamble()?;
@@ -261,6 +265,40 @@ impl TraceReader {
             Source::Bin(bin) => bin.header().count,
             Source::Csv { .. } => None,
         }
+    }
+
+    /// The next accesses: many at a time from a binary trace, one at a
+    /// time from CSV; `None` at the end (or after an error).
+    pub fn next_batch(&mut self) -> Option<Result<&[Access], ReadTraceError>> {
+        if self.done {
+            return None;
+        }
+        if !matches!(self.src, Source::Bin(_)) {
+            return match self.next()? {
+                Ok(access) => {
+                    self.single = [access];
+                    Some(Ok(&self.single[..]))
+                }
+                Err(e) => Some(Err(e)),
+            };
+        }
+        if let Source::Bin(bin) = &mut self.src {
+            return match bin.next_batch() {
+                Some(Ok(batch)) => {
+                    self.records += batch.len() as u64;
+                    Some(Ok(batch))
+                }
+                Some(Err(e)) => {
+                    self.done = true;
+                    Some(Err(bin_error(&self.path, e)))
+                }
+                None => {
+                    self.done = true;
+                    None
+                }
+            };
+        }
+        None
     }
 
     /// Where access `index` (0-based, counted from the first record) came

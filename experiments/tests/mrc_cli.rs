@@ -157,3 +157,74 @@ fn cxlfs_font_present() -> bool {
     std::env::var_os("CXLFS_PLOT_FONT").is_some()
         || std::path::Path::new("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf").exists()
 }
+
+/// A curve from a trace file: the binary trace (read a batch at a time)
+/// and its CSV (an access at a time) give the same curve; a truncated
+/// binary trace is refused naming the record.
+#[test]
+fn a_binary_trace_and_its_csv_give_one_curve_and_a_truncated_one_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("z.bin");
+    let csv = dir.path().join("z.csv");
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    let gen = [
+        "trace",
+        "gen",
+        "--workload",
+        "zipf:0.99",
+        "--wss",
+        "8MiB",
+        "--accesses",
+        "30000",
+        "--seed",
+        "3",
+        "--out",
+    ];
+    let out = cxlfs(&[&gen[..], &[path(&bin).as_str()]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = cxlfs(&["trace", "convert", "--to", "csv", &path(&bin), &path(&csv)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let curve = |trace: &str, method: &[&str]| -> Vec<Value> {
+        let mut args = vec!["mrc"];
+        args.extend(DEVICE);
+        args.extend(["--trace", trace, "--sizes", SIZES, "--json"]);
+        args.extend(method);
+        let out = cxlfs(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    for method in [&[][..], &["--sampling", "0.25"][..]] {
+        let (b, c) = (curve(&path(&bin), method), curve(&path(&csv), method));
+        assert_eq!(b.len(), 5, "{b:?}");
+        assert_eq!(b, c, "{method:?}");
+    }
+    let bytes = std::fs::read(&bin).unwrap();
+    std::fs::write(&bin, &bytes[..bytes.len() - 5]).unwrap();
+    let mut args = vec!["mrc"];
+    args.extend(DEVICE);
+    let shown = path(&bin);
+    args.extend(["--trace", shown.as_str(), "--sizes", SIZES]);
+    let out = cxlfs(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("z.bin: record 29999: truncated record: 15 of 20 bytes"),
+        "{err}"
+    );
+}

@@ -1,65 +1,99 @@
-//! Distinct pages of a stream, counted exactly: a bitmap over the device's
-//! pages (zeroed memory costs nothing until touched), or a hash set for a
-//! device too large for one.
+//! Distinct pages of a stream, estimated from the sampling hash itself
+//! ([`super::shards::page_hash`], computed for every page anyway):
+//! HyperLogLog (Flajolet et al., AofA'07) over [`REGISTERS`] one-byte
+//! registers, with linear counting while few registers are set. Its
+//! standard error is 1.04 / √m = 0.41 % for a large count and far less
+//! for a small one (linear counting: 4 352 pages among 65 536 registers
+//! are counted to within ~0.3 %). The registers fit a core's L2: an exact
+//! bitmap over a device's pages cost a cache miss per access (a quarter of
+//! a sampled pass over 4 Mi pages).
 
-use rustc_hash::FxHashSet;
+/// Register-index bits.
+const INDEX_BITS: u32 = 16;
+/// Registers (m).
+pub const REGISTERS: usize = 1 << INDEX_BITS;
 
-/// Devices up to this many pages get a bitmap (512 MiB of address space at most).
-const BITMAP_PAGES: u64 = 1 << 32;
-
-/// The set of pages seen.
-pub enum DistinctPages {
-    /// One bit per page.
-    Bitmap {
-        /// The bits.
-        words: Vec<u64>,
-        /// Pages set.
-        count: u64,
-    },
-    /// The pages.
-    Set(FxHashSet<u64>),
+/// The registers: for each index (the hash's top bits), the largest rank
+/// (leading zeros of the rest, plus one) seen.
+pub struct DistinctEstimate {
+    registers: Box<[u8]>,
 }
 
-impl DistinctPages {
-    /// Empty, for pages `0..device_pages`.
-    pub fn new(device_pages: u64) -> Self {
-        match usize::try_from(device_pages.div_ceil(64)) {
-            Ok(words) if device_pages <= BITMAP_PAGES => DistinctPages::Bitmap {
-                words: vec![0; words],
-                count: 0,
-            },
-            _ => DistinctPages::Set(FxHashSet::default()),
+impl Default for DistinctEstimate {
+    fn default() -> Self {
+        DistinctEstimate {
+            registers: vec![0; REGISTERS].into_boxed_slice(),
         }
     }
+}
 
-    /// Notes `page`.
+impl DistinctEstimate {
+    /// Notes a page by its hash (uniform over `u64`).
     #[inline]
-    pub fn insert(&mut self, page: u64) {
-        match self {
-            DistinctPages::Bitmap { words, count } => {
-                let Some(w) = usize::try_from(page / 64)
-                    .ok()
-                    .and_then(|i| words.get_mut(i))
-                else {
-                    return;
-                };
-                let bit = 1u64 << (page % 64);
-                if *w & bit == 0 {
-                    *w |= bit;
-                    *count += 1;
-                }
-            }
-            DistinctPages::Set(set) => {
-                set.insert(page);
-            }
+    pub fn insert_hash(&mut self, hash: u64) {
+        let index = (hash >> (64 - INDEX_BITS)) as usize;
+        // The remaining bits, with a stop bit so that the rank is at most
+        // 64 - INDEX_BITS + 1.
+        let rest = (hash << INDEX_BITS) | (1 << (INDEX_BITS - 1));
+        let rank = (rest.leading_zeros() + 1) as u8;
+        if let Some(r) = self.registers.get_mut(index) {
+            // Branch-free: whether a register grows is a coin toss early on.
+            *r = (*r).max(rank);
         }
     }
 
-    /// Pages seen.
+    /// The estimated count (0 for nothing seen).
     pub fn count(&self) -> u64 {
-        match self {
-            DistinctPages::Bitmap { count, .. } => *count,
-            DistinctPages::Set(set) => set.len() as u64,
+        let m = REGISTERS as f64;
+        let zeros = self.registers.iter().filter(|&&r| r == 0).count();
+        if zeros == REGISTERS {
+            return 0;
+        }
+        let sum: f64 = self
+            .registers
+            .iter()
+            .map(|&r| f64::from(r).exp2().recip())
+            .sum();
+        let alpha = 0.7213 / (1.0 + 1.079 / m);
+        let raw = alpha * m * m / sum;
+        let estimate = if raw <= 2.5 * m && zeros > 0 {
+            // Linear counting: exact in expectation while most registers
+            // are empty.
+            m * (m / zeros as f64).ln()
+        } else {
+            raw
+        };
+        estimate.round() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mrc::shards::page_hash;
+
+    fn estimate(pages: impl Iterator<Item = u64>) -> u64 {
+        let mut d = DistinctEstimate::default();
+        for p in pages {
+            d.insert_hash(page_hash(p));
+        }
+        d.count()
+    }
+
+    #[test]
+    fn counts_distinct_pages_within_a_fraction_of_a_percent() {
+        assert_eq!(estimate(std::iter::empty()), 0);
+        assert_eq!(estimate(std::iter::repeat(7).take(1000)), 1);
+        for (n, tolerance) in [
+            (100u64, 0.01),
+            (4_352, 0.01),
+            (200_000, 0.02),
+            (2_000_000, 0.02),
+        ] {
+            // Every page twice, in two orders: repeats change nothing.
+            let got = estimate((0..n).chain((0..n).rev()).map(|p| p * 3 + 11));
+            let error = (got as f64 - n as f64).abs() / n as f64;
+            assert!(error <= tolerance, "{n} pages counted as {got}");
         }
     }
 }

@@ -30,7 +30,6 @@ use crate::device::AccessError;
 use crate::trace::Access;
 use crate::{PAGE_SHIFT, PAGE_SIZE};
 use buckets::Buckets;
-use distinct::DistinctPages;
 use lifo_exact::LifoThresholds;
 use shards::{Sample, Sampler};
 use stack_distance::StackDistances;
@@ -54,8 +53,6 @@ pub struct CurvePass {
     stack: Option<StackDistances>,
     lifo: Option<LifoThresholds>,
     sampler: Option<Sampler>,
-    /// With a sampler: every page seen, to measure the rate realized.
-    distinct: Option<DistinctPages>,
     /// Accesses checked and not yet counted (with their warm-up flag): the
     /// counts are hinted of each [`LOOKAHEAD`] accesses before they count it,
     /// so that its table reads overlap (as the replay loop's look-ahead).
@@ -87,9 +84,6 @@ impl CurvePass {
             fed: 0,
             stack: None,
             lifo: None,
-            distinct: sampler
-                .as_ref()
-                .map(|_| DistinctPages::new(capacity_bytes / PAGE_SIZE)),
             sampler,
             window: VecDeque::with_capacity(LOOKAHEAD + 1),
         }
@@ -151,6 +145,11 @@ impl CurvePass {
         Ok(())
     }
 
+    /// Many accesses, as [`CurvePass::feed`] one by one.
+    pub fn feed_batch(&mut self, batch: &[Access]) -> Result<(), FeedError> {
+        batch.iter().try_for_each(|a| self.feed(a))
+    }
+
     /// Counts one checked access.
     #[inline]
     fn count(&mut self, access: &Access, warm: bool) {
@@ -164,11 +163,6 @@ impl CurvePass {
         if let Some(lifo) = self.lifo.as_mut() {
             for page in first..=last {
                 lifo.access(page, !warm);
-            }
-        }
-        if let Some(distinct) = self.distinct.as_mut() {
-            for page in first..=last {
-                distinct.insert(page);
             }
         }
         if let Some(sampler) = self.sampler.as_mut() {
@@ -185,10 +179,7 @@ impl CurvePass {
             fed: self.fed,
             stack: self.stack,
             lifo: self.lifo,
-            sample: self.sampler.map(|s| {
-                let distinct = self.distinct.as_ref().map_or(0, DistinctPages::count);
-                s.finish(distinct)
-            }),
+            sample: self.sampler.map(Sampler::finish),
         }
     }
 }

@@ -10,6 +10,7 @@
 //! the end ([`Sampler::finish`]), so the sample is exactly the one the final
 //! rate would have taken from the start.
 
+use super::distinct::DistinctEstimate;
 use crate::trace::Access;
 use crate::{PAGE_SHIFT, PAGE_SIZE};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -86,6 +87,8 @@ pub struct Sampler {
     pages: FxHashSet<u64>,
     /// Measured page accesses, sampled or not.
     measured_pages: u64,
+    /// Every page seen, sampled or not (estimated): the rate realized.
+    distinct: DistinctEstimate,
 }
 
 /// Fixed-size mode's state: the bound, the kept pages by hash (largest on
@@ -152,6 +155,7 @@ impl Sampler {
             filtered_len: 0,
             pages: FxHashSet::default(),
             measured_pages: 0,
+            distinct: DistinctEstimate::default(),
         }
     }
 
@@ -183,6 +187,7 @@ impl Sampler {
         }
         for page in first..=last {
             let hash = page_hash(page);
+            self.distinct.insert_hash(hash);
             if hash >= self.threshold || !self.admit(page, hash) {
                 continue;
             }
@@ -233,8 +238,10 @@ impl Sampler {
         self.filtered_len = self.kept.len();
     }
 
-    /// The sample of an input of `distinct` pages (0: not counted).
-    pub fn finish(mut self, distinct: u64) -> Sample {
+    /// The sample, its realized rate taken over the input's distinct pages
+    /// (estimated).
+    pub fn finish(mut self) -> Sample {
+        let distinct = self.distinct.count();
         self.filter();
         let pages = match &self.fixed {
             Some(f) => f.set.len() as u64,
@@ -279,7 +286,7 @@ mod tests {
                 s.access(&read(p), round == 0);
             }
         }
-        let sample = s.finish(0);
+        let sample = s.finish();
         assert!((9_000..11_000).contains(&sample.pages), "{}", sample.pages);
         assert_eq!(sample.accesses.len() as u64, 3 * sample.pages);
         assert_eq!(sample.warmup, sample.pages);
@@ -294,7 +301,7 @@ mod tests {
                 s.access(&read(p * 7 + round), false);
             }
         }
-        let sized = s.finish(0);
+        let sized = s.finish();
         assert_eq!(sized.pages, 1000);
         let mut r = Sampler::below(sized.threshold);
         for round in 0..2 {
@@ -302,7 +309,7 @@ mod tests {
                 r.access(&read(p * 7 + round), false);
             }
         }
-        let rated = r.finish(0);
+        let rated = r.finish();
         assert_eq!(rated.accesses, sized.accesses);
     }
 
@@ -316,7 +323,7 @@ mod tests {
             len: 8192,
         };
         s.access(&a, false);
-        let got = s.finish(0);
+        let got = s.finish();
         let parts: Vec<(u64, u32)> = got.accesses.iter().map(|a| (a.addr, a.len)).collect();
         assert_eq!(parts, vec![(4000, 96), (4096, 4096), (8192, 4000)]);
     }
