@@ -41,14 +41,23 @@ fn run(cmd: &str, extra: &[&str]) -> Vec<Value> {
     args.extend(INPUT);
     args.extend(extra);
     args.push("--json");
-    let out = cxlfs(&args);
+    json_lines(&ok(&args))
+}
+
+/// Runs `cxlfs args`, which must succeed; its standard output.
+fn ok(args: &[&str]) -> Vec<u8> {
+    let out = cxlfs(args);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8(out.stdout)
-        .unwrap()
+    out.stdout
+}
+
+/// One JSON value per line.
+fn json_lines(stdout: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
@@ -167,47 +176,22 @@ fn a_binary_trace_and_its_csv_give_one_curve_and_a_truncated_one_is_named() {
     let bin = dir.path().join("z.bin");
     let csv = dir.path().join("z.csv");
     let path = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    // The workload of the other tests (less its warm-up), as a trace.
+    let shown = path(&bin);
     let gen = [
-        "trace",
-        "gen",
-        "--workload",
-        "zipf:0.99",
-        "--wss",
-        "8MiB",
-        "--accesses",
-        "30000",
-        "--seed",
-        "3",
-        "--out",
-    ];
-    let out = cxlfs(&[&gen[..], &[path(&bin).as_str()]].concat());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = cxlfs(&["trace", "convert", "--to", "csv", &path(&bin), &path(&csv)]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        &["trace", "gen"][..],
+        &INPUT[..6],
+        &["--seed", "3", "--out", &shown],
+    ]
+    .concat();
+    ok(&gen);
+    ok(&["trace", "convert", "--to", "csv", &path(&bin), &path(&csv)]);
     let curve = |trace: &str, method: &[&str]| -> Vec<Value> {
         let mut args = vec!["mrc"];
         args.extend(DEVICE);
         args.extend(["--trace", trace, "--sizes", SIZES, "--json"]);
         args.extend(method);
-        let out = cxlfs(&args);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        json_lines(&ok(&args))
     };
     for method in [&[][..], &["--sampling", "0.25"][..]] {
         let (b, c) = (curve(&path(&bin), method), curve(&path(&csv), method));
@@ -218,7 +202,6 @@ fn a_binary_trace_and_its_csv_give_one_curve_and_a_truncated_one_is_named() {
     std::fs::write(&bin, &bytes[..bytes.len() - 5]).unwrap();
     let mut args = vec!["mrc"];
     args.extend(DEVICE);
-    let shown = path(&bin);
     args.extend(["--trace", shown.as_str(), "--sizes", SIZES]);
     let out = cxlfs(&args);
     let err = String::from_utf8_lossy(&out.stderr);
