@@ -1,5 +1,6 @@
 //! Distinct pages of a stream, estimated from the sampling hash itself
-//! ([`super::shards::page_hash`], computed for every page anyway):
+//! (`shards::page_hash`, computed for every page anyway; any uniform
+//! 64-bit hash will do):
 //! HyperLogLog (Flajolet et al., AofA'07) over [`REGISTERS`] one-byte
 //! registers, with linear counting while few registers are set. Its
 //! standard error is 1.04 / √m = 0.41 % for a large count and far less
@@ -70,12 +71,15 @@ impl DistinctEstimate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mrc::shards::page_hash;
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 
+    /// Counts `pages` hashed by SipHash (uniform, and not the sampler's
+    /// hash: this module stays below `shards`).
     fn estimate(pages: impl Iterator<Item = u64>) -> u64 {
+        let sip = BuildHasherDefault::<DefaultHasher>::default();
         let mut d = DistinctEstimate::default();
         for p in pages {
-            d.insert_hash(page_hash(p));
+            d.insert_hash(sip.hash_one(p));
         }
         d.count()
     }
