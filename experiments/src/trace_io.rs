@@ -145,7 +145,7 @@ pub struct TraceReader {
     line: u64,
     done: bool,
     /// CSV: the access [`TraceReader::next_batch`] hands out.
-    single: [Access; 1],
+    single: Access,
 }
 
 impl TraceReader {
@@ -178,7 +178,7 @@ impl TraceReader {
                 records: 0,
                 line: 0,
                 done: false,
-                single: [Access::default()],
+                single: Access::default(),
             }
         } else {
             TraceReader {
@@ -193,7 +193,7 @@ impl TraceReader {
                 records: 0,
                 line: 0,
                 done: false,
-                single: [Access::default()],
+                single: Access::default(),
             }
         };
         trace.read_csv_preamble()?;
@@ -276,29 +276,29 @@ impl TraceReader {
         if !matches!(self.src, Source::Bin(_)) {
             return match self.next()? {
                 Ok(access) => {
-                    self.single = [access];
-                    Some(Ok(&self.single[..]))
+                    self.single = access;
+                    Some(Ok(std::slice::from_ref(&self.single)))
                 }
                 Err(e) => Some(Err(e)),
             };
         }
-        if let Source::Bin(bin) = &mut self.src {
-            return match bin.next_batch() {
-                Some(Ok(batch)) => {
-                    self.records += batch.len() as u64;
-                    Some(Ok(batch))
-                }
-                Some(Err(e)) => {
-                    self.done = true;
-                    Some(Err(bin_error(&self.path, e)))
-                }
-                None => {
-                    self.done = true;
-                    None
-                }
-            };
+        let Source::Bin(bin) = &mut self.src else {
+            return None;
+        };
+        match bin.next_batch() {
+            Some(Ok(batch)) => {
+                self.records += batch.len() as u64;
+                Some(Ok(batch))
+            }
+            Some(Err(e)) => {
+                self.done = true;
+                Some(Err(bin_error(&self.path, e)))
+            }
+            None => {
+                self.done = true;
+                None
+            }
         }
-        None
     }
 
     /// Where access `index` (0-based, counted from the first record) came

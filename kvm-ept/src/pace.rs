@@ -138,7 +138,7 @@ pub const FLOOR_QUANTILE_DIV: usize = 4;
 
 /// A pacer's live floor: its [`Compensation`] and, under
 /// [`Compensation::Auto`], the lower quartile of the last [`FLOOR_WINDOW`]
-/// measured samples. Read on every reply (one relaxed load).
+/// measured samples. Read on every reply (two relaxed loads).
 ///
 /// Under `Auto` the estimate is also bounded by what the misses themselves
 /// show ([`Floor::observe_gap`]): the time from a miss's reply to the next
@@ -152,10 +152,7 @@ pub const FLOOR_QUANTILE_DIV: usize = 4;
 #[derive(Debug)]
 pub struct Floor {
     mode: Compensation,
-    /// What is subtracted now (ns): the probes' estimate, bounded by the
-    /// gaps'.
-    current_ns: std::sync::atomic::AtomicU64,
-    /// The probes' estimate (ns).
+    /// The probes' estimate (ns; under `Fixed`, the fixed floor).
     probe_ns: std::sync::atomic::AtomicU64,
     /// The gaps' bound (ns; `u64::MAX`: none yet).
     gap_bound_ns: std::sync::atomic::AtomicU64,
@@ -188,7 +185,6 @@ impl Floor {
         };
         Floor {
             mode,
-            current_ns: std::sync::atomic::AtomicU64::new(start),
             probe_ns: std::sync::atomic::AtomicU64::new(start),
             gap_bound_ns: std::sync::atomic::AtomicU64::new(u64::MAX),
             samples: std::sync::atomic::AtomicU64::new(0),
@@ -202,9 +198,12 @@ impl Floor {
         self.mode
     }
 
-    /// The floor subtracted now (0: none).
+    /// The floor subtracted now (0: none): the probes' estimate, bounded
+    /// by the gaps'.
     pub fn current_ns(&self) -> u64 {
-        self.current_ns.load(std::sync::atomic::Ordering::Relaxed)
+        let probe = self.probe_ns.load(std::sync::atomic::Ordering::Relaxed);
+        let bound = self.gap_bound_ns.load(std::sync::atomic::Ordering::Relaxed);
+        probe.min(bound)
     }
 
     /// Samples measured so far.
@@ -228,7 +227,6 @@ impl Floor {
         }
         let q = lower_quartile(w.iter().copied());
         self.probe_ns.store(q, std::sync::atomic::Ordering::Relaxed);
-        self.update();
         self.samples
             .fetch_add(samples.len() as u64, std::sync::atomic::Ordering::Relaxed);
     }
@@ -254,21 +252,12 @@ impl Floor {
         drop(g);
         self.gap_bound_ns
             .store(q, std::sync::atomic::Ordering::Relaxed);
-        self.update();
     }
 
     /// The gaps' bound now (`None`: too few gaps yet, or not `Auto`).
     pub fn gap_bound_ns(&self) -> Option<u64> {
         let b = self.gap_bound_ns.load(std::sync::atomic::Ordering::Relaxed);
         (b != u64::MAX).then_some(b)
-    }
-
-    /// The probes' estimate, bounded by the gaps'.
-    fn update(&self) {
-        let probe = self.probe_ns.load(std::sync::atomic::Ordering::Relaxed);
-        let bound = self.gap_bound_ns.load(std::sync::atomic::Ordering::Relaxed);
-        self.current_ns
-            .store(probe.min(bound), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// [`release_at`] with the current floor.
