@@ -8,7 +8,8 @@
 //! makes the (async-signal-safe) `prctl`/`capset` calls on itself; the
 //! caller waits for every thread to report, repeats until no thread is
 //! left unvisited, then checks each thread's `CapEff`/`CapBnd` in
-//! `/proc/self/task`.
+//! `/proc/self/task`. io_uring's worker threads are left out: they run no
+//! signal handler and do each request with its submitter's credentials.
 
 use std::collections::HashSet;
 use std::io;
@@ -272,10 +273,32 @@ fn install_handler() -> io::Result<()> {
     Ok(())
 }
 
+/// The process's threads, less its io_uring workers ([`is_io_worker`]).
 fn tids() -> io::Result<Vec<u32>> {
     Ok(std::fs::read_dir("/proc/self/task")?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&tid| !is_io_worker(tid))
         .collect())
+}
+
+/// `PF_IO_WORKER` among a task's flags (`/proc/…/stat`, field 9).
+const PF_IO_WORKER: u64 = 0x10;
+
+/// Whether `tid` is an io_uring worker (`iou-wrk-…`): a kernel thread
+/// listed among the process's tasks that runs no signal handler, so it
+/// can never answer the broadcast. It holds no credentials of its own
+/// that matter: each request it runs is done under the credentials of the
+/// thread that submitted it (taken at submission), so once the submitting
+/// threads have dropped theirs, so has its work.
+fn is_io_worker(tid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
+        return false;
+    };
+    // After the parenthesised name: state, ppid, pgrp, session, tty_nr,
+    // tpgid, flags.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(6)?.parse::<u64>().ok())
+        .is_some_and(|flags| flags & PF_IO_WORKER != 0)
 }
 
 /// `key`'s hex mask in `/proc/self/task/TID/status`.
@@ -398,6 +421,15 @@ pub fn drop_capabilities(extra: &[u32]) -> Result<(), DropCapabilitiesError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_of_ours_is_listed_and_is_no_io_worker() {
+        // SAFETY: no preconditions.
+        let me = unsafe { libc::gettid() } as u32;
+        assert!(!is_io_worker(me));
+        assert!(tids().unwrap().contains(&me));
+        assert!(!is_io_worker(u32::MAX), "a thread that is not there");
+    }
 
     #[test]
     fn holds_only_checks_what_is_left_not_how_it_got_there() {
