@@ -165,6 +165,18 @@ pub struct DeviceTotals {
     /// The longest such wait (ns).
     #[serde(default)]
     pub pool_eviction_lag_max_ns: u64,
+    /// Pool misses held back while more evicted pages than the plane's
+    /// bound waited for their invalidation (the device makes room before
+    /// it takes a page in).
+    #[serde(default)]
+    pub pool_backlog_waits: u64,
+    /// Their time held back, summed (ns).
+    #[serde(default)]
+    pub pool_backlog_wait_ns: u64,
+    /// Of those, the waits that ended at their limit (20 ms) with the
+    /// backlog still over the bound.
+    #[serde(default)]
+    pub pool_backlog_overruns: u64,
     /// Prefetched pages pushed into the plane (they never trap).
     pub pool_prefetch_stores: u64,
     /// Access sampling: resident pages armed (dropped from their plane so
@@ -308,6 +320,9 @@ impl DeviceTotals {
             f("cxlfs_pool_evictions_total", Counter, "Pool ranges evicted from the residency plane.", n(self.pool_evictions)),
             f("cxlfs_pool_eviction_lag_seconds_total", Counter, "Time pool evictions waited between the device dropping the pages and the residency plane dropping them (meanwhile a guest reaches them without a trap).", self.pool_eviction_lag_ns as f64 / 1e9),
             f("cxlfs_pool_eviction_lag_max_seconds", Gauge, "The longest wait of one pool eviction for the residency plane.", self.pool_eviction_lag_max_ns as f64 / 1e9),
+            f("cxlfs_pool_backlog_waits_total", Counter, "Pool misses held back until the residency plane's backlog of evicted pages fell under its bound.", n(self.pool_backlog_waits)),
+            f("cxlfs_pool_backlog_wait_seconds_total", Counter, "Time pool misses were held back for the backlog of evicted pages, summed.", self.pool_backlog_wait_ns as f64 / 1e9),
+            f("cxlfs_pool_backlog_overruns_total", Counter, "Pool misses released at the wait's limit with the backlog of evicted pages still over its bound.", n(self.pool_backlog_overruns)),
             f("cxlfs_pool_prefetch_stores_total", Counter, "Prefetched pages pushed into the residency plane (NOTIFY_STORE): first touches that do not trap.", n(self.pool_prefetch_stores)),
             f("cxlfs_traps_all_total", Counter, "Residency-plane traps, every VM and unknown threads.", n(self.traps)),
             f("cxlfs_sampling_armed_pages_total", Counter, "Access sampling: resident pages armed (dropped from their plane so that their next access traps).", n(self.sampling_armed_pages)),
@@ -728,7 +743,7 @@ mod tests {
     fn device_families_are_named_once() {
         let d = snapshot().device;
         let f = d.families();
-        assert_eq!(f.len(), 46);
+        assert_eq!(f.len(), 49);
         let get = |name: &str| f.iter().find(|x| x.name == name).unwrap();
         assert_eq!(get("cxlfs_cxl_ratio_percent").value, 50.0);
         assert_eq!(get("cxlfs_placed_cxl_share").value, 0.75);

@@ -71,6 +71,14 @@ pub struct PlaneMetricsSnapshot {
     pub invalidation_lag_ns: u64,
     /// The longest such wait (ns).
     pub invalidation_lag_max_ns: u64,
+    /// Misses held back because more evicted pages than the plane's bound
+    /// waited for their invalidation (`PlaneOptions::eviction_backlog_pages`).
+    pub backlog_waits: u64,
+    /// Their time held back, summed (ns).
+    pub backlog_wait_ns: u64,
+    /// Of those, the waits that ended at their limit with the backlog
+    /// still over the bound.
+    pub backlog_overruns: u64,
     /// Estimated resident pool bytes (an upper bound).
     pub resident_bytes: u64,
     /// The floor miss replies are released ahead of their modeled
@@ -205,6 +213,10 @@ impl PlaneMetrics {
             ring_requests: r(&self.ring_requests),
             invalidation_lag_ns: r(&self.invalidation_lag_ns),
             invalidation_lag_max_ns: r(&self.invalidation_lag_max_ns),
+            // Filled in by the plane, from its eviction backlog.
+            backlog_waits: 0,
+            backlog_wait_ns: 0,
+            backlog_overruns: 0,
             resident_bytes: r(&self.resident_pages) * PAGE_SIZE,
             compensation_ns: self.floor.current_ns(),
             calibration_probes: self.floor.samples(),

@@ -333,10 +333,12 @@ fn miss_latency_file_mode_misses_like_memory_mode() {
             memory_p50 / 1e3
         );
         // The lap is a loop over twice the cache: nearly every load misses
-        // in the model in both modes. Evictions that trail the traps leave
-        // file pages mapped, and the lap reaches them without a trap.
+        // in the model in both modes. Evictions that trail the traps would
+        // leave file pages mapped, and the lap would reach them without a
+        // trap; a miss waits while more than the plane's bound of evicted
+        // pages (64 of the 2 048 here) are still mapped.
         assert!(
-            file_traps >= 0.5 * memory_traps,
+            file_traps >= 0.9 * memory_traps,
             "run {run}: {file_traps} file loads trapped against {memory_traps} on the CXL node: DAX evictions trail the traps (out: {})",
             dir.path().display()
         );

@@ -26,6 +26,9 @@ impl PlaneSource for DaxPlane {
             evictions: m.invalidations,
             eviction_lag_ns: m.invalidation_lag_ns,
             eviction_lag_max_ns: m.invalidation_lag_max_ns,
+            backlog_waits: m.backlog_waits,
+            backlog_wait_ns: m.backlog_wait_ns,
+            backlog_overruns: m.backlog_overruns,
             compensation_ns: m.compensation_ns,
             ring_requests: m.ring_requests,
         })

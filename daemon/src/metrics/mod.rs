@@ -75,6 +75,13 @@ pub struct PlaneFigures {
     pub eviction_lag_ns: u64,
     /// The longest such wait (ns).
     pub eviction_lag_max_ns: u64,
+    /// Misses held back for the backlog of evicted pages, their time held
+    /// back (ns), and the waits that hit their limit.
+    pub backlog_waits: u64,
+    /// See `backlog_waits`.
+    pub backlog_wait_ns: u64,
+    /// See `backlog_waits`.
+    pub backlog_overruns: u64,
     /// The trap path's floor that miss replies are released ahead of
     /// their modeled completion by now (ns; 0: compensation off).
     pub compensation_ns: u64,
@@ -286,6 +293,9 @@ impl Metrics {
             pool_evictions: plane.evictions,
             pool_eviction_lag_ns: plane.eviction_lag_ns,
             pool_eviction_lag_max_ns: plane.eviction_lag_max_ns,
+            pool_backlog_waits: plane.backlog_waits,
+            pool_backlog_wait_ns: plane.backlog_wait_ns,
+            pool_backlog_overruns: plane.backlog_overruns,
             pool_prefetch_stores: source.map_or(0, |p| p.prefetch_stores()),
             ..self.device.totals()
         };

@@ -41,6 +41,8 @@
 //! Submodules, each depending only on those listed before it:
 //! * `options`: [`PlaneOptions`], [`ReaderMode`], [`Transport`],
 //!   [`ActiveTransport`], [`MountPlaneError`];
+//! * `backlog`: the evicted pages queued for the notifier, and the bound
+//!   misses wait under;
 //! * `server`: the FUSE server (request decoding, one handler per opcode,
 //!   misses and write-backs), independent of the transport;
 //! * `transport`: the steps of a mount that decide between `/dev/fuse` and
@@ -54,6 +56,7 @@
 //!   [`ResidencyPlane`](crate::ResidencyPlane) impl;
 //! * `mount`: [`FusePoolPlane::mount`] and the steps of a mount.
 
+mod backlog;
 mod calibrate;
 mod mount;
 mod mounted;

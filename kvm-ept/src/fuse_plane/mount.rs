@@ -222,7 +222,9 @@ fn new_server(
     offer_uring: bool,
     split: bool,
 ) -> Result<Server, MountPlaneError> {
-    let mut server = Server::new(backend, size).compensating(options.compensation);
+    let mut server = Server::new(backend, size)
+        .compensating(options.compensation)
+        .bounding_eviction_backlog(options.eviction_backlog_pages);
     if options.refuse_readahead {
         server = server
             .refusing_readahead(!split)

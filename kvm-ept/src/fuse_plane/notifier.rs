@@ -55,6 +55,13 @@ impl NoticeKind {
             NoticeKind::Store { .. } | NoticeKind::InvalCalib => None,
         }
     }
+
+    /// The pool pages it drops (0 for a store or a calibration probe):
+    /// what it adds to the eviction backlog while queued.
+    pub(super) fn evicted_pages(&self) -> u64 {
+        self.evicted_range()
+            .map_or(0, |(_, len)| len.div_ceil(PAGE_SIZE))
+    }
 }
 
 /// A notification queued for the notifier, and where its result goes
@@ -117,6 +124,7 @@ pub(super) fn notifier(server: &Server, dev: &File, rx: Receiver<Notice>, poll: 
         start_write_back(server, &batch);
         for n in batch.drain(..) {
             let res = write_notice(server, dev, &mut head, &n);
+            server.backlog.done(n.kind.evicted_pages());
             let _ = n.done.send(res);
         }
     }

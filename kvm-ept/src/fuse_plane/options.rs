@@ -118,6 +118,13 @@ pub struct PlaneOptions {
     /// ([`EVICTING_NOTIFIER_POLL`]); elsewhere it is CPU spent for nothing
     /// (`Duration::ZERO`, the default: sleep at once).
     pub notifier_poll: Duration,
+    /// Most evicted pages a miss may leave waiting for their invalidation:
+    /// a miss is not answered while more are queued (for at most 20 ms),
+    /// so the pages the host still maps stay within this many of what the
+    /// backend holds. 0 (the default): misses never wait. For a plane whose
+    /// misses evict the pages guests wrote (the DAX plane); see
+    /// `backlog.rs`.
+    pub eviction_backlog_pages: u64,
 }
 
 impl Default for PlaneOptions {
@@ -130,6 +137,7 @@ impl Default for PlaneOptions {
             detach: false,
             compensation: Compensation::Off,
             notifier_poll: Duration::ZERO,
+            eviction_backlog_pages: 0,
         }
     }
 }

@@ -156,12 +156,15 @@ impl FusePoolPlane {
 
     fn queue(&self, kind: NoticeKind) -> Result<NotifyTicket, SendNotifyError> {
         let (done, rx) = mpsc::sync_channel(1);
-        self.m
-            .notify_tx
-            .as_ref()
-            .ok_or(SendNotifyError::Closed)?
-            .send(Notice::new(kind, done))
-            .map_err(|_| SendNotifyError::Closed)?;
+        let evicted = kind.evicted_pages();
+        let tx = self.m.notify_tx.as_ref().ok_or(SendNotifyError::Closed)?;
+        // Counted before it can be taken: the notifier's `done` never
+        // comes first.
+        self.m.server.backlog.queued(evicted);
+        if tx.send(Notice::new(kind, done)).is_err() {
+            self.m.server.backlog.done(evicted);
+            return Err(SendNotifyError::Closed);
+        }
         Ok(NotifyTicket::new(rx))
     }
 }
@@ -233,6 +236,10 @@ impl ResidencyPlane for FusePoolPlane {
             .readahead
             .as_ref()
             .map_or(0, |r| r.refused_count());
+        let backlog = self.m.server.backlog.figures();
+        s.backlog_waits = backlog.waits;
+        s.backlog_wait_ns = backlog.wait_ns;
+        s.backlog_overruns = backlog.overruns;
         s
     }
 }

@@ -97,6 +97,10 @@ impl Server {
                 }
             }
         }
+        // The device made room for this page; the room must be there
+        // before the page is (see `backlog.rs`).
+        self.backlog
+            .wait_under_bound(crate::fuse_plane::backlog::MAX_WAIT);
         self.metrics.trap(vm, r.offset, len as u64);
         finish(out, h.unique)?;
         // Ahead of the modeled completion by the trap path's own cost

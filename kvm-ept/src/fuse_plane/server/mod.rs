@@ -77,6 +77,9 @@ pub(crate) struct Server {
     /// A split plane's helper takes requests on a ring of this many
     /// queues (0: on `/dev/fuse`, or not heard from yet).
     pub(crate) helper_ring_queues: AtomicUsize,
+    /// Evicted pages the notifier has not invalidated yet; misses wait
+    /// while there are more than its bound.
+    pub(crate) backlog: super::backlog::EvictionBacklog,
 }
 
 /// What the last `READ` of the calibration file saw (backend clock), and
@@ -164,7 +167,16 @@ impl Server {
             uring_granted: AtomicBool::new(false),
             init_answered: AtomicBool::new(false),
             helper_ring_queues: AtomicUsize::new(0),
+            backlog: super::backlog::EvictionBacklog::default(),
         }
+    }
+
+    /// Holds misses while more than `pages` evicted pages wait for the
+    /// notifier (see
+    /// [`PlaneOptions::eviction_backlog_pages`](super::PlaneOptions::eviction_backlog_pages)).
+    pub(crate) fn bounding_eviction_backlog(mut self, pages: u64) -> Self {
+        self.backlog = super::backlog::EvictionBacklog::bounded(pages);
+        self
     }
 
     /// Releases miss replies ahead of their modeled completion as `mode`
