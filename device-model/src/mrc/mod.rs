@@ -107,19 +107,7 @@ impl CurvePass {
     #[inline]
     pub fn feed(&mut self, access: &Access) -> Result<(), FeedError> {
         let index = self.fed;
-        let len = u64::from(access.len);
-        let error = match access.addr.checked_add(len) {
-            _ if len == 0 => Some(AccessError::Empty { addr: access.addr }),
-            Some(end) if end <= self.capacity_bytes => None,
-            _ => Some(AccessError::OutOfRange {
-                addr: access.addr,
-                len,
-                capacity: self.capacity_bytes,
-            }),
-        };
-        if let Some(error) = error {
-            return Err(FeedError { index, error });
-        }
+        check(access, self.capacity_bytes).map_err(|error| FeedError { index, error })?;
         let warm = index < self.warmup;
         self.fed += 1;
         if self.stack.is_none() && self.lifo.is_none() {
@@ -147,6 +135,17 @@ impl CurvePass {
 
     /// Many accesses, as [`CurvePass::feed`] one by one.
     pub fn feed_batch(&mut self, batch: &[Access]) -> Result<(), FeedError> {
+        if let (None, None, Some(sampler)) = (&self.stack, &self.lifo, self.sampler.as_mut()) {
+            // A sample alone: nothing to look ahead for, every access
+            // counted at once, in one loop with the sampler's step inlined.
+            for access in batch {
+                let index = self.fed;
+                check(access, self.capacity_bytes).map_err(|error| FeedError { index, error })?;
+                self.fed += 1;
+                sampler.access(access, index < self.warmup);
+            }
+            return Ok(());
+        }
         batch.iter().try_for_each(|a| self.feed(a))
     }
 
@@ -181,6 +180,22 @@ impl CurvePass {
             lifo: self.lifo,
             sample: self.sampler.map(Sampler::finish),
         }
+    }
+}
+
+/// Whether the device would take `access`: not empty, within its
+/// `capacity_bytes`.
+#[inline]
+fn check(access: &Access, capacity_bytes: u64) -> Result<(), AccessError> {
+    let len = u64::from(access.len);
+    match access.addr.checked_add(len) {
+        _ if len == 0 => Err(AccessError::Empty { addr: access.addr }),
+        Some(end) if end <= capacity_bytes => Ok(()),
+        _ => Err(AccessError::OutOfRange {
+            addr: access.addr,
+            len,
+            capacity: capacity_bytes,
+        }),
     }
 }
 

@@ -51,10 +51,12 @@ pub fn rate_of(threshold: u64) -> f64 {
 /// miniatures of a sample spread over 4 Mi pages spent more time in page
 /// faults than in simulating). Only a page's identity matters to a
 /// policy; for a set-associative cache the sampled pages land in other
-/// sets, which hashed sampling had made arbitrary already.
-fn renamed(kept: &[Kept]) -> Vec<Access> {
+/// sets, which hashed sampling had made arbitrary already. Also returns
+/// the distinct pages renamed.
+fn renamed(kept: &[Kept]) -> (Vec<Access>, u64) {
     let mut names: FxHashMap<u64, u64> = FxHashMap::default();
-    kept.iter()
+    let accesses = kept
+        .iter()
         .map(|k| {
             let next = names.len() as u64;
             let name = *names.entry(k.access.addr >> PAGE_SHIFT).or_insert(next);
@@ -63,7 +65,8 @@ fn renamed(kept: &[Kept]) -> Vec<Access> {
                 ..k.access
             }
         })
-        .collect()
+        .collect();
+    (accesses, names.len() as u64)
 }
 
 /// One kept page access: the part of an access that falls in one sampled page.
@@ -83,8 +86,6 @@ pub struct Sampler {
     kept: Vec<Kept>,
     /// `kept`'s length after the last filtering (fixed size).
     filtered_len: usize,
-    /// Distinct sampled pages (fixed rate).
-    pages: FxHashSet<u64>,
     /// Measured page accesses, sampled or not.
     measured_pages: u64,
     /// Every page seen, sampled or not (estimated): the rate realized.
@@ -153,7 +154,6 @@ impl Sampler {
             fixed: None,
             kept: Vec::new(),
             filtered_len: 0,
-            pages: FxHashSet::default(),
             measured_pages: 0,
             distinct: DistinctEstimate::default(),
         }
@@ -176,8 +176,10 @@ impl Sampler {
     }
 
     /// One access (already checked against the device's range), `warm`
-    /// during the warm-up.
-    #[inline]
+    /// during the warm-up. What every page costs (its hash, the distinct
+    /// count, the threshold) is inlined into the caller's loop; what only a
+    /// sampled page costs is [`Sampler::keep`].
+    #[inline(always)]
     pub fn access(&mut self, access: &Access, warm: bool) {
         let end = access.addr + u64::from(access.len);
         let first = access.addr >> PAGE_SHIFT;
@@ -188,23 +190,33 @@ impl Sampler {
         for page in first..=last {
             let hash = page_hash(page);
             self.distinct.insert_hash(hash);
-            if hash >= self.threshold || !self.admit(page, hash) {
-                continue;
+            if hash < self.threshold {
+                self.keep(page, hash, access, warm);
             }
-            let start = (page << PAGE_SHIFT).max(access.addr);
-            let stop = ((page << PAGE_SHIFT) + PAGE_SIZE).min(end);
-            let part = Access {
-                addr: start,
-                // At most one page.
-                len: (stop - start) as u32,
-                ..*access
-            };
-            self.kept.push(Kept {
-                access: part,
-                hash,
-                warm,
-            });
         }
+    }
+
+    /// Keeps the part of `access` in `page` (hash `hash`, under the
+    /// threshold) if [`Sampler::admit`] takes it.
+    #[inline(never)]
+    fn keep(&mut self, page: u64, hash: u64, access: &Access, warm: bool) {
+        if !self.admit(page, hash) {
+            return;
+        }
+        let end = access.addr + u64::from(access.len);
+        let start = (page << PAGE_SHIFT).max(access.addr);
+        let stop = ((page << PAGE_SHIFT) + PAGE_SIZE).min(end);
+        let part = Access {
+            addr: start,
+            // At most one page.
+            len: (stop - start) as u32,
+            ..*access
+        };
+        self.kept.push(Kept {
+            access: part,
+            hash,
+            warm,
+        });
         if self.fixed.is_some() && self.kept.len() >= 2 * self.filtered_len.max(1 << 16) {
             self.filter();
         }
@@ -215,7 +227,6 @@ impl Sampler {
     #[inline]
     fn admit(&mut self, page: u64, hash: u64) -> bool {
         let Some(f) = self.fixed.as_mut() else {
-            self.pages.insert(page);
             return true;
         };
         if f.set.contains(&page) {
@@ -243,13 +254,11 @@ impl Sampler {
     pub fn finish(mut self) -> Sample {
         let distinct = self.distinct.count();
         self.filter();
-        let pages = match &self.fixed {
-            Some(f) => f.set.len() as u64,
-            None => self.pages.len() as u64,
-        };
+        // The pages under the final threshold, counted as they are renamed.
+        let (accesses, pages) = renamed(&self.kept);
         let warmup = self.kept.iter().take_while(|k| k.warm).count() as u64;
         Sample {
-            accesses: renamed(&self.kept),
+            accesses,
             warmup,
             rate: rate_of(self.threshold),
             realized_rate: if distinct > 0 && pages > 0 {
