@@ -68,11 +68,17 @@ impl EvictionBacklog {
 
     /// `pages` evicted pages were queued for the notifier.
     pub(crate) fn queued(&self, pages: u64) {
+        if pages == 0 {
+            return; // a store: nothing evicted
+        }
         self.pages.fetch_add(pages, Ordering::AcqRel);
     }
 
     /// The notifier is done with `pages` of them (written or refused).
     pub(crate) fn done(&self, pages: u64) {
+        if pages == 0 {
+            return;
+        }
         let before = self
             .pages
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| {
