@@ -5,6 +5,8 @@
 //! * [`abits`] — the accessed-bit area's layout, shared with the patched
 //!   QEMU that marks it;
 //! * [`control`] — the control socket's JSON-lines protocol;
+//! * [`dax`] — the settings of the DAX window's residency plane, parsed
+//!   once for the daemon and the runner;
 //! * [`hits`] — the settings of the daemon's hit sources (access sampling,
 //!   accessed bits), parsed once for the daemon and the runner;
 //! * [`metrics`] — the metrics snapshot (the `/metrics.json` endpoint and
@@ -12,5 +14,6 @@
 
 pub mod abits;
 pub mod control;
+pub mod dax;
 pub mod hits;
 pub mod metrics;

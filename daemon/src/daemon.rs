@@ -593,14 +593,19 @@ impl DaemonState {
 const DAX_RING_ENTRIES: usize = 8;
 
 /// Evicted pages a DAX miss may leave waiting for the plane's notifier
-/// (`PlaneOptions::eviction_backlog_pages`): 1/32 of the device cache,
-/// within 32..=512 pages. Past it, misses wait for the evictions (at most
-/// 20 ms each), so that the pages the guests still map without a trap are
-/// never more than this beyond what the device holds. Unbounded, a lap over
-/// freshly written pages outran the write-backs of its evictions by a
-/// whole lap on a loaded 2-CPU host, and trapped on 6 of its 4 096 loads.
-fn dax_eviction_backlog(cache_bytes: u64) -> u64 {
-    (cache_bytes / crate::device::PAGE / 32).clamp(32, 512)
+/// (`PlaneOptions::eviction_backlog_pages`; `--dax-eviction-backlog`, by
+/// default 1/32 of the device cache, within 32..=512 pages). Past it,
+/// misses wait for the evictions (at most 20 ms each), so that the pages
+/// the guests still map without a trap are never more than this beyond
+/// what the device holds. Unbounded, a lap over freshly written pages
+/// outran the write-backs of its evictions by a whole lap on a loaded
+/// 2-CPU host, and trapped on 6 of its 4 096 loads.
+fn dax_eviction_backlog(
+    shared: &SharedDevice,
+    queues: &crate::backend::QueueOptions,
+) -> Option<u64> {
+    let cache_pages = shared.read(|_, dev| dev.config().cache.size_bytes) / crate::device::PAGE;
+    queues.dax_eviction_backlog.pages(cache_pages)
 }
 
 /// Mounts the residency plane and starts the DAX window; `None` (logged)
@@ -616,9 +621,7 @@ fn start_dax(
         // Every miss past the cache evicts a page: a notifier that sleeps
         // is woken on the other CPU for each, inside the trap's reply.
         notifier_poll: residency::EVICTING_NOTIFIER_POLL,
-        eviction_backlog_pages: dax_eviction_backlog(
-            shared.read(|_, dev| dev.config().cache.size_bytes),
-        ),
+        eviction_backlog_pages: dax_eviction_backlog(shared, queues),
         compensation: queues.dax_compensation,
         transport: queues.plane_transport,
         mode: if queues.plane_poll {
@@ -631,7 +634,7 @@ fn start_dax(
     let mount = |size, backend| mount_plane(dir, size, backend, options);
     match DaxPlane::start(shared.clone(), window, mount) {
         Ok(d) => {
-            tracing::info!(window, plane = ?d, "DAX window on: guests may mount with -o dax");
+            tracing::info!(window, plane = ?d, eviction_backlog = ?options.eviction_backlog_pages, "DAX window on: guests may mount with -o dax");
             Some(d)
         }
         Err(e) => {

@@ -84,6 +84,8 @@ pub struct QueueOptions {
     pub plane_transport: residency::Transport,
     /// One polling plane thread (`ReaderMode::Spin`) instead of sleeping ones.
     pub plane_poll: bool,
+    /// Evicted pool pages a DAX miss may leave awaiting invalidation.
+    pub dax_eviction_backlog: cxlfs_api::dax::EvictionBacklog,
 }
 
 impl Default for QueueOptions {
@@ -97,6 +99,7 @@ impl Default for QueueOptions {
             dax_compensation: pace::Compensation::Off,
             plane_transport: residency::Transport::Auto,
             plane_poll: false,
+            dax_eviction_backlog: cxlfs_api::dax::EvictionBacklog::Auto,
         }
     }
 }

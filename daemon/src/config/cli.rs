@@ -131,6 +131,14 @@ pub struct Cli {
     /// loses at most this much of them.
     #[arg(long, value_name = "DURATION")]
     pub dax_writeback_interval: Option<String>,
+    /// Evicted pool pages that may wait for their invalidation in the
+    /// guests' windows before a DAX miss's reply waits for them (at most
+    /// 20 ms): auto (default: 1/32 of the device cache, 32 to 512 pages) |
+    /// off (misses never wait) | PAGES (0: every eviction is written before
+    /// the next miss is answered). Until its invalidation lands, an evicted
+    /// page is a hit the device model never sees.
+    #[arg(long, value_name = "auto|off|PAGES")]
+    pub dax_eviction_backlog: Option<String>,
     /// How long a SHMEM_MAP / SHMEM_UNMAP waits for the VMM's reply-ack
     /// before that VM's connection is dropped (default 10s).
     #[arg(long, value_name = "DURATION")]
@@ -243,6 +251,7 @@ impl TryFrom<&Cli> for Settings {
             pool_dir: cli.pool_dir.clone(),
             dax_writeback_interval: cli.dax_writeback_interval.clone(),
             dax_reply_timeout: cli.dax_reply_timeout.clone(),
+            dax_eviction_backlog: cli.dax_eviction_backlog.clone().map(toml::Value::String),
             control_socket: cli.control_socket.clone(),
             control_socket_mode: cli.control_socket_mode.clone(),
             pin_quota_bytes: cli.pin_quota_bytes.clone(),

@@ -394,6 +394,11 @@ fn queue_options(s: &Settings) -> Result<QueueOptions, LoadDaemonConfigError> {
             None => residency::Transport::Auto,
         },
         plane_poll: s.plane_poll.unwrap_or(false),
+        dax_eviction_backlog: match &s.dax_eviction_backlog {
+            Some(v) => cxlfs_api::dax::eviction_backlog(v.into())
+                .map_err(|e| LoadDaemonConfigError::Invalid(e.to_string()))?,
+            None => cxlfs_api::dax::EvictionBacklog::Auto,
+        },
         tag: match &s.tag {
             Some(t) => t.parse().map_err(|e: crate::backend::ParseFsTagError| {
                 LoadDaemonConfigError::Invalid(e.to_string())
@@ -772,6 +777,33 @@ mod tests {
     }
 
     #[test]
+    fn dax_eviction_backlog_from_file_and_flags() {
+        use cxlfs_api::dax::EvictionBacklog;
+        let pick = |c: &DaemonConfig| c.queues.dax_eviction_backlog;
+        let c = DaemonConfig::merge(&cli(&["--shared-dir", "/a"]), FileConfig::default()).unwrap();
+        assert_eq!(pick(&c), EvictionBacklog::Auto, "default");
+        let file: FileConfig = toml::from_str("dax_eviction_backlog = 16").unwrap();
+        let c = DaemonConfig::merge(&cli(&["--shared-dir", "/a"]), file.clone()).unwrap();
+        assert_eq!(pick(&c), EvictionBacklog::Pages(16));
+        let c = DaemonConfig::merge(
+            &cli(&["--shared-dir", "/a", "--dax-eviction-backlog", "off"]),
+            file,
+        )
+        .unwrap();
+        assert_eq!(pick(&c), EvictionBacklog::Off, "the flag wins");
+        let e = DaemonConfig::merge(
+            &cli(&["--shared-dir", "/a", "--dax-eviction-backlog", "lots"]),
+            FileConfig::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("dax_eviction_backlog") && e.contains("lots"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn access_sampling_from_file_and_flags() {
         let with = |flag: &str| {
             DaemonConfig::merge(
@@ -1117,7 +1149,7 @@ mod tests {
             let flag = flag.replace('_', "-");
             assert!(longs.contains(&flag.as_str()), "no --{flag} for `{key}`");
         }
-        assert_eq!(Settings::KEYS.len(), 37);
+        assert_eq!(Settings::KEYS.len(), 38);
         // ... and `sets` is not a file key.
         assert!(toml::from_str::<FileConfig>("sets = [\"a=1\"]").is_err());
     }

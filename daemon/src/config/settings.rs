@@ -93,6 +93,9 @@ settings! {
         pool_dir: PathBuf,
         /// Period of the pool's background write-back ("0": off).
         dax_writeback_interval: String,
+        /// Evicted pool pages that may await invalidation before a DAX
+        /// miss waits: "auto", "off" or a number of pages.
+        dax_eviction_backlog: toml::Value,
         /// How long a SHMEM_MAP / SHMEM_UNMAP waits for the VMM's ack.
         dax_reply_timeout: String,
         /// Control socket path.

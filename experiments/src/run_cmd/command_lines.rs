@@ -40,6 +40,12 @@ pub(super) fn daemon_args(
         // daemon and refuses to start with another), and the window's bit
         // area is made for it.
         a.extend(["--dax-window".to_string(), plan.spec.vms.dax_window.clone()]);
+        if d.dax_eviction_backlog.is_some() {
+            a.extend([
+                "--dax-eviction-backlog".to_string(),
+                d.dax_eviction_backlog().to_string(),
+            ]);
+        }
     }
     a.extend([
         "--access-bits".to_string(),

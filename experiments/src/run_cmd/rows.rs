@@ -155,6 +155,12 @@ impl PhaseRows<'_> {
                 json!(plan.spec.daemon.access_bits_period_ns()),
             );
         }
+        if plan.spec.daemon.dax {
+            r.insert(
+                "daemon.dax_eviction_backlog".into(),
+                json!(plan.spec.daemon.dax_eviction_backlog().to_string()),
+            );
+        }
         let compensation = plan.spec.daemon.latency_compensation.as_deref();
         r.insert(
             "daemon.latency_compensation".into(),

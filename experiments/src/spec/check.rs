@@ -37,6 +37,7 @@ pub(super) fn parse_tree(
     check_backend(&spec.daemon).map_err(key_err)?;
     check_access_sampling(&spec.daemon).map_err(key_err)?;
     check_latency_compensation(&spec.daemon).map_err(key_err)?;
+    check_dax_eviction_backlog(&spec.daemon).map_err(key_err)?;
     check_vars(&spec).map_err(key_err)?;
     check_image_not_swept(&spec).map_err(key_err)?;
     for (i, p) in spec.phases.iter().enumerate() {
@@ -264,6 +265,17 @@ fn check_access_sampling(d: &DaemonSpec) -> Result<(), KeyError> {
     Ok(())
 }
 
+/// `dax_eviction_backlog` (`auto`, `off` or pages), with the daemon's own
+/// parser (`cxlfs_api::dax`).
+fn check_dax_eviction_backlog(d: &DaemonSpec) -> Result<(), KeyError> {
+    match &d.dax_eviction_backlog {
+        Some(v) => cxlfs_api::dax::eviction_backlog(v.into())
+            .map(|_| ())
+            .map_err(|e| ("daemon.dax_eviction_backlog".to_string(), e.to_string())),
+        None => Ok(()),
+    }
+}
+
 /// `latency_compensation`: words, numbers, units, `=` and `,` only (the
 /// daemon checks the rest when it starts).
 fn check_latency_compensation(d: &DaemonSpec) -> Result<(), KeyError> {
@@ -383,6 +395,15 @@ mod tests {
         let e = load_str("s.toml", &bad, &[]).unwrap_err().to_string();
         assert!(
             e.starts_with("s.toml: daemon.access_bits: \"yes\": "),
+            "{e}"
+        );
+        let bad = SPEC.replace(
+            "cxl_ratio = 50",
+            "cxl_ratio = 50\ndax_eviction_backlog = -3",
+        );
+        let e = load_str("s.toml", &bad, &[]).unwrap_err().to_string();
+        assert!(
+            e.starts_with("s.toml: daemon.dax_eviction_backlog: ") && e.contains("-3"),
             "{e}"
         );
         // A swept value is checked at load as well, naming the point.

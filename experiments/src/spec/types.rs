@@ -101,6 +101,11 @@ pub struct DaemonSpec {
     /// --access-bits-period`, e.g. `"10ms"`; absent: the daemon's default).
     #[serde(default)]
     pub access_bits_period: Option<String>,
+    /// Evicted pool pages a DAX miss may leave awaiting invalidation
+    /// (`cxlfsd --dax-eviction-backlog`): `"auto"` (the daemon's default:
+    /// no flag), `"off"`, or a number of pages (0: none).
+    #[serde(default)]
+    pub dax_eviction_backlog: Option<toml::Value>,
     /// Latency compensation (`cxlfsd --latency-compensation`): `auto` (the
     /// daemon's default: no flag), `off`, a duration, or `dax=…,fuse=…`.
     #[serde(default)]
@@ -169,6 +174,14 @@ impl DaemonSpec {
             .unwrap_or(cxlfs_api::hits::DEFAULT_ACCESS_BITS_PERIOD_NS)
     }
 
+    /// The DAX eviction backlog (a spec that loaded has a valid value here).
+    pub fn dax_eviction_backlog(&self) -> cxlfs_api::dax::EvictionBacklog {
+        self.dax_eviction_backlog
+            .as_ref()
+            .and_then(|v| cxlfs_api::dax::eviction_backlog(v.into()).ok())
+            .unwrap_or_default()
+    }
+
     /// Whether the guests need the project's QEMU: for a DAX window, or
     /// for accessed bits.
     pub fn needs_patched_qemu(&self) -> bool {
@@ -200,6 +213,7 @@ impl Default for DaemonSpec {
             access_sampling: None,
             access_bits: None,
             access_bits_period: None,
+            dax_eviction_backlog: None,
             latency_compensation: None,
             metrics_interval: default_metrics_interval(),
             args: Vec::new(),

@@ -32,8 +32,9 @@ pub(crate) const MAX_WAITERS: u32 = 4;
 /// Evicted pages queued and not yet invalidated; who waits for fewer.
 #[derive(Debug, Default)]
 pub(crate) struct EvictionBacklog {
-    /// Most pages a miss may leave queued (0: no bound, misses never wait).
-    bound: u64,
+    /// Most pages a miss may leave queued (`None`: no bound, misses never
+    /// wait; `Some(0)`: a miss waits until every eviction is written).
+    bound: Option<u64>,
     pages: AtomicU64,
     waiters: AtomicU32,
     lock: Mutex<()>,
@@ -58,8 +59,8 @@ pub(crate) struct BacklogFigures {
 
 impl EvictionBacklog {
     /// A backlog whose misses wait while more than `bound` pages are
-    /// queued (0: never).
-    pub(crate) fn bounded(bound: u64) -> Self {
+    /// queued (`None`: never).
+    pub(crate) fn bounded(bound: Option<u64>) -> Self {
         EvictionBacklog {
             bound,
             ..EvictionBacklog::default()
@@ -86,7 +87,8 @@ impl EvictionBacklog {
             })
             .unwrap_or(0);
         let now = before.saturating_sub(pages);
-        if now <= self.bound && before > self.bound && self.waiters.load(Ordering::Acquire) > 0 {
+        let Some(bound) = self.bound else { return };
+        if now <= bound && before > bound && self.waiters.load(Ordering::Acquire) > 0 {
             // Under the lock: a waiter checks and sleeps under it too, so
             // it cannot miss this.
             let _g = super::lock(&self.lock);
@@ -103,7 +105,10 @@ impl EvictionBacklog {
     /// returns how long it waited. Returns at once with no bound, under
     /// it, or when [`MAX_WAITERS`] threads wait already.
     pub(crate) fn wait_under_bound(&self, limit: Duration) -> Duration {
-        if self.bound == 0 || self.pages() <= self.bound {
+        let Some(bound) = self.bound else {
+            return Duration::ZERO;
+        };
+        if self.pages() <= bound {
             return Duration::ZERO;
         }
         let joined = self
@@ -117,7 +122,7 @@ impl EvictionBacklog {
         let start = Instant::now();
         let mut g = super::lock(&self.lock);
         let over = loop {
-            if self.pages() <= self.bound {
+            if self.pages() <= bound {
                 break false;
             }
             let Some(left) = limit.checked_sub(start.elapsed()).filter(|d| !d.is_zero()) else {
@@ -160,15 +165,33 @@ mod tests {
 
     #[test]
     fn no_bound_never_waits() {
-        let b = EvictionBacklog::bounded(0);
+        let b = EvictionBacklog::bounded(None);
         b.queued(1_000);
         assert_eq!(b.wait_under_bound(Duration::from_secs(5)), Duration::ZERO);
         assert_eq!(b.figures(), BacklogFigures::default());
     }
 
     #[test]
+    fn a_bound_of_zero_waits_for_every_eviction() {
+        let b = Arc::new(EvictionBacklog::bounded(Some(0)));
+        assert_eq!(b.wait_under_bound(Duration::from_secs(5)), Duration::ZERO);
+        b.queued(1);
+        let notifier = {
+            let b = b.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(30));
+                b.done(1);
+            })
+        };
+        let waited = b.wait_under_bound(Duration::from_secs(10));
+        notifier.join().unwrap();
+        assert!(waited >= Duration::from_millis(20), "{waited:?}");
+        assert_eq!(b.pages(), 0);
+    }
+
+    #[test]
     fn under_the_bound_a_miss_goes_on() {
-        let b = EvictionBacklog::bounded(8);
+        let b = EvictionBacklog::bounded(Some(8));
         b.queued(8);
         assert_eq!(b.wait_under_bound(Duration::from_secs(5)), Duration::ZERO);
         b.done(3);
@@ -180,7 +203,7 @@ mod tests {
 
     #[test]
     fn over_the_bound_a_miss_waits_until_the_notifier_catches_up() {
-        let b = Arc::new(EvictionBacklog::bounded(4));
+        let b = Arc::new(EvictionBacklog::bounded(Some(4)));
         b.queued(10);
         let n = b.clone();
         let notifier = std::thread::spawn(move || {
@@ -201,7 +224,7 @@ mod tests {
 
     #[test]
     fn a_stuck_notifier_costs_at_most_the_limit() {
-        let b = EvictionBacklog::bounded(1);
+        let b = EvictionBacklog::bounded(Some(1));
         b.queued(2);
         let waited = b.wait_under_bound(Duration::from_millis(5));
         assert!(waited >= Duration::from_millis(5), "{waited:?}");
@@ -211,7 +234,7 @@ mod tests {
 
     #[test]
     fn only_a_few_threads_wait_at_once() {
-        let b = Arc::new(EvictionBacklog::bounded(1));
+        let b = Arc::new(EvictionBacklog::bounded(Some(1)));
         b.queued(2);
         let waiting: Vec<_> = (0..MAX_WAITERS)
             .map(|_| {

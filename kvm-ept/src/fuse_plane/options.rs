@@ -121,10 +121,11 @@ pub struct PlaneOptions {
     /// Most evicted pages a miss may leave waiting for their invalidation:
     /// a miss is not answered while more are queued (for at most 20 ms),
     /// so the pages the host still maps stay within this many of what the
-    /// backend holds. 0 (the default): misses never wait. For a plane whose
-    /// misses evict the pages guests wrote (the DAX plane); see
+    /// backend holds. `None` (the default): misses never wait; `Some(0)`:
+    /// each miss waits until every eviction before it is written. For a
+    /// plane whose misses evict the pages guests wrote (the DAX plane); see
     /// `backlog.rs`.
-    pub eviction_backlog_pages: u64,
+    pub eviction_backlog_pages: Option<u64>,
 }
 
 impl Default for PlaneOptions {
@@ -137,7 +138,7 @@ impl Default for PlaneOptions {
             detach: false,
             compensation: Compensation::Off,
             notifier_poll: Duration::ZERO,
-            eviction_backlog_pages: 0,
+            eviction_backlog_pages: None,
         }
     }
 }

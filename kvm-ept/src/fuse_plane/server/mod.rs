@@ -174,7 +174,7 @@ impl Server {
     /// Holds misses while more than `pages` evicted pages wait for the
     /// notifier (see
     /// [`PlaneOptions::eviction_backlog_pages`](super::PlaneOptions::eviction_backlog_pages)).
-    pub(crate) fn bounding_eviction_backlog(mut self, pages: u64) -> Self {
+    pub(crate) fn bounding_eviction_backlog(mut self, pages: Option<u64>) -> Self {
         self.backlog = super::backlog::EvictionBacklog::bounded(pages);
         self
     }
