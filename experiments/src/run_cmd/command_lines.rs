@@ -264,5 +264,16 @@ mod tests {
             a.windows(2).any(|w| w == ["--access-bits-period", "20ms"]),
             "{a:?}"
         );
+        // The eviction backlog goes to a daemon with DAX, as given.
+        let mut bound = plans[0].clone();
+        bound.spec.daemon.dax_eviction_backlog = Some(toml::Value::Integer(0));
+        let a = daemon_args(&bound, None, Path::new("m.jsonl"));
+        assert!(
+            a.windows(2).any(|w| w == ["--dax-eviction-backlog", "0"]),
+            "{a:?}"
+        );
+        bound.spec.daemon.dax = false;
+        let a = daemon_args(&bound, None, Path::new("m.jsonl"));
+        assert!(!a.iter().any(|x| x == "--dax-eviction-backlog"), "{a:?}");
     }
 }
