@@ -268,7 +268,7 @@ def main() -> int:
                           f"MAE {mae:6.3f}  max {mx:6.3f}  load {t['load']:.2f}", flush=True)
 
     print("\nworkload policy  tool        method   rate      MAE / max (pts)   cpu s (each round)         "
-          "wall s (each round)        cpu ratio (lCS min / cxlfs min, each cxlfs method)")
+          "wall s (each round)        cpu ratio, wall ratio (lCS min / cxlfs min, each cxlfs method)")
     for key, ts in results.items():
         name, policy, tool, method, rate = key
         mae, mx = errors[key]
@@ -278,6 +278,8 @@ def main() -> int:
         ratio = ""
         if tool != "cxlfs" and cx:
             ratio = " ".join(f"{min(t['cpu'] for t in ts) / min(t['cpu'] for t in c):.2f}x" for c in cx)
+            ratio += ", " + " ".join(
+                f"{min(t['wall'] for t in ts) / max(min(t['wall'] for t in c), 0.01):.2f}x" for c in cx)
         print(f"{name:8} {policy:7} {tool:11} {method:8} {rate or 1:<8.5g} {mae:6.3f} / {mx:6.3f}   "
               f"{cpu:26} {wall:26} {ratio}")
     return 0

@@ -569,7 +569,13 @@ const BATCH: usize = 1024;
 pub struct BinaryReader<R> {
     reader: R,
     header: TraceHeader,
-    /// Records decoded so far (handed out or in `batch`).
+    /// The header's bytes: where the records start.
+    header_len: usize,
+    /// Index of the record after the last one to read (a part of the
+    /// trace: [`BinaryReader::part`]); `None`: read to the end.
+    end: Option<u64>,
+    /// Index of the next record to decode (records decoded so far, handed
+    /// out or in `batch`, for a reader of the whole trace).
     decoded: u64,
     /// Decoded records; `batch[pos..]` not yet handed out.
     batch: Vec<Access>,
@@ -592,6 +598,8 @@ impl<R: BufRead> BinaryReader<R> {
         Ok(BinaryReader {
             reader,
             header,
+            header_len: len,
+            end: None,
             decoded: 0,
             batch: Vec::with_capacity(BATCH),
             pos: 0,
@@ -605,6 +613,30 @@ impl<R: BufRead> BinaryReader<R> {
         self.header
     }
 
+    /// The header's length in bytes: record `i` starts at
+    /// `header_len() + i * RECORD_LEN`.
+    pub fn header_len(&self) -> usize {
+        self.header_len
+    }
+
+    /// A reader of part of a trace whose header was read by
+    /// [`BinaryReader::new`]: `reader` is positioned at record `first`, and
+    /// `records` of them are read (`None`: to the end, where the header's
+    /// count is checked). Indices in errors are the whole trace's.
+    pub fn part<W>(reader: R, whole: &BinaryReader<W>, first: u64, records: Option<u64>) -> Self {
+        BinaryReader {
+            reader,
+            header: whole.header,
+            header_len: whole.header_len,
+            end: records.map(|n| first.saturating_add(n)),
+            decoded: first,
+            batch: Vec::with_capacity(BATCH),
+            pos: 0,
+            error: None,
+            ended: false,
+        }
+    }
+
     /// Records returned so far.
     pub fn records_read(&self) -> u64 {
         self.decoded - (self.batch.len() - self.pos) as u64
@@ -614,10 +646,27 @@ impl<R: BufRead> BinaryReader<R> {
     /// error for after the records before it.
     #[inline(never)]
     fn refill(&mut self) {
-        self.batch.clear();
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.clear();
         self.pos = 0;
-        while !self.ended && self.batch.len() < BATCH {
+        self.decode_into(&mut batch, BATCH);
+        self.batch = batch;
+    }
+
+    /// Decodes records onto `out` until it holds `limit` or the input ends
+    /// (then checks the count) or fails (the error kept for after the
+    /// records before it).
+    fn decode_into(&mut self, out: &mut Vec<Access>, limit: usize) {
+        while !self.ended && out.len() < limit {
             let index = self.decoded;
+            let left_in_part = match self.end {
+                Some(end) if index >= end => {
+                    self.ended = true;
+                    break;
+                }
+                Some(end) => usize::try_from(end - index).unwrap_or(usize::MAX),
+                None => usize::MAX,
+            };
             let buf = match self.reader.fill_buf() {
                 Ok(buf) => buf,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -639,12 +688,14 @@ impl<R: BufRead> BinaryReader<R> {
                 }
                 break;
             }
-            let whole = (buf.len() / RECORD_LEN).min(BATCH - self.batch.len());
+            let whole = (buf.len() / RECORD_LEN)
+                .min(limit - out.len())
+                .min(left_in_part);
             if whole == 0 {
                 // A record straddling the buffer's end.
                 let mut record = [0u8; RECORD_LEN];
                 match read_full(&mut self.reader, &mut record) {
-                    Ok(RECORD_LEN) => self.push(&record),
+                    Ok(RECORD_LEN) => self.push(out, &record),
                     Ok(got) => self.fail(ReadBinaryError::Record {
                         index,
                         source: BinaryTraceError::TruncatedRecord { got },
@@ -659,7 +710,7 @@ impl<R: BufRead> BinaryReader<R> {
                 record.copy_from_slice(chunk);
                 match decode_record(&record) {
                     Ok(access) => {
-                        self.batch.push(access);
+                        out.push(access);
                         used += RECORD_LEN;
                     }
                     Err(source) => {
@@ -673,6 +724,29 @@ impl<R: BufRead> BinaryReader<R> {
             self.reader.consume(used);
             self.decoded += (used / RECORD_LEN) as u64;
         }
+    }
+
+    /// Appends the next records to `out` until it holds `limit` (those
+    /// already decoded first): one batch of the caller's size, decoded
+    /// straight into the caller's buffer. `Some(Ok(()))` when it appended
+    /// any; the error that stopped decoding after the records before it;
+    /// `None` at the end. Mixes with [`BinaryReader::next_batch`].
+    pub fn next_batch_into(
+        &mut self,
+        out: &mut Vec<Access>,
+        limit: usize,
+    ) -> Option<Result<(), ReadBinaryError>> {
+        let before = out.len();
+        let kept = (self.batch.len() - self.pos).min(limit.saturating_sub(before));
+        out.extend_from_slice(&self.batch[self.pos..self.pos + kept]);
+        self.pos += kept;
+        if self.pos >= self.batch.len() {
+            self.decode_into(out, limit);
+        }
+        if out.len() > before {
+            return Some(Ok(()));
+        }
+        self.error.take().map(Err)
     }
 
     /// The next decoded records (up to 1024), handed out together; the
@@ -691,10 +765,10 @@ impl<R: BufRead> BinaryReader<R> {
         Some(Ok(&self.batch[start..]))
     }
 
-    fn push(&mut self, record: &[u8; RECORD_LEN]) {
+    fn push(&mut self, out: &mut Vec<Access>, record: &[u8; RECORD_LEN]) {
         match decode_record(record) {
             Ok(access) => {
-                self.batch.push(access);
+                out.push(access);
                 self.decoded += 1;
             }
             Err(source) => self.fail(ReadBinaryError::Record {

@@ -10,7 +10,9 @@ mod common;
 
 use common::{log_sizes as sizes, mrc_config as config};
 use cxlfs_device_model::mrc::shards::Sampler;
-use cxlfs_device_model::mrc::{exact_curve, limits, minisim, sampled_lru, CurvePass};
+use cxlfs_device_model::mrc::{
+    exact_curve, limits, minisim, sampled_lru, CurvePass, JoinPassError,
+};
 use cxlfs_device_model::replay::{Arrival, Replayer};
 use cxlfs_device_model::trace::{parse_csv_line, Access};
 use cxlfs_device_model::workload::{WorkloadKind, WorkloadSpec};
@@ -230,4 +232,67 @@ fn knobs_a_method_cannot_honour_are_refused_with_the_reason() {
     cfg.cache.hits_visible = false;
     assert!(limits::exact(&cfg, closed).is_err());
     assert!(limits::miniature(&cfg, closed).is_ok());
+}
+
+/// A fixed-rate sample taken in parts (as `cxlfs mrc` reads a binary trace,
+/// one part per CPU) and joined is the sample of one pass: the same
+/// accesses, warm-up, realized rate and curve.
+#[test]
+fn a_sampled_pass_in_parts_joined_equals_one_pass() {
+    let accesses = zipf(1 << 14, 200_000);
+    let cap = config(PolicyKind::Lru).capacity_bytes();
+    let (warmup, rate) = (30_000, 1.0 / 16.0);
+    let mut whole = CurvePass::new(cap, warmup, Some(Sampler::fixed_rate(rate)));
+    whole.feed_batch(&accesses).expect("in range");
+    let whole = whole.finish().sample.expect("a sample");
+    // Cut before, at and after the warm-up's end.
+    let cuts = [0usize, 17_000, 30_000, 120_001, accesses.len()];
+    let mut joined: Option<CurvePass> = None;
+    for w in cuts.windows(2) {
+        let mut part =
+            CurvePass::new(cap, warmup, Some(Sampler::fixed_rate(rate))).part_from(w[0] as u64);
+        part.feed_batch(&accesses[w[0]..w[1]]).expect("in range");
+        joined = Some(match joined {
+            None => part,
+            Some(j) => j.join(part).expect("consecutive parts"),
+        });
+    }
+    let joined = joined.expect("parts").finish();
+    assert_eq!(joined.fed, accesses.len() as u64);
+    let joined = joined.sample.expect("a sample");
+    assert_eq!(joined.accesses, whole.accesses);
+    assert_eq!(joined.warmup, whole.warmup);
+    assert_eq!(joined.realized_rate, whole.realized_rate);
+    assert_eq!(joined.measured_page_accesses, whole.measured_page_accesses);
+    assert!(
+        whole.warmup > 0 && whole.pages > 500,
+        "{} {}",
+        whole.warmup,
+        whole.pages
+    );
+}
+
+/// Parts that do not follow each other, and passes that are not a
+/// fixed-rate sample alone, are refused.
+#[test]
+fn passes_join_only_in_order_and_only_as_fixed_rate_samples() {
+    let cap = 1 << 30;
+    let sampled = |from| CurvePass::new(cap, 0, Some(Sampler::fixed_rate(0.1))).part_from(from);
+    let mut a = sampled(0);
+    a.feed_batch(&zipf(1 << 10, 100)).expect("in range");
+    assert!(matches!(
+        a.join(sampled(99)),
+        Err(JoinPassError::NotNext {
+            fed: 100,
+            later: 99
+        })
+    ));
+    let sized = CurvePass::new(cap, 0, Some(Sampler::fixed_size(10, 1.0)));
+    assert!(!sized.splittable());
+    assert!(matches!(
+        sampled(0).join(sized),
+        Err(JoinPassError::NotSplittable)
+    ));
+    let stack = CurvePass::new(cap, 0, None).with_lru(&[1 << 20]);
+    assert!(!stack.splittable());
 }

@@ -5,8 +5,10 @@
 //! it), or, where a knob rules both out, one replay per size.
 
 use crate::mrc_out::{self, CurvePoint, Method, PolicyCurve};
+use crate::read_ahead::{self, DriveError};
 use crate::replay_cmd::{arrival_of, describe_input, input_of, run_point, Input, ReplayInputArgs};
-use crate::trace_io::TraceReader;
+use crate::split_pass;
+use crate::trace_io::{TraceFormat, TraceReader};
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use cxlfs_device_model::mrc::shards::Sampler;
@@ -232,23 +234,20 @@ fn sampler_of(args: &MrcArgs, smallest: u64) -> Result<Sampler> {
 }
 
 /// Reads the input once into `pass`.
-fn one_pass(mut pass: CurvePass, input: &Input, warmup: u64) -> Result<Collected> {
-    match input {
+fn one_pass(pass: CurvePass, input: &Input, warmup: u64) -> Result<Collected> {
+    let pass = match input {
         Input::Workload(spec) => {
+            let mut pass = pass;
             for access in spec.generate()? {
                 pass.feed(&access).context("workload")?;
             }
+            pass
         }
-        Input::Trace(path) => {
-            let mut reader = TraceReader::open(path)?;
-            while let Some(batch) = reader.next_batch() {
-                if let Err(e) = pass.feed_batch(batch?) {
-                    let at = reader.location_of(e.index);
-                    return Err(e).context(at);
-                }
-            }
-        }
-    }
+        Input::Trace(path) => match split_pass::try_run(pass, TraceReader::open(path)?)? {
+            Ok(pass) => pass,
+            Err((pass, reader)) => trace_pass(pass, reader)?,
+        },
+    };
     let collected = pass.finish();
     if warmup > 0 && collected.fed <= warmup {
         bail!(
@@ -257,6 +256,30 @@ fn one_pass(mut pass: CurvePass, input: &Input, warmup: u64) -> Result<Collected
         );
     }
     Ok(collected)
+}
+
+/// `reader`'s accesses fed to `pass` in one stream: a binary trace read on a
+/// second thread, ahead of the pass; CSV here, so that an error names its
+/// line.
+fn trace_pass(mut pass: CurvePass, mut reader: TraceReader) -> Result<CurvePass> {
+    if reader.format() == TraceFormat::Bin {
+        let (reader, outcome) = read_ahead::drive(reader, |b| pass.feed_batch(b));
+        return match outcome {
+            Ok(()) => Ok(pass),
+            Err(DriveError::Consume(e)) => {
+                let at = reader.map(|r| r.location_of(e.index));
+                Err(e).context(at.unwrap_or_default())
+            }
+            Err(e) => Err(e.into()),
+        };
+    }
+    while let Some(batch) = reader.next_batch() {
+        if let Err(e) = pass.feed_batch(batch?) {
+            let at = reader.location_of(e.index);
+            return Err(e).context(at);
+        }
+    }
+    Ok(pass)
 }
 
 fn exact_points(policy: PolicyKind, c: Option<&Collected>, sizes: &[u64]) -> Vec<CurvePoint> {

@@ -10,7 +10,7 @@ use cxlfs_device_model::replay::{
 use cxlfs_device_model::trace::{
     encode_record, format_csv_arrival, is_binary, parse_csv_arrival, parse_csv_line, Access,
     BinaryReader, BinaryTraceError, CsvLine, ReadBinaryError, TraceHeader, TraceLineError,
-    BINARY_MAGIC, BINARY_MAGIC_V1, CSV_HEADER,
+    BINARY_MAGIC, BINARY_MAGIC_V1, CSV_HEADER, RECORD_LEN,
 };
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Seek, SeekFrom, Write};
@@ -146,6 +146,9 @@ pub struct TraceReader {
     done: bool,
     /// CSV: the access [`TraceReader::next_batch`] hands out.
     single: Access,
+    /// CSV: the error [`TraceReader::next_batch_into`] met after the
+    /// accesses it appended, handed out on its next call.
+    pending: Option<ReadTraceError>,
 }
 
 impl TraceReader {
@@ -179,6 +182,7 @@ impl TraceReader {
                 line: 0,
                 done: false,
                 single: Access::default(),
+                pending: None,
             }
         } else {
             TraceReader {
@@ -194,6 +198,7 @@ impl TraceReader {
                 line: 0,
                 done: false,
                 single: Access::default(),
+                pending: None,
             }
         };
         trace.read_csv_preamble()?;
@@ -299,6 +304,117 @@ impl TraceReader {
                 None
             }
         }
+    }
+
+    /// Appends the next accesses to `out` until it holds `limit`: a binary
+    /// trace's decoded straight into it, a CSV trace's line by line.
+    /// `Some(Ok(()))` when it appended any; the error that stopped reading
+    /// after the accesses before it; `None` at the end.
+    pub fn next_batch_into(
+        &mut self,
+        out: &mut Vec<Access>,
+        limit: usize,
+    ) -> Option<Result<(), ReadTraceError>> {
+        if let Some(e) = self.pending.take() {
+            return Some(Err(e));
+        }
+        if self.done {
+            return None;
+        }
+        let before = out.len();
+        let Source::Bin(bin) = &mut self.src else {
+            while out.len() < limit {
+                match self.next() {
+                    Some(Ok(access)) => out.push(access),
+                    Some(Err(e)) if out.len() == before => return Some(Err(e)),
+                    // Kept for the next call, after these accesses.
+                    Some(Err(e)) => {
+                        self.pending = Some(e);
+                        break;
+                    }
+                    None => break,
+                }
+            }
+            return (out.len() > before).then_some(Ok(()));
+        };
+        match bin.next_batch_into(out, limit) {
+            Some(Ok(())) => {
+                self.records += (out.len() - before) as u64;
+                Some(Ok(()))
+            }
+            Some(Err(e)) => {
+                self.done = true;
+                Some(Err(bin_error(&self.path, e)))
+            }
+            None => {
+                self.done = true;
+                None
+            }
+        }
+    }
+
+    /// An unread binary trace cut into `parts` readers of consecutive
+    /// record ranges (each with its own file handle, for a thread each),
+    /// the last reading to the end and checking the header's count; `None`
+    /// for CSV, a trace already read from, or fewer than `min_records`
+    /// records per part. Their errors and locations use the whole trace's
+    /// record indices.
+    pub fn split(
+        &self,
+        parts: usize,
+        min_records: u64,
+    ) -> Result<Option<Vec<TraceReader>>, ReadTraceError> {
+        let Source::Bin(bin) = &self.src else {
+            return Ok(None);
+        };
+        if self.records != 0 || bin.records_read() != 0 || parts < 2 {
+            return Ok(None);
+        }
+        let open = || {
+            File::open(&self.path).map_err(|source| ReadTraceError::Open {
+                path: self.path.clone(),
+                source,
+            })
+        };
+        let io = |source| ReadTraceError::Io {
+            path: self.path.clone(),
+            line: 0,
+            source,
+        };
+        let len = open()?.metadata().map_err(io)?.len();
+        let start = bin.header_len() as u64;
+        let records = len.saturating_sub(start) / RECORD_LEN as u64;
+        let n = parts as u64;
+        if records / n < min_records.max(1) {
+            return Ok(None);
+        }
+        (0..n)
+            .map(|k| {
+                let first = records * k / n;
+                let count = (k + 1 < n).then(|| records * (k + 1) / n - first);
+                let mut file = open()?;
+                file.seek(SeekFrom::Start(start + first * RECORD_LEN as u64))
+                    .map_err(io)?;
+                let reader = BufReader::with_capacity(BUFFER_BYTES, file);
+                Ok(TraceReader {
+                    path: self.path.clone(),
+                    arrival: self.arrival,
+                    src: Source::Bin(BinaryReader::part(reader, bin, first, count)),
+                    records: first,
+                    line: 0,
+                    done: false,
+                    single: Access::default(),
+                    pending: None,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
+    /// Records before the next one this reader returns: its first record's
+    /// index, for a part of a trace ([`TraceReader::split`]).
+    pub fn records_before(&self) -> u64 {
+        self.records
     }
 
     /// Where access `index` (0-based, counted from the first record) came

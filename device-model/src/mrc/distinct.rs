@@ -43,6 +43,14 @@ impl DistinctEstimate {
         }
     }
 
+    /// Adds what `other` saw: the estimate of the two streams together,
+    /// equal to one estimate fed both (registers keep maxima).
+    pub fn merge(&mut self, other: &DistinctEstimate) {
+        for (r, o) in self.registers.iter_mut().zip(other.registers.iter()) {
+            *r = (*r).max(*o);
+        }
+    }
+
     /// The estimated count (0 for nothing seen).
     pub fn count(&self) -> u64 {
         let m = REGISTERS as f64;
@@ -99,5 +107,29 @@ mod tests {
             let error = (got as f64 - n as f64).abs() / n as f64;
             assert!(error <= tolerance, "{n} pages counted as {got}");
         }
+    }
+
+    #[test]
+    fn two_merged_estimates_are_the_estimate_of_both_streams() {
+        let sip = BuildHasherDefault::<DefaultHasher>::default();
+        let mut a = DistinctEstimate::default();
+        let mut b = DistinctEstimate::default();
+        let mut both = DistinctEstimate::default();
+        // Pages 0..120 000, then 100 000..170 000: 170 000 in all.
+        for p in (0..120_000u64).chain(100_000..170_000) {
+            let h = sip.hash_one(p);
+            both.insert_hash(h);
+            if p < 120_000 {
+                a.insert_hash(h);
+            }
+            if p >= 100_000 {
+                b.insert_hash(h);
+            }
+        }
+        let (a_alone, b_alone) = (a.count(), b.count());
+        a.merge(&b);
+        assert_eq!(a.registers, both.registers);
+        assert!(a_alone < 125_000 && b_alone < 75_000, "{a_alone} {b_alone}");
+        assert!(both.count() > 165_000, "{}", both.count());
     }
 }

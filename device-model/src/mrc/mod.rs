@@ -45,10 +45,33 @@ pub struct FeedError {
     pub error: AccessError,
 }
 
+/// Why two passes over parts of the input cannot be joined.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum JoinPassError {
+    /// Not both fixed-rate samples alone ([`CurvePass::splittable`]).
+    #[error("only a fixed-rate sample alone can be taken in parts")]
+    NotSplittable,
+    /// The later part does not start where this one stopped (or is of
+    /// another device or warm-up).
+    #[error("the later part starts at access {later}, not at {fed}")]
+    NotNext {
+        /// Accesses this pass was fed up to.
+        fed: u64,
+        /// Where the later part starts.
+        later: u64,
+    },
+    /// The samples do not join.
+    #[error(transparent)]
+    Sample(shards::AppendSampleError),
+}
+
 /// One pass over the input, feeding the stack and the sampler it was asked for.
 pub struct CurvePass {
     capacity_bytes: u64,
     warmup: u64,
+    /// Index of the first access this pass is fed (0 unless it takes a
+    /// later part of the input: [`CurvePass::part_from`]).
+    first: u64,
     fed: u64,
     stack: Option<StackDistances>,
     lifo: Option<LifoThresholds>,
@@ -81,12 +104,69 @@ impl CurvePass {
         CurvePass {
             capacity_bytes,
             warmup,
+            first: 0,
             fed: 0,
             stack: None,
             lifo: None,
             sampler,
             window: VecDeque::with_capacity(LOOKAHEAD + 1),
         }
+    }
+
+    /// Whether the input may be fed in parts, each to its own pass, joined
+    /// in order ([`CurvePass::join`]): a fixed-rate sample alone (a stack
+    /// or a fixed-size sample depends on every access before).
+    pub fn splittable(&self) -> bool {
+        self.stack.is_none()
+            && self.lifo.is_none()
+            && self.sampler.as_ref().is_some_and(Sampler::is_fixed_rate)
+    }
+
+    /// This pass, unfed, for the part of the input from access `first` on:
+    /// the warm-up and error indices stay those of the whole input.
+    pub fn part_from(mut self, first: u64) -> CurvePass {
+        if self.fed == self.first {
+            self.first = first;
+            self.fed = first;
+        }
+        self
+    }
+
+    /// An empty pass like this one for the part of the input from access
+    /// `first` on, to be joined after it; `None` unless
+    /// [`CurvePass::splittable`].
+    pub fn part_like(&self, first: u64) -> Option<CurvePass> {
+        if !self.splittable() {
+            return None;
+        }
+        let sampler = self.sampler.as_ref().and_then(Sampler::empty_like)?;
+        Some(CurvePass::new(self.capacity_bytes, self.warmup, Some(sampler)).part_from(first))
+    }
+
+    /// Access index the pass would count next (the accesses before it fed).
+    pub fn next_index(&self) -> u64 {
+        self.fed
+    }
+
+    /// The pass over this part and the `later` one, which starts where this
+    /// one stopped: what one pass fed both in order would hold.
+    pub fn join(mut self, later: CurvePass) -> Result<CurvePass, JoinPassError> {
+        if !self.splittable() || !later.splittable() {
+            return Err(JoinPassError::NotSplittable);
+        }
+        if later.first != self.fed
+            || (later.capacity_bytes, later.warmup) != (self.capacity_bytes, self.warmup)
+        {
+            return Err(JoinPassError::NotNext {
+                fed: self.fed,
+                later: later.first,
+            });
+        }
+        if let (Some(s), Some(l)) = (self.sampler.as_mut(), later.sampler) {
+            s.append(l).map_err(JoinPassError::Sample)?;
+        }
+        self.fed = later.fed;
+        Ok(self)
     }
 
     /// Also counts LRU stack distances for caches of `sizes` bytes.

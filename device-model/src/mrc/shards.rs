@@ -78,6 +78,22 @@ struct Kept {
     warm: bool,
 }
 
+/// Why two samples cannot be joined.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AppendSampleError {
+    /// A fixed-size sample's threshold depends on every page before it.
+    #[error("a fixed-size sample cannot be taken in parts")]
+    FixedSize,
+    /// The parts were sampled at different rates.
+    #[error("parts sampled at rates {rate} and {later}")]
+    Rates {
+        /// The first part's rate.
+        rate: f64,
+        /// The later part's rate.
+        later: f64,
+    },
+}
+
 /// The sample of a page-access stream.
 pub struct Sampler {
     threshold: u64,
@@ -168,6 +184,37 @@ impl Sampler {
             set: FxHashSet::default(),
         });
         s
+    }
+
+    /// An empty sampler of this one's fixed rate, for a later part of the
+    /// stream ([`Sampler::append`]); `None` for a fixed-size sample.
+    pub fn empty_like(&self) -> Option<Sampler> {
+        self.is_fixed_rate().then(|| Sampler::below(self.threshold))
+    }
+
+    /// Whether the rate is fixed (not a fixed-size sample): then the
+    /// samples of consecutive parts of a stream can be joined.
+    pub fn is_fixed_rate(&self) -> bool {
+        self.fixed.is_none()
+    }
+
+    /// Appends the sample of the stream's next part, taken at the same
+    /// fixed rate: the result is the sample of both parts, as one sampler
+    /// fed both in order would have taken it.
+    pub fn append(&mut self, later: Sampler) -> Result<(), AppendSampleError> {
+        if !self.is_fixed_rate() || !later.is_fixed_rate() {
+            return Err(AppendSampleError::FixedSize);
+        }
+        if self.threshold != later.threshold {
+            return Err(AppendSampleError::Rates {
+                rate: self.rate(),
+                later: later.rate(),
+            });
+        }
+        self.kept.extend_from_slice(&later.kept);
+        self.measured_pages += later.measured_pages;
+        self.distinct.merge(&later.distinct);
+        Ok(())
     }
 
     /// The current rate.
@@ -320,6 +367,43 @@ mod tests {
         }
         let rated = r.finish();
         assert_eq!(rated.accesses, sized.accesses);
+    }
+
+    #[test]
+    fn a_fixed_rate_sample_taken_in_parts_is_the_sample_of_the_whole() {
+        let stream: Vec<(Access, bool)> = (0..60_000u64)
+            .map(|i| (read(i * 7919 % 20_000), i < 5_000))
+            .collect();
+        let mut whole = Sampler::fixed_rate(0.05);
+        stream.iter().for_each(|(a, w)| whole.access(a, *w));
+        let mut first = Sampler::fixed_rate(0.05);
+        let mut later = Sampler::fixed_rate(0.05);
+        stream[..31_000]
+            .iter()
+            .for_each(|(a, w)| first.access(a, *w));
+        stream[31_000..]
+            .iter()
+            .for_each(|(a, w)| later.access(a, *w));
+        first.append(later).expect("same rate");
+        let (whole, joined) = (whole.finish(), first.finish());
+        assert_eq!(joined.accesses, whole.accesses);
+        assert_eq!(joined.warmup, whole.warmup);
+        assert_eq!(joined.realized_rate, whole.realized_rate);
+        assert_eq!(joined.measured_page_accesses, whole.measured_page_accesses);
+        assert!(whole.pages > 500, "{}", whole.pages);
+    }
+
+    #[test]
+    fn only_fixed_rate_samples_of_one_rate_join() {
+        let mut s = Sampler::fixed_rate(0.1);
+        assert!(matches!(
+            s.append(Sampler::fixed_rate(0.2)),
+            Err(AppendSampleError::Rates { .. })
+        ));
+        assert_eq!(
+            s.append(Sampler::fixed_size(10, 0.1)),
+            Err(AppendSampleError::FixedSize)
+        );
     }
 
     #[test]
