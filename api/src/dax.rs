@@ -15,7 +15,7 @@ pub const MAX_EVICTION_BACKLOG_PAGES: u64 = 1 << 20;
 
 /// The bound on evicted pages awaiting invalidation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum EvictionBacklog {
+pub enum EvictionBacklogSetting {
     /// 1/32 of the device cache, within 32..=512 pages (the default).
     #[default]
     Auto,
@@ -25,24 +25,24 @@ pub enum EvictionBacklog {
     Pages(u64),
 }
 
-impl EvictionBacklog {
+impl EvictionBacklogSetting {
     /// The bound in pages for a device cache of `cache_pages` (`None`: no
     /// bound).
     pub fn pages(self, cache_pages: u64) -> Option<u64> {
         match self {
-            EvictionBacklog::Auto => Some((cache_pages / 32).clamp(32, 512)),
-            EvictionBacklog::Off => None,
-            EvictionBacklog::Pages(n) => Some(n),
+            EvictionBacklogSetting::Auto => Some((cache_pages / 32).clamp(32, 512)),
+            EvictionBacklogSetting::Off => None,
+            EvictionBacklogSetting::Pages(n) => Some(n),
         }
     }
 }
 
-impl std::fmt::Display for EvictionBacklog {
+impl std::fmt::Display for EvictionBacklogSetting {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            EvictionBacklog::Auto => f.write_str("auto"),
-            EvictionBacklog::Off => f.write_str("off"),
-            EvictionBacklog::Pages(n) => write!(f, "{n}"),
+            EvictionBacklogSetting::Auto => f.write_str("auto"),
+            EvictionBacklogSetting::Off => f.write_str("off"),
+            EvictionBacklogSetting::Pages(n) => write!(f, "{n}"),
         }
     }
 }
@@ -53,12 +53,14 @@ impl std::fmt::Display for EvictionBacklog {
 pub struct EvictionBacklogError(pub String);
 
 /// Parses a `dax_eviction_backlog` (a string or a TOML integer).
-pub fn eviction_backlog(v: SettingValue<'_>) -> Result<EvictionBacklog, EvictionBacklogError> {
+pub fn eviction_backlog(
+    v: SettingValue<'_>,
+) -> Result<EvictionBacklogSetting, EvictionBacklogError> {
     let err = || EvictionBacklogError(v.to_string());
     let n = match v {
         SettingValue::Text(t) => match t.trim() {
-            "auto" => return Ok(EvictionBacklog::Auto),
-            "off" => return Ok(EvictionBacklog::Off),
+            "auto" => return Ok(EvictionBacklogSetting::Auto),
+            "off" => return Ok(EvictionBacklogSetting::Off),
             t => t.parse::<u64>().map_err(|_| err())?,
         },
         SettingValue::Integer(n) => u64::try_from(n).map_err(|_| err())?,
@@ -67,10 +69,10 @@ pub fn eviction_backlog(v: SettingValue<'_>) -> Result<EvictionBacklog, Eviction
     if n > MAX_EVICTION_BACKLOG_PAGES {
         return Err(err());
     }
-    Ok(EvictionBacklog::Pages(n))
+    Ok(EvictionBacklogSetting::Pages(n))
 }
 
-impl std::str::FromStr for EvictionBacklog {
+impl std::str::FromStr for EvictionBacklogSetting {
     type Err = EvictionBacklogError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -86,13 +88,13 @@ mod tests {
     #[test]
     fn parses_words_and_pages_and_refuses_the_rest() {
         let t = |s| eviction_backlog(SettingValue::Text(s));
-        assert_eq!(t("auto"), Ok(EvictionBacklog::Auto));
-        assert_eq!(t("off"), Ok(EvictionBacklog::Off));
-        assert_eq!(t("0"), Ok(EvictionBacklog::Pages(0)));
-        assert_eq!(t("64"), Ok(EvictionBacklog::Pages(64)));
+        assert_eq!(t("auto"), Ok(EvictionBacklogSetting::Auto));
+        assert_eq!(t("off"), Ok(EvictionBacklogSetting::Off));
+        assert_eq!(t("0"), Ok(EvictionBacklogSetting::Pages(0)));
+        assert_eq!(t("64"), Ok(EvictionBacklogSetting::Pages(64)));
         assert_eq!(
             eviction_backlog(SettingValue::Integer(8)),
-            Ok(EvictionBacklog::Pages(8))
+            Ok(EvictionBacklogSetting::Pages(8))
         );
         for bad in ["", "-1", "1.5", "many", "1048577"] {
             assert!(t(bad).is_err(), "{bad:?} accepted");
@@ -102,20 +104,20 @@ mod tests {
         let e = t("x").unwrap_err().to_string();
         assert!(e.contains("auto, off or a number of pages"), "{e}");
         for v in [
-            EvictionBacklog::Auto,
-            EvictionBacklog::Off,
-            EvictionBacklog::Pages(3),
+            EvictionBacklogSetting::Auto,
+            EvictionBacklogSetting::Off,
+            EvictionBacklogSetting::Pages(3),
         ] {
-            assert_eq!(v.to_string().parse::<EvictionBacklog>(), Ok(v));
+            assert_eq!(v.to_string().parse::<EvictionBacklogSetting>(), Ok(v));
         }
     }
 
     #[test]
     fn auto_is_a_32nd_of_the_cache_within_32_to_512_pages() {
-        assert_eq!(EvictionBacklog::Auto.pages(256), Some(32));
-        assert_eq!(EvictionBacklog::Auto.pages(4096), Some(128));
-        assert_eq!(EvictionBacklog::Auto.pages(1 << 20), Some(512));
-        assert_eq!(EvictionBacklog::Off.pages(4096), None);
-        assert_eq!(EvictionBacklog::Pages(0).pages(4096), Some(0));
+        assert_eq!(EvictionBacklogSetting::Auto.pages(256), Some(32));
+        assert_eq!(EvictionBacklogSetting::Auto.pages(4096), Some(128));
+        assert_eq!(EvictionBacklogSetting::Auto.pages(1 << 20), Some(512));
+        assert_eq!(EvictionBacklogSetting::Off.pages(4096), None);
+        assert_eq!(EvictionBacklogSetting::Pages(0).pages(4096), Some(0));
     }
 }

@@ -85,7 +85,7 @@ pub struct QueueOptions {
     /// One polling plane thread (`ReaderMode::Spin`) instead of sleeping ones.
     pub plane_poll: bool,
     /// Evicted pool pages a DAX miss may leave awaiting invalidation.
-    pub dax_eviction_backlog: cxlfs_api::dax::EvictionBacklog,
+    pub dax_eviction_backlog: cxlfs_api::dax::EvictionBacklogSetting,
 }
 
 impl Default for QueueOptions {
@@ -99,7 +99,7 @@ impl Default for QueueOptions {
             dax_compensation: pace::Compensation::Off,
             plane_transport: residency::Transport::Auto,
             plane_poll: false,
-            dax_eviction_backlog: cxlfs_api::dax::EvictionBacklog::Auto,
+            dax_eviction_backlog: cxlfs_api::dax::EvictionBacklogSetting::Auto,
         }
     }
 }

@@ -397,7 +397,7 @@ fn queue_options(s: &Settings) -> Result<QueueOptions, LoadDaemonConfigError> {
         dax_eviction_backlog: match &s.dax_eviction_backlog {
             Some(v) => cxlfs_api::dax::eviction_backlog(v.into())
                 .map_err(|e| LoadDaemonConfigError::Invalid(e.to_string()))?,
-            None => cxlfs_api::dax::EvictionBacklog::Auto,
+            None => cxlfs_api::dax::EvictionBacklogSetting::Auto,
         },
         tag: match &s.tag {
             Some(t) => t.parse().map_err(|e: crate::backend::ParseFsTagError| {
@@ -778,19 +778,19 @@ mod tests {
 
     #[test]
     fn dax_eviction_backlog_from_file_and_flags() {
-        use cxlfs_api::dax::EvictionBacklog;
+        use cxlfs_api::dax::EvictionBacklogSetting;
         let pick = |c: &DaemonConfig| c.queues.dax_eviction_backlog;
         let c = DaemonConfig::merge(&cli(&["--shared-dir", "/a"]), FileConfig::default()).unwrap();
-        assert_eq!(pick(&c), EvictionBacklog::Auto, "default");
+        assert_eq!(pick(&c), EvictionBacklogSetting::Auto, "default");
         let file: FileConfig = toml::from_str("dax_eviction_backlog = 16").unwrap();
         let c = DaemonConfig::merge(&cli(&["--shared-dir", "/a"]), file.clone()).unwrap();
-        assert_eq!(pick(&c), EvictionBacklog::Pages(16));
+        assert_eq!(pick(&c), EvictionBacklogSetting::Pages(16));
         let c = DaemonConfig::merge(
             &cli(&["--shared-dir", "/a", "--dax-eviction-backlog", "off"]),
             file,
         )
         .unwrap();
-        assert_eq!(pick(&c), EvictionBacklog::Off, "the flag wins");
+        assert_eq!(pick(&c), EvictionBacklogSetting::Off, "the flag wins");
         let e = DaemonConfig::merge(
             &cli(&["--shared-dir", "/a", "--dax-eviction-backlog", "lots"]),
             FileConfig::default(),

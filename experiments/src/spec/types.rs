@@ -175,7 +175,7 @@ impl DaemonSpec {
     }
 
     /// The DAX eviction backlog (a spec that loaded has a valid value here).
-    pub fn dax_eviction_backlog(&self) -> cxlfs_api::dax::EvictionBacklog {
+    pub fn dax_eviction_backlog(&self) -> cxlfs_api::dax::EvictionBacklogSetting {
         self.dax_eviction_backlog
             .as_ref()
             .and_then(|v| cxlfs_api::dax::eviction_backlog(v.into()).ok())

@@ -67,17 +67,18 @@ impl EvictionBacklog {
         }
     }
 
-    /// `pages` evicted pages were queued for the notifier.
+    /// `pages` evicted pages were queued for the notifier (not counted
+    /// without a bound: nothing would read the count).
     pub(crate) fn queued(&self, pages: u64) {
-        if pages == 0 {
-            return; // a store: nothing evicted
+        if pages == 0 || self.bound.is_none() {
+            return; // a store (nothing evicted), or no bound to hold to
         }
         self.pages.fetch_add(pages, Ordering::AcqRel);
     }
 
     /// The notifier is done with `pages` of them (written or refused).
     pub(crate) fn done(&self, pages: u64) {
-        if pages == 0 {
+        if pages == 0 || self.bound.is_none() {
             return;
         }
         let before = self
@@ -96,7 +97,7 @@ impl EvictionBacklog {
         }
     }
 
-    /// Pages queued now.
+    /// Pages queued now (0 without a bound: not counted).
     pub(crate) fn pages(&self) -> u64 {
         self.pages.load(Ordering::Acquire)
     }
@@ -169,6 +170,7 @@ mod tests {
         b.queued(1_000);
         assert_eq!(b.wait_under_bound(Duration::from_secs(5)), Duration::ZERO);
         assert_eq!(b.figures(), BacklogFigures::default());
+        assert_eq!(b.pages(), 0, "not counted without a bound");
     }
 
     #[test]
