@@ -70,7 +70,7 @@ mod timing;
 
 // Running the daemon (`main.rs`): configuration, the shared state and its
 // sessions, the sockets, the metrics endpoints, termination signals.
-pub use backend::{FsTag, QueueOptions};
+pub use backend::{make_daemon_realtime, FsTag, MakeRealtimeError, QueueOptions};
 pub use config::{Cli, DaemonConfig, FileConfig, VmSpec, DEFAULT_MAX_OPEN_FILES};
 pub use control::{ControlSocket, StartControlError};
 pub use daemon::{listen, DaemonState, Features, ListeningVm, SessionOptions, VmServer};

@@ -78,8 +78,13 @@ fn run(cli: &Cli) -> Result<(), BoxError> {
         return Ok(());
     }
     check_config(&cfg)?;
-    // Before any thread exists, so that every thread inherits the mask.
+    // Before any thread exists, so that every thread inherits the mask
+    // (and the scheduling policy).
     cxlfsd::block_termination_signals()?;
+    if let Some(prio) = cfg.queues.realtime_priority {
+        cxlfsd::make_daemon_realtime(prio)?;
+        tracing::info!(prio, "every daemon thread under SCHED_FIFO");
+    }
     // Also before any thread: a namespace is per thread.
     let sandbox = cli.sandbox.unwrap_or_else(default_sandbox);
     let fd_limit = cxlfsd::sandbox::prepare(sandbox)?;

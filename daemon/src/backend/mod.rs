@@ -182,6 +182,38 @@ impl pace::Deadline for Held {
     }
 }
 
+/// Why the daemon could not run under SCHED_FIFO.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot run under SCHED_FIFO at priority {prio} (needs root or CAP_SYS_NICE)")]
+pub struct MakeRealtimeError {
+    /// The priority asked for.
+    pub prio: u8,
+    /// The OS error.
+    #[source]
+    pub source: io::Error,
+}
+
+/// Puts the calling thread under SCHED_FIFO at `prio`; called before the
+/// daemon's first thread, so that every thread it starts (and every helper
+/// process a plane spawns) inherits the policy: a miss crosses several of
+/// them (request thread, pacer, a split plane's helper and forwarder), and
+/// each woken one that waits behind a busy vCPU adds its wait to the miss.
+pub fn make_daemon_realtime(prio: u8) -> Result<(), MakeRealtimeError> {
+    let param = libc::sched_param {
+        sched_priority: i32::from(prio),
+    };
+    // SAFETY: `param` is a valid sched_param that outlives the call; pid 0
+    // is the calling thread.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if rc != 0 {
+        return Err(MakeRealtimeError {
+            prio,
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
 /// Puts the calling thread under SCHED_FIFO at `prio` (once per thread).
 fn make_realtime(prio: Option<u8>) {
     thread_local! {
@@ -751,6 +783,32 @@ impl Drop for FsBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_daemon_runs_under_sched_fifo_or_says_why_not() {
+        // On a thread of its own: the policy is per thread.
+        std::thread::spawn(|| match make_daemon_realtime(1) {
+            Ok(()) => {
+                // SAFETY: plain syscall wrapper; pid 0 is this thread.
+                let policy = unsafe { libc::sched_getscheduler(0) };
+                assert_eq!(policy, libc::SCHED_FIFO);
+                // A thread it starts inherits the policy.
+                let inherited = std::thread::spawn(|| {
+                    // SAFETY: as above.
+                    unsafe { libc::sched_getscheduler(0) }
+                })
+                .join()
+                .expect("thread");
+                assert_eq!(inherited, libc::SCHED_FIFO);
+            }
+            Err(e) => {
+                assert_eq!(e.source.raw_os_error(), Some(libc::EPERM), "{e}");
+                assert!(e.to_string().contains("CAP_SYS_NICE"), "{e}");
+            }
+        })
+        .join()
+        .expect("thread");
+    }
 
     #[test]
     fn off_holds_to_the_modeled_completion_and_a_floor_releases_ahead() {
