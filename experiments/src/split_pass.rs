@@ -36,9 +36,10 @@ fn try_run_in(
     parts: usize,
     min_records: u64,
 ) -> Result<Result<CurvePass, (CurvePass, TraceReader)>> {
-    let cut = match pass.splittable() && pass.next_index() == 0 {
-        true => reader.split(parts, min_records)?,
-        false => None,
+    let cut = if pass.splittable() && pass.next_index() == 0 {
+        reader.split(parts, min_records)?
+    } else {
+        None
     };
     let Some(readers) = cut else {
         return Ok(Err((pass, reader)));
