@@ -59,6 +59,9 @@ use crate::device::Op;
 use std::fmt;
 use std::io::{self, BufRead};
 
+mod raw_records;
+pub use raw_records::{RawRecord, RawRecords, Records};
+
 /// One host access.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Access {
@@ -436,29 +439,9 @@ pub fn encode_record(access: &Access) -> Result<[u8; RECORD_LEN], BinaryTraceErr
 /// Decodes one record.
 #[inline]
 pub fn decode_record(bytes: &[u8; RECORD_LEN]) -> Result<Access, BinaryTraceError> {
-    let (time, rest) = bytes.split_at(8);
-    let (addr, word) = rest.split_at(8);
-    let mut t = [0u8; 8];
-    let mut a = [0u8; 8];
-    let mut w = [0u8; 4];
-    t.copy_from_slice(time);
-    a.copy_from_slice(addr);
-    w.copy_from_slice(word);
-    let word = u32::from_le_bytes(w);
-    let len = word & !WRITE_BIT;
-    if len == 0 {
-        return Err(BinaryTraceError::ZeroLen);
-    }
-    Ok(Access {
-        time_ns: u64::from_le_bytes(t),
-        op: if word & WRITE_BIT != 0 {
-            Op::Write
-        } else {
-            Op::Read
-        },
-        addr: u64::from_le_bytes(a),
-        len,
-    })
+    RawRecord::new(bytes)
+        .map(|r| r.access())
+        .ok_or(BinaryTraceError::ZeroLen)
 }
 
 /// Iterator over the records in a byte slice (no header); see [`decode_records`].
@@ -584,6 +567,11 @@ pub struct BinaryReader<R> {
     error: Option<ReadBinaryError>,
     /// The input is exhausted (or failed).
     ended: bool,
+    /// Bytes of the reader's buffer lent out undecoded
+    /// ([`BinaryReader::next_records`]), consumed before the next read.
+    lent: usize,
+    /// A record that straddled the reader's buffer, lent out undecoded.
+    straddle: [u8; RECORD_LEN],
 }
 
 impl<R: BufRead> BinaryReader<R> {
@@ -605,6 +593,8 @@ impl<R: BufRead> BinaryReader<R> {
             pos: 0,
             error: None,
             ended: false,
+            lent: 0,
+            straddle: [0; RECORD_LEN],
         })
     }
 
@@ -634,6 +624,8 @@ impl<R: BufRead> BinaryReader<R> {
             pos: 0,
             error: None,
             ended: false,
+            lent: 0,
+            straddle: [0; RECORD_LEN],
         }
     }
 
@@ -657,55 +649,36 @@ impl<R: BufRead> BinaryReader<R> {
     /// (then checks the count) or fails (the error kept for after the
     /// records before it).
     fn decode_into(&mut self, out: &mut Vec<Access>, limit: usize) {
-        while !self.ended && out.len() < limit {
-            let index = self.decoded;
-            let left_in_part = match self.end {
-                Some(end) if index >= end => {
-                    self.ended = true;
-                    break;
+        self.reader.consume(std::mem::take(&mut self.lent));
+        while out.len() < limit {
+            let n = match self.find_whole(limit - out.len()) {
+                None => break,
+                Some(Whole::Straddled) => {
+                    match decode_record(&self.straddle) {
+                        Ok(access) => {
+                            out.push(access);
+                            self.decoded += 1;
+                        }
+                        Err(source) => self.fail(ReadBinaryError::Record {
+                            index: self.decoded,
+                            source,
+                        }),
+                    }
+                    continue;
                 }
-                Some(end) => usize::try_from(end - index).unwrap_or(usize::MAX),
-                None => usize::MAX,
+                Some(Whole::Buffered(n)) => n,
             };
             let buf = match self.reader.fill_buf() {
-                Ok(buf) => buf,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(source) => {
+                Ok(buf) if buf.len() >= n * RECORD_LEN => buf,
+                outcome => {
+                    let source = outcome.err().unwrap_or_else(|| io::Error::other(SHRANK));
+                    let index = self.decoded;
                     self.fail(ReadBinaryError::Io { index, source });
                     break;
                 }
             };
-            if buf.is_empty() {
-                self.ended = true;
-                if let Some(declared) = self.header.count.filter(|&d| d != index) {
-                    self.error = Some(ReadBinaryError::Record {
-                        index,
-                        source: BinaryTraceError::CountMismatch {
-                            declared,
-                            found: index,
-                        },
-                    });
-                }
-                break;
-            }
-            let whole = (buf.len() / RECORD_LEN)
-                .min(limit - out.len())
-                .min(left_in_part);
-            if whole == 0 {
-                // A record straddling the buffer's end.
-                let mut record = [0u8; RECORD_LEN];
-                match read_full(&mut self.reader, &mut record) {
-                    Ok(RECORD_LEN) => self.push(out, &record),
-                    Ok(got) => self.fail(ReadBinaryError::Record {
-                        index,
-                        source: BinaryTraceError::TruncatedRecord { got },
-                    }),
-                    Err(source) => self.fail(ReadBinaryError::Io { index, source }),
-                }
-                continue;
-            }
             let mut used = 0;
-            for chunk in buf[..whole * RECORD_LEN].chunks_exact(RECORD_LEN) {
+            for chunk in buf[..n * RECORD_LEN].chunks_exact(RECORD_LEN) {
                 let mut record = [0u8; RECORD_LEN];
                 record.copy_from_slice(chunk);
                 match decode_record(&record) {
@@ -765,16 +738,112 @@ impl<R: BufRead> BinaryReader<R> {
         Some(Ok(&self.batch[start..]))
     }
 
-    fn push(&mut self, out: &mut Vec<Access>, record: &[u8; RECORD_LEN]) {
-        match decode_record(record) {
-            Ok(access) => {
-                out.push(access);
+    /// The next records: those a batch already decoded, or else whole
+    /// records straight from the reader's buffer, undecoded and each known
+    /// to decode (no copy, no decode: for a pass that decodes only what it
+    /// keeps); the error that stopped reading after the records before it;
+    /// `None` at the end. Mixes with the other ways of reading.
+    pub fn next_records(&mut self) -> Option<Result<Records<'_>, ReadBinaryError>> {
+        self.reader.consume(std::mem::take(&mut self.lent));
+        if self.pos < self.batch.len() {
+            let start = self.pos;
+            self.pos = self.batch.len();
+            return Some(Ok(Records::Decoded(&self.batch[start..])));
+        }
+        let index = self.decoded;
+        let n = match self.find_whole(usize::MAX) {
+            None => return self.error.take().map(Err),
+            Some(Whole::Straddled) => {
+                if RawRecord::new(&self.straddle).is_none() {
+                    let source = BinaryTraceError::ZeroLen;
+                    self.ended = true;
+                    return Some(Err(ReadBinaryError::Record { index, source }));
+                }
                 self.decoded += 1;
+                return Some(Ok(Records::Raw(RawRecords::checked(&self.straddle))));
             }
-            Err(source) => self.fail(ReadBinaryError::Record {
-                index: self.decoded,
-                source,
-            }),
+            Some(Whole::Buffered(n)) => n,
+        };
+        let buf = match self.reader.fill_buf() {
+            Ok(buf) if buf.len() >= n * RECORD_LEN => buf,
+            outcome => {
+                let source = outcome.err().unwrap_or_else(|| io::Error::other(SHRANK));
+                self.ended = true;
+                return Some(Err(ReadBinaryError::Io { index, source }));
+            }
+        };
+        let (good, bad) = RawRecords::leading(&buf[..n * RECORD_LEN]);
+        if let Some(bad) = bad {
+            // After the records before it.
+            self.ended = true;
+            self.error = Some(ReadBinaryError::Record {
+                index: index + bad as u64,
+                source: BinaryTraceError::ZeroLen,
+            });
+        }
+        if good.is_empty() {
+            return self.error.take().map(Err);
+        }
+        self.decoded += good.len() as u64;
+        self.lent = good.len() * RECORD_LEN;
+        Some(Ok(Records::Raw(good)))
+    }
+
+    /// Finds the next whole records, at most `max`: `n` at the start of the
+    /// reader's buffer, or one that straddled it, copied to `straddle`.
+    /// `None` at the end (the header's count checked) or on an error (kept
+    /// in `error`).
+    fn find_whole(&mut self, max: usize) -> Option<Whole> {
+        while !self.ended {
+            let index = self.decoded;
+            let left_in_part = match self.end {
+                Some(end) if index >= end => {
+                    self.ended = true;
+                    break;
+                }
+                Some(end) => usize::try_from(end - index).unwrap_or(usize::MAX),
+                None => usize::MAX,
+            };
+            let buf = match self.reader.fill_buf() {
+                Ok(buf) => buf,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(source) => {
+                    self.fail(ReadBinaryError::Io { index, source });
+                    break;
+                }
+            };
+            if buf.is_empty() {
+                self.end_of_input(index);
+                break;
+            }
+            let whole = (buf.len() / RECORD_LEN).min(left_in_part).min(max);
+            if whole > 0 {
+                return Some(Whole::Buffered(whole));
+            }
+            // A record straddling the buffer's end.
+            match read_full(&mut self.reader, &mut self.straddle) {
+                Ok(RECORD_LEN) => return Some(Whole::Straddled),
+                Ok(got) => self.fail(ReadBinaryError::Record {
+                    index,
+                    source: BinaryTraceError::TruncatedRecord { got },
+                }),
+                Err(source) => self.fail(ReadBinaryError::Io { index, source }),
+            }
+        }
+        None
+    }
+
+    /// The input ended after `index` records: checks the header's count.
+    fn end_of_input(&mut self, index: u64) {
+        self.ended = true;
+        if let Some(declared) = self.header.count.filter(|&d| d != index) {
+            self.error = Some(ReadBinaryError::Record {
+                index,
+                source: BinaryTraceError::CountMismatch {
+                    declared,
+                    found: index,
+                },
+            });
         }
     }
 
@@ -782,6 +851,18 @@ impl<R: BufRead> BinaryReader<R> {
         self.ended = true;
         self.error = Some(error);
     }
+}
+
+/// A [`BufRead`] that broke its contract: its buffer, not empty, shrank
+/// between two `fill_buf` calls with no `consume` between them.
+const SHRANK: &str = "the reader's buffer shrank between two reads";
+
+/// Where [`BinaryReader::find_whole`] found records.
+enum Whole {
+    /// This many at the start of the reader's buffer.
+    Buffered(usize),
+    /// One in `straddle`.
+    Straddled,
 }
 
 impl<R: BufRead> Iterator for BinaryReader<R> {

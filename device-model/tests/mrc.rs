@@ -14,7 +14,7 @@ use cxlfs_device_model::mrc::{
     exact_curve, limits, minisim, sampled_lru, CurvePass, JoinPassError,
 };
 use cxlfs_device_model::replay::{Arrival, Replayer};
-use cxlfs_device_model::trace::{parse_csv_line, Access};
+use cxlfs_device_model::trace::{encode_trace, parse_csv_line, Access, BinaryReader, RECORD_LEN};
 use cxlfs_device_model::workload::{WorkloadKind, WorkloadSpec};
 use cxlfs_device_model::{Device, DeviceConfig, PolicyKind, PAGE_SIZE};
 use std::convert::Infallible;
@@ -295,4 +295,70 @@ fn passes_join_only_in_order_and_only_as_fixed_rate_samples() {
     ));
     let stack = CurvePass::new(cap, 0, None).with_lru(&[1 << 20]);
     assert!(!stack.splittable());
+}
+
+/// Undecoded binary records fed to a pass give what the decoded accesses
+/// give, in chunks that cut the warm-up: a fixed-rate sample (its own
+/// loop), a fixed-size one and the stack distances; a record past the
+/// device stops the pass at its index, as a decoded one does.
+#[test]
+fn undecoded_records_feed_a_pass_as_decoded_accesses_do() {
+    let accesses = zipf(1 << 12, 60_000);
+    let bytes = encode_trace(&accesses).expect("encodes");
+    let cap = config(PolicyKind::Lru).capacity_bytes();
+    let warmup = 7_000;
+    let passes: [fn(u64, u64) -> CurvePass; 3] = [
+        |cap, warmup| CurvePass::new(cap, warmup, Some(Sampler::fixed_rate(1.0 / 8.0))),
+        |cap, warmup| CurvePass::new(cap, warmup, Some(Sampler::fixed_size(200, 1.0))),
+        |cap, warmup| CurvePass::new(cap, warmup, None).with_lru(&[1 << 20, 4 << 20]),
+    ];
+    for make in passes {
+        let mut decoded = make(cap, warmup);
+        decoded.feed_batch(&accesses).expect("in range");
+        let decoded = decoded.finish();
+        let mut raw = make(cap, warmup);
+        let reader = std::io::BufReader::with_capacity(4096 * RECORD_LEN / 3, &bytes[..]);
+        let mut reader = BinaryReader::new(reader).expect("header");
+        while let Some(records) = reader.next_records() {
+            raw.feed_records(records.expect("decodes"))
+                .expect("in range");
+        }
+        let raw = raw.finish();
+        assert_eq!(raw.fed, decoded.fed);
+        match (raw.sample, decoded.sample) {
+            (Some(r), Some(d)) => {
+                assert_eq!(r.accesses, d.accesses);
+                assert_eq!((r.warmup, r.threshold), (d.warmup, d.threshold));
+                assert_eq!(r.realized_rate, d.realized_rate);
+                assert_eq!(r.measured_page_accesses, d.measured_page_accesses);
+                assert!(r.warmup > 0 && r.pages > 100, "{} {}", r.warmup, r.pages);
+            }
+            (None, None) => {
+                let (r, d) = (raw.stack.expect("stack"), decoded.stack.expect("stack"));
+                assert_eq!(
+                    r.counts().misses(&[256, 1024]),
+                    d.counts().misses(&[256, 1024])
+                );
+            }
+            _ => panic!("one pass sampled, the other did not"),
+        }
+    }
+    // Past the device at record 12 345: the same index either way.
+    let mut bad = accesses.clone();
+    bad[12_345].addr = cap - 64;
+    bad[12_345].len = 128;
+    let bytes = encode_trace(&bad).expect("encodes");
+    let mut decoded = CurvePass::new(cap, 0, Some(Sampler::fixed_rate(0.5)));
+    let want = decoded.feed_batch(&bad).expect_err("out of range");
+    let mut raw = CurvePass::new(cap, 0, Some(Sampler::fixed_rate(0.5)));
+    let mut reader = BinaryReader::new(&bytes[..]).expect("header");
+    let got = loop {
+        let records = reader.next_records().expect("records").expect("decodes");
+        if let Err(e) = raw.feed_records(records) {
+            break e;
+        }
+    };
+    assert_eq!(got, want);
+    assert_eq!(got.index, 12_345);
+    assert_eq!(raw.next_index(), 12_345);
 }

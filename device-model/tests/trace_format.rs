@@ -7,7 +7,7 @@ use cxlfs_device_model::replay::Arrival;
 use cxlfs_device_model::trace::{
     decode_header, decode_record, decode_records, decode_trace, encode_header, encode_record,
     encode_trace, format_csv_arrival, format_csv_line, is_binary, parse_csv_arrival,
-    parse_csv_line, Access, BinaryReader, BinaryTraceError, ReadBinaryError, TraceHeader,
+    parse_csv_line, Access, BinaryReader, BinaryTraceError, ReadBinaryError, Records, TraceHeader,
     TraceLineError, BINARY_MAGIC, BINARY_MAGIC_V1, HEADER_LEN, HEADER_LEN_V1, MAX_LEN, RECORD_LEN,
 };
 use cxlfs_device_model::Op;
@@ -297,6 +297,129 @@ fn binary_reader_streams_what_decode_trace_decodes() {
             want: 32
         }))
     ));
+}
+
+/// Every access a reader's `next_records` hands out, decoded, and the
+/// error it ended with.
+fn all_records<R: std::io::BufRead>(
+    reader: &mut BinaryReader<R>,
+) -> (Vec<Access>, Option<ReadBinaryError>) {
+    let mut out = Vec::new();
+    while let Some(records) = reader.next_records() {
+        match records {
+            Ok(Records::Decoded(batch)) => out.extend_from_slice(batch),
+            Ok(Records::Raw(raw)) => out.extend(raw.iter().map(|r| r.access())),
+            Err(e) => return (out, Some(e)),
+        }
+    }
+    (out, None)
+}
+
+fn many(n: u64) -> Vec<Access> {
+    (0..n)
+        .map(|i| {
+            access(
+                i,
+                if i % 3 == 0 { Op::Write } else { Op::Read },
+                i * 4096,
+                64 + i as u32,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn undecoded_records_are_the_decoded_ones() {
+    let trace = many(1000);
+    let bytes = encode_trace(&trace).unwrap();
+    // Buffers of 7 bytes (every record straddles), 100 (some do) and the
+    // default; the counts checked at the end.
+    for capacity in [7, 100, 8192] {
+        let buffered = std::io::BufReader::with_capacity(capacity, &bytes[..]);
+        let mut reader = BinaryReader::new(buffered).unwrap();
+        let (got, error) = all_records(&mut reader);
+        assert!(error.is_none(), "{error:?}");
+        assert_eq!(got, trace, "buffer of {capacity}");
+        assert_eq!(reader.records_read(), 1000);
+    }
+    // Mixed with the other ways of reading: what one decoded first, the
+    // other does not hand out again.
+    let mut reader = BinaryReader::new(&bytes[..]).unwrap();
+    let first = reader.next().unwrap().unwrap();
+    let (rest, error) = all_records(&mut reader);
+    assert!(error.is_none());
+    assert_eq!([vec![first], rest].concat(), trace);
+    let mut reader =
+        BinaryReader::new(std::io::BufReader::with_capacity(8192, &bytes[..])).unwrap();
+    let Some(Ok(Records::Raw(raw))) = reader.next_records() else {
+        panic!("raw records first");
+    };
+    let lent = raw.len();
+    let mut rest: Vec<Access> = raw.iter().map(|r| r.access()).collect();
+    rest.extend(reader.by_ref().map(|a| a.unwrap()));
+    assert_eq!(rest, trace);
+    assert!(lent > 0 && lent < 1000);
+}
+
+#[test]
+fn undecoded_records_stop_where_decoding_does() {
+    let trace = many(500);
+    // A record of length 0: the records before it, then its index.
+    let mut bytes = encode_trace(&trace).unwrap();
+    let at = bytes.len() - 100 * RECORD_LEN;
+    bytes[at + 16..at + 20].copy_from_slice(&(1u32 << 31).to_le_bytes());
+    for capacity in [7, 8192] {
+        let mut reader =
+            BinaryReader::new(std::io::BufReader::with_capacity(capacity, &bytes[..])).unwrap();
+        let (got, error) = all_records(&mut reader);
+        assert_eq!(got, trace[..400]);
+        assert!(
+            matches!(
+                error,
+                Some(ReadBinaryError::Record {
+                    index: 400,
+                    source: BinaryTraceError::ZeroLen
+                })
+            ),
+            "{error:?}"
+        );
+        assert!(reader.next_records().is_none());
+    }
+    // A torn last record, and a count the records miss.
+    let whole = encode_trace(&trace).unwrap();
+    let (got, error) = all_records(&mut BinaryReader::new(&whole[..whole.len() - 3]).unwrap());
+    assert_eq!(got, trace[..499]);
+    assert!(
+        matches!(
+            error,
+            Some(ReadBinaryError::Record {
+                index: 499,
+                source: BinaryTraceError::TruncatedRecord { got: 17 }
+            })
+        ),
+        "{error:?}"
+    );
+    let mut short = whole.clone();
+    short[8..16].copy_from_slice(&501u64.to_le_bytes());
+    let (got, error) = all_records(&mut BinaryReader::new(&short[..]).unwrap());
+    assert_eq!(got.len(), 500);
+    assert!(matches!(
+        error,
+        Some(ReadBinaryError::Record {
+            index: 500,
+            source: BinaryTraceError::CountMismatch {
+                declared: 501,
+                found: 500
+            }
+        })
+    ));
+    // A part stops at its end.
+    let whole_reader = BinaryReader::new(&whole[..]).unwrap();
+    let from = whole_reader.header_len() + 100 * RECORD_LEN;
+    let mut part = BinaryReader::part(&whole[from..], &whole_reader, 100, Some(50));
+    let (got, error) = all_records(&mut part);
+    assert!(error.is_none());
+    assert_eq!(got, trace[100..150]);
 }
 
 #[test]

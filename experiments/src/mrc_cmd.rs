@@ -273,8 +273,8 @@ fn trace_pass(mut pass: CurvePass, mut reader: TraceReader) -> Result<CurvePass>
             Err(e) => Err(e.into()),
         };
     }
-    while let Some(batch) = reader.next_batch() {
-        if let Err(e) = pass.feed_batch(batch?) {
+    while let Some(records) = reader.next_records() {
+        if let Err(e) = pass.feed_records(records?) {
             let at = reader.location_of(e.index);
             return Err(e).context(at);
         }

@@ -71,8 +71,8 @@ fn try_run_in(
 /// One part's pass: its reader's records, in order.
 fn feed(part: Option<CurvePass>, mut reader: TraceReader) -> Result<CurvePass> {
     let mut pass = part.context("the pass cannot be taken in parts")?;
-    while let Some(batch) = reader.next_batch() {
-        if let Err(e) = pass.feed_batch(batch?) {
+    while let Some(records) = reader.next_records() {
+        if let Err(e) = pass.feed_records(records?) {
             let at = reader.location_of(e.index);
             return Err(e).context(at);
         }

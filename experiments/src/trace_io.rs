@@ -9,7 +9,7 @@ use cxlfs_device_model::replay::{
 };
 use cxlfs_device_model::trace::{
     encode_record, format_csv_arrival, is_binary, parse_csv_arrival, parse_csv_line, Access,
-    BinaryReader, BinaryTraceError, CsvLine, ReadBinaryError, TraceHeader, TraceLineError,
+    BinaryReader, BinaryTraceError, CsvLine, ReadBinaryError, Records, TraceHeader, TraceLineError,
     BINARY_MAGIC, BINARY_MAGIC_V1, CSV_HEADER, RECORD_LEN,
 };
 use std::fs::File;
@@ -290,20 +290,37 @@ impl TraceReader {
         let Source::Bin(bin) = &mut self.src else {
             return None;
         };
-        match bin.next_batch() {
-            Some(Ok(batch)) => {
-                self.records += batch.len() as u64;
-                Some(Ok(batch))
-            }
-            Some(Err(e)) => {
-                self.done = true;
-                Some(Err(bin_error(&self.path, e)))
-            }
-            None => {
-                self.done = true;
-                None
-            }
+        let got = bin.next_batch();
+        counted(
+            got,
+            |b| b.len(),
+            &self.path,
+            &mut self.records,
+            &mut self.done,
+        )
+    }
+
+    /// The next accesses: a binary trace's many at a time, undecoded where
+    /// its reader has not decoded them yet ([`BinaryReader::next_records`]),
+    /// CSV's one at a time; `None` at the end (or after an error).
+    pub fn next_records(&mut self) -> Option<Result<Records<'_>, ReadTraceError>> {
+        if self.done {
+            return None;
         }
+        if !matches!(self.src, Source::Bin(_)) {
+            return self.next_batch().map(|batch| batch.map(Records::Decoded));
+        }
+        let Source::Bin(bin) = &mut self.src else {
+            return None;
+        };
+        let got = bin.next_records();
+        counted(
+            got,
+            |r| r.len(),
+            &self.path,
+            &mut self.records,
+            &mut self.done,
+        )
     }
 
     /// Appends the next accesses to `out` until it holds `limit`: a binary
@@ -337,20 +354,15 @@ impl TraceReader {
             }
             return (out.len() > before).then_some(Ok(()));
         };
-        match bin.next_batch_into(out, limit) {
-            Some(Ok(())) => {
-                self.records += (out.len() - before) as u64;
-                Some(Ok(()))
-            }
-            Some(Err(e)) => {
-                self.done = true;
-                Some(Err(bin_error(&self.path, e)))
-            }
-            None => {
-                self.done = true;
-                None
-            }
-        }
+        let got = bin.next_batch_into(out, limit);
+        let appended = out.len() - before;
+        counted(
+            got,
+            |()| appended,
+            &self.path,
+            &mut self.records,
+            &mut self.done,
+        )
     }
 
     /// An unread binary trace cut into `parts` readers of consecutive
@@ -500,6 +512,32 @@ impl TraceReader {
                     }))
                 }
             }
+        }
+    }
+}
+
+/// A binary reader's outcome for a [`TraceReader`]: what it handed out
+/// (`len` accesses) counted into `records`, `done` set at the end or on an
+/// error, which then names `path`.
+fn counted<T>(
+    got: Option<Result<T, ReadBinaryError>>,
+    len: impl Fn(&T) -> usize,
+    path: &str,
+    records: &mut u64,
+    done: &mut bool,
+) -> Option<Result<T, ReadTraceError>> {
+    match got {
+        Some(Ok(t)) => {
+            *records += len(&t) as u64;
+            Some(Ok(t))
+        }
+        Some(Err(e)) => {
+            *done = true;
+            Some(Err(bin_error(path, e)))
+        }
+        None => {
+            *done = true;
+            None
         }
     }
 }

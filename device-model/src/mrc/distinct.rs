@@ -17,14 +17,40 @@ pub const REGISTERS: usize = 1 << INDEX_BITS;
 /// The registers: for each index (the hash's top bits), the largest rank
 /// (leading zeros of the rest, plus one) seen.
 pub struct DistinctEstimate {
-    registers: Box<[u8]>,
+    registers: Box<[u8; REGISTERS]>,
 }
 
 impl Default for DistinctEstimate {
     fn default() -> Self {
         DistinctEstimate {
-            registers: vec![0; REGISTERS].into_boxed_slice(),
+            registers: Box::new([0; REGISTERS]),
         }
+    }
+}
+
+/// The registers borrowed for many insertions: held in a local, their
+/// address is not read again for every hash.
+pub struct Registers<'a>(&'a mut [u8; REGISTERS]);
+
+impl<'a> Registers<'a> {
+    /// `estimate`'s registers.
+    #[inline]
+    pub fn of(estimate: &'a mut DistinctEstimate) -> Registers<'a> {
+        Registers(&mut estimate.registers)
+    }
+
+    /// Notes a page by its hash (uniform over `u64`).
+    #[inline(always)]
+    pub fn insert(&mut self, hash: u64) {
+        // Below 2^INDEX_BITS = REGISTERS.
+        let index = (hash >> (64 - INDEX_BITS)) as usize % REGISTERS;
+        // The remaining bits, with a stop bit so that the rank is at most
+        // 64 - INDEX_BITS + 1.
+        let rest = (hash << INDEX_BITS) | (1 << (INDEX_BITS - 1));
+        let rank = (rest.leading_zeros() + 1) as u8;
+        let r = &mut self.0[index];
+        // Branch-free: whether a register grows is a coin toss early on.
+        *r = (*r).max(rank);
     }
 }
 
@@ -32,15 +58,7 @@ impl DistinctEstimate {
     /// Notes a page by its hash (uniform over `u64`).
     #[inline]
     pub fn insert_hash(&mut self, hash: u64) {
-        let index = (hash >> (64 - INDEX_BITS)) as usize;
-        // The remaining bits, with a stop bit so that the rank is at most
-        // 64 - INDEX_BITS + 1.
-        let rest = (hash << INDEX_BITS) | (1 << (INDEX_BITS - 1));
-        let rank = (rest.leading_zeros() + 1) as u8;
-        if let Some(r) = self.registers.get_mut(index) {
-            // Branch-free: whether a register grows is a coin toss early on.
-            *r = (*r).max(rank);
-        }
+        Registers::of(self).insert(hash);
     }
 
     /// Adds what `other` saw: the estimate of the two streams together,

@@ -10,8 +10,8 @@
 //! the end ([`Sampler::finish`]), so the sample is exactly the one the final
 //! rate would have taken from the start.
 
-use super::distinct::DistinctEstimate;
-use crate::trace::Access;
+use super::distinct::{DistinctEstimate, Registers};
+use crate::trace::{Access, RawRecord, RawRecords};
 use crate::{PAGE_SHIFT, PAGE_SIZE};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BinaryHeap;
@@ -76,6 +76,34 @@ struct Kept {
     hash: u64,
     /// Part of the warm-up.
     warm: bool,
+}
+
+impl Kept {
+    /// The part of `access` in `page` (hash `hash`).
+    #[inline]
+    fn part(page: u64, hash: u64, access: &Access, warm: bool) -> Kept {
+        let end = access.addr + u64::from(access.len);
+        let start = (page << PAGE_SHIFT).max(access.addr);
+        let stop = ((page << PAGE_SHIFT) + PAGE_SIZE).min(end);
+        Kept {
+            access: Access {
+                addr: start,
+                // At most one page.
+                len: (stop - start) as u32,
+                ..*access
+            },
+            hash,
+            warm,
+        }
+    }
+}
+
+/// Keeps the part of `record` in `page` (hash `hash`): out of the loop over
+/// every record, which it would crowd.
+#[cold]
+#[inline(never)]
+fn keep_part(kept: &mut Vec<Kept>, page: u64, hash: u64, record: RawRecord<'_>, warm: bool) {
+    kept.push(Kept::part(page, hash, &record.access(), warm));
 }
 
 /// Why two samples cannot be joined.
@@ -243,6 +271,53 @@ impl Sampler {
         }
     }
 
+    /// `records` in order, as [`Sampler::access`] one by one, those before
+    /// the `warm`-th in the warm-up, up to the first that does not end
+    /// within `capacity` bytes: how many were taken. At a fixed rate, one
+    /// loop with the threshold and the distinct count's registers held in
+    /// locals, a record decoded only when one of its pages is kept.
+    pub fn access_records(&mut self, records: RawRecords<'_>, warm: usize, capacity: u64) -> usize {
+        let within = |addr: u64, len: u32| {
+            addr.checked_add(u64::from(len))
+                .is_some_and(|end| end <= capacity)
+        };
+        if self.fixed.is_some() {
+            for (i, record) in records.iter().enumerate() {
+                if !within(record.addr(), record.bytes()) {
+                    return i;
+                }
+                self.access(&record.access(), i < warm);
+            }
+            return records.len();
+        }
+        let threshold = self.threshold;
+        let mut registers = Registers::of(&mut self.distinct);
+        let mut measured = 0u64;
+        let mut taken = records.len();
+        for (i, record) in records.iter().enumerate() {
+            let (addr, len) = (record.addr(), record.bytes());
+            if !within(addr, len) {
+                taken = i;
+                break;
+            }
+            // Within the device, and `len` is not 0.
+            let first = addr >> PAGE_SHIFT;
+            let end = ((addr + u64::from(len) - 1) >> PAGE_SHIFT) + 1;
+            if i >= warm {
+                measured += end - first;
+            }
+            for page in first..end {
+                let hash = page_hash(page);
+                registers.insert(hash);
+                if hash < threshold {
+                    keep_part(&mut self.kept, page, hash, record, i < warm);
+                }
+            }
+        }
+        self.measured_pages += measured;
+        taken
+    }
+
     /// Keeps the part of `access` in `page` (hash `hash`, under the
     /// threshold) if [`Sampler::admit`] takes it.
     #[inline(never)]
@@ -250,20 +325,7 @@ impl Sampler {
         if !self.admit(page, hash) {
             return;
         }
-        let end = access.addr + u64::from(access.len);
-        let start = (page << PAGE_SHIFT).max(access.addr);
-        let stop = ((page << PAGE_SHIFT) + PAGE_SIZE).min(end);
-        let part = Access {
-            addr: start,
-            // At most one page.
-            len: (stop - start) as u32,
-            ..*access
-        };
-        self.kept.push(Kept {
-            access: part,
-            hash,
-            warm,
-        });
+        self.kept.push(Kept::part(page, hash, access, warm));
         if self.fixed.is_some() && self.kept.len() >= 2 * self.filtered_len.max(1 << 16) {
             self.filter();
         }
