@@ -84,6 +84,16 @@ fn run(cli: &Cli) -> Result<(), BoxError> {
     if let Some(prio) = cfg.queues.realtime_priority {
         cxlfsd::make_daemon_realtime(prio)?;
         tracing::info!(prio, "every daemon thread under SCHED_FIFO");
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cfg.vms.len() > cpus {
+            // Measured: 16 guests on 2 CPUs, one guest's reads all but
+            // stopped (daemon/README.md, `--realtime-priority`).
+            tracing::warn!(
+                vms = cfg.vms.len(),
+                cpus,
+                "more VMs than CPUs under SCHED_FIFO: the daemon's threads can starve a guest's vCPUs"
+            );
+        }
     }
     // Also before any thread: a namespace is per thread.
     let sandbox = cli.sandbox.unwrap_or_else(default_sandbox);
