@@ -668,17 +668,16 @@ impl<R: BufRead> BinaryReader<R> {
                 }
                 Some(Whole::Buffered(n)) => n,
             };
-            let buf = match self.reader.fill_buf() {
-                Ok(buf) if buf.len() >= n * RECORD_LEN => buf,
-                outcome => {
-                    let source = outcome.err().unwrap_or_else(|| io::Error::other(SHRANK));
+            let buf = match buffered(&mut self.reader, n * RECORD_LEN) {
+                Ok(buf) => buf,
+                Err(source) => {
                     let index = self.decoded;
                     self.fail(ReadBinaryError::Io { index, source });
                     break;
                 }
             };
             let mut used = 0;
-            for chunk in buf[..n * RECORD_LEN].chunks_exact(RECORD_LEN) {
+            for chunk in buf.chunks_exact(RECORD_LEN) {
                 let mut record = [0u8; RECORD_LEN];
                 record.copy_from_slice(chunk);
                 match decode_record(&record) {
@@ -764,15 +763,14 @@ impl<R: BufRead> BinaryReader<R> {
             }
             Some(Whole::Buffered(n)) => n,
         };
-        let buf = match self.reader.fill_buf() {
-            Ok(buf) if buf.len() >= n * RECORD_LEN => buf,
-            outcome => {
-                let source = outcome.err().unwrap_or_else(|| io::Error::other(SHRANK));
+        let buf = match buffered(&mut self.reader, n * RECORD_LEN) {
+            Ok(buf) => buf,
+            Err(source) => {
                 self.ended = true;
                 return Some(Err(ReadBinaryError::Io { index, source }));
             }
         };
-        let (good, bad) = RawRecords::leading(&buf[..n * RECORD_LEN]);
+        let (good, bad) = RawRecords::leading(buf);
         if let Some(bad) = bad {
             // After the records before it.
             self.ended = true;
@@ -853,9 +851,18 @@ impl<R: BufRead> BinaryReader<R> {
     }
 }
 
-/// A [`BufRead`] that broke its contract: its buffer, not empty, shrank
-/// between two `fill_buf` calls with no `consume` between them.
-const SHRANK: &str = "the reader's buffer shrank between two reads";
+/// The first `bytes` of `reader`'s buffer, which [`BinaryReader::find_whole`]
+/// has just seen hold them: an error if the reader broke its contract (its
+/// buffer, not empty, shrank between two `fill_buf` calls with no
+/// `consume` between them).
+fn buffered<R: BufRead>(reader: &mut R, bytes: usize) -> io::Result<&[u8]> {
+    match reader.fill_buf()? {
+        buf if buf.len() >= bytes => Ok(&buf[..bytes]),
+        _ => Err(io::Error::other(
+            "the reader's buffer shrank between two reads",
+        )),
+    }
+}
 
 /// Where [`BinaryReader::find_whole`] found records.
 enum Whole {

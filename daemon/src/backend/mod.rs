@@ -223,14 +223,8 @@ fn make_realtime(prio: Option<u8>) {
     if DONE.with(|d| d.replace(true)) {
         return;
     }
-    let param = libc::sched_param {
-        sched_priority: i32::from(prio),
-    };
-    // SAFETY: `param` is a valid sched_param that outlives the call; pid 0
-    // is the calling thread.
-    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
-    if rc != 0 {
-        tracing::warn!(prio, error = %io::Error::last_os_error(), "cannot switch to SCHED_FIFO");
+    if let Err(e) = make_daemon_realtime(prio) {
+        tracing::warn!(prio, error = %e.source, "cannot switch to SCHED_FIFO");
     }
 }
 

@@ -56,9 +56,9 @@ pub struct Cli {
     /// Cap the guest's readahead (bytes).
     #[arg(long, value_name = "BYTES")]
     pub max_readahead: Option<u32>,
-    /// Run the queue workers and pacers under SCHED_FIFO at this priority
-    /// (1..=99; needs CAP_SYS_NICE): other work on a busy host cannot
-    /// preempt a reply being paced.
+    /// Run every daemon thread under SCHED_FIFO at this priority (1..=99;
+    /// needs CAP_SYS_NICE): other work on a busy host cannot preempt a
+    /// miss's path. For one or a few guests: with many, their vCPUs starve.
     #[arg(long, value_name = "PRIO")]
     pub realtime_priority: Option<u8>,
     /// Latency compensation: auto (default) | off | a duration (e.g.

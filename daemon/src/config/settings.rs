@@ -66,7 +66,7 @@ settings! {
         queue_size: usize,
         /// Readahead cap.
         max_readahead: u32,
-        /// SCHED_FIFO priority of queue workers and pacers.
+        /// SCHED_FIFO priority of every daemon thread.
         realtime_priority: u8,
         /// Latency compensation: "auto", "off" or a duration ("12us"), or
         /// "dax=SPEC,fuse=SPEC".
