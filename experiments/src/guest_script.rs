@@ -69,6 +69,16 @@ pub fn fio_args(spec: &Spec, phase: &PhaseSpec, vm: &str, index: u32) -> Vec<Str
     args
 }
 
+/// The name of a phase's fio I/O log in the guest's `$out/K/`
+/// (`replay_iolog`).
+pub const IOLOG: &str = "iolog";
+
+/// Where fio writes phase `k`'s I/O log in the guest (`replay_iolog`): off
+/// the share while the phases run.
+fn iolog_in_guest(k: usize) -> String {
+    format!("/tmp/cxlfs-iolog-{k}")
+}
+
 /// Where a phase's job file lies in the guest (copied into the share by
 /// the runner): `fio.job_file` of phase `k`.
 pub fn job_file_in_guest(k: usize) -> String {
@@ -286,14 +296,30 @@ pub fn script(
             } else if job_file(spec, phase).is_some() {
                 let _ = writeln!(s, "    {then}fio_phase {head} {}", job_file_in_guest(k));
             } else {
-                let args: Vec<String> = fio_args(spec, phase, &vm, index)
+                let mut args: Vec<String> = fio_args(spec, phase, &vm, index)
                     .iter()
                     .map(|a| sh_quote(a))
                     .collect();
+                if spec.replays_iolog() {
+                    args.push(sh_quote(&format!("--write_iolog={}", iolog_in_guest(k))));
+                }
                 let _ = writeln!(s, "    {then}fio_phase {head} {}", args.join(" "));
             }
         }
-        let _ = writeln!(s, "    barrier {}\n    ;;", spec.phases.len());
+        let _ = writeln!(s, "    barrier {}", spec.phases.len());
+        // The logs reach the share after the last snapshot: their writes
+        // are not the phases'.
+        if spec.replays_iolog() {
+            for (k, _) in spec
+                .phases
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.command.is_none())
+            {
+                let _ = writeln!(s, "    cp {} \"$out/{k}/{IOLOG}\"", iolog_in_guest(k));
+            }
+        }
+        let _ = writeln!(s, "    ;;");
     }
     s.push_str("*) echo \"cxlfs run: no job for VM $vm\"; exit 1 ;;\nesac\nexit 0\n");
     Ok(s)
@@ -304,6 +330,39 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::spec::load_str;
+
+    #[test]
+    fn replayed_runs_log_fio_off_the_share_and_copy_it_after_the_last_barrier() {
+        let spec = load_str("t.toml", crate::spec::test_specs::REPLAYED, &[])
+            .unwrap()
+            .spec;
+        let s = script(&spec, &BTreeMap::new()).unwrap();
+        let vm0 = &s[s.find("vm0)").unwrap()..s.find("vm1)").unwrap()];
+        let lines: Vec<&str> = vm0.lines().map(str::trim).collect();
+        let at = |needle: &str| lines.iter().position(|l| l.contains(needle));
+        // Phase 0 (fio) logs into the guest's /tmp; phase 1 is a command.
+        let fio = at("fio_phase 0").unwrap();
+        assert!(
+            lines[fio].ends_with("'--write_iolog=/tmp/cxlfs-iolog-0'"),
+            "{vm0}"
+        );
+        assert_eq!(vm0.matches("--write_iolog").count(), 1, "{vm0}");
+        // The copy into the share comes after the last barrier only.
+        let last = at("barrier 2").unwrap();
+        let copy = at("cp /tmp/cxlfs-iolog-0 \"$out/0/iolog\"").unwrap();
+        assert!(copy > last, "{vm0}");
+        assert!(at("cxlfs-iolog-1").is_none(), "{vm0}");
+        // Not at a ratio the runner cannot replay, nor when off.
+        for (from, to) in [
+            ("dax = true", "dax = true\ncxl_ratio = 50"),
+            ("replay_iolog = true", ""),
+        ] {
+            let text = crate::spec::test_specs::REPLAYED.replacen(from, to, 1);
+            let spec = load_str("t.toml", &text, &[]).unwrap().spec;
+            let s = script(&spec, &BTreeMap::new()).unwrap();
+            assert!(!s.contains("iolog"), "{to}: {s}");
+        }
+    }
 
     #[test]
     fn phases_become_fio_invocations_between_barriers() {

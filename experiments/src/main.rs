@@ -21,6 +21,7 @@ mod distributions;
 mod fio_json;
 mod guest_script;
 mod image_cmd;
+mod iolog_replay;
 mod mrc_cmd;
 mod mrc_out;
 mod phase_output;

@@ -105,7 +105,8 @@ fn hits_blind(r: &Row) -> bool {
 /// The device's columns: hits, misses, references (where the accessed
 /// bits gave any), hit %: what the device counted, (hits + references) /
 /// (hits + references + misses); `blind` where it saw no hit on mapped
-/// pages at all.
+/// pages at all; and where the guests' fio logs were replayed
+/// (`replay_iolog`), the replay's share counted the same way.
 fn device_columns(res: &ResultsFile) -> Vec<Column> {
     let count = |i: usize| -> Box<dyn Fn(&Row) -> String> {
         Box::new(move |r| {
@@ -134,25 +135,39 @@ fn device_columns(res: &ResultsFile) -> Vec<Column> {
             }),
         });
     }
+    let hit_cell: fn(&Row) -> String = |r| {
+        if hits_blind(r) {
+            return "blind".into();
+        }
+        match device_counts(r) {
+            Some((h, m)) => {
+                let seen = h + device_references(r).unwrap_or(0.0);
+                if seen + m > 0.0 {
+                    format!("{:.1}", 100.0 * seen / (seen + m))
+                } else {
+                    String::new()
+                }
+            }
+            None => String::new(),
+        }
+    };
     cols.push(Column {
         header: "hit %".into(),
-        cell: Box::new(|r| {
-            if hits_blind(r) {
-                return "blind".into();
-            }
-            match device_counts(r) {
-                Some((h, m)) => {
-                    let seen = h + device_references(r).unwrap_or(0.0);
-                    if seen + m > 0.0 {
-                        format!("{:.1}", 100.0 * seen / (seen + m))
-                    } else {
-                        String::new()
-                    }
-                }
-                None => String::new(),
-            }
-        }),
+        cell: Box::new(hit_cell),
     });
+    if any_has(res, &["replay.counted_hit_share"]) {
+        cols.push(Column {
+            header: "replay hit %".into(),
+            cell: Box::new(|r| {
+                if hits_blind(r) {
+                    return "blind".into();
+                }
+                get(r, "replay.counted_hit_share")
+                    .map(|x| format!("{:.1}", 100.0 * x))
+                    .unwrap_or_default()
+            }),
+        });
+    }
     cols
 }
 
@@ -398,6 +413,27 @@ mod tests {
         // (4 + 296) / (4 + 296 + 100) = 75 %.
         assert!(lines[1].trim_end().ends_with("296   75.0"), "{t}");
         assert!(lines[2].trim_end().ends_with("blind"), "{t}");
+    }
+
+    #[test]
+    fn a_replayed_run_shows_the_replays_counted_share_beside_the_devices() {
+        let mut res = ResultsFile::new("t", vec![]);
+        res.push([
+            row(json!({"run": 1, "phase": "p", "status": "ok", "vm": "vm0",
+                "device_hits": 4, "device_misses": 100, "daemon.references": 296,
+                "daemon.pool_traps": 104, "daemon.access_bits": "on",
+                "daemon.access_sampling": "off", "replay.counted_hit_share": 0.7125})),
+            // A run at a ratio the runner does not replay: an empty cell.
+            row(json!({"run": 2, "phase": "p", "status": "ok", "vm": "vm0",
+                "device_hits": 4, "device_misses": 100, "daemon.references": 296,
+                "daemon.pool_traps": 104, "daemon.access_bits": "on",
+                "daemon.access_sampling": "off"})),
+        ]);
+        let t = text_table(&res);
+        assert_eq!(header(&t).last().unwrap(), "replay hit %", "{t}");
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[1].trim_end().ends_with("75.0          71.2"), "{t}");
+        assert!(lines[2].trim_end().ends_with("75.0"), "{t}");
     }
 
     #[test]

@@ -32,7 +32,11 @@
 //! * `policy-full-system` (FIFO and LRU only): without access sampling the
 //!   full-system hit share is the hit-blind replay's; with it the policy
 //!   sees hits: LRU's device misses fall, FIFO's (which ignores hits) do
-//!   not, and nothing is sampled when it is off.
+//!   not, and nothing is sampled when it is off;
+//! * `demo` (at 100 % on the CXL-SSD, `replay_iolog` on): the hit share the
+//!   daemon counts from the accessed bits is within 10 points of the one
+//!   the replay of the guests' fio logs counts the same way, and the logs
+//!   hold every read fio made.
 #![allow(clippy::unwrap_used)]
 
 use cxlfs_e2e::{exclusive, repo_root, run_experiment};
@@ -658,6 +662,64 @@ fn policy_full_system_bits_and_sampling_show_lru_its_hits() {
         assert!(
             lru < 0.95 * fifo,
             "LRU with {how} hits {lru} vs FIFO {fifo}"
+        );
+    }
+}
+
+#[test]
+fn demo_counts_the_hit_share_its_replay_counts() {
+    let _serial = exclusive();
+    // The demo at 100 % on the CXL-SSD, at full size (`--quick` undone:
+    // its 1 MiB cache is too small for the replay, below), its guests' fio
+    // logging their I/O: the hit share the daemon counted from the
+    // accessed bits (hits + references over those and misses) against the
+    // replay of both logs counted the same way. The target is 10 points;
+    // 5 runs here were within 0.4.
+    //
+    // Both guests read the same offsets (fio's `randrepeat`), and in the
+    // full system the one behind catches up and reads the pages the other
+    // just faulted in; the replay merges the logs by each job's own clock,
+    // whose start differs by tens of ms, and cannot place them that close.
+    // With a 1 MiB cache that costs the replay up to twice the misses (in
+    // 5 runs the daemon counted 0.5 points under to 12.1 over its
+    // replay); with a seed per guest the two agreed within 0.6 points at
+    // that size too (3 runs).
+    let (_dir, rows) = run_spec_with(
+        "demo",
+        &[
+            "--set",
+            "quick.size_divisor=1",
+            "--set",
+            "quick.max_runtime=4s",
+            "--set",
+            "replay_iolog=true",
+            "--set",
+            "sweep.daemon.cxl_ratio=[100]",
+        ],
+    );
+    for phase in ["first-touch", "second-touch"] {
+        let all = of(&rows, "all", phase);
+        assert_eq!(all.len(), 1, "{phase}: {rows:#?}");
+        let r = all[0];
+        // The logs hold every read fio made (one 4 KiB page each).
+        let (logged, read) = (f(r, "replay.page_accesses"), f(r, "read_ios"));
+        assert!(
+            (logged - read).abs() <= 0.01 * read + 2.0,
+            "{phase}: the logs hold {logged} page reads, fio made {read}: {r:#}"
+        );
+        assert!(f(r, "daemon.references") > 0.0, "{phase}: {r:#}");
+        assert!(f(r, "replay.references") > 0.0, "{phase}: {r:#}");
+        assert!(f(r, "device_misses") > 0.0, "{phase}: {r:#}");
+        let (full, replay) = (f(r, "counted_hit_share"), f(r, "replay.counted_hit_share"));
+        assert!(
+            (f(r, "replay.diff_points") - 100.0 * (full - replay)).abs() < 1e-3,
+            "{r:#}"
+        );
+        assert!(
+            (full - replay).abs() <= 0.10,
+            "{phase}: the daemon counted {:.1} %, its replay {:.1} %: {r:#}",
+            100.0 * full,
+            100.0 * replay
         );
     }
 }

@@ -6,6 +6,7 @@
 
 use super::guests::{boot, Guest};
 use super::host_memory::rss_bytes;
+use super::iolog_check::replay_iologs;
 use super::run_output::{collect, unix_ms, RunOutput};
 use super::server::Server;
 use super::share::prepare_share;
@@ -73,6 +74,7 @@ pub(super) fn execute(
         out.error.get_or_insert(e);
     }
     collect(plan, &share, run_dir, &vms, &mut out);
+    replay_iologs(plan, &share, &vms, &mut out);
     out
 }
 

@@ -25,6 +25,7 @@
 //! * [`share`]: the share the guests mount;
 //! * [`daemon`] and [`guests`]: the processes of one run;
 //! * [`run_output`]: what one run produced, read back from the share;
+//! * [`iolog_check`]: the guests' fio logs replayed (`replay_iolog`);
 //! * [`execute`]: one run, start to end;
 //! * [`rows`]: a run's result rows and histograms;
 //! * [`provenance`]: the sweep's `provenance.json`;
@@ -42,6 +43,7 @@ mod daemon;
 mod execute;
 mod guests;
 mod host_memory;
+mod iolog_check;
 mod node;
 mod only_run;
 mod progress;

@@ -40,7 +40,37 @@ pub(super) fn rows_of(plan: &RunPlan, out: &RunOutput) -> Vec<Row> {
         rows.push(p.all_row(totals));
     }
     add_hit_rates(plan, &mut rows);
+    add_counted_shares(&mut rows);
     rows
+}
+
+/// Where the guests' fio logs were replayed (`replay.*`): the hit share
+/// the daemon counted, (hits + references) / (hits + references + misses)
+/// (`counted_hit_share`), the replay's counted the same way
+/// (`replay.counted_hit_share`: references / (references + misses)), and
+/// the first less the second in points (`replay.diff_points`).
+fn add_counted_shares(rows: &mut [Row]) {
+    for r in rows.iter_mut() {
+        let get = |k: &str| r.get(k).and_then(Value::as_f64);
+        let (Some(refs), Some(misses)) = (get("replay.references"), get("replay.misses")) else {
+            continue;
+        };
+        let replay = (refs + misses > 0.0).then(|| refs / (refs + misses));
+        let seen = get("device_hits").unwrap_or(0.0) + get("daemon.references").unwrap_or(0.0);
+        let full = get("device_misses")
+            .map(|m| seen + m)
+            .filter(|&all| all > 0.0)
+            .map(|all| seen / all);
+        if let Some(x) = replay {
+            r.insert("replay.counted_hit_share".into(), num(x));
+        }
+        if let Some(x) = full {
+            r.insert("counted_hit_share".into(), num(x));
+        }
+        if let (Some(f), Some(x)) = (full, replay) {
+            r.insert("replay.diff_points".into(), num((f - x) * 100.0));
+        }
+    }
 }
 
 /// The run's status and error, for every row: the run's own error wins;
@@ -221,6 +251,17 @@ impl PhaseRows<'_> {
             r.insert("device_misses".into(), num(misses));
             totals.add_to_sum("device_hits".into(), hits);
             totals.add_to_sum("device_misses".into(), misses);
+        }
+        if let Some(c) = pr.and_then(|p| p.replay) {
+            for (name, x) in [
+                ("replay.page_accesses", c.page_accesses),
+                ("replay.page_hits", c.page_hits),
+                ("replay.misses", c.page_misses),
+                ("replay.references", c.references),
+            ] {
+                r.insert(name.into(), num(x as f64));
+                totals.add_to_sum(name.into(), x as f64);
+            }
         }
         if let (Some(mc), Some(pr)) = (&self.phase.miss_check, pr) {
             add_miss_check(&mut r, mc, pr, &delta);
@@ -622,6 +663,32 @@ mod tests {
         let mut r = Row::new();
         add_miss_check(&mut r, &mc, &p, &BTreeMap::new());
         assert!(!r.contains_key("modeled_miss_ns"), "{r:?}");
+    }
+
+    #[test]
+    fn replayed_logs_give_both_counted_shares_and_their_difference() {
+        let mut rows = vec![
+            json!({"device_hits": 4.0, "device_misses": 100.0, "daemon.references": 296.0,
+                "replay.references": 285.0, "replay.misses": 95.0})
+            .as_object()
+            .unwrap()
+            .clone(),
+            // No replay (another ratio): nothing added.
+            json!({"device_hits": 4.0, "device_misses": 100.0})
+                .as_object()
+                .unwrap()
+                .clone(),
+        ];
+        add_counted_shares(&mut rows);
+        let v = |rows: &[Row], k: &str| rows[0][k].as_f64().unwrap();
+        assert!((v(&rows, "counted_hit_share") - 0.75).abs() < 1e-12);
+        assert!((v(&rows, "replay.counted_hit_share") - 0.75).abs() < 1e-12);
+        assert!(v(&rows, "replay.diff_points").abs() < 1e-9);
+        assert!(!rows[1].contains_key("counted_hit_share"));
+        rows[0].insert("replay.references".into(), json!(0.0));
+        add_counted_shares(&mut rows);
+        assert_eq!(v(&rows, "replay.counted_hit_share"), 0.0);
+        assert!((v(&rows, "replay.diff_points") - 75.0).abs() < 1e-9);
     }
 
     #[test]

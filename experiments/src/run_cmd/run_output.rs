@@ -37,6 +37,8 @@ pub(super) struct PhaseResult {
     pub(super) histograms: Vec<(String, String, Buckets)>,
     /// `replay_check`: measured and predicted hit shares.
     pub(super) hit_shares: Option<HitShares>,
+    /// `replay_iolog`: what the replay of the guests' fio logs counted.
+    pub(super) replay: Option<crate::iolog_replay::Counted>,
     /// The guest's file page cache at the phase's end, over what it held
     /// at boot (`meminfo.json`).
     pub(super) file_cache_bytes: Option<f64>,
@@ -125,7 +127,8 @@ fn copy_dir(src: &Path, dst: &Path) -> std::io::Result<()> {
     fs::create_dir_all(dst)?;
     for e in fs::read_dir(src)? {
         let e = e?;
-        if e.file_type()?.is_file() {
+        // A fio log is read from the share, not kept (tens of MB a phase).
+        if e.file_type()?.is_file() && e.file_name() != crate::guest_script::IOLOG {
             fs::copy(e.path(), dst.join(e.file_name()))?;
         }
     }

@@ -4,7 +4,7 @@
 //! names. One phase's own rules are in `check_phase.rs`.
 
 use super::check_phase::{check_phase, check_share_path};
-use super::tree::{flatten_sets, size_value};
+use super::tree::{flatten_sets, size_value, value_text};
 use super::types::{Backend, DaemonSpec, Spec};
 use super::{LoadSpecError, DEFAULT_PRESET};
 use cxlfs_api::hits::{access_bits, access_sampling_rate};
@@ -40,6 +40,7 @@ pub(super) fn parse_tree(
     check_dax_eviction_backlog(&spec.daemon).map_err(key_err)?;
     check_vars(&spec).map_err(key_err)?;
     check_image_not_swept(&spec).map_err(key_err)?;
+    check_replay_iolog(&spec).map_err(key_err)?;
     for (i, p) in spec.phases.iter().enumerate() {
         check_phase(&spec, p)
             .map_err(|(key, message)| key_err((format!("phases.{i}.{key}"), message)))?;
@@ -293,6 +294,37 @@ fn check_latency_compensation(d: &DaemonSpec) -> Result<(), KeyError> {
     Ok(())
 }
 
+/// `replay_iolog`: guests over the DAX window of `cxlfsd`, and fio phases
+/// of one job each, set by the spec's options (one log a phase).
+fn check_replay_iolog(spec: &Spec) -> Result<(), KeyError> {
+    if !spec.replay_iolog {
+        return Ok(());
+    }
+    let refuse = |why: &str| Err(("replay_iolog".to_string(), why.to_string()));
+    if !spec.daemon.dax || spec.daemon.backend != Backend::Cxlfsd {
+        return refuse(
+            "replays the guests' I/O at the device: it needs cxlfsd with daemon.dax = true \
+             (through FUSE the guest's page cache takes the re-reads)",
+        );
+    }
+    for p in spec.phases.iter().filter(|p| p.command.is_none()) {
+        let numjobs = p.fio.get("numjobs").or_else(|| spec.fio.get("numjobs"));
+        let one_job = numjobs.map_or(true, |n| value_text(n) == "1");
+        let job_file = p.fio.contains_key("job_file") || spec.fio.contains_key("job_file");
+        if !p.jobs.is_empty() || job_file || !one_job {
+            return refuse(&format!(
+                "phase `{}`: one fio job a phase, from the spec's options \
+                 (no jobs, job_file or numjobs): each guest writes one log a phase",
+                p.name
+            ));
+        }
+        if p.fio.contains_key("write_iolog") || spec.fio.contains_key("write_iolog") {
+            return refuse("sets fio's write_iolog itself: leave it out");
+        }
+    }
+    Ok(())
+}
+
 /// `[vars]` names are identifiers (phase commands write `{name}`).
 fn check_vars(spec: &Spec) -> Result<(), KeyError> {
     for (k, _) in &spec.vars {
@@ -340,7 +372,7 @@ pub(super) fn device_config(d: &DaemonSpec) -> Result<DeviceConfig, (String, Str
 mod tests {
     #![allow(clippy::unwrap_used)]
     use crate::spec::load_str;
-    use crate::spec::test_specs::SPEC;
+    use crate::spec::test_specs::{REPLAYED, SPEC};
 
     #[test]
     fn virtiofsd_refuses_what_only_cxlfsd_has() {
@@ -360,6 +392,46 @@ mod tests {
         let bad = SPEC.replace("[daemon]", "[daemon]\nbackend = \"nfs\"");
         let e = load_str("s.toml", &bad, &[]).unwrap_err().to_string();
         assert!(e.contains("backend"), "{e}");
+    }
+
+    #[test]
+    fn replay_iolog_needs_the_dax_window_and_one_job_a_phase() {
+        load_str("s.toml", REPLAYED, &[]).unwrap();
+        for (from, to, why) in [
+            ("dax = true", "dax = false", "daemon.dax = true"),
+            (
+                "dax = true",
+                "dax = true\nbackend = \"virtiofsd\"",
+                "only cxlfsd",
+            ),
+            (
+                "name = \"a\"",
+                "name = \"a\"\njobs = [{ bs = \"4k\" }]",
+                "phase `a`: one fio job",
+            ),
+            (
+                "rw = \"randread\"",
+                "rw = \"randread\"\nnumjobs = 2",
+                "phase `a`: one fio job",
+            ),
+            (
+                "name = \"a\"",
+                "name = \"a\"\nfio.job_file = \"j.fio\"",
+                "phase `a`",
+            ),
+            (
+                "rw = \"randread\"",
+                "rw = \"randread\"\nwrite_iolog = \"x\"",
+                "write_iolog",
+            ),
+        ] {
+            let bad = REPLAYED.replacen(from, to, 1);
+            let e = load_str("s.toml", &bad, &[]).unwrap_err().to_string();
+            assert!(e.contains(why), "{to}: {e}");
+        }
+        // One job spelled out is one job.
+        let one = REPLAYED.replace("rw = \"randread\"", "rw = \"randread\"\nnumjobs = 1");
+        load_str("s.toml", &one, &[]).unwrap();
     }
 
     #[test]

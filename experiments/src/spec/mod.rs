@@ -26,7 +26,7 @@ mod phase;
 mod quick;
 mod sweep;
 #[cfg(test)]
-mod test_specs;
+pub(crate) mod test_specs;
 mod tree;
 mod types;
 

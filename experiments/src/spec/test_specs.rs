@@ -54,3 +54,22 @@ replay_check = { sequence = "seq.bin", histogram = "lat", hit_below_ns = 5000 }
 size_divisor = 1
 set = { "daemon.device.cache.size_bytes" = "8MiB", "sweep.vars.x" = [1.0] }
 "#;
+
+/// Two guests over the DAX window, a fio phase and a command phase,
+/// their fio I/O replayed.
+pub(crate) const REPLAYED: &str = r#"
+name = "t"
+replay_iolog = true
+[daemon]
+dax = true
+[vms]
+count = 2
+[fio]
+filename = "f.bin"
+rw = "randread"
+[[phases]]
+name = "a"
+[[phases]]
+name = "b"
+command = "true"
+"#;

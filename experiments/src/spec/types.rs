@@ -42,6 +42,15 @@ pub struct Spec {
     /// The phases (a fio invocation or a shell command each), in order, in
     /// the same boot.
     pub phases: Vec<PhaseSpec>,
+    /// Replay the guests' fio I/O through the run's device and count its
+    /// hit share as the daemon counts it (`replay.*` columns): each guest's
+    /// fio logs its I/O (`write_iolog`, kept in the guest until the last
+    /// barrier; logging costs a TCG guest about a fifth of its IOPS). For
+    /// fio phases over the DAX window, one job a phase, every file page on
+    /// the CXL tier (`cxl_ratio` 100; runs at other ratios neither log nor
+    /// replay: which pages the pool put on DRAM is the daemon's).
+    #[serde(default)]
+    pub replay_iolog: bool,
     /// Swept keys: dotted path → values (cartesian product, keys in sorted order).
     #[serde(default)]
     pub sweep: BTreeMap<String, Vec<toml::Value>>,
@@ -55,6 +64,15 @@ pub struct Spec {
 
 fn one() -> u32 {
     1
+}
+
+impl Spec {
+    /// Whether this run's guests log their fio I/O for the replay
+    /// (`replay_iolog`): only where it can be replayed, with every file
+    /// page on the CXL tier (`cxl_ratio` 100).
+    pub fn replays_iolog(&self) -> bool {
+        self.replay_iolog && self.daemon.cxl_ratio.unwrap_or(super::DEFAULT_CXL_RATIO) == 100
+    }
 }
 
 /// `[daemon]`: how `cxlfsd` is started.
