@@ -97,6 +97,7 @@ bench: toolchain fuse-uring
 	$(CARGO) bench --locked -p cxlfs-device-model --bench replay_throughput
 	daemon/bench/virtiofsd-comparison.sh
 	$(CARGO) bench --locked -p cxlfs-residency --bench pool_latency
+	$(CARGO) bench --locked -p cxlfs-residency --bench host_wake
 	$(CARGO) bench --locked -p cxlfsd --bench metrics_overhead
 	$(CARGO) bench --locked -p cxlfsd --bench device_threads
 	daemon/bench/memory-mode.sh

@@ -118,7 +118,10 @@ fn main() {
         .unwrap_or(100_000)
         .max(100);
     let cpus = thread::available_parallelism().map_or(1, |n| n.get());
-    println!("host_wake: {cpus} CPUs, {rounds} hand-offs, {} sleeps, µs", rounds / 5);
+    println!(
+        "host_wake: {cpus} CPUs, {rounds} hand-offs, {} sleeps, µs",
+        rounds / 5
+    );
     if cpus >= 2 {
         line(
             "(a) hand-off CPU 0 -> 1 -> 0, default policy",
@@ -132,7 +135,9 @@ fn main() {
         println!("(a) needs two CPUs");
     }
     // On its own thread, so that SCHED_FIFO stays with it.
-    let default = thread::spawn(move || sleep_overshoot(rounds / 5)).join().unwrap();
+    let default = thread::spawn(move || sleep_overshoot(rounds / 5))
+        .join()
+        .unwrap();
     line("(b) 50 µs sleep, overshoot, default policy", default);
     let fifo = thread::spawn(move || realtime().then(|| sleep_overshoot(rounds / 5)))
         .join()
