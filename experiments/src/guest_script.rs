@@ -73,6 +73,17 @@ pub fn fio_args(spec: &Spec, phase: &PhaseSpec, vm: &str, index: u32) -> Vec<Str
 /// (`replay_iolog`).
 pub const IOLOG: &str = "iolog";
 
+/// The phases whose fio logs its I/O (`replay_iolog`, where this run
+/// replays it: [`Spec::replays_iolog`]): every fio phase, or none.
+pub fn logged_phases(spec: &Spec) -> Vec<usize> {
+    if !spec.replays_iolog() {
+        return Vec::new();
+    }
+    (0..spec.phases.len())
+        .filter(|&k| spec.phases[k].command.is_none())
+        .collect()
+}
+
 /// Where fio writes phase `k`'s I/O log in the guest (`replay_iolog`): off
 /// the share while the phases run.
 fn iolog_in_guest(k: usize) -> String {
@@ -274,6 +285,7 @@ pub fn script(
             })
         );
     }
+    let logged = logged_phases(spec);
     s.push_str("case \"$vm\" in\n");
     for index in 0..spec.vms.count {
         let vm = format!("vm{index}");
@@ -300,7 +312,7 @@ pub fn script(
                     .iter()
                     .map(|a| sh_quote(a))
                     .collect();
-                if spec.replays_iolog() {
+                if logged.contains(&k) {
                     args.push(sh_quote(&format!("--write_iolog={}", iolog_in_guest(k))));
                 }
                 let _ = writeln!(s, "    {then}fio_phase {head} {}", args.join(" "));
@@ -309,15 +321,8 @@ pub fn script(
         let _ = writeln!(s, "    barrier {}", spec.phases.len());
         // The logs reach the share after the last snapshot: their writes
         // are not the phases'.
-        if spec.replays_iolog() {
-            for (k, _) in spec
-                .phases
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| p.command.is_none())
-            {
-                let _ = writeln!(s, "    cp {} \"$out/{k}/{IOLOG}\"", iolog_in_guest(k));
-            }
+        for k in &logged {
+            let _ = writeln!(s, "    cp {} \"$out/{k}/{IOLOG}\"", iolog_in_guest(*k));
         }
         let _ = writeln!(s, "    ;;");
     }

@@ -139,11 +139,7 @@ impl Logs {
         let end = offset
             .checked_add(u64::from(len))
             .ok_or_else(|| format!("offset {offset} + length {len} overflows"))?;
-        let next = u32::try_from(self.files.len()).map_err(|_| "too many files".to_string())?;
-        let id = *self.files.entry(file.to_string()).or_insert(next);
-        if id == next {
-            self.ends.push(0);
-        }
+        let id = self.file_id(file)?;
         let e = &mut self.ends[id as usize];
         *e = (*e).max(end);
         Ok(Some(Io {
@@ -153,6 +149,18 @@ impl Logs {
             len,
             write,
         }))
+    }
+
+    /// The number of file `name`, given at its first I/O (a name is
+    /// copied once, not once a line).
+    fn file_id(&mut self, name: &str) -> Result<u32, String> {
+        if let Some(&id) = self.files.get(name) {
+            return Ok(id);
+        }
+        let id = u32::try_from(self.files.len()).map_err(|_| "too many files".to_string())?;
+        self.files.insert(name.to_string(), id);
+        self.ends.push(0);
+        Ok(id)
     }
 
     /// Each file's first byte in the replay's address space: files end to
@@ -209,6 +217,8 @@ pub fn replay(
     if bytes > capacity {
         return Err(ReplayIologError::TooLarge { bytes, capacity });
     }
+    // A period of 0 tells nothing, as none.
+    let period_ns = bits_period_ns.filter(|&p| p > 0);
     let mut device = Device::new(cfg).map_err(ReplayIologError::Config)?;
     let mut r = Replayer::new(&mut device, Arrival::Trace);
     let mut offset_ns = 0u64;
@@ -226,7 +236,7 @@ pub fn replay(
         for (t, g, io) in merged {
             let now = offset_ns.saturating_add(t.saturating_mul(1000));
             end_ns = now;
-            if let Some(p) = bits_period_ns.filter(|&p| p > 0) {
+            if let Some(p) = period_ns {
                 let index = now / p;
                 let period = &mut periods[g];
                 if period.index != Some(index) {
@@ -247,19 +257,19 @@ pub fn replay(
             c.page_accesses += u64::from(o.pages);
             c.page_hits += u64::from(o.page_hits);
             c.page_misses += u64::from(o.page_misses);
-            if bits_period_ns.is_some() {
+            if period_ns.is_some() {
                 let last = (addr + u64::from(io.len) - 1) / PAGE;
                 periods[g].pages.extend(addr / PAGE..=last);
             }
         }
         // The last periods' scans come after the phase's I/O.
-        if let Some(p) = bits_period_ns.filter(|&p| p > 0) {
+        if let Some(p) = period_ns {
             for (period, c) in periods.iter_mut().zip(&mut counted) {
                 tell(&mut r, period, p, c);
             }
         }
         // The next phase's logs start at 0 again: after this one.
-        offset_ns = end_ns.saturating_add(bits_period_ns.unwrap_or(0).max(1_000_000));
+        offset_ns = end_ns.saturating_add(period_ns.unwrap_or(0).max(1_000_000));
         out.push(counted);
     }
     Ok(out)

@@ -92,6 +92,14 @@ fn device_references(r: &Row) -> Option<f64> {
     get(r, "daemon.references")
 }
 
+/// The hit share the device counted: (hits + references) / (hits +
+/// references + misses); `None` with no count at all.
+pub fn counted_hit_share(r: &Row) -> Option<f64> {
+    let (h, m) = device_counts(r)?;
+    let seen = h + device_references(r).unwrap_or(0.0);
+    (seen + m > 0.0).then(|| seen / (seen + m))
+}
+
 /// Whether the device saw none of the VM's hits on mapped pages: its
 /// pages were mapped (traps of a DAX window or a memory region) and both
 /// hit sources were off.
@@ -135,25 +143,16 @@ fn device_columns(res: &ResultsFile) -> Vec<Column> {
             }),
         });
     }
-    let hit_cell: fn(&Row) -> String = |r| {
-        if hits_blind(r) {
-            return "blind".into();
-        }
-        match device_counts(r) {
-            Some((h, m)) => {
-                let seen = h + device_references(r).unwrap_or(0.0);
-                if seen + m > 0.0 {
-                    format!("{:.1}", 100.0 * seen / (seen + m))
-                } else {
-                    String::new()
-                }
-            }
-            None => String::new(),
-        }
-    };
     cols.push(Column {
         header: "hit %".into(),
-        cell: Box::new(hit_cell),
+        cell: Box::new(|r| {
+            if hits_blind(r) {
+                return "blind".into();
+            }
+            counted_hit_share(r)
+                .map(|x| format!("{:.1}", 100.0 * x))
+                .unwrap_or_default()
+        }),
     });
     if any_has(res, &["replay.counted_hit_share"]) {
         cols.push(Column {

@@ -3,7 +3,7 @@
 //! guest counted per phase put beside its own results.
 
 use super::run_output::RunOutput;
-use crate::guest_script::IOLOG;
+use crate::guest_script::{logged_phases, IOLOG};
 use crate::iolog_replay::{self, Io, Logs};
 use crate::spec::RunPlan;
 use anyhow::{Context, Result};
@@ -16,12 +16,10 @@ use std::path::Path;
 /// pool's split is the daemon's: the guests log nothing there) or after a
 /// run that failed.
 pub(super) fn replay_iologs(plan: &RunPlan, share: &Path, vms: &[String], out: &mut RunOutput) {
-    if !plan.spec.replays_iolog() || out.error.is_some() {
+    let fio_phases = logged_phases(&plan.spec);
+    if fio_phases.is_empty() || out.error.is_some() {
         return;
     }
-    let fio_phases: Vec<usize> = (0..plan.spec.phases.len())
-        .filter(|&k| plan.spec.phases[k].command.is_none())
-        .collect();
     match counted(plan, share, vms, &fio_phases) {
         Ok(per_phase) => {
             for (&k, guests) in fio_phases.iter().zip(per_phase) {

@@ -12,6 +12,7 @@ use crate::spec::{
     access_sampling_text, value_text, MissCheckSpec, MissMode, PhaseSpec, RunPlan,
     DEFAULT_CXL_RATIO,
 };
+use crate::text_table::counted_hit_share;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -45,10 +46,10 @@ pub(super) fn rows_of(plan: &RunPlan, out: &RunOutput) -> Vec<Row> {
 }
 
 /// Where the guests' fio logs were replayed (`replay.*`): the hit share
-/// the daemon counted, (hits + references) / (hits + references + misses)
-/// (`counted_hit_share`), the replay's counted the same way
-/// (`replay.counted_hit_share`: references / (references + misses)), and
-/// the first less the second in points (`replay.diff_points`).
+/// the daemon counted (`counted_hit_share`, as the table's `hit %`), the
+/// replay's counted the same way (`replay.counted_hit_share`: references /
+/// (references + misses)), and the first less the second in points
+/// (`replay.diff_points`).
 fn add_counted_shares(rows: &mut [Row]) {
     for r in rows.iter_mut() {
         let get = |k: &str| r.get(k).and_then(Value::as_f64);
@@ -56,11 +57,7 @@ fn add_counted_shares(rows: &mut [Row]) {
             continue;
         };
         let replay = (refs + misses > 0.0).then(|| refs / (refs + misses));
-        let seen = get("device_hits").unwrap_or(0.0) + get("daemon.references").unwrap_or(0.0);
-        let full = get("device_misses")
-            .map(|m| seen + m)
-            .filter(|&all| all > 0.0)
-            .map(|all| seen / all);
+        let full = counted_hit_share(r);
         if let Some(x) = replay {
             r.insert("replay.counted_hit_share".into(), num(x));
         }
