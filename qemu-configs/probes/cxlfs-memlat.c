@@ -145,9 +145,10 @@ static void usage(void)
         "address is the line's plus the value the previous load returned, so the\n"
         "loads stay dependent. The build pass writes the lines in load order (pages\n"
         "never drawn are never touched); the lap's order (4 bytes a load) stays\n"
-        "mapped during the laps and is read sequentially. The JSON adds pattern,\n"
-        "pages, distinct_pages (drawn in a lap) and loads_per_s (measured laps'\n"
-        "loads over their wall time, clock reads included).\n"
+        "mapped during the laps and is read sequentially (on the CPU's node: see\n"
+        "Placement). The JSON adds pattern, pages, distinct_pages (drawn in a\n"
+        "lap) and loads_per_s (measured laps' loads over their wall time, clock\n"
+        "reads included).\n"
         "\n"
         "--against-node N (uniform chase, anonymous memory): a second working set\n"
         "of the same size and the same cycle, bound to node N (mbind), is chased\n"
@@ -156,6 +157,13 @@ static void usage(void)
         "the host, whatever else it does. The histogram is the first's; the JSON\n"
         "adds against_node, against_mean_ns, against_min_ns, against_p50_ns and\n"
         "against_p99_ns for the second.\n"
+        "\n"
+        "Placement: started under a memory policy whose nodes leave out the node\n"
+        "of the CPU it runs on (numactl --membind=1, node 1 a CPU-less CXL node),\n"
+        "the probe gives that policy to the working set alone and moves its own\n"
+        "pages (the lap's order, the histogram, its stack, page tables made from\n"
+        "then on) to the CPU's node, so that the measured node sees the chase's\n"
+        "loads and nothing else, as a replay of --sequence assumes.\n"
         "\n"
         "--min-seconds S: the measured laps go on past --laps until they have\n"
         "run S seconds (for what needs time to act, e.g. NUMA balancing's\n"
@@ -510,6 +518,67 @@ static uint64_t laps_in_turn(void *volatile **p, void *volatile **other, uint64_
     return l;
 }
 
+/* ------------------------------------------------------ own pages local */
+
+/* Bits of the node masks passed to the kernel (cxlfs-numa's MAX_NODES). */
+#define MASK_BITS 1024
+#define MASK_WORDS (MASK_BITS / (8 * sizeof(unsigned long)))
+
+/* The memory policy the probe was started under (cxlfs-numa / numactl),
+ * meant for the working set alone. */
+struct ws_policy {
+    int mode; /* 0 (MPOL_DEFAULT): nothing to re-apply */
+    unsigned long mask[MASK_WORDS];
+};
+
+/* Started under a policy whose nodes leave out the node of the CPU the
+ * probe runs on (numactl --membind=1 for a CPU-less CXL node), the probe
+ * keeps that policy for the working set (see bind_working_set) and moves
+ * everything else it owns -- the lap's order, the histogram, its stack,
+ * the page tables made from now on -- to the CPU's node: the memory
+ * measured sees the chase's loads and nothing else, as the host's replay
+ * of the lap assumes. A policy that includes the CPU's node, or none, is
+ * left as it is. 0, or -1 with errno. */
+static int keep_own_pages_local(struct ws_policy *ws)
+{
+    enum { MPOL_LOCAL_ = 4 };
+    memset(ws, 0, sizeof *ws);
+    int mode = 0;
+    unsigned long mask[MASK_WORDS] = { 0 };
+    if (syscall(SYS_get_mempolicy, &mode, mask, (unsigned long)MASK_BITS, NULL, 0UL) != 0)
+        return errno == ENOSYS ? 0 : -1; /* a kernel without NUMA: one node */
+    unsigned cpu = 0, node = 0;
+    if (syscall(SYS_getcpu, &cpu, &node, NULL) != 0)
+        return -1;
+    int any = 0;
+    for (size_t w = 0; w < MASK_WORDS; w++)
+        any |= mask[w] != 0;
+    if (mode == 0 || !any || node >= MASK_BITS
+        || (mask[node / (8 * sizeof(unsigned long))] >> (node % (8 * sizeof(unsigned long)))) & 1)
+        return 0;
+    unsigned long here[MASK_WORDS] = { 0 };
+    here[node / (8 * sizeof(unsigned long))] = 1ul << (node % (8 * sizeof(unsigned long)));
+    if (syscall(SYS_set_mempolicy, MPOL_LOCAL_, NULL, 0UL) != 0)
+        return -1;
+    /* What was placed before this point (stack, data, the C library's
+     * pages) moves; maxnode counts bits plus one. */
+    if (syscall(SYS_migrate_pages, 0, (unsigned long)MASK_BITS + 1, mask, here) < 0)
+        return -1;
+    ws->mode = mode;
+    memcpy(ws->mask, mask, sizeof mask);
+    return 0;
+}
+
+/* Gives the working set `[mem, mem + size)` the policy the probe was
+ * started under (nothing when keep_own_pages_local kept none). */
+static int bind_working_set(const struct ws_policy *ws, void *mem, uint64_t size)
+{
+    if (ws->mode == 0)
+        return 0;
+    return (int)syscall(SYS_mbind, mem, size, (unsigned long)ws->mode, ws->mask,
+                        (unsigned long)MASK_BITS + 1, 0UL);
+}
+
 static int flag_main(int argc, char **argv)
 {
     uint64_t size = 0, stride = 4096, laps = 2, warmup = 1, seed = 1, against = UINT64_MAX;
@@ -582,6 +651,12 @@ static int flag_main(int argc, char **argv)
         fprintf(stderr, "cxlfs-memlat: --pattern zipf needs 4 KiB <= --size <= 256 GiB\n");
         return 2;
     }
+    struct ws_policy ws;
+    if (keep_own_pages_local(&ws) != 0) {
+        fprintf(stderr, "cxlfs-memlat: cannot keep the probe's own pages off the working set's node: %s\n",
+                strerror(errno));
+        return 1;
+    }
     char *mem;
     if (map_file) {
         int fd = open(map_file, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -593,6 +668,11 @@ static int flag_main(int argc, char **argv)
         close(fd);
     } else {
         mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (mem != MAP_FAILED && bind_working_set(&ws, mem, size) != 0) {
+            fprintf(stderr, "cxlfs-memlat: cannot bind the working set to its node: %s\n",
+                    strerror(errno));
+            return 1;
+        }
     }
     size_t order_len = n * sizeof(uint32_t);
     uint32_t *order = mmap(NULL, order_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
