@@ -520,9 +520,8 @@ static uint64_t laps_in_turn(void *volatile **p, void *volatile **other, uint64_
 
 /* ------------------------------------------------------ own pages local */
 
-/* Bits of the node masks passed to the kernel (cxlfs-numa's MAX_NODES). */
-#define MASK_BITS 1024
-#define MASK_WORDS (MASK_BITS / (8 * sizeof(unsigned long)))
+/* Words of a node mask (cxlfs-probe.h's MAX_NODES bits). */
+#define MASK_WORDS (MAX_NODES / ULONG_BITS)
 
 /* The memory policy the probe was started under (cxlfs-numa / numactl),
  * meant for the working set alone. */
@@ -545,7 +544,7 @@ static int keep_own_pages_local(struct ws_policy *ws)
     memset(ws, 0, sizeof *ws);
     int mode = 0;
     unsigned long mask[MASK_WORDS] = { 0 };
-    if (syscall(SYS_get_mempolicy, &mode, mask, (unsigned long)MASK_BITS, NULL, 0UL) != 0)
+    if (syscall(SYS_get_mempolicy, &mode, mask, (unsigned long)MAX_NODES, NULL, 0UL) != 0)
         return errno == ENOSYS ? 0 : -1; /* a kernel without NUMA: one node */
     unsigned cpu = 0, node = 0;
     if (syscall(SYS_getcpu, &cpu, &node, NULL) != 0)
@@ -553,16 +552,15 @@ static int keep_own_pages_local(struct ws_policy *ws)
     int any = 0;
     for (size_t w = 0; w < MASK_WORDS; w++)
         any |= mask[w] != 0;
-    if (mode == 0 || !any || node >= MASK_BITS
-        || (mask[node / (8 * sizeof(unsigned long))] >> (node % (8 * sizeof(unsigned long)))) & 1)
+    if (mode == 0 || !any || node >= MAX_NODES || node_in_mask(mask, node))
         return 0;
     unsigned long here[MASK_WORDS] = { 0 };
-    here[node / (8 * sizeof(unsigned long))] = 1ul << (node % (8 * sizeof(unsigned long)));
+    here[node / ULONG_BITS] = 1ul << (node % ULONG_BITS);
     if (syscall(SYS_set_mempolicy, MPOL_LOCAL_, NULL, 0UL) != 0)
         return -1;
     /* What was placed before this point (stack, data, the C library's
      * pages) moves; maxnode counts bits plus one. */
-    if (syscall(SYS_migrate_pages, 0, (unsigned long)MASK_BITS + 1, mask, here) < 0)
+    if (syscall(SYS_migrate_pages, 0, (unsigned long)MAX_NODES + 1, mask, here) < 0)
         return -1;
     ws->mode = mode;
     memcpy(ws->mask, mask, sizeof mask);
@@ -576,7 +574,7 @@ static int bind_working_set(const struct ws_policy *ws, void *mem, uint64_t size
     if (ws->mode == 0)
         return 0;
     return (int)syscall(SYS_mbind, mem, size, (unsigned long)ws->mode, ws->mask,
-                        (unsigned long)MASK_BITS + 1, 0UL);
+                        (unsigned long)MAX_NODES + 1, 0UL);
 }
 
 static int flag_main(int argc, char **argv)

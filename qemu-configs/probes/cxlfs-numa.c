@@ -20,13 +20,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "cxlfs-probe.h"
+
 #define MPOL_PREFERRED 1
 #define MPOL_BIND 2
 #define MPOL_INTERLEAVE 3
 #define MPOL_WEIGHTED_INTERLEAVE 6
 
-#define MAX_NODES 1024
-#define ULONG_BITS (8 * sizeof(unsigned long))
 #define WI_DIR "/sys/kernel/mm/mempolicy/weighted_interleave"
 
 static unsigned long mask[MAX_NODES / ULONG_BITS];

@@ -1,5 +1,5 @@
 /*
- * What the cxlfs probes share: argument parsing and the clock. Each probe
+ * What the cxlfs probes share: argument parsing, node masks and the clock. Each probe
  * is one static binary (qemu-configs/build-guest-image.sh), so this header
  * holds static functions rather than a library.
  */
@@ -10,6 +10,18 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
+
+/* Node masks as the kernel's memory-policy calls take them: MAX_NODES
+ * bits, passed with maxnode = MAX_NODES + 1 (the kernel reads maxnode - 1
+ * bits). */
+#define MAX_NODES 1024
+#define ULONG_BITS (8 * sizeof(unsigned long))
+
+/* Whether node `n` is set in `mask` (MAX_NODES bits). */
+static inline int node_in_mask(const unsigned long *mask, unsigned n)
+{
+    return n < MAX_NODES && (mask[n / ULONG_BITS] >> (n % ULONG_BITS)) & 1;
+}
 
 /* A size in bytes with an optional k/m/g suffix (powers of 1024). */
 static inline int parse_size(const char *s, uint64_t *out)
