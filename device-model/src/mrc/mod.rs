@@ -246,7 +246,7 @@ impl CurvePass {
             let taken = sampler.access_records(raw, warm, self.capacity_bytes);
             self.fed += taken as u64;
             // The record that stopped it, if any, refused as `feed` would.
-            return match raw.iter().nth(taken) {
+            return match raw.get(taken) {
                 Some(record) => self.feed(&record.access()),
                 None => Ok(()),
             };

@@ -290,31 +290,51 @@ impl Sampler {
             }
             return records.len();
         }
+        let (warmup, measured) = records.split_at(warm.min(records.len()));
+        let taken = self.sample_run::<true>(warmup, capacity);
+        if taken < warmup.len() {
+            return taken;
+        }
+        warmup.len() + self.sample_run::<false>(measured, capacity)
+    }
+
+    /// [`Sampler::access_records`] at a fixed rate over records all in the
+    /// warm-up (`WARM`) or all measured: how many were taken.
+    #[inline(always)]
+    fn sample_run<const WARM: bool>(&mut self, records: RawRecords<'_>, capacity: u64) -> usize {
         let threshold = self.threshold;
         let mut registers = Registers::of(&mut self.distinct);
-        let mut measured = 0u64;
+        let kept = &mut self.kept;
+        let mut pages = 0u64;
         let mut taken = records.len();
         for (i, record) in records.iter().enumerate() {
-            let (addr, len) = (record.addr(), record.bytes());
-            if !within(addr, len) {
+            let addr = record.addr();
+            // `len` is below 2^31: `end` wraps only past 2^64, where it
+            // falls to `addr` or below, as it does for a `len` of 0.
+            let end = addr.wrapping_add(u64::from(record.bytes()));
+            if end <= addr || end > capacity {
                 taken = i;
                 break;
             }
-            // Within the device, and `len` is not 0.
             let first = addr >> PAGE_SHIFT;
-            let end = ((addr + u64::from(len) - 1) >> PAGE_SHIFT) + 1;
-            if i >= warm {
-                measured += end - first;
+            let last = (end - 1) >> PAGE_SHIFT;
+            if !WARM {
+                pages += last - first + 1;
             }
-            for page in first..end {
+            let mut page = first;
+            loop {
                 let hash = page_hash(page);
                 registers.insert(hash);
                 if hash < threshold {
-                    keep_part(&mut self.kept, page, hash, record, i < warm);
+                    keep_part(kept, page, hash, record, WARM);
                 }
+                if page == last {
+                    break;
+                }
+                page += 1;
             }
         }
-        self.measured_pages += measured;
+        self.measured_pages += pages;
         taken
     }
 

@@ -100,6 +100,20 @@ impl<'a> RawRecords<'a> {
         self.bytes.is_empty()
     }
 
+    /// The first `mid` records and the rest (`mid` at most [`RawRecords::len`]).
+    #[inline]
+    pub fn split_at(&self, mid: usize) -> (RawRecords<'a>, RawRecords<'a>) {
+        let (a, b) = self.bytes.split_at(mid * RECORD_LEN);
+        (RawRecords { bytes: a }, RawRecords { bytes: b })
+    }
+
+    /// Record `index`, if held.
+    #[inline]
+    pub fn get(&self, index: usize) -> Option<RawRecord<'a>> {
+        let start = index.checked_mul(RECORD_LEN)?;
+        self.bytes.get(start..)?.first_chunk().map(RawRecord)
+    }
+
     /// The records, in order.
     #[inline]
     pub fn iter(&self) -> impl Iterator<Item = RawRecord<'a>> + 'a {
