@@ -743,6 +743,20 @@ impl<R: BufRead> BinaryReader<R> {
     /// keeps); the error that stopped reading after the records before it;
     /// `None` at the end. Mixes with the other ways of reading.
     pub fn next_records(&mut self) -> Option<Result<Records<'_>, ReadBinaryError>> {
+        self.lend(true)
+    }
+
+    /// As [`BinaryReader::next_records`], but the undecoded records' lengths
+    /// are not checked, which saves a pass over them: a record of length 0
+    /// may be among them, and the reader does not stop at it. For a
+    /// consumer that tests every record's extent anyway and refuses a
+    /// length of 0 with its index, as `CurvePass::feed_records` does.
+    pub fn next_records_unchecked(&mut self) -> Option<Result<Records<'_>, ReadBinaryError>> {
+        self.lend(false)
+    }
+
+    /// [`BinaryReader::next_records`], undecoded records checked or not.
+    fn lend(&mut self, check: bool) -> Option<Result<Records<'_>, ReadBinaryError>> {
         self.reader.consume(std::mem::take(&mut self.lent));
         if self.pos < self.batch.len() {
             let start = self.pos;
@@ -753,13 +767,13 @@ impl<R: BufRead> BinaryReader<R> {
         let n = match self.find_whole(usize::MAX) {
             None => return self.error.take().map(Err),
             Some(Whole::Straddled) => {
-                if RawRecord::new(&self.straddle).is_none() {
+                if check && RawRecord::new(&self.straddle).is_none() {
                     let source = BinaryTraceError::ZeroLen;
                     self.ended = true;
                     return Some(Err(ReadBinaryError::Record { index, source }));
                 }
                 self.decoded += 1;
-                return Some(Ok(Records::Raw(RawRecords::checked(&self.straddle))));
+                return Some(Ok(Records::Raw(RawRecords::whole(&self.straddle))));
             }
             Some(Whole::Buffered(n)) => n,
         };
@@ -770,15 +784,20 @@ impl<R: BufRead> BinaryReader<R> {
                 return Some(Err(ReadBinaryError::Io { index, source }));
             }
         };
-        let (good, bad) = RawRecords::leading(buf);
-        if let Some(bad) = bad {
-            // After the records before it.
-            self.ended = true;
-            self.error = Some(ReadBinaryError::Record {
-                index: index + bad as u64,
-                source: BinaryTraceError::ZeroLen,
-            });
-        }
+        let good = if check {
+            let (good, bad) = RawRecords::leading(buf);
+            if let Some(bad) = bad {
+                // After the records before it.
+                self.ended = true;
+                self.error = Some(ReadBinaryError::Record {
+                    index: index + bad as u64,
+                    source: BinaryTraceError::ZeroLen,
+                });
+            }
+            good
+        } else {
+            RawRecords::whole(buf)
+        };
         if good.is_empty() {
             return self.error.take().map(Err);
         }

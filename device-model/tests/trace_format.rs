@@ -385,6 +385,18 @@ fn undecoded_records_stop_where_decoding_does() {
         );
         assert!(reader.next_records().is_none());
     }
+    // Lent unchecked, the record of length 0 is among the others, for the
+    // consumer to refuse.
+    let mut reader = BinaryReader::new(&bytes[..]).unwrap();
+    let mut lent = Vec::new();
+    while let Some(records) = reader.next_records_unchecked() {
+        let Ok(Records::Raw(raw)) = records else {
+            panic!("undecoded records");
+        };
+        lent.extend(raw.iter().map(|r| r.bytes()));
+    }
+    assert_eq!(lent.len(), 500);
+    assert_eq!(lent.iter().position(|&b| b == 0), Some(400));
     // A torn last record, and a count the records miss.
     let whole = encode_trace(&trace).unwrap();
     let (got, error) = all_records(&mut BinaryReader::new(&whole[..whole.len() - 3]).unwrap());

@@ -44,11 +44,27 @@ fn try_run_in(
     let Some(readers) = cut else {
         return Ok(Err((pass, reader)));
     };
+    // Parts are of equal length (the last up to `parts` records longer);
+    // the first part's sample becomes the whole one's, so it makes room
+    // for all of them.
+    let per_part = match readers.as_slice() {
+        [a, b, ..] => b.records_before() - a.records_before(),
+        _ => 0,
+    };
+    let n = readers.len() as u64;
     let fed: Vec<Result<CurvePass>> = thread::scope(|s| {
         let threads: Vec<_> = readers
             .into_iter()
-            .map(|r| {
-                let part = pass.part_like(r.records_before());
+            .enumerate()
+            .map(|(k, r)| {
+                let mut part = pass.part_like(r.records_before());
+                if let Some(p) = part.as_mut() {
+                    p.reserve_for(if k == 0 {
+                        per_part * n + n
+                    } else {
+                        per_part + n
+                    });
+                }
                 s.spawn(move || feed(part, r))
             })
             .collect();
@@ -84,7 +100,7 @@ fn feed(part: Option<CurvePass>, mut reader: TraceReader) -> Result<CurvePass> {
 mod tests {
     use super::*;
     use cxlfs_device_model::mrc::shards::Sampler;
-    use cxlfs_device_model::trace::{encode_header, encode_trace, Access};
+    use cxlfs_device_model::trace::{encode_header, encode_trace, Access, RECORD_LEN};
     use cxlfs_device_model::Op;
     use std::io::Write;
 
@@ -145,6 +161,18 @@ mod tests {
         let f = file(&encode_trace(&all).expect("encode"));
         let e = in_parts(&f, 0).err().expect("out of range");
         assert!(e.contains("record 4500"), "{e}");
+        // A record of length 0 (the reader lends records unchecked; the
+        // pass refuses it), in the first part and in the last.
+        for at in [1_234, 7_000] {
+            let mut bytes = encode_trace(&accesses(9_000)).expect("encode");
+            let word = bytes.len() - (9_000 - at) * RECORD_LEN + 16;
+            bytes[word..word + 4].copy_from_slice(&(1u32 << 31).to_le_bytes());
+            let e = in_parts(&file(&bytes), 0).err().expect("zero length");
+            assert!(
+                e.contains(&format!("record {at}")) && e.contains("zero-length"),
+                "{e}"
+            );
+        }
         // A torn last record: the last part says so, after the whole ones.
         let mut bytes = encode_trace(&accesses(9_000)).expect("encode");
         bytes.truncate(bytes.len() - 7);

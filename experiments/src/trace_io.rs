@@ -301,8 +301,10 @@ impl TraceReader {
     }
 
     /// The next accesses: a binary trace's many at a time, undecoded where
-    /// its reader has not decoded them yet ([`BinaryReader::next_records`]),
-    /// CSV's one at a time; `None` at the end (or after an error).
+    /// its reader has not decoded them yet, and then not checked to decode
+    /// ([`BinaryReader::next_records_unchecked`]: the consumer refuses a
+    /// length of 0, as `CurvePass::feed_records` does), CSV's one at a
+    /// time; `None` at the end (or after an error).
     pub fn next_records(&mut self) -> Option<Result<Records<'_>, ReadTraceError>> {
         if self.done {
             return None;
@@ -313,7 +315,7 @@ impl TraceReader {
         let Source::Bin(bin) = &mut self.src else {
             return None;
         };
-        let got = bin.next_records();
+        let got = bin.next_records_unchecked();
         counted(
             got,
             |r| r.len(),

@@ -143,6 +143,14 @@ impl CurvePass {
         Some(CurvePass::new(self.capacity_bytes, self.warmup, Some(sampler)).part_from(first))
     }
 
+    /// Makes room for the sample of `accesses` more single-page accesses
+    /// ([`Sampler::reserve_for`]), where a sample is taken.
+    pub fn reserve_for(&mut self, accesses: u64) {
+        if let Some(s) = self.sampler.as_mut() {
+            s.reserve_for(accesses);
+        }
+    }
+
     /// Access index the pass would count next (the accesses before it fed).
     pub fn next_index(&self) -> u64 {
         self.fed
@@ -234,7 +242,9 @@ impl CurvePass {
 
     /// Many accesses, decoded or not, as [`CurvePass::feed`] one by one. A
     /// sample alone reads an undecoded record's address and length and
-    /// decodes only a record it keeps.
+    /// decodes only a record it keeps. Undecoded records may be unchecked
+    /// ([`crate::trace::BinaryReader::next_records_unchecked`]): one of
+    /// length 0 is refused as [`CurvePass::feed`] refuses an empty access.
     pub fn feed_records(&mut self, records: Records<'_>) -> Result<(), FeedError> {
         let raw = match records {
             Records::Decoded(batch) => return self.feed_batch(batch),

@@ -11,7 +11,7 @@
 //! rate would have taken from the start.
 
 use super::distinct::{DistinctEstimate, Registers};
-use crate::trace::{Access, RawRecord, RawRecords};
+use crate::trace::{Access, RawRecord, RawRecords, RECORD_LEN};
 use crate::{PAGE_SHIFT, PAGE_SIZE};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BinaryHeap;
@@ -96,6 +96,36 @@ impl Kept {
             warm,
         }
     }
+}
+
+/// Every page of `record`, an access over more than one page, as
+/// [`Sampler::access_records`] samples a page: out of its loop, which
+/// single-page accesses keep to a few registers.
+#[inline(never)]
+fn sample_pages(
+    registers: &mut Registers<'_>,
+    kept: &mut Vec<Kept>,
+    threshold: u64,
+    record: RawRecord<'_>,
+    warm: bool,
+) {
+    let first = record.addr() >> PAGE_SHIFT;
+    let last = (record.end() - 1) >> PAGE_SHIFT;
+    for page in first..=last {
+        let hash = page_hash(page);
+        registers.insert(hash);
+        if hash < threshold {
+            keep_part(kept, page, hash, record, warm);
+        }
+    }
+}
+
+/// Whether `record` is one the device takes: not empty, ending within
+/// `capacity` bytes.
+#[inline]
+fn within(record: RawRecord<'_>, capacity: u64) -> bool {
+    let end = record.end();
+    end > record.addr() && end <= capacity
 }
 
 /// Keeps the part of `record` in `page` (hash `hash`): out of the loop over
@@ -220,6 +250,17 @@ impl Sampler {
         self.is_fixed_rate().then(|| Sampler::below(self.threshold))
     }
 
+    /// Makes room for the sample of `pages` more page accesses at a fixed
+    /// rate (the expected count and four standard deviations), so that the
+    /// sample grows without copying itself; nothing for a fixed size.
+    pub fn reserve_for(&mut self, pages: u64) {
+        if self.is_fixed_rate() {
+            let expected = pages as f64 * self.rate();
+            let room = expected + 4.0 * expected.sqrt() + 64.0;
+            self.kept.reserve(room.min(usize::MAX as f64) as usize);
+        }
+    }
+
     /// Whether the rate is fixed (not a fixed-size sample): then the
     /// samples of consecutive parts of a stream can be joined.
     pub fn is_fixed_rate(&self) -> bool {
@@ -239,7 +280,11 @@ impl Sampler {
                 later: later.rate(),
             });
         }
-        self.kept.extend_from_slice(&later.kept);
+        if self.kept.is_empty() && self.kept.capacity() < later.kept.capacity() {
+            self.kept = later.kept;
+        } else {
+            self.kept.extend_from_slice(&later.kept);
+        }
         self.measured_pages += later.measured_pages;
         self.distinct.merge(&later.distinct);
         Ok(())
@@ -272,18 +317,15 @@ impl Sampler {
     }
 
     /// `records` in order, as [`Sampler::access`] one by one, those before
-    /// the `warm`-th in the warm-up, up to the first that does not end
-    /// within `capacity` bytes: how many were taken. At a fixed rate, one
+    /// the `warm`-th in the warm-up, up to the first that is empty (records
+    /// lent unchecked) or does not end within `capacity` bytes: how many
+    /// were taken. At a fixed rate, one
     /// loop with the threshold and the distinct count's registers held in
     /// locals, a record decoded only when one of its pages is kept.
     pub fn access_records(&mut self, records: RawRecords<'_>, warm: usize, capacity: u64) -> usize {
-        let within = |addr: u64, len: u32| {
-            addr.checked_add(u64::from(len))
-                .is_some_and(|end| end <= capacity)
-        };
         if self.fixed.is_some() {
             for (i, record) in records.iter().enumerate() {
-                if !within(record.addr(), record.bytes()) {
+                if !within(record, capacity) {
                     return i;
                 }
                 self.access(&record.access(), i < warm);
@@ -306,36 +348,33 @@ impl Sampler {
         let mut registers = Registers::of(&mut self.distinct);
         let kept = &mut self.kept;
         let mut pages = 0u64;
-        let mut taken = records.len();
-        for (i, record) in records.iter().enumerate() {
-            let addr = record.addr();
-            // `len` is below 2^31: `end` wraps only past 2^64, where it
-            // falls to `addr` or below, as it does for a `len` of 0.
-            let end = addr.wrapping_add(u64::from(record.bytes()));
+        let bytes = records.as_bytes();
+        let mut at = 0;
+        while let Some(whole) = bytes.get(at..at + RECORD_LEN) {
+            let Some(record) = whole.first_chunk().map(RawRecord::unchecked) else {
+                break;
+            };
+            let (addr, end) = (record.addr(), record.end());
             if end <= addr || end > capacity {
-                taken = i;
                 break;
             }
-            let first = addr >> PAGE_SHIFT;
-            let last = (end - 1) >> PAGE_SHIFT;
+            let (first, last) = (addr >> PAGE_SHIFT, (end - 1) >> PAGE_SHIFT);
+            if first == last {
+                let hash = page_hash(first);
+                registers.insert(hash);
+                if hash < threshold {
+                    keep_part(kept, first, hash, record, WARM);
+                }
+            } else {
+                sample_pages(&mut registers, kept, threshold, record, WARM);
+            }
             if !WARM {
                 pages += last - first + 1;
             }
-            let mut page = first;
-            loop {
-                let hash = page_hash(page);
-                registers.insert(hash);
-                if hash < threshold {
-                    keep_part(kept, page, hash, record, WARM);
-                }
-                if page == last {
-                    break;
-                }
-                page += 1;
-            }
+            at += RECORD_LEN;
         }
         self.measured_pages += pages;
-        taken
+        at / RECORD_LEN
     }
 
     /// Keeps the part of `access` in `page` (hash `hash`, under the

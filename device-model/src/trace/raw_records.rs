@@ -1,10 +1,13 @@
 //! Binary records handed out undecoded: a pass that looks only at where
 //! each access falls reads its address and length from the bytes, and
-//! decodes the whole record only for the few accesses it keeps.
+//! decodes the whole record only for the few accesses it keeps. Records
+//! are checked to decode (a length other than 0) by
+//! [`RawRecords::leading`], or, lent unchecked, by their consumer.
 
 use super::{Access, Op, RECORD_LEN, WRITE_BIT};
 
-/// One binary record known to decode (its length is not 0).
+/// One whole binary record: known to decode (its length is not 0) unless
+/// it was lent unchecked ([`RawRecords::whole`]).
 #[derive(Debug, Clone, Copy)]
 pub struct RawRecord<'a>(&'a [u8; RECORD_LEN]);
 
@@ -14,6 +17,13 @@ impl<'a> RawRecord<'a> {
     pub fn new(bytes: &'a [u8; RECORD_LEN]) -> Option<RawRecord<'a>> {
         let record = RawRecord(bytes);
         (record.bytes() != 0).then_some(record)
+    }
+
+    /// `bytes`, not checked to decode: its length may be 0, for the
+    /// consumer to refuse.
+    #[inline]
+    pub fn unchecked(bytes: &'a [u8; RECORD_LEN]) -> RawRecord<'a> {
+        RawRecord(bytes)
     }
 
     #[inline]
@@ -31,10 +41,18 @@ impl<'a> RawRecord<'a> {
         u64::from_le_bytes(addr)
     }
 
-    /// Bytes (never 0).
+    /// Bytes (0 only in a record lent unchecked).
     #[inline]
     pub fn bytes(&self) -> u32 {
         self.word() & !WRITE_BIT
+    }
+
+    /// The byte after the access: `addr + bytes`, wrapped past 2^64.
+    /// `bytes` is below 2^31, so the access is empty or wraps exactly when
+    /// this is at or below [`RawRecord::addr`].
+    #[inline]
+    pub fn end(&self) -> u64 {
+        self.addr().wrapping_add(u64::from(self.bytes()))
     }
 
     /// The whole access.
@@ -56,7 +74,8 @@ impl<'a> RawRecord<'a> {
     }
 }
 
-/// Whole binary records, each known to decode, in trace order.
+/// Whole binary records in trace order, each known to decode unless
+/// lent unchecked ([`RawRecords::whole`]).
 #[derive(Debug, Clone, Copy)]
 pub struct RawRecords<'a> {
     bytes: &'a [u8],
@@ -81,11 +100,18 @@ impl<'a> RawRecords<'a> {
         )
     }
 
-    /// `bytes`, whole records each known to decode (by
-    /// [`RawRecords::leading`] or [`RawRecord::new`]).
-    pub(crate) fn checked(bytes: &'a [u8]) -> RawRecords<'a> {
-        debug_assert!(bytes.len() % RECORD_LEN == 0);
-        RawRecords { bytes }
+    /// The whole records at the start of `bytes`, not checked to decode:
+    /// one of length 0 may be among them, for the consumer to refuse.
+    pub fn whole(bytes: &'a [u8]) -> RawRecords<'a> {
+        RawRecords {
+            bytes: &bytes[..bytes.len() - bytes.len() % RECORD_LEN],
+        }
+    }
+
+    /// The records' bytes, [`RECORD_LEN`] a record.
+    #[inline]
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.bytes
     }
 
     /// Records held.
