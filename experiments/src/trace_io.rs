@@ -19,6 +19,12 @@ use std::path::Path;
 /// Bytes read or written per system call.
 pub const BUFFER_BYTES: usize = 1 << 20;
 
+/// Bytes read per system call by a part of a split trace
+/// ([`TraceReader::split`]): a buffer that stays in the CPU's own cache
+/// between the kernel's copy and the pass (`cxlfs mrc`'s sampled pass took
+/// 5 % less CPU than with [`BUFFER_BYTES`]).
+const PART_BUFFER_BYTES: usize = 1 << 18;
+
 /// CSV: the line numbers of this many of the last records are kept, so that
 /// an access the replay's look-ahead read past can still be named by line.
 const LINES_KEPT: usize = 4 * LOOKAHEAD;
@@ -409,7 +415,7 @@ impl TraceReader {
                 let mut file = open()?;
                 file.seek(SeekFrom::Start(start + first * RECORD_LEN as u64))
                     .map_err(io)?;
-                let reader = BufReader::with_capacity(BUFFER_BYTES, file);
+                let reader = BufReader::with_capacity(PART_BUFFER_BYTES, file);
                 Ok(TraceReader {
                     path: self.path.clone(),
                     arrival: self.arrival,
