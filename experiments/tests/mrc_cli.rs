@@ -198,14 +198,31 @@ fn a_binary_trace_and_its_csv_give_one_curve_and_a_truncated_one_is_named() {
         assert_eq!(b.len(), 5, "{b:?}");
         assert_eq!(b, c, "{method:?}");
     }
+    let refused = |method: &[&str]| -> String {
+        let mut args = vec!["mrc"];
+        args.extend(DEVICE);
+        args.extend(["--trace", shown.as_str(), "--sizes", SIZES]);
+        args.extend(method);
+        let out = cxlfs(&args);
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // A record of length 0 (the sampled pass reads records unchecked and
+    // refuses it itself; the exact one decodes them).
     let bytes = std::fs::read(&bin).unwrap();
+    let mut zero = bytes.clone();
+    let word = zero.len() - (30_000 - 1_234) * 20 + 16;
+    zero[word..word + 4].copy_from_slice(&0u32.to_le_bytes());
+    std::fs::write(&bin, &zero).unwrap();
+    for method in [&[][..], &["--sampling", "0.25"][..]] {
+        let err = refused(method);
+        assert!(
+            err.contains("z.bin: record 1234") && err.contains("len"),
+            "{method:?}: {err}"
+        );
+    }
     std::fs::write(&bin, &bytes[..bytes.len() - 5]).unwrap();
-    let mut args = vec!["mrc"];
-    args.extend(DEVICE);
-    args.extend(["--trace", shown.as_str(), "--sizes", SIZES]);
-    let out = cxlfs(&args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let err = refused(&[]);
     assert!(
         err.contains("z.bin: record 29999: truncated record: 15 of 20 bytes"),
         "{err}"
