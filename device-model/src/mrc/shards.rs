@@ -51,50 +51,29 @@ pub fn rate_of(threshold: u64) -> f64 {
 /// miniatures of a sample spread over 4 Mi pages spent more time in page
 /// faults than in simulating). Only a page's identity matters to a
 /// policy; for a set-associative cache the sampled pages land in other
-/// sets, which hashed sampling had made arbitrary already. Also returns
-/// the distinct pages renamed.
-fn renamed(kept: &[Kept]) -> (Vec<Access>, u64) {
+/// sets, which hashed sampling had made arbitrary already. Renames in
+/// place; returns the distinct pages renamed.
+fn rename(kept: &mut [Access]) -> u64 {
     let mut names: FxHashMap<u64, u64> = FxHashMap::default();
-    let accesses = kept
-        .iter()
-        .map(|k| {
-            let next = names.len() as u64;
-            let name = *names.entry(k.access.addr >> PAGE_SHIFT).or_insert(next);
-            Access {
-                addr: (name << PAGE_SHIFT) | (k.access.addr & (PAGE_SIZE - 1)),
-                ..k.access
-            }
-        })
-        .collect();
-    (accesses, names.len() as u64)
+    for k in kept.iter_mut() {
+        let next = names.len() as u64;
+        let name = *names.entry(k.addr >> PAGE_SHIFT).or_insert(next);
+        k.addr = (name << PAGE_SHIFT) | (k.addr & (PAGE_SIZE - 1));
+    }
+    names.len() as u64
 }
 
-/// One kept page access: the part of an access that falls in one sampled page.
-#[derive(Debug, Clone, Copy)]
-struct Kept {
-    access: Access,
-    hash: u64,
-    /// Part of the warm-up.
-    warm: bool,
-}
-
-impl Kept {
-    /// The part of `access` in `page` (hash `hash`).
-    #[inline]
-    fn part(page: u64, hash: u64, access: &Access, warm: bool) -> Kept {
-        let end = access.addr + u64::from(access.len);
-        let start = (page << PAGE_SHIFT).max(access.addr);
-        let stop = ((page << PAGE_SHIFT) + PAGE_SIZE).min(end);
-        Kept {
-            access: Access {
-                addr: start,
-                // At most one page.
-                len: (stop - start) as u32,
-                ..*access
-            },
-            hash,
-            warm,
-        }
+/// One kept page access: the part of `access` that falls in `page`.
+#[inline]
+fn part(page: u64, access: &Access) -> Access {
+    let end = access.addr + u64::from(access.len);
+    let start = (page << PAGE_SHIFT).max(access.addr);
+    let stop = ((page << PAGE_SHIFT) + PAGE_SIZE).min(end);
+    Access {
+        addr: start,
+        // At most one page.
+        len: (stop - start) as u32,
+        ..*access
     }
 }
 
@@ -104,10 +83,9 @@ impl Kept {
 #[inline(never)]
 fn sample_pages(
     registers: &mut Registers<'_>,
-    kept: &mut Vec<Kept>,
+    kept: &mut Vec<Access>,
     threshold: u64,
     record: RawRecord<'_>,
-    warm: bool,
 ) {
     let first = record.addr() >> PAGE_SHIFT;
     let last = (record.end() - 1) >> PAGE_SHIFT;
@@ -115,7 +93,7 @@ fn sample_pages(
         let hash = page_hash(page);
         registers.insert(hash);
         if hash < threshold {
-            keep_part(kept, page, hash, record, warm);
+            keep_part(kept, page, record);
         }
     }
 }
@@ -128,12 +106,12 @@ fn within(record: RawRecord<'_>, capacity: u64) -> bool {
     end > record.addr() && end <= capacity
 }
 
-/// Keeps the part of `record` in `page` (hash `hash`): out of the loop over
-/// every record, which it would crowd.
+/// Keeps the part of `record` in `page`: out of the loop over every
+/// record, which it would crowd.
 #[cold]
 #[inline(never)]
-fn keep_part(kept: &mut Vec<Kept>, page: u64, hash: u64, record: RawRecord<'_>, warm: bool) {
-    kept.push(Kept::part(page, hash, &record.access(), warm));
+fn keep_part(kept: &mut Vec<Access>, page: u64, record: RawRecord<'_>) {
+    kept.push(part(page, &record.access()));
 }
 
 /// Why two samples cannot be joined.
@@ -157,7 +135,10 @@ pub struct Sampler {
     threshold: u64,
     /// Fixed-size mode.
     fixed: Option<FixedSize>,
-    kept: Vec<Kept>,
+    /// The kept page accesses, in trace order: those of the warm-up first.
+    kept: Vec<Access>,
+    /// How many of `kept` (the first ones) belong to the warm-up.
+    warm_kept: usize,
     /// `kept`'s length after the last filtering (fixed size).
     filtered_len: usize,
     /// Measured page accesses, sampled or not.
@@ -227,6 +208,7 @@ impl Sampler {
             threshold,
             fixed: None,
             kept: Vec::new(),
+            warm_kept: 0,
             filtered_len: 0,
             measured_pages: 0,
             distinct: DistinctEstimate::default(),
@@ -285,6 +267,7 @@ impl Sampler {
         } else {
             self.kept.extend_from_slice(&later.kept);
         }
+        self.warm_kept += later.warm_kept;
         self.measured_pages += later.measured_pages;
         self.distinct.merge(&later.distinct);
         Ok(())
@@ -333,7 +316,11 @@ impl Sampler {
             return records.len();
         }
         let (warmup, measured) = records.split_at(warm.min(records.len()));
+        // Kept in the warm-up: the kept accesses so far are all of it too.
         let taken = self.sample_run::<true>(warmup, capacity);
+        if !warmup.is_empty() {
+            self.warm_kept = self.kept.len();
+        }
         if taken < warmup.len() {
             return taken;
         }
@@ -363,10 +350,10 @@ impl Sampler {
                 let hash = page_hash(first);
                 registers.insert(hash);
                 if hash < threshold {
-                    keep_part(kept, first, hash, record, WARM);
+                    keep_part(kept, first, record);
                 }
             } else {
-                sample_pages(&mut registers, kept, threshold, record, WARM);
+                sample_pages(&mut registers, kept, threshold, record);
             }
             if !WARM {
                 pages += last - first + 1;
@@ -384,7 +371,10 @@ impl Sampler {
         if !self.admit(page, hash) {
             return;
         }
-        self.kept.push(Kept::part(page, hash, access, warm));
+        self.kept.push(part(page, access));
+        if warm {
+            self.warm_kept += 1;
+        }
         if self.fixed.is_some() && self.kept.len() >= 2 * self.filtered_len.max(1 << 16) {
             self.filter();
         }
@@ -410,10 +400,19 @@ impl Sampler {
         hash < self.threshold
     }
 
-    /// Drops kept accesses at or above the threshold.
+    /// Drops kept accesses at or above the threshold (which only a fixed
+    /// size lowers).
     fn filter(&mut self) {
+        if self.fixed.is_none() {
+            return;
+        }
         let t = self.threshold;
-        self.kept.retain(|k| k.hash < t);
+        let under = |k: &Access| page_hash(k.addr >> PAGE_SHIFT) < t;
+        self.warm_kept = self.kept[..self.warm_kept]
+            .iter()
+            .filter(|k| under(k))
+            .count();
+        self.kept.retain(under);
         self.filtered_len = self.kept.len();
     }
 
@@ -423,11 +422,10 @@ impl Sampler {
         let distinct = self.distinct.count();
         self.filter();
         // The pages under the final threshold, counted as they are renamed.
-        let (accesses, pages) = renamed(&self.kept);
-        let warmup = self.kept.iter().take_while(|k| k.warm).count() as u64;
+        let pages = rename(&mut self.kept);
         Sample {
-            accesses,
-            warmup,
+            warmup: self.warm_kept as u64,
+            accesses: self.kept,
             rate: rate_of(self.threshold),
             realized_rate: if distinct > 0 && pages > 0 {
                 pages as f64 / distinct as f64
