@@ -23,7 +23,9 @@ the default rate and at the rates `--lru-cx-rates` adds; the others also at
 `--lcs-threads` threads for the others) at its default rate 0.01, at
 cxlfs's default rate (`--lcs-at-cx-rate`), at the rates `--lcs-rates` adds
 and, for SHARDS, `--lru-rates` (default 1: no sampling, exact). Each is its
-own process under `/usr/bin/time`: wall, user and system seconds, peak RSS,
+own process, timed from its own resource usage (`wait4`: user and system
+seconds to the microsecond, where `/usr/bin/time` prints hundredths, too
+coarse for curves of 0.06 s), wall seconds and peak RSS,
 and the mean and largest absolute error in points against the reference.
 
     # libCacheSim, outside the repo (docs/device-model.md gives the steps:
@@ -46,6 +48,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from collections import defaultdict
 
 import oracle_general
@@ -133,16 +136,24 @@ def load_json_points(text: str):
 
 
 def timed(cmd: list[str]) -> tuple[str, dict]:
-    """stdout of one process, and its wall/user/sys seconds and peak RSS (MiB)."""
-    with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
-        load = os.getloadavg()[0]
-        out = subprocess.run(["/usr/bin/time", "-f", "%e %U %S %M", "-o", tf.name] + cmd,
-                             capture_output=True, text=True)
-        if out.returncode != 0:
-            sys.exit(f"{' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
-        wall, user, system, rss = tf.read().split()[-4:]
-    return out.stdout, {"wall": float(wall), "cpu": float(user) + float(system), "user": float(user),
-                        "sys": float(system), "rss_mib": int(rss) / 1024, "load": load}
+    """stdout of one process, and its wall/user/sys seconds and peak RSS (MiB),
+    from its own `wait4` resource usage (microseconds)."""
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        start = time.monotonic()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.monotonic() - start
+        # Reaped here: the Popen object must not wait for it again.
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{stderr[-2000:]}")
+    user, system = usage.ru_utime, usage.ru_stime
+    return stdout, {"wall": wall, "cpu": user + system, "user": user, "sys": system,
+                    "rss_mib": usage.ru_maxrss / 1024, "load": load}
 
 
 def error(curve: dict[int, float], ref: dict[int, float]) -> tuple[float, float]:
@@ -264,7 +275,7 @@ def main() -> int:
                     log.write(json.dumps(rec) + "\n")
                     log.flush()
                     print(f"  r{rnd} {name:7} {policy:6} {tool:11} {method:8} R={rate or 1:<8.5g} "
-                          f"wall {t['wall']:6.2f} s  cpu {t['cpu']:6.2f} s  rss {t['rss_mib']:6.0f} MiB  "
+                          f"wall {t['wall']:6.3f} s  cpu {t['cpu']:6.3f} s  rss {t['rss_mib']:6.0f} MiB  "
                           f"MAE {mae:6.3f}  max {mx:6.3f}  load {t['load']:.2f}", flush=True)
 
     print("\nworkload policy  tool        method   rate      MAE / max (pts)   cpu s (each round)         "
@@ -272,14 +283,14 @@ def main() -> int:
     for key, ts in results.items():
         name, policy, tool, method, rate = key
         mae, mx = errors[key]
-        cpu = " ".join(f"{t['cpu']:.2f}" for t in ts)
-        wall = " ".join(f"{t['wall']:.2f}" for t in ts)
+        cpu = " ".join(f"{t['cpu']:.3f}" for t in ts)
+        wall = " ".join(f"{t['wall']:.3f}" for t in ts)
         cx = [v for k, v in results.items() if k[:3] == (name, policy, "cxlfs")]
         ratio = ""
         if tool != "cxlfs" and cx:
             ratio = " ".join(f"{min(t['cpu'] for t in ts) / min(t['cpu'] for t in c):.2f}x" for c in cx)
             ratio += ", " + " ".join(
-                f"{min(t['wall'] for t in ts) / max(min(t['wall'] for t in c), 0.01):.2f}x" for c in cx)
+                f"{min(t['wall'] for t in ts) / max(min(t['wall'] for t in c), 0.001):.2f}x" for c in cx)
         print(f"{name:8} {policy:7} {tool:11} {method:8} {rate or 1:<8.5g} {mae:6.3f} / {mx:6.3f}   "
               f"{cpu:26} {wall:26} {ratio}")
     return 0
