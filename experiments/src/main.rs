@@ -45,6 +45,7 @@ mod template;
 mod text_table;
 mod trace_cmd;
 mod trace_io;
+mod trace_map;
 mod workload_args;
 
 use clap::{Parser, Subcommand};

@@ -4,6 +4,7 @@
 //! record its arrival mode (`# arrival: MODE` in CSV, the binary header);
 //! [`TraceReader::arrival`] says what it records.
 
+use crate::trace_map::{MappedPart, MappedTrace};
 use cxlfs_device_model::replay::{
     Arrival, ParseArrivalError, ReplayObserver, Replayer, RunError, LOOKAHEAD,
 };
@@ -137,7 +138,40 @@ enum Source {
         /// Line numbers of the last [`LINES_KEPT`] records, by record index.
         lines: Box<[u64; LINES_KEPT]>,
     },
-    Bin(BinaryReader<BufReader<File>>),
+    Bin(BinaryReader<BinInput>),
+}
+
+/// Where a binary trace's bytes come from: a buffer `read(2)` fills, or
+/// (a part of a split trace) the file's mapping, read in place
+/// ([`crate::trace_map`]).
+enum BinInput {
+    Buffered(BufReader<File>),
+    Mapped(MappedPart),
+}
+
+impl io::Read for BinInput {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            BinInput::Buffered(r) => r.read(buf),
+            BinInput::Mapped(r) => r.read(buf),
+        }
+    }
+}
+
+impl BufRead for BinInput {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        match self {
+            BinInput::Buffered(r) => r.fill_buf(),
+            BinInput::Mapped(r) => r.fill_buf(),
+        }
+    }
+
+    fn consume(&mut self, amt: usize) {
+        match self {
+            BinInput::Buffered(r) => r.consume(amt),
+            BinInput::Mapped(r) => r.consume(amt),
+        }
+    }
 }
 
 /// A trace file opened for streaming; iterates over its accesses.
@@ -179,7 +213,8 @@ impl TraceReader {
                 && head.len() < BINARY_MAGIC.len()
                 && (BINARY_MAGIC.starts_with(head) || BINARY_MAGIC_V1.starts_with(head)));
         let mut trace = if binary {
-            let bin = BinaryReader::new(reader).map_err(|e| bin_error(&shown, e))?;
+            let bin =
+                BinaryReader::new(BinInput::Buffered(reader)).map_err(|e| bin_error(&shown, e))?;
             TraceReader {
                 path: shown,
                 arrival: bin.header().arrival,
@@ -401,7 +436,9 @@ impl TraceReader {
             line: 0,
             source,
         };
-        let len = open()?.metadata().map_err(io)?.len();
+        let file = open()?;
+        let len = file.metadata().map_err(io)?.len();
+        let mapped = MappedTrace::map(&file);
         let start = bin.header_len() as u64;
         let records = len.saturating_sub(start) / RECORD_LEN as u64;
         let n = parts as u64;
@@ -412,10 +449,17 @@ impl TraceReader {
             .map(|k| {
                 let first = records * k / n;
                 let count = (k + 1 < n).then(|| records * (k + 1) / n - first);
-                let mut file = open()?;
-                file.seek(SeekFrom::Start(start + first * RECORD_LEN as u64))
-                    .map_err(io)?;
-                let reader = BufReader::with_capacity(PART_BUFFER_BYTES, file);
+                let at = start + first * RECORD_LEN as u64;
+                let reader = match &mapped {
+                    Some(m) => {
+                        BinInput::Mapped(m.part_from(usize::try_from(at).unwrap_or(usize::MAX)))
+                    }
+                    None => {
+                        let mut file = open()?;
+                        file.seek(SeekFrom::Start(at)).map_err(io)?;
+                        BinInput::Buffered(BufReader::with_capacity(PART_BUFFER_BYTES, file))
+                    }
+                };
                 Ok(TraceReader {
                     path: self.path.clone(),
                     arrival: self.arrival,
