@@ -452,7 +452,9 @@ impl TraceReader {
                 let at = start + first * RECORD_LEN as u64;
                 let reader = match &mapped {
                     Some(m) => {
-                        BinInput::Mapped(m.part_from(usize::try_from(at).unwrap_or(usize::MAX)))
+                        let stop = count.map_or(len, |c| at + c * RECORD_LEN as u64);
+                        let byte = |b: u64| usize::try_from(b).unwrap_or(usize::MAX);
+                        BinInput::Mapped(m.part(byte(at), byte(stop)))
                     }
                     None => {
                         let mut file = open()?;
