@@ -1,5 +1,5 @@
 //! A binary trace read in place from a shared, read-only mapping of its
-//! file: for the parts of a split trace ([`crate::trace_io::TraceReader::split`]),
+//! file: for the parts of a split trace (`TraceReader::split`),
 //! whose pass reads each record once and keeps few. Reading through
 //! `read(2)` copies every byte out of the page cache into a buffer first;
 //! from the mapping the pass reads the page cache itself: each part maps
