@@ -438,13 +438,13 @@ impl TraceReader {
         };
         let file = open()?;
         let len = file.metadata().map_err(io)?.len();
-        let mapped = MappedTrace::map(&file);
         let start = bin.header_len() as u64;
         let records = len.saturating_sub(start) / RECORD_LEN as u64;
         let n = parts as u64;
         if records / n < min_records.max(1) {
             return Ok(None);
         }
+        let mapped = MappedTrace::map(&file);
         (0..n)
             .map(|k| {
                 let first = records * k / n;

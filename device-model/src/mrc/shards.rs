@@ -353,11 +353,13 @@ impl Sampler {
             let Some(record) = whole.first_chunk().map(RawRecord::unchecked) else {
                 break;
             };
-            let (addr, end) = (record.addr(), record.end());
-            if end <= addr || end > capacity {
+            if !within(record, capacity) {
                 break;
             }
-            let (first, last) = (addr >> PAGE_SHIFT, (end - 1) >> PAGE_SHIFT);
+            let (first, last) = (
+                record.addr() >> PAGE_SHIFT,
+                (record.end() - 1) >> PAGE_SHIFT,
+            );
             if first == last {
                 let hash = page_hash(first);
                 registers.insert(hash);
