@@ -51,6 +51,10 @@ pub struct MrcArgs {
     /// from --sampling (default 1) as more arrive.
     #[arg(long, value_name = "N")]
     sample_pages: Option<usize>,
+    /// Seed of the sampling hash: each seed samples another set of pages,
+    /// so curves from several seeds show the sampling's spread.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    sampling_seed: u64,
     /// Print one JSON object per point instead of a table.
     #[arg(long)]
     json: bool,
@@ -226,11 +230,12 @@ fn sampler_of(args: &MrcArgs, smallest: u64) -> Result<Sampler> {
             bail!("--sampling {r} is not within 0 < R <= 1");
         }
     }
-    Ok(match args.sample_pages {
+    let sampler = match args.sample_pages {
         Some(0) => bail!("--sample-pages must be at least 1"),
         Some(n) => Sampler::fixed_size(n, args.sampling.unwrap_or(1.0)),
         None => Sampler::fixed_rate(args.sampling.unwrap_or_else(|| default_rate(smallest))),
-    })
+    };
+    Ok(sampler.seeded(args.sampling_seed))
 }
 
 /// Reads the input once into `pass`.

@@ -59,6 +59,9 @@ pub struct CurvePoint {
     /// Sampled: the rate.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sampling_rate: Option<f64>,
+    /// Sampled: the sampling hash's seed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampling_seed: Option<u64>,
     /// Sampled: the share of the input's distinct pages the sample holds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub realized_rate: Option<f64>,
@@ -83,6 +86,7 @@ impl CurvePoint {
             misses: Some(misses),
             page_accesses: Some(page_accesses),
             sampling_rate: None,
+            sampling_seed: None,
             realized_rate: None,
             sampled_pages: None,
             miniature_bytes: None,
@@ -105,6 +109,7 @@ impl CurvePoint {
             misses: None,
             page_accesses: None,
             sampling_rate: Some(sample.rate),
+            sampling_seed: Some(sample.seed),
             realized_rate: Some(sample.realized_rate),
             sampled_pages: Some(sample.pages),
             miniature_bytes: None,

@@ -104,6 +104,31 @@ fn every_policy_gets_a_sampled_curve_with_its_rate() {
 }
 
 #[test]
+fn each_sampling_seed_gives_its_own_reproducible_curve() {
+    let curve = |seed: &str| {
+        let args = [
+            "--sizes",
+            SIZES,
+            "--sampling",
+            "0.25",
+            "--sampling-seed",
+            seed,
+        ];
+        run("mrc", &args)
+            .into_iter()
+            .map(|p| {
+                assert_eq!(p["sampling_seed"].to_string(), seed, "{p}");
+                (p["sampled_pages"].as_u64(), p["miss_ratio"].as_f64())
+            })
+            .collect::<Vec<_>>()
+    };
+    let (a, again, b) = (curve("0"), curve("0"), curve("7"));
+    assert_eq!(a.len(), 5);
+    assert_eq!(a, again);
+    assert_ne!(a, b);
+}
+
+#[test]
 fn knobs_that_rule_a_method_out_are_named() {
     let mut args = vec!["mrc"];
     args.extend(DEVICE);

@@ -1,5 +1,5 @@
 //! Distinct pages of a stream, estimated from the sampling hash itself
-//! (`shards::page_hash`, computed for every page anyway; any uniform
+//! (`shards::PageHash`, computed for every page anyway; any uniform
 //! 64-bit hash will do):
 //! HyperLogLog (Flajolet et al., AofA'07) over [`REGISTERS`] one-byte
 //! registers, with linear counting while few registers are set. Its
@@ -71,10 +71,18 @@ impl DistinctEstimate {
 
     /// The estimated count (0 for nothing seen).
     pub fn count(&self) -> u64 {
+        self.count_with_variance().0
+    }
+
+    /// The estimated count (0 for nothing seen) and its relative variance,
+    /// (σ / count)²: linear counting's m(e^t − t − 1) / n² at load
+    /// t = n / m (Whang et al., TODS 1990) while it counts, HLL's
+    /// (1.04 / √m)² above.
+    pub fn count_with_variance(&self) -> (u64, f64) {
         let m = REGISTERS as f64;
         let zeros = self.registers.iter().filter(|&&r| r == 0).count();
         if zeros == REGISTERS {
-            return 0;
+            return (0, 0.0);
         }
         let sum: f64 = self
             .registers
@@ -83,14 +91,20 @@ impl DistinctEstimate {
             .sum();
         let alpha = 0.7213 / (1.0 + 1.079 / m);
         let raw = alpha * m * m / sum;
-        let estimate = if raw <= 2.5 * m && zeros > 0 {
+        if raw <= 2.5 * m && zeros > 0 {
             // Linear counting: exact in expectation while most registers
             // are empty.
-            m * (m / zeros as f64).ln()
+            let n = m * (m / zeros as f64).ln();
+            let t = n / m;
+            let variance = if n > 0.0 {
+                m * (t.exp() - t - 1.0) / (n * n)
+            } else {
+                0.0
+            };
+            (n.round() as u64, variance)
         } else {
-            raw
-        };
-        estimate.round() as u64
+            (raw.round() as u64, 1.04 * 1.04 / m)
+        }
     }
 }
 
