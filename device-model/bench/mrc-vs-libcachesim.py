@@ -28,6 +28,13 @@ seconds to the microsecond, where `/usr/bin/time` prints hundredths, too
 coarse for curves of 0.06 s), wall seconds and peak RSS,
 and the mean and largest absolute error in points against the reference.
 
+A sampled curve's error depends on which pages the hash happens to
+sample: one seed is one sample of it. Round k samples with seed k in both
+tools (`cxlfs mrc --sampling-seed k`; SHARDS' hash salt 42 + k; MINISIM
+takes no seed), and the summary gives each method's errors as the mean
+over the rounds, with the worst round's beside them (`--same-seed` keeps
+seed 0 and salt 42 in every round).
+
     # libCacheSim, outside the repo (docs/device-model.md gives the steps:
     # MINISIM needs mrcProfiler relinked with the policies in it)
     cmake -G Ninja .. && ninja mrcProfiler
@@ -188,6 +195,8 @@ def main() -> int:
     ap.add_argument("--cx-rate-factor", type=float, default=4,
                     help="also time cxlfs's sampled curves at this multiple of its default rate (1: not)")
     ap.add_argument("--lcs-threads", type=int, default=1, help="MINISIM threads")
+    ap.add_argument("--same-seed", action="store_true",
+                    help="sample with one seed in every round (else round k: seed k, SHARDS salt 42 + k)")
     args = ap.parse_args()
     if not args.mrcprofiler or not os.access(args.mrcprofiler, os.X_OK):
         sys.exit("no mrcProfiler: --mrcprofiler PATH or MRCPROFILER=PATH")
@@ -204,7 +213,7 @@ def main() -> int:
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
 
     results: dict[tuple, list[dict]] = defaultdict(list)
-    errors: dict[tuple, tuple[float, float]] = {}
+    errors: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
     for name in workloads:
         bin_path, og_path, wss, n = prepare(args.cxlfs, args.work, name, args.real if name == "real" else None,
                                             args.accesses, args.seed)
@@ -231,10 +240,11 @@ def main() -> int:
         cx_rate = float(next(iter(load_json_points(probe)["fifo"].values()))["sampling_rate"])
 
         for rnd in range(args.rounds):
+            seed = 0 if args.same_seed else rnd
             for policy in policies:
                 algo, profiler = POLICIES[policy]
                 cx_cmd = [args.cxlfs, "mrc", "--trace", bin_path, *SETTINGS, "--sizes", spec,
-                          "--policy", policy, "--json"]
+                          "--policy", policy, "--sampling-seed", str(seed), "--json"]
                 runs = [("cxlfs", None, cx_cmd)]
                 if policy == "lru":
                     # also sampled, as SHARDS is: at cxlfs's default rate and at more
@@ -247,7 +257,7 @@ def main() -> int:
                 rates = [LCS_DEFAULT_RATE] + ([cx_rate] if args.lcs_at_cx_rate and cx_rate != LCS_DEFAULT_RATE else [])
                 rates += [r for r in extra_rates + (lru_rates if policy == "lru" else []) if r not in rates]
                 for rate in rates:
-                    third = SHARDS_SALT if profiler == "SHARDS" else args.lcs_threads
+                    third = SHARDS_SALT + seed if profiler == "SHARDS" else args.lcs_threads
                     runs.append(("mrcProfiler", rate,
                                  [args.mrcprofiler, og_path, "oracleGeneral", f"--algo={algo}",
                                   f"--profiler={profiler}", f"--profiler-params=FIX_RATE,{rate:g},{third}",
@@ -268,21 +278,25 @@ def main() -> int:
                         sys.exit(f"{tool} {policy}: sizes differ from the reference's")
                     mae, mx = error(curve, ref[policy])
                     key = (name, policy, tool, method, rate)
-                    errors[key] = (mae, mx)
+                    errors[key].append((mae, mx))
                     results[key].append(t)
                     rec = {"workload": name, "policy": policy, "tool": tool, "method": method, "rate": rate,
-                           "round": rnd, "mae": mae, "max": mx, **t}
+                           "round": rnd, "seed": seed, "mae": mae, "max": mx, **t}
                     log.write(json.dumps(rec) + "\n")
                     log.flush()
                     print(f"  r{rnd} {name:7} {policy:6} {tool:11} {method:8} R={rate or 1:<8.5g} "
                           f"wall {t['wall']:6.3f} s  cpu {t['cpu']:6.3f} s  rss {t['rss_mib']:6.0f} MiB  "
                           f"MAE {mae:6.3f}  max {mx:6.3f}  load {t['load']:.2f}", flush=True)
 
-    print("\nworkload policy  tool        method   rate      MAE / max (pts)   cpu s (each round)         "
-          "wall s (each round)        cpu ratio, wall ratio (lCS min / cxlfs min, each cxlfs method)")
+    print("\nworkload policy  tool        method   rate      MAE / max (pts: mean; worst round)   "
+          "cpu s (each round)         wall s (each round)        "
+          "cpu ratio, wall ratio (lCS min / cxlfs min, each cxlfs method)")
     for key, ts in results.items():
         name, policy, tool, method, rate = key
-        mae, mx = errors[key]
+        errs = errors[key]
+        mae = sum(e[0] for e in errs) / len(errs)
+        mx = sum(e[1] for e in errs) / len(errs)
+        worst = f"{max(e[0] for e in errs):.3f} / {max(e[1] for e in errs):.3f}"
         cpu = " ".join(f"{t['cpu']:.3f}" for t in ts)
         wall = " ".join(f"{t['wall']:.3f}" for t in ts)
         cx = [v for k, v in results.items() if k[:3] == (name, policy, "cxlfs")]
@@ -291,8 +305,8 @@ def main() -> int:
             ratio = " ".join(f"{min(t['cpu'] for t in ts) / min(t['cpu'] for t in c):.2f}x" for c in cx)
             ratio += ", " + " ".join(
                 f"{min(t['wall'] for t in ts) / max(min(t['wall'] for t in c), 0.001):.2f}x" for c in cx)
-        print(f"{name:8} {policy:7} {tool:11} {method:8} {rate or 1:<8.5g} {mae:6.3f} / {mx:6.3f}   "
-              f"{cpu:26} {wall:26} {ratio}")
+        print(f"{name:8} {policy:7} {tool:11} {method:8} {rate or 1:<8.5g} {mae:6.3f} / {mx:6.3f}; "
+              f"{worst:15}   {cpu:26} {wall:26} {ratio}")
     return 0
 
 
