@@ -41,8 +41,22 @@ impl Buckets {
     /// A re-access that misses in caches of at most `d` pages.
     #[inline]
     pub fn reuse(&mut self, d: u64) {
-        let b = self.bounds.partition_point(|&c| c <= d);
-        self.counts[b] += 1;
+        self.reuse_in(self.bucket(d));
+    }
+
+    /// The bucket of a re-access that misses in caches of at most `d`
+    /// pages (for [`Buckets::reuse_in`]): a binary search over the sizes.
+    #[inline]
+    pub fn bucket(&self, d: u64) -> usize {
+        self.bounds.partition_point(|&c| c <= d)
+    }
+
+    /// A re-access in bucket `b` ([`Buckets::bucket`]); one past the last
+    /// is taken as the last.
+    #[inline]
+    pub fn reuse_in(&mut self, b: usize) {
+        let last = self.counts.len() - 1;
+        self.counts[b.min(last)] += 1;
         self.accesses += 1;
     }
 

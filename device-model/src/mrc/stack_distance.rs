@@ -105,6 +105,34 @@ pub fn scaled_distance(d: u64, rate: f64) -> u64 {
     (d as f64 / rate) as u64
 }
 
+/// The most entries of [`StackDistances`]' table of buckets by distance
+/// (32 KiB). Where every distance at which the largest size still hits
+/// fits it, a distance finds its bucket there, clamped to the last entry,
+/// instead of by a binary search over the sizes: the search's chain of
+/// dependent compares was half the sampled pass's time over a small
+/// working set. A branch on the distance instead (a table for the short
+/// ones alone) cost a zipf pass more than it saved.
+const TABLE_MAX: usize = 1 << 14;
+
+/// The bucket of each distance `0..L` (scaled at `rate`), where the last,
+/// `L − 1`, is the first in the last bucket (missing at every size, as
+/// every longer one): empty where that needs more than [`TABLE_MAX`]
+/// entries or the buckets do not fit a `u16`.
+fn bucket_table(counts: &Buckets, rate: f64) -> Vec<u16> {
+    let last = counts.bucket(u64::MAX);
+    let mut table = Vec::new();
+    for d in 0..TABLE_MAX as u64 {
+        let Ok(b) = u16::try_from(counts.bucket(scaled_distance(d, rate))) else {
+            return Vec::new();
+        };
+        table.push(b);
+        if usize::from(b) == last {
+            return table;
+        }
+    }
+    Vec::new()
+}
+
 /// The histogram of LRU stack distances of a page-access stream, counted
 /// in buckets between the cache sizes asked for.
 pub struct StackDistances {
@@ -121,6 +149,8 @@ pub struct StackDistances {
     counts: Buckets,
     /// The sampling rate distances are scaled by (1: counted as measured).
     rate: f64,
+    /// The bucket of each distance ([`bucket_table`]; empty: searched).
+    table: Vec<u16>,
 }
 
 impl StackDistances {
@@ -132,14 +162,17 @@ impl StackDistances {
     /// As [`StackDistances::new`], for a spatial sample at `rate`: each
     /// distance `d` is counted as [`scaled_distance`]`(d, rate)`.
     pub fn scaled(device_pages: u64, sizes: &[u64], rate: f64) -> Self {
+        let counts = Buckets::new(sizes);
+        let table = bucket_table(&counts, rate);
         StackDistances {
             last: PageTable::new(device_pages),
             marks: Marks::with_prefix_marked(MIN_SLOTS, 0),
             slot_page: vec![DEAD; MIN_SLOTS],
             next: 0,
             live: 0,
-            counts: Buckets::new(sizes),
+            counts,
             rate,
+            table,
         }
     }
 
@@ -182,7 +215,7 @@ impl StackDistances {
             self.marks.set(slot, false);
             self.slot_page[slot] = DEAD;
             if counted {
-                self.counts.reuse(scaled_distance(distance, self.rate));
+                self.count_reuse(distance);
             }
         }
         let slot = self.next;
@@ -193,6 +226,20 @@ impl StackDistances {
         // distinct pages, and those fit the device's u32 page table.
         self.last
             .set(page, u32::try_from(slot + 1).unwrap_or(u32::MAX));
+    }
+
+    /// Counts a re-access at (sampled) distance `distance`.
+    #[inline]
+    fn count_reuse(&mut self, distance: u64) {
+        match self.table.len().checked_sub(1) {
+            Some(last) => {
+                // Clamped: every distance from the last entry on misses at
+                // every size.
+                let i = usize::try_from(distance).map_or(last, |d| d.min(last));
+                self.counts.reuse_in(usize::from(self.table[i]));
+            }
+            None => self.counts.reuse(scaled_distance(distance, self.rate)),
+        }
     }
 
     /// Renumbers the live slots `0..live` in their order, and makes room
@@ -306,6 +353,42 @@ mod tests {
             exact.access(p, true);
         }
         assert_eq!(exact.misses(&[2, 3]), vec![Some(4), Some(3)]);
+    }
+
+    #[test]
+    fn a_table_of_buckets_counts_as_the_search_does() {
+        assert_eq!(
+            bucket_table(&Buckets::new(&[2, 5]), 1.0),
+            vec![0, 0, 1, 1, 1, 2]
+        );
+        assert_eq!(bucket_table(&Buckets::new(&[2, 5]), 0.5), vec![0, 1, 1, 2]);
+        assert!(bucket_table(&Buckets::new(&[TABLE_MAX as u64]), 1.0).is_empty());
+        // A cycle over n pages, twice: every re-access is at distance
+        // n − 1. Sizes within the table's reach (a table), and past it
+        // (searched).
+        let cycle = |n: u64, sizes: &[u64], rate: f64| {
+            let mut sd = StackDistances::scaled(n, sizes, rate);
+            for p in (0..n).chain(0..n) {
+                sd.access(p, true);
+            }
+            sd.misses(sizes)
+        };
+        let sizes = [8190, 8192, 8194];
+        assert!(!bucket_table(&Buckets::new(&sizes), 1.0).is_empty());
+        for (n, rate, misses) in [
+            (4096u64, 1.0, [4096, 4096, 4096]),
+            (4096, 0.5, [8192, 4096, 4096]),
+            (4097, 0.5, [8194, 8194, 4097]),
+            (4100, 0.5, [8200, 8200, 8200]),
+            (8193, 1.0, [16386, 16386, 8193]),
+        ] {
+            let want: Vec<Option<u64>> = misses.iter().map(|&m| Some(m)).collect();
+            assert_eq!(cycle(n, &sizes, rate), want, "{n} pages at {rate}");
+        }
+        let far = [20_000];
+        assert!(bucket_table(&Buckets::new(&far), 1.0).is_empty());
+        assert_eq!(cycle(20_000, &far, 1.0), vec![Some(20_000)]);
+        assert_eq!(cycle(20_001, &far, 1.0), vec![Some(40_002)]);
     }
 
     #[test]
