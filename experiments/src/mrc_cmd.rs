@@ -265,9 +265,10 @@ fn one_pass(pass: CurvePass, input: &Input, warmup: u64) -> Result<Collected> {
 
 /// `reader`'s accesses fed to `pass` in one stream: a binary trace read on a
 /// second thread, ahead of a pass that counts every page (stack distances);
-/// CSV, and a binary trace for a sample alone (the records undecoded, as
-/// each part of a split trace reads them: on one CPU, a thread ahead only
-/// adds a decode), here, so that an error names its line or record.
+/// CSV, and a binary trace for a sample alone that was not cut into parts
+/// (a short one, or one that cannot be mapped: the records undecoded, as
+/// each part reads them; a thread ahead would only add a decode), here, so
+/// that an error names its line or record.
 fn trace_pass(mut pass: CurvePass, mut reader: TraceReader) -> Result<CurvePass> {
     if reader.format() == TraceFormat::Bin && !pass.splittable() {
         let (reader, outcome) = read_ahead::drive(reader, |b| pass.feed_batch(b));

@@ -412,8 +412,9 @@ impl TraceReader {
     /// record ranges (each with its own file handle, for a thread each),
     /// the last reading to the end and checking the header's count; `None`
     /// for CSV, a trace already read from, or fewer than `min_records`
-    /// records per part. Their errors and locations use the whole trace's
-    /// record indices.
+    /// records per part. One part only where the file can be mapped: it
+    /// then reads its records in place, where this reader copies them.
+    /// Their errors and locations use the whole trace's record indices.
     pub fn split(
         &self,
         parts: usize,
@@ -422,7 +423,7 @@ impl TraceReader {
         let Source::Bin(bin) = &self.src else {
             return Ok(None);
         };
-        if self.records != 0 || bin.records_read() != 0 || parts < 2 {
+        if self.records != 0 || bin.records_read() != 0 || parts == 0 {
             return Ok(None);
         }
         let open = || {
@@ -445,6 +446,9 @@ impl TraceReader {
             return Ok(None);
         }
         let mapped = MappedTrace::map(&file);
+        if parts == 1 && mapped.is_none() {
+            return Ok(None);
+        }
         (0..n)
             .map(|k| {
                 let first = records * k / n;
