@@ -212,10 +212,10 @@ pub struct Sample {
     /// The final sampling rate: the share of hash values sampled.
     pub rate: f64,
     /// The share of the input's distinct pages that the sample holds
-    /// (`rate` when they were not counted): what the miniatures scale by
-    /// and the estimate divides by, so that a sample that happened to take
-    /// more or fewer pages than `rate` of them is not read as a larger or
-    /// smaller working set.
+    /// (estimated: [`realized_rate`]; `rate` when they were not counted):
+    /// what the miniatures scale by and the estimate divides by, so that a
+    /// sample that happened to take more or fewer pages than `rate` of them
+    /// is not read as a larger or smaller working set.
     pub realized_rate: f64,
     /// The final threshold (the rate is this over 2^64).
     pub threshold: u64,
