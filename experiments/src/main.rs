@@ -24,6 +24,7 @@ mod image_cmd;
 mod iolog_replay;
 mod mrc_cmd;
 mod mrc_out;
+mod parallel_map;
 mod phase_output;
 mod plot;
 mod plot_axis;

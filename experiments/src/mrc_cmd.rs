@@ -5,6 +5,7 @@
 //! it), or, where a knob rules both out, one replay per size.
 
 use crate::mrc_out::{self, CurvePoint, Method, PolicyCurve};
+use crate::parallel_map;
 use crate::read_ahead::{self, DriveError};
 use crate::replay_cmd::{arrival_of, describe_input, input_of, run_point, Input, ReplayInputArgs};
 use crate::split_pass;
@@ -313,13 +314,14 @@ fn sampled_points(
     let Some(sample) = collected.and_then(|c| c.sample.as_ref()) else {
         return Ok(Vec::new());
     };
-    sizes
-        .iter()
-        .map(|&size| {
-            let m = minisim::simulate(cfg, sample, size)?;
-            Ok(CurvePoint::sampled(&m, sample))
-        })
-        .collect()
+    // Each size's miniature replays the whole sample into its own device:
+    // independent, one thread per CPU.
+    parallel_map::map_in_order(sizes, |&size| {
+        let m = minisim::simulate(cfg, sample, size)?;
+        Ok(CurvePoint::sampled(&m, sample))
+    })
+    .into_iter()
+    .collect()
 }
 
 /// LRU's curve from the sample's stack distances (SHARDS).
