@@ -397,15 +397,20 @@ fn bandwidth_falls_from_a_plateau_to_a_nand_floor() {
         }
     }
     let plateau = bw(0.25).min(bw(0.5));
-    // The fall through the knee, down to the floor at 2x.
-    for w in points.windows(2).filter(|w| w[0].0 >= 0.5 && w[1].0 <= 2.0) {
-        assert!(
-            w[1].1 <= 1.15 * w[0].1,
-            "bandwidth climbs from {:?} to {:?}",
-            w[0],
-            w[1]
-        );
-    }
+    // The fall through the knee, down to the floor at 2x. At 1x the set is
+    // still mostly served from the cache at TCG's memory speed, which
+    // varies 2x from point to point as on the plateau: 1x is held to the
+    // plateau's higher point (one CI run had 0.25x 3 378, 0.5x 1 566 and
+    // 1x 1 816 MB/s), 2x to 1x.
+    let knee = bw(1.0);
+    assert!(
+        knee <= 1.15 * bw(0.25).max(bw(0.5)),
+        "bandwidth climbs from the plateau to 1x: {points:?}"
+    );
+    assert!(
+        bw(2.0) <= 1.15 * knee,
+        "bandwidth climbs from 1x to 2x: {points:?}"
+    );
     // The floor: 2x and 4x both take one trap per page; they agree within
     // 2x (4x read 1.05-1.27x 2x's in five runs here, 1.67x in one under
     // `make test`) and neither climbs back to the knee.
