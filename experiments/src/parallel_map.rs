@@ -4,13 +4,15 @@
 
 use std::thread;
 
-/// Threads to use: one per CPU this process may run on, at most 8, and no
-/// more than there are items.
+/// CPUs this process may run on, at most 8: the threads a job list (or a
+/// split trace, `split_pass`) is spread over.
+pub fn cpus() -> usize {
+    thread::available_parallelism().map_or(1, |n| n.get().min(8))
+}
+
+/// Threads to use for `items` jobs: [`cpus`], no more than there are items.
 fn threads_for(items: usize) -> usize {
-    thread::available_parallelism()
-        .map_or(1, |n| n.get().min(8))
-        .min(items)
-        .max(1)
+    cpus().min(items).max(1)
 }
 
 /// `f` of every item, in order. Items are dealt round-robin (thread k takes

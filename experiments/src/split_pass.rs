@@ -7,6 +7,7 @@
 //! the trace is one part, read in place from its mapping (no copy by the
 //! kernel): 28 % less CPU than a buffered read (docs/device-model.md).
 
+use crate::parallel_map;
 use crate::trace_io::TraceReader;
 use anyhow::{anyhow, Context, Result};
 use cxlfs_device_model::mrc::CurvePass;
@@ -16,11 +17,6 @@ use std::thread;
 /// saves.
 pub const MIN_PART_RECORDS: u64 = 1 << 20;
 
-/// Parts to cut a trace into: one per CPU this process may run on, at most 8.
-pub fn parts() -> usize {
-    thread::available_parallelism().map_or(1, |n| n.get().min(8))
-}
-
 /// `pass` (unfed, [`CurvePass::splittable`]) fed `reader`'s trace in
 /// parts, when the trace is binary, unread and long enough to cut;
 /// otherwise hands both back for a pass of its own.
@@ -28,7 +24,8 @@ pub fn try_run(
     pass: CurvePass,
     reader: TraceReader,
 ) -> Result<Result<CurvePass, (CurvePass, TraceReader)>> {
-    try_run_in(pass, reader, parts(), MIN_PART_RECORDS)
+    // One part per CPU.
+    try_run_in(pass, reader, parallel_map::cpus(), MIN_PART_RECORDS)
 }
 
 /// [`try_run`] in `parts` parts of at least `min_records` records.

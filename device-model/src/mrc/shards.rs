@@ -124,7 +124,8 @@ const PREFETCH_AHEAD: usize = 2048;
 fn sample_pages(
     registers: &mut Registers<'_>,
     kept: &mut Vec<Access>,
-    (hasher, threshold): (PageHash, u64),
+    hasher: PageHash,
+    threshold: u64,
     record: RawRecord<'_>,
 ) {
     let first = record.addr() >> PAGE_SHIFT;
@@ -277,22 +278,16 @@ impl Sampler {
     /// An empty sampler of this one's fixed rate, for a later part of the
     /// stream ([`Sampler::append`]); `None` for a fixed-size sample.
     pub fn empty_like(&self) -> Option<Sampler> {
-        self.is_fixed_rate()
-            .then(|| Sampler::below(self.threshold).seeded_like(self))
+        self.is_fixed_rate().then(|| Sampler {
+            hash: self.hash,
+            ..Sampler::below(self.threshold)
+        })
     }
 
     /// This sampler with the hash of seed `seed` ([`PageHash::seeded`]).
     pub fn seeded(self, seed: u64) -> Self {
         Sampler {
             hash: PageHash::seeded(seed),
-            ..self
-        }
-    }
-
-    /// This sampler with `other`'s hash.
-    fn seeded_like(self, other: &Sampler) -> Self {
-        Sampler {
-            hash: other.hash,
             ..self
         }
     }
@@ -429,7 +424,7 @@ impl Sampler {
                     keep_part(kept, first, record);
                 }
             } else {
-                sample_pages(&mut registers, kept, (hasher, threshold), record);
+                sample_pages(&mut registers, kept, hasher, threshold, record);
             }
             if !WARM {
                 pages += last - first + 1;
