@@ -354,6 +354,11 @@ impl Cache {
         }
     }
 
+    /// The policy's [`EvictionPolicy::settling_hits`].
+    pub fn settling_hits(&self) -> Option<u32> {
+        self.policy.settling_hits()
+    }
+
     /// Places a non-resident page, evicting a victim chosen by the policy if the set is full.
     ///
     /// The new page enters the policy's view (unpinned). If `page` is

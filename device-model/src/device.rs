@@ -828,6 +828,18 @@ impl Device {
         self.cfg.prefetch.stride_pages = stride_pages.max(1);
     }
 
+    /// Hits in a row on one resident page after which a further hit
+    /// changes nothing in the cache's policy: the policy's own count
+    /// ([`crate::policy::EvictionPolicy::settling_hits`]), or 0 when hits
+    /// are not visible to it. `None`: it never settles.
+    pub fn settling_hits(&self) -> Option<u32> {
+        if self.cfg.cache.hits_visible {
+            self.cache.settling_hits()
+        } else {
+            Some(0)
+        }
+    }
+
     /// Counters and gauges.
     pub fn stats(&self) -> DeviceStats {
         let mut s = self.stats.clone();

@@ -314,10 +314,11 @@ fn sampled_points(
     let Some(sample) = collected.and_then(|c| c.sample.as_ref()) else {
         return Ok(Vec::new());
     };
-    // Each size's miniature replays the whole sample into its own device:
+    // Each size's miniature replays the sample into its own device:
     // independent, one thread per CPU.
+    let miniatures = minisim::Miniatures::new(cfg, sample);
     parallel_map::map_in_order(sizes, |&size| {
-        let m = minisim::simulate(cfg, sample, size)?;
+        let m = miniatures.simulate(size)?;
         Ok(CurvePoint::sampled(&m, sample))
     })
     .into_iter()

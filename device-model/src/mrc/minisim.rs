@@ -2,11 +2,13 @@
 //! pages, run by the device model itself (its own [`Device`] and policy
 //! code) on a spatial sample at rate R, stands for a cache of `size`.
 
+use super::repeats::{trim, Trimmed};
 use super::shards::Sample;
 use crate::config::DeviceConfig;
 use crate::replay::{Arrival, ReplayError, Replayer, RunError};
 use crate::{Device, LoadConfigError, PAGE_SIZE};
 use std::convert::Infallible;
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// Why a miniature simulation failed.
 #[derive(Debug, thiserror::Error)]
@@ -40,7 +42,8 @@ pub struct Miniature {
     pub mini_size_bytes: u64,
     /// Its measured misses (coalesced ones included, as replay counts them).
     pub misses: u64,
-    /// Its measured page accesses.
+    /// Its measured page accesses (without the repeats left out, see
+    /// [`Miniatures`]).
     pub page_accesses: u64,
     /// The estimate: [`Sample::estimate`] of its misses.
     pub miss_ratio: f64,
@@ -66,30 +69,75 @@ pub fn miniature_config(base: &DeviceConfig, size_bytes: u64, rate: f64) -> Devi
     cfg
 }
 
+/// The miniatures of one config on one sample: each size's replays the
+/// sample without the repeats its policy cannot tell apart
+/// ([`super::repeats`]), trimmed once per settling count and shared by the
+/// sizes (and threads) that have it.
+pub struct Miniatures<'a> {
+    base: &'a DeviceConfig,
+    sample: &'a Sample,
+    /// The trimmed samples so far, by settling count.
+    trimmed: Mutex<Vec<(Option<u32>, Arc<Trimmed<'a>>)>>,
+}
+
+impl<'a> Miniatures<'a> {
+    /// Miniatures of `base` on `sample`.
+    pub fn new(base: &'a DeviceConfig, sample: &'a Sample) -> Self {
+        Miniatures {
+            base,
+            sample,
+            trimmed: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Runs the miniature of a `size_bytes` cache, scaled by the sample's
+    /// realized rate.
+    pub fn simulate(&self, size_bytes: u64) -> Result<Miniature, SimulateError> {
+        let cfg = miniature_config(self.base, size_bytes, self.sample.realized_rate);
+        let mini_size_bytes = cfg.cache.size_bytes;
+        let mut device =
+            Device::new(cfg).map_err(|source| SimulateError::Config { size_bytes, source })?;
+        let trimmed = self.trimmed_for(device.settling_hits());
+        let mut replayer = Replayer::new(&mut device, Arrival::Closed { think_ns: 0 });
+        let accesses = trimmed.accesses.iter().map(|a| Ok::<_, Infallible>(*a));
+        match replayer.drive(accesses, trimmed.warmup, &mut ()) {
+            Ok(_) => {}
+            Err(RunError::Input { error, .. }) => match error {},
+            Err(RunError::Replay(source)) => {
+                return Err(SimulateError::Replay { size_bytes, source })
+            }
+        }
+        let stats = replayer.device().stats();
+        Ok(Miniature {
+            size_bytes,
+            mini_size_bytes,
+            misses: stats.misses,
+            page_accesses: stats.page_accesses,
+            miss_ratio: self.sample.estimate(stats.misses),
+        })
+    }
+
+    /// The sample trimmed for `settling`, trimming it on first use.
+    fn trimmed_for(&self, settling: Option<u32>) -> Arc<Trimmed<'a>> {
+        // A poisoned lock only means another miniature panicked after
+        // pushing a complete entry: the list is still sound.
+        let mut list = self.trimmed.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, t)) = list.iter().find(|(s, _)| *s == settling) {
+            return Arc::clone(t);
+        }
+        let t = Arc::new(trim(&self.sample.accesses, self.sample.warmup, settling));
+        list.push((settling, Arc::clone(&t)));
+        t
+    }
+}
+
 /// Runs the miniature of a `size_bytes` cache of `base` on `sample`,
-/// scaled by the sample's realized rate.
+/// scaled by the sample's realized rate (one size: [`Miniatures`] shares
+/// the trimmed sample between sizes).
 pub fn simulate(
     base: &DeviceConfig,
     sample: &Sample,
     size_bytes: u64,
 ) -> Result<Miniature, SimulateError> {
-    let cfg = miniature_config(base, size_bytes, sample.realized_rate);
-    let mini_size_bytes = cfg.cache.size_bytes;
-    let mut device =
-        Device::new(cfg).map_err(|source| SimulateError::Config { size_bytes, source })?;
-    let mut replayer = Replayer::new(&mut device, Arrival::Closed { think_ns: 0 });
-    let accesses = sample.accesses.iter().map(|a| Ok::<_, Infallible>(*a));
-    match replayer.drive(accesses, sample.warmup, &mut ()) {
-        Ok(_) => {}
-        Err(RunError::Input { error, .. }) => match error {},
-        Err(RunError::Replay(source)) => return Err(SimulateError::Replay { size_bytes, source }),
-    }
-    let stats = replayer.device().stats();
-    Ok(Miniature {
-        size_bytes,
-        mini_size_bytes,
-        misses: stats.misses,
-        page_accesses: stats.page_accesses,
-        miss_ratio: sample.estimate(stats.misses),
-    })
+    Miniatures::new(base, sample).simulate(size_bytes)
 }

@@ -7,7 +7,8 @@
 //! * **Sampled** (any policy): [`shards`] keeps a spatial sample of the
 //!   pages at rate R; [`minisim`] runs the device model itself, with its own
 //!   policy code, on a cache of `size × R` pages per size, when
-//!   [`limits::miniature`] holds. For LRU where [`limits::exact`] holds,
+//!   [`limits::miniature`] holds, each leaving out the repeats that
+//!   [`repeats`] shows cannot change it. For LRU where [`limits::exact`] holds,
 //!   [`sampled_lru`] runs the stack-distance pass over the sample instead
 //!   (SHARDS), each distance scaled by 1/R: one pass for every size.
 //!
@@ -21,6 +22,7 @@ pub mod lifo_exact;
 pub mod limits;
 pub mod minisim;
 mod page_table;
+pub mod repeats;
 pub mod sampled_lru;
 pub mod shards;
 pub mod sizes;

@@ -47,6 +47,10 @@ impl EvictionPolicy for Clock {
     fn on_hit(&mut self, frames: &mut [Frame], _set: u32, slot: SlotId) {
         frames[slot as usize].policy_bits = REFERENCED;
     }
+    /// A slot enters with its bit clear; a hit sets it.
+    fn settling_hits(&self) -> Option<u32> {
+        Some(1)
+    }
     #[inline]
     fn on_remove(&mut self, frames: &mut [Frame], set: u32, slot: SlotId) {
         self.lists.unlink(frames, set as usize, slot);

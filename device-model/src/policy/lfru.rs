@@ -98,6 +98,15 @@ impl EvictionPolicy for Lfru {
         }
     }
 
+    /// A slot enters with frequency 1; hits raise it until the slot is
+    /// promoted (then a hit only moves it to the privileged front, where it
+    /// is) or reaches [`FREQ_MAX`]. With no privileged room, a promoted slot
+    /// is demoted straight back to frequency 1 and the climb starts again:
+    /// never settled.
+    fn settling_hits(&self) -> Option<u32> {
+        (self.privileged_target > 0).then_some(u32::from(FREQ_MAX - 1))
+    }
+
     #[inline]
     fn on_remove(&mut self, frames: &mut [Frame], set: u32, slot: SlotId) {
         let f = frames[slot as usize].policy_bits;

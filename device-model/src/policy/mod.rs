@@ -149,6 +149,19 @@ pub trait EvictionPolicy {
         false
     }
 
+    /// After a slot's insertion or a hit on it, how many more hits in a
+    /// row on it, with no other call between, bring it to a state that a
+    /// further hit leaves unchanged, or changed in a way no later decision
+    /// can tell (a counter past every value it is compared with): after
+    /// `Some(n)` such hits, more hits on that slot change no victim, ghost
+    /// or placement ever after. `None`: hits may
+    /// matter for ever (a cycle). Lets a miniature leave out the repeats
+    /// of a run of accesses to one page (`mrc::repeats`). The default
+    /// claims nothing.
+    fn settling_hits(&self) -> Option<u32> {
+        None
+    }
+
     /// Empties `set`, appending its slots to `out` in eviction order (first
     /// victim first), by evicting until nothing is left: exact, but it
     /// destroys the policy's state for that set. Used when switching policies.
@@ -281,6 +294,9 @@ macro_rules! policies {
             #[inline]
             fn relinks_on_hit(&self) -> bool {
                 match self { $(Policy::$variant(p) => p.relinks_on_hit(),)* }
+            }
+            fn settling_hits(&self) -> Option<u32> {
+                match self { $(Policy::$variant(p) => p.settling_hits(),)* }
             }
         }
     };

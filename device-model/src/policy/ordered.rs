@@ -62,6 +62,11 @@ impl<const DISCIPLINE: u8> EvictionPolicy for Ordered<DISCIPLINE> {
             self.lists.move_to_front(frames, set as usize, slot);
         }
     }
+    /// FIFO and LIFO ignore hits; LRU's access leaves the slot at the
+    /// front, where a hit leaves it.
+    fn settling_hits(&self) -> Option<u32> {
+        Some(0)
+    }
     #[inline]
     fn on_remove(&mut self, frames: &mut [Frame], set: u32, slot: SlotId) {
         self.lists.unlink(frames, set as usize, slot);

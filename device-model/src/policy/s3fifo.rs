@@ -152,6 +152,13 @@ impl EvictionPolicy for S3Fifo {
         }
     }
 
+    /// A slot enters with frequency 0; a hit raises it, and nothing reads it but as
+    /// `min(frequency, 3)` (in M) or against the threshold (in S): once it
+    /// reaches both, a further hit changes no later decision.
+    fn settling_hits(&self) -> Option<u32> {
+        Some(u32::from(self.threshold.max(3)))
+    }
+
     #[inline]
     fn on_remove(&mut self, frames: &mut [Frame], set: u32, slot: SlotId) {
         let ring = Self::ring_of(frames, set, slot);

@@ -89,6 +89,12 @@ impl EvictionPolicy for TwoQ {
         }
     }
 
+    /// A slot enters at the front of A1in (or of Am, from A1out); a hit in
+    /// A1in changes nothing, one in Am moves it to Am's front, where it is.
+    fn settling_hits(&self) -> Option<u32> {
+        Some(0)
+    }
+
     #[inline]
     fn on_remove(&mut self, frames: &mut [Frame], set: u32, slot: SlotId) {
         let list = if frames[slot as usize].policy_bits == IN_AM {

@@ -1,5 +1,7 @@
-//! Helpers shared by the miss-ratio-curve test (`tests/mrc.rs`) and bench
-//! (`benches/mrc_curve.rs`, which includes this file with `#[path]`).
+//! Helpers shared by the miss-ratio-curve tests (`tests/mrc.rs`,
+//! `tests/repeats.rs`) and bench (`benches/mrc_curve.rs`, which includes
+//! this file with `#[path]`). Not every user takes every helper.
+#![allow(dead_code)]
 
 use cxlfs_device_model::config::PolicyKind;
 use cxlfs_device_model::{DeviceConfig, PAGE_SIZE};

@@ -1,0 +1,153 @@
+//! Leaving out the settled repeats of runs of accesses to one page
+//! (`mrc::repeats`) changes nothing a miniature can see: for every policy,
+//! with hits visible or not, fully associative or in sets, with the
+//! policies' parameters at their edges (LFRU with no privileged room never
+//! settles), the trimmed accesses give the same misses, evictions, write-
+//! backs and dirty pages as all of them. A settling count one too small is
+//! caught, so the comparison can fail.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::mrc_config;
+use cxlfs_device_model::mrc::repeats::trim;
+use cxlfs_device_model::replay::{Arrival, Replayer};
+use cxlfs_device_model::trace::Access;
+use cxlfs_device_model::{Device, DeviceConfig, Op, PolicyKind, PAGE_SIZE};
+use std::convert::Infallible;
+
+/// Runs of accesses to one page (lengths 1 to 300), over 40 pages, a
+/// quarter of them writes, now and then one that crosses into the next page.
+fn runs(seed: u64, accesses: usize) -> Vec<Access> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let lengths = [1, 1, 1, 2, 2, 3, 4, 6, 9, 15, 40, 300];
+    let mut out = Vec::with_capacity(accesses);
+    while out.len() < accesses {
+        let page = next(40);
+        let run = lengths[next(lengths.len() as u64) as usize];
+        for _ in 0..run {
+            let crossing = next(50) == 0;
+            out.push(Access {
+                time_ns: 0,
+                op: if next(4) == 0 { Op::Write } else { Op::Read },
+                addr: page * PAGE_SIZE + if crossing { PAGE_SIZE - 32 } else { 64 },
+                len: 64,
+            });
+        }
+    }
+    out.truncate(accesses);
+    out
+}
+
+/// What a replay leaves that a curve or a later access could tell apart.
+fn outcome(cfg: &DeviceConfig, accesses: &[Access], warmup: u64) -> [u64; 5] {
+    let mut dev = Device::new(cfg.clone()).unwrap();
+    let mut r = Replayer::new(&mut dev, Arrival::Closed { think_ns: 0 });
+    r.drive(
+        accesses.iter().map(|a| Ok::<_, Infallible>(*a)),
+        warmup,
+        &mut (),
+    )
+    .unwrap();
+    let s = r.device().stats();
+    [
+        s.misses,
+        s.evictions,
+        s.writebacks,
+        s.dirty_pages,
+        s.resident_pages,
+    ]
+}
+
+/// Every policy, with its parameters' edges, hits visible or not, fully
+/// associative or 4-way, 1 to 32 pages.
+fn configs() -> Vec<DeviceConfig> {
+    let mut out = Vec::new();
+    for policy in PolicyKind::ALL {
+        for visible in [true, false] {
+            for ways in [0, 4] {
+                for pages in [1, 2, 3, 5, 8, 16, 32] {
+                    let mut cfg = mrc_config(policy);
+                    cfg.cache.hits_visible = visible;
+                    cfg.cache.ways = ways;
+                    cfg.cache.size_bytes = pages * PAGE_SIZE * u64::from(ways.max(1));
+                    out.push(cfg.clone());
+                    match policy {
+                        PolicyKind::S3Fifo => {
+                            for t in [1, 2, 5] {
+                                let mut c = cfg.clone();
+                                c.cache.params.s3fifo_move_to_main_threshold = t;
+                                out.push(c);
+                            }
+                        }
+                        PolicyKind::Lfru => {
+                            for (ratio, t) in [(0.0, 2), (0.25, 3), (0.5, 9)] {
+                                let mut c = cfg.clone();
+                                c.cache.params.lfru_privileged_ratio = ratio;
+                                c.cache.params.lfru_promote_threshold = t;
+                                out.push(c);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn leaving_out_settled_repeats_changes_no_miss_eviction_or_dirty_page() {
+    let accesses = runs(7, 20_000);
+    let warmup = 3_000;
+    let mut trimmed_any = 0;
+    for cfg in configs() {
+        let settling = Device::new(cfg.clone()).unwrap().settling_hits();
+        let t = trim(&accesses, warmup, settling);
+        if t.accesses.len() < accesses.len() {
+            trimmed_any += 1;
+        }
+        assert_eq!(
+            outcome(&cfg, &t.accesses, t.warmup),
+            outcome(&cfg, &accesses, warmup),
+            "{:?} hits_visible={} ways={} size={} params={:?}: settling {settling:?}",
+            cfg.cache.policy,
+            cfg.cache.hits_visible,
+            cfg.cache.ways,
+            cfg.cache.size_bytes,
+            cfg.cache.params,
+        );
+    }
+    // Every config but LFRU's with no privileged room trims something.
+    assert!(trimmed_any > configs().len() * 9 / 10, "{trimmed_any}");
+}
+
+#[test]
+fn a_settling_count_one_too_small_changes_the_misses() {
+    let accesses = runs(11, 20_000);
+    for policy in [PolicyKind::Clock, PolicyKind::S3Fifo, PolicyKind::Lfru] {
+        let differs = configs()
+            .into_iter()
+            .filter(|c| c.cache.policy == policy && c.cache.hits_visible)
+            .any(|cfg| {
+                let settling = Device::new(cfg.clone()).unwrap().settling_hits();
+                let Some(short) = settling.and_then(|s| s.checked_sub(1)) else {
+                    return false;
+                };
+                let t = trim(&accesses, 0, Some(short));
+                outcome(&cfg, &t.accesses, 0)[0] != outcome(&cfg, &accesses, 0)[0]
+            });
+        assert!(
+            differs,
+            "{policy:?}: one hit fewer than its settling count is never seen"
+        );
+    }
+}
