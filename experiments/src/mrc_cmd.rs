@@ -44,7 +44,7 @@ pub struct MrcArgs {
     #[arg(long, value_enum, default_value = "auto")]
     method: MethodArg,
     /// Spatial sampling rate R, 0 < R <= 1 [default: enough that the
-    /// smallest size's miniature holds 512 pages, within 0.001..=1/32; a
+    /// smallest size's miniature holds 512 pages, within 0.001..=1/16; a
     /// small input may want more].
     #[arg(long, value_name = "R")]
     sampling: Option<f64>,

@@ -4,12 +4,14 @@
 //! Where [`super::limits::miniature`] holds (a closed loop, no prefetch, no
 //! write log), an access to the page that the access before it touched is
 //! a hit: that access placed the page, and nothing has happened since. A
-//! hit changes the cache in two ways only: the policy hears it, and its
-//! state settles after [`crate::Device::settling_hits`] hits in a row; and
-//! a write sets the page's dirty bit, which only the first write does. So
-//! in a run of accesses to one page, the first access, the next `settling`
-//! ones and the first write are all that change the cache. The others are
-//! hits that change nothing, and leaving them out changes no miss.
+//! hit changes what later accesses find in two ways only: the policy hears
+//! it, and its state settles after [`crate::Device::settling_hits`] hits in
+//! a row; and a write sets the page's dirty bit, which decides write-backs
+//! but no victim (a write miss allocates as a read miss does). So in a run
+//! of accesses to one page, the first access and the next `settling` ones
+//! are all that decide later misses; leaving out the others changes no
+//! miss, eviction or resident page (only which pages are dirty, which a
+//! miniature does not report).
 //!
 //! A real trace's sample is often mostly such runs: a hot page, once
 //! sampled, brings its references in long runs (the other pages are not
@@ -17,7 +19,6 @@
 //! sample.
 
 use crate::trace::Access;
-use crate::Op;
 use crate::PAGE_SHIFT;
 use std::borrow::Cow;
 
@@ -70,8 +71,6 @@ struct Run {
     page: Option<u64>,
     /// Accesses of the run after its first, as far as kept for settling.
     hits: u32,
-    /// Whether the run has had a write.
-    written: bool,
 }
 
 impl Run {
@@ -80,42 +79,34 @@ impl Run {
             settling,
             page: None,
             hits: 0,
-            written: false,
         }
     }
 
-    /// Whether `a` may change the cache (and so is kept); moves the run on.
+    /// Whether `a` may decide a later miss (and so is kept); moves the run on.
     fn keeps(&mut self, a: &Access) -> bool {
         let page = a.addr >> PAGE_SHIFT;
         let last = a.addr.saturating_add(u64::from(a.len.max(1)) - 1) >> PAGE_SHIFT;
-        let write = a.op == Op::Write;
         if last != page {
             self.page = None;
             return true;
         }
         if self.page != Some(page) {
-            *self = Run {
-                page: Some(page),
-                hits: 0,
-                written: write,
-                ..*self
-            };
+            self.page = Some(page);
+            self.hits = 0;
             return true;
         }
-        let first_write = write && !self.written;
-        self.written |= write;
         if self.hits < self.settling {
             self.hits += 1;
             return true;
         }
-        first_write
+        false
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::PAGE_SIZE;
+    use crate::{Op, PAGE_SIZE};
 
     fn at(page: u64, op: Op) -> Access {
         Access {
@@ -127,7 +118,7 @@ mod tests {
     }
 
     #[test]
-    fn a_run_keeps_its_first_access_the_settling_hits_and_its_first_write() {
+    fn a_run_keeps_its_first_access_and_the_settling_hits() {
         let r = Op::Read;
         let w = Op::Write;
         let seq = [
@@ -146,11 +137,11 @@ mod tests {
             .iter()
             .map(|a| (a.addr / PAGE_SIZE, a.op))
             .collect();
-        assert_eq!(kept, vec![(1, r), (1, r), (1, w), (2, r), (1, r)]);
+        assert_eq!(kept, vec![(1, r), (1, r), (2, r), (1, r)]);
         // Of the first three (the warm-up), two are kept.
         assert_eq!(t.warmup, 2);
-        // Settling 0: only the first access and the first write.
-        assert_eq!(trim(&seq, 0, Some(0)).accesses.len(), 4);
+        // Settling 0: only each run's first access.
+        assert_eq!(trim(&seq, 0, Some(0)).accesses.len(), 3);
         // Never settling: everything, borrowed.
         assert!(matches!(trim(&seq, 0, None).accesses, Cow::Borrowed(_)));
     }
