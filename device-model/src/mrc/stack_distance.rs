@@ -204,6 +204,14 @@ impl StackDistances {
             self.compact();
         }
         let prev = self.last.get(page);
+        if prev != 0 && prev as usize == self.next {
+            // The page on top of the stack again: distance 0, and the stack
+            // stays as it is (a sample's runs of one hot page).
+            if counted {
+                self.count_reuse(0);
+            }
+            return;
+        }
         if prev == 0 {
             self.live += 1;
             if counted {
