@@ -5,9 +5,9 @@
 use super::repeats::{trim, Trimmed};
 use super::shards::Sample;
 use crate::config::DeviceConfig;
-use crate::replay::{Arrival, ReplayError, Replayer, RunError};
+use crate::replay::{ReplayError, LOOKAHEAD};
+use crate::trace::Access;
 use crate::{Device, LoadConfigError, PAGE_SIZE};
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// Why a miniature simulation failed.
@@ -98,16 +98,9 @@ impl<'a> Miniatures<'a> {
         let mut device =
             Device::new(cfg).map_err(|source| SimulateError::Config { size_bytes, source })?;
         let trimmed = self.trimmed_for(device.settling_hits());
-        let mut replayer = Replayer::new(&mut device, Arrival::Closed { think_ns: 0 });
-        let accesses = trimmed.accesses.iter().map(|a| Ok::<_, Infallible>(*a));
-        match replayer.drive(accesses, trimmed.warmup, &mut ()) {
-            Ok(_) => {}
-            Err(RunError::Input { error, .. }) => match error {},
-            Err(RunError::Replay(source)) => {
-                return Err(SimulateError::Replay { size_bytes, source })
-            }
-        }
-        let stats = replayer.device().stats();
+        replay_closed(&mut device, &trimmed.accesses, trimmed.warmup)
+            .map_err(|source| SimulateError::Replay { size_bytes, source })?;
+        let stats = device.stats();
         Ok(Miniature {
             size_bytes,
             mini_size_bytes,
@@ -129,6 +122,44 @@ impl<'a> Miniatures<'a> {
         list.push((settling, Arc::clone(&t)));
         t
     }
+}
+
+/// Replays `accesses` into `device` in a closed loop, as
+/// [`crate::replay::Replayer::drive`] does under `Arrival::Closed { think_ns: 0 }`
+/// (each access arrives when the one before it completes; the counters
+/// are reset after the first `warmup`, if the input gets past them), with
+/// the same hints ahead, but keeping only the device's counters: a
+/// miniature reports misses, not latencies.
+fn replay_closed(device: &mut Device, accesses: &[Access], warmup: u64) -> Result<(), ReplayError> {
+    const IMMINENT: usize = LOOKAHEAD / 2;
+    const NEIGHBOURS: usize = LOOKAHEAD / 4;
+    for a in accesses.iter().take(LOOKAHEAD) {
+        device.hint_upcoming(a.addr);
+    }
+    let mut now = 0u64;
+    for (index, a) in (0u64..).zip(accesses) {
+        if index == warmup {
+            device.reset_stats();
+        }
+        let i = usize::try_from(index).unwrap_or(usize::MAX);
+        if let Some(next) = accesses.get(i.saturating_add(LOOKAHEAD)) {
+            device.hint_upcoming(next.addr);
+        }
+        if let Some(soon) = accesses.get(i.saturating_add(IMMINENT)) {
+            device.hint_imminent(soon.addr);
+        }
+        if let Some(soon) = accesses.get(i.saturating_add(NEIGHBOURS)) {
+            device.hint_neighbours(soon.addr);
+        }
+        let out = device
+            .access(now, a.op, a.addr, a.len)
+            .map_err(|error| ReplayError::Device { index, error })?;
+        now = out.completes_at_ns;
+    }
+    if usize::try_from(warmup).is_ok_and(|w| w == accesses.len()) {
+        device.reset_stats();
+    }
+    Ok(())
 }
 
 /// Runs the miniature of a `size_bytes` cache of `base` on `sample`,
