@@ -7,7 +7,7 @@ use super::shards::Sample;
 use crate::config::DeviceConfig;
 use crate::replay::{ReplayError, LOOKAHEAD};
 use crate::trace::Access;
-use crate::{Device, LoadConfigError, PAGE_SIZE};
+use crate::{Device, LoadConfigError, PAGE_SHIFT, PAGE_SIZE};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// Why a miniature simulation failed.
@@ -95,6 +95,9 @@ impl<'a> Miniatures<'a> {
     pub fn simulate(&self, size_bytes: u64) -> Result<Miniature, SimulateError> {
         let cfg = miniature_config(self.base, size_bytes, self.sample.realized_rate);
         let mini_size_bytes = cfg.cache.size_bytes;
+        if let Some(m) = self.holds_every_page(&cfg, size_bytes) {
+            return Ok(m);
+        }
         let mut device =
             Device::new(cfg).map_err(|source| SimulateError::Config { size_bytes, source })?;
         let trimmed = self.trimmed_for(device.settling_hits());
@@ -107,6 +110,38 @@ impl<'a> Miniatures<'a> {
             misses: stats.misses,
             page_accesses: stats.page_accesses,
             miss_ratio: self.sample.estimate(stats.misses),
+        })
+    }
+
+    /// Where the miniature is fully associative and holds every sampled
+    /// page, nothing is ever evicted, and its misses are the first touches
+    /// of the pages the warm-up did not touch, whatever the policy: the
+    /// miniature without its replay. The sample's pages are named in the
+    /// order of their first access, so the warm-up touched pages `0..=k`,
+    /// k the largest it names.
+    fn holds_every_page(&self, cfg: &DeviceConfig, size_bytes: u64) -> Option<Miniature> {
+        let s = self.sample;
+        if cfg.cache.ways != 0 || cfg.cache.size_bytes / PAGE_SIZE < s.pages {
+            return None;
+        }
+        // As in the replay: a sample that ends within its warm-up is
+        // measured whole.
+        let warm = usize::try_from(s.warmup)
+            .ok()
+            .filter(|&w| w <= s.accesses.len())
+            .unwrap_or(0);
+        let warm_pages = s.accesses[..warm]
+            .iter()
+            .map(|a| (a.addr >> PAGE_SHIFT) + 1)
+            .max()
+            .unwrap_or(0);
+        let misses = s.pages.saturating_sub(warm_pages);
+        Some(Miniature {
+            size_bytes,
+            mini_size_bytes: cfg.cache.size_bytes,
+            misses,
+            page_accesses: (s.accesses.len() - warm) as u64,
+            miss_ratio: s.estimate(misses),
         })
     }
 
@@ -171,4 +206,72 @@ pub fn simulate(
     size_bytes: u64,
 ) -> Result<Miniature, SimulateError> {
     Miniatures::new(base, sample).simulate(size_bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Op, PolicyKind};
+
+    /// 6 000 accesses over 300 pages, named in the order of their first
+    /// access as a sample's are, a third of them writes.
+    fn sample(warmup: u64) -> Sample {
+        let mut x = 99u64;
+        let mut names = std::collections::HashMap::new();
+        let accesses: Vec<Access> = (0..6_000)
+            .map(|i| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let raw = (x >> 33) % 300;
+                let next = names.len() as u64;
+                let page = *names.entry(raw).or_insert(next);
+                Access {
+                    time_ns: 0,
+                    op: if i % 3 == 0 { Op::Write } else { Op::Read },
+                    addr: page * PAGE_SIZE + 8,
+                    len: 8,
+                }
+            })
+            .collect();
+        Sample {
+            pages: names.len() as u64,
+            accesses,
+            warmup,
+            rate: 0.5,
+            realized_rate: 0.5,
+            threshold: u64::MAX / 2,
+            seed: 0,
+            measured_page_accesses: 12_000,
+        }
+    }
+
+    #[test]
+    fn a_miniature_holding_every_page_misses_on_its_first_touches_as_its_replay_does() {
+        let mut base = DeviceConfig::default()
+            .with_overrides(&["cache.ways=0", "nand.enabled=false"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        for policy in PolicyKind::ALL {
+            base.cache.policy = policy;
+            for warmup in [0, 40, 2_500, 6_000, 9_000] {
+                let s = sample(warmup);
+                let minis = Miniatures::new(&base, &s);
+                // At rate 1/2: 2 × the pages is a miniature of them all.
+                let size = 2 * s.pages * PAGE_SIZE;
+                let cfg = miniature_config(&base, size, s.realized_rate);
+                let quick = minis.holds_every_page(&cfg, size);
+                let quick = quick.unwrap_or_else(|| panic!("{policy:?}: no short cut"));
+                let mut device = Device::new(cfg).unwrap_or_else(|e| panic!("{e}"));
+                replay_closed(&mut device, &s.accesses, s.warmup).unwrap_or_else(|e| panic!("{e}"));
+                let st = device.stats();
+                assert_eq!(
+                    (quick.misses, quick.page_accesses),
+                    (st.misses, st.page_accesses),
+                    "{policy:?}, warm-up {warmup}"
+                );
+                let smaller = miniature_config(&base, size - 2 * PAGE_SIZE, s.realized_rate);
+                assert!(minis.holds_every_page(&smaller, size).is_none());
+            }
+        }
+    }
 }
