@@ -139,6 +139,15 @@ fn leaving_out_settled_repeats_changes_no_miss_eviction_or_resident_page() {
             outcome(&cfg, &accesses, warmup),
             "{what}"
         );
+        // A warm-up the input ends with (all reset) or within (none).
+        for w in [accesses.len() as u64, accesses.len() as u64 + 1] {
+            let t = trim(&accesses, w, settling);
+            assert_eq!(
+                outcome(&cfg, &t.accesses, t.warmup),
+                outcome(&cfg, &accesses, w),
+                "{what}, warm-up {w}"
+            );
+        }
         // The accesses left out are hits: the misses are the same ones.
         assert_eq!(
             missed_pages(&cfg, &t.accesses),

@@ -60,7 +60,13 @@ pub fn trim(accesses: &[Access], warmup: u64, settling: Option<u32>) -> Trimmed<
     }
     Trimmed {
         accesses: Cow::Owned(out),
-        warmup: warm_kept,
+        // An input that ends within its warm-up is measured whole (as a
+        // replay takes it): so is the trimmed one.
+        warmup: if usize::try_from(warmup).map_or(true, |w| w > accesses.len()) {
+            warmup
+        } else {
+            warm_kept
+        },
     }
 }
 
@@ -142,6 +148,10 @@ mod tests {
         assert_eq!(t.warmup, 2);
         // Settling 0: only each run's first access.
         assert_eq!(trim(&seq, 0, Some(0)).accesses.len(), 3);
+        // A warm-up that the input ends within stays past its end; one
+        // that ends with it, at its end.
+        assert_eq!(trim(&seq, 20, Some(1)).warmup, 20);
+        assert_eq!(trim(&seq, 8, Some(1)).warmup, 4);
         // Never settling: everything, borrowed.
         assert!(matches!(trim(&seq, 0, None).accesses, Cow::Borrowed(_)));
     }
