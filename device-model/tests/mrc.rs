@@ -8,30 +8,21 @@
 
 mod common;
 
-use common::{log_sizes as sizes, mrc_config as config};
+use common::{log_sizes as sizes, mrc_config as config, replay_stats};
 use cxlfs_device_model::mrc::shards::Sampler;
 use cxlfs_device_model::mrc::{
     exact_curve, limits, minisim, sampled_lru, CurvePass, JoinPassError,
 };
-use cxlfs_device_model::replay::{Arrival, Replayer};
+use cxlfs_device_model::replay::Arrival;
 use cxlfs_device_model::trace::{encode_trace, parse_csv_line, Access, BinaryReader, RECORD_LEN};
 use cxlfs_device_model::workload::{WorkloadKind, WorkloadSpec};
-use cxlfs_device_model::{Device, DeviceConfig, PolicyKind, PAGE_SIZE};
-use std::convert::Infallible;
+use cxlfs_device_model::{DeviceConfig, PolicyKind, PAGE_SIZE};
 
 /// Measured (misses, page lookups) of a replay of a `size`-byte cache.
 fn replay(cfg: &DeviceConfig, size: u64, accesses: &[Access], warmup: u64) -> (u64, u64) {
     let mut cfg = cfg.clone();
     cfg.cache.size_bytes = size;
-    let mut dev = Device::new(cfg).unwrap();
-    let mut r = Replayer::new(&mut dev, Arrival::Closed { think_ns: 0 });
-    r.drive(
-        accesses.iter().map(|a| Ok::<_, Infallible>(*a)),
-        warmup,
-        &mut (),
-    )
-    .unwrap();
-    let s = r.device().stats();
+    let s = replay_stats(&cfg, accesses, warmup);
     (s.misses, s.page_accesses)
 }
 

@@ -11,12 +11,10 @@
 
 mod common;
 
-use common::mrc_config;
+use common::{mrc_config, replay_stats};
 use cxlfs_device_model::mrc::repeats::trim;
-use cxlfs_device_model::replay::{Arrival, Replayer};
 use cxlfs_device_model::trace::Access;
 use cxlfs_device_model::{Device, DeviceConfig, Op, PolicyKind, PAGE_SIZE};
-use std::convert::Infallible;
 
 /// Runs of accesses to one page (lengths 1 to 300), over 40 pages, a
 /// quarter of them writes, now and then one that crosses into the next page.
@@ -50,15 +48,7 @@ fn runs(seed: u64, accesses: usize) -> Vec<Access> {
 /// What a closed-loop replay leaves that a curve or a later access could
 /// tell apart: the measured misses, evictions and resident pages.
 fn outcome(cfg: &DeviceConfig, accesses: &[Access], warmup: u64) -> [u64; 3] {
-    let mut dev = Device::new(cfg.clone()).unwrap();
-    let mut r = Replayer::new(&mut dev, Arrival::Closed { think_ns: 0 });
-    r.drive(
-        accesses.iter().map(|a| Ok::<_, Infallible>(*a)),
-        warmup,
-        &mut (),
-    )
-    .unwrap();
-    let s = r.device().stats();
+    let s = replay_stats(cfg, accesses, warmup);
     [s.misses, s.evictions, s.resident_pages]
 }
 

@@ -4,7 +4,24 @@
 #![allow(dead_code)]
 
 use cxlfs_device_model::config::PolicyKind;
-use cxlfs_device_model::{DeviceConfig, PAGE_SIZE};
+use cxlfs_device_model::replay::{Arrival, Replayer};
+use cxlfs_device_model::trace::Access;
+use cxlfs_device_model::{Device, DeviceConfig, DeviceStats, PAGE_SIZE};
+use std::convert::Infallible;
+
+/// The device's counters after a closed-loop replay of `accesses` into
+/// `cfg`, the first `warmup` of them warming the cache.
+pub fn replay_stats(cfg: &DeviceConfig, accesses: &[Access], warmup: u64) -> DeviceStats {
+    let mut dev = Device::new(cfg.clone()).unwrap_or_else(|e| panic!("config: {e}"));
+    let mut r = Replayer::new(&mut dev, Arrival::Closed { think_ns: 0 });
+    r.drive(
+        accesses.iter().map(|a| Ok::<_, Infallible>(*a)),
+        warmup,
+        &mut (),
+    )
+    .unwrap_or_else(|e| panic!("replay: {e}"));
+    r.device().stats()
+}
 
 /// The config curves and the replays they are checked against run on: a
 /// fully associative cache, hits visible, NAND off, `policy`. The cache
