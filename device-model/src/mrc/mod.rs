@@ -365,7 +365,7 @@ pub fn default_rate(smallest_bytes: u64) -> f64 {
 }
 
 /// The highest default rate, for inputs whose smallest size is under
-/// [`MIN_MINIATURE_PAGES`] / 16 pages. Such an input is small, and a few of
+/// 16 × [`MIN_MINIATURE_PAGES`] pages (8 192). Such an input is small, and a few of
 /// its pages may carry most of its references. A sampled page stands for
 /// 1/R pages, so a sampled hot page's own misses count 1/R times: at
 /// 1/32, one seed in 8 of a 4353-page real trace (five pages carry 75 %
