@@ -46,6 +46,12 @@ use std::fmt;
 /// and by a few % on uniform (4 Mi pages, 1 Mi-page cache; 64 gained
 /// nothing more): a memory miss here takes a few accesses' time.
 pub const LOOKAHEAD: usize = 32;
+/// An access's second hint (its cache metadata) comes this many accesses
+/// before it is fed.
+pub const HINT_IMMINENT: usize = LOOKAHEAD / 2;
+/// An access's third hint (what a hit on it would relink) comes this many
+/// accesses before it is fed.
+pub const HINT_NEIGHBOURS: usize = LOOKAHEAD / 4;
 
 /// Distinct latency values counted beside the histogram (see `Replayer::count_latency`).
 const PENDING_LATENCIES: usize = 4;
@@ -469,7 +475,9 @@ impl<'d> Replayer<'d> {
     }
 
     /// Feeds every access of a fallible input (a trace being read); returns
-    /// how many were fed. The one replay loop: it keeps a window of the next
+    /// how many were fed. The replayer's one loop (a miniature's
+    /// counters-only loop, in `mrc::minisim`, hints on the same schedule):
+    /// it keeps a window of the next
     /// [`LOOKAHEAD`] accesses and hints each to the device three times — its
     /// page-table entry as it enters the window, its cache metadata halfway
     /// through, what a hit on it would relink at three quarters — so that
@@ -483,8 +491,6 @@ impl<'d> Replayer<'d> {
     where
         I: IntoIterator<Item = Result<Access, E>>,
     {
-        const IMMINENT: usize = LOOKAHEAD / 2;
-        const NEIGHBOURS: usize = LOOKAHEAD / 4;
         let start = self.index;
         let mut upcoming = accesses.into_iter();
         let mut failed = None;
@@ -529,13 +535,13 @@ impl<'d> Replayer<'d> {
                 }
             }
             head = (head + 1) % LOOKAHEAD;
-            if pending > IMMINENT {
+            if pending > HINT_IMMINENT {
                 self.device
-                    .hint_imminent(window[(head + IMMINENT - 1) % LOOKAHEAD].addr);
+                    .hint_imminent(window[(head + HINT_IMMINENT - 1) % LOOKAHEAD].addr);
             }
-            if pending > NEIGHBOURS {
+            if pending > HINT_NEIGHBOURS {
                 self.device
-                    .hint_neighbours(window[(head + NEIGHBOURS - 1) % LOOKAHEAD].addr);
+                    .hint_neighbours(window[(head + HINT_NEIGHBOURS - 1) % LOOKAHEAD].addr);
             }
             self.feed(current).map_err(RunError::Replay)?;
         }

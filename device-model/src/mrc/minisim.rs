@@ -5,7 +5,7 @@
 use super::repeats::{trim, Trimmed};
 use super::shards::Sample;
 use crate::config::DeviceConfig;
-use crate::replay::{ReplayError, LOOKAHEAD};
+use crate::replay::{ReplayError, HINT_IMMINENT, HINT_NEIGHBOURS, LOOKAHEAD};
 use crate::trace::Access;
 use crate::{Device, LoadConfigError, PAGE_SHIFT, PAGE_SIZE};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -42,8 +42,8 @@ pub struct Miniature {
     pub mini_size_bytes: u64,
     /// Its measured misses (coalesced ones included, as replay counts them).
     pub misses: u64,
-    /// Its measured page accesses (without the repeats left out, see
-    /// [`Miniatures`]).
+    /// The sample's measured page accesses it stands for (the repeats a
+    /// replay leaves out, see [`Miniatures`], included).
     pub page_accesses: u64,
     /// The estimate: [`Sample::estimate`] of its misses.
     pub miss_ratio: f64,
@@ -76,8 +76,42 @@ pub fn miniature_config(base: &DeviceConfig, size_bytes: u64, rate: f64) -> Devi
 pub struct Miniatures<'a> {
     base: &'a DeviceConfig,
     sample: &'a Sample,
+    /// The sample's measured part: its first touches and page accesses.
+    measured: Measured,
     /// The trimmed samples so far, by settling count.
     trimmed: Mutex<Vec<(Option<u32>, Arc<Trimmed<'a>>)>>,
+}
+
+/// What a sample's measured part (after its warm-up) holds.
+#[derive(Debug, Clone, Copy)]
+struct Measured {
+    /// Pages first touched in it: the misses of a miniature that evicts
+    /// nothing.
+    first_touches: u64,
+    /// Its page accesses (one per access: a sample's stay within a page).
+    page_accesses: u64,
+}
+
+impl Measured {
+    /// As the replay takes the warm-up: a sample that ends within it is
+    /// measured whole. The sample's pages are named in the order of their
+    /// first access, so the warm-up touched pages `0..=k`, k the largest
+    /// it names.
+    fn of(s: &Sample) -> Measured {
+        let warm = usize::try_from(s.warmup)
+            .ok()
+            .filter(|&w| w <= s.accesses.len())
+            .unwrap_or(0);
+        let warm_pages = s.accesses[..warm]
+            .iter()
+            .map(|a| (a.addr >> PAGE_SHIFT) + 1)
+            .max()
+            .unwrap_or(0);
+        Measured {
+            first_touches: s.pages.saturating_sub(warm_pages),
+            page_accesses: (s.accesses.len() - warm) as u64,
+        }
+    }
 }
 
 impl<'a> Miniatures<'a> {
@@ -86,6 +120,7 @@ impl<'a> Miniatures<'a> {
         Miniatures {
             base,
             sample,
+            measured: Measured::of(sample),
             trimmed: Mutex::new(Vec::new()),
         }
     }
@@ -108,7 +143,7 @@ impl<'a> Miniatures<'a> {
             size_bytes,
             mini_size_bytes,
             misses: stats.misses,
-            page_accesses: stats.page_accesses,
+            page_accesses: self.measured.page_accesses,
             miss_ratio: self.sample.estimate(stats.misses),
         })
     }
@@ -116,32 +151,18 @@ impl<'a> Miniatures<'a> {
     /// Where the miniature is fully associative and holds every sampled
     /// page, nothing is ever evicted, and its misses are the first touches
     /// of the pages the warm-up did not touch, whatever the policy: the
-    /// miniature without its replay. The sample's pages are named in the
-    /// order of their first access, so the warm-up touched pages `0..=k`,
-    /// k the largest it names.
+    /// miniature without its replay.
     fn holds_every_page(&self, cfg: &DeviceConfig, size_bytes: u64) -> Option<Miniature> {
-        let s = self.sample;
-        if cfg.cache.ways != 0 || cfg.cache.size_bytes / PAGE_SIZE < s.pages {
+        if cfg.cache.ways != 0 || cfg.cache.size_bytes / PAGE_SIZE < self.sample.pages {
             return None;
         }
-        // As in the replay: a sample that ends within its warm-up is
-        // measured whole.
-        let warm = usize::try_from(s.warmup)
-            .ok()
-            .filter(|&w| w <= s.accesses.len())
-            .unwrap_or(0);
-        let warm_pages = s.accesses[..warm]
-            .iter()
-            .map(|a| (a.addr >> PAGE_SHIFT) + 1)
-            .max()
-            .unwrap_or(0);
-        let misses = s.pages.saturating_sub(warm_pages);
+        let misses = self.measured.first_touches;
         Some(Miniature {
             size_bytes,
             mini_size_bytes: cfg.cache.size_bytes,
             misses,
-            page_accesses: (s.accesses.len() - warm) as u64,
-            miss_ratio: s.estimate(misses),
+            page_accesses: self.measured.page_accesses,
+            miss_ratio: self.sample.estimate(misses),
         })
     }
 
@@ -166,8 +187,6 @@ impl<'a> Miniatures<'a> {
 /// the same hints ahead, but keeping only the device's counters: a
 /// miniature reports misses, not latencies.
 fn replay_closed(device: &mut Device, accesses: &[Access], warmup: u64) -> Result<(), ReplayError> {
-    const IMMINENT: usize = LOOKAHEAD / 2;
-    const NEIGHBOURS: usize = LOOKAHEAD / 4;
     for a in accesses.iter().take(LOOKAHEAD) {
         device.hint_upcoming(a.addr);
     }
@@ -180,10 +199,10 @@ fn replay_closed(device: &mut Device, accesses: &[Access], warmup: u64) -> Resul
         if let Some(next) = accesses.get(i.saturating_add(LOOKAHEAD)) {
             device.hint_upcoming(next.addr);
         }
-        if let Some(soon) = accesses.get(i.saturating_add(IMMINENT)) {
+        if let Some(soon) = accesses.get(i.saturating_add(HINT_IMMINENT)) {
             device.hint_imminent(soon.addr);
         }
-        if let Some(soon) = accesses.get(i.saturating_add(NEIGHBOURS)) {
+        if let Some(soon) = accesses.get(i.saturating_add(HINT_NEIGHBOURS)) {
             device.hint_neighbours(soon.addr);
         }
         let out = device
