@@ -353,3 +353,88 @@ fn undecoded_records_feed_a_pass_as_decoded_accesses_do() {
     assert_eq!(got.index, 12_345);
     assert_eq!(raw.next_index(), 12_345);
 }
+
+/// The sample a pass takes at `rate` (seed 3), a warm-up of `warmup`.
+fn sample_at(
+    accesses: &[Access],
+    warmup: u64,
+    rate: f64,
+) -> cxlfs_device_model::mrc::shards::Sample {
+    let cfg = config(PolicyKind::Fifo);
+    let sampler = Sampler::fixed_rate(rate).seeded(3);
+    let mut pass = CurvePass::new(cfg.capacity_bytes(), warmup, Some(sampler));
+    for a in accesses {
+        pass.feed(a).unwrap();
+    }
+    pass.finish().sample.unwrap()
+}
+
+/// A sample at a lower rate cut from one at a higher rate is the sample a
+/// pass at the lower rate takes: the same accesses with the same names, the
+/// same warm-up, pages, hashes and rates.
+#[test]
+fn a_subsample_is_the_sample_a_pass_at_its_rate_takes() {
+    let accesses = zipf(1 << 14, 60_000);
+    for warmup in [0, 7_000, 60_000, 90_000] {
+        let top = sample_at(&accesses, warmup, 0.5);
+        assert!(top.subsample(0.5).is_none());
+        for rate in [0.25, 0.125, 1.0 / 64.0] {
+            let sub = top.subsample(rate).unwrap();
+            let direct = sample_at(&accesses, warmup, rate);
+            let key = |s: &cxlfs_device_model::mrc::shards::Sample| {
+                (
+                    s.warmup,
+                    s.pages,
+                    s.page_hashes.clone(),
+                    s.threshold,
+                    s.rate,
+                    s.realized_rate,
+                )
+            };
+            assert_eq!(key(&sub), key(&direct), "rate {rate}, warm-up {warmup}");
+            assert_eq!(
+                sub.accesses, direct.accesses,
+                "rate {rate}, warm-up {warmup}"
+            );
+            assert!(sub.pages < top.pages && sub.pages > 0);
+        }
+    }
+}
+
+/// With a floor, a size whose miniature would hold fewer pages runs at the
+/// smallest power-of-two multiple of the base rate that gives it the floor
+/// (at most 1/2), on the part of the sample at that rate: exactly the
+/// miniature of a pass at that rate. The sizes that reach the floor at the
+/// base rate run at it, as without a floor.
+#[test]
+fn a_miniature_floor_raises_the_rate_of_small_sizes_only() {
+    let accesses = zipf(1 << 14, 60_000);
+    let base_rate = 1.0 / 64.0;
+    for policy in [PolicyKind::Fifo, PolicyKind::S3Fifo, PolicyKind::Lfru] {
+        let cfg = config(policy);
+        let top = sample_at(&accesses, 2_000, 0.5);
+        let rates = minisim::Rates {
+            base: base_rate,
+            floor_pages: 32,
+        };
+        let minis = minisim::Miniatures::new(&cfg, &top, rates);
+        // 40 pages: 20 at 1/2, the highest; 300: 37.5 at 1/8; 900: 56 at
+        // 1/16; 2 048: 32 at 1/64.
+        let expected = [
+            (40u64, 0.5),
+            (300, 0.125),
+            (900, 0.0625),
+            (2_048, base_rate),
+        ];
+        for (pages, want_rate) in expected {
+            let size = pages * PAGE_SIZE;
+            let m = minis.simulate(size).unwrap();
+            assert_eq!(m.rate, want_rate, "{policy:?} {pages} pages");
+            let direct =
+                minisim::simulate(&cfg, &sample_at(&accesses, 2_000, m.rate), size).unwrap();
+            assert_eq!(m, direct, "{policy:?} {pages} pages");
+        }
+        // 4 096 pages hold 64 at the base rate: not raised.
+        assert_eq!(minis.simulate(4_096 * PAGE_SIZE).unwrap().rate, base_rate);
+    }
+}

@@ -94,9 +94,14 @@ impl CurvePoint {
     }
 
     /// A point from a miniature simulation.
+    /// A miniature's point: at the rate of the sample it ran on, a part of
+    /// `sample` where its size's rate is lower.
     pub fn sampled(m: &Miniature, sample: &Sample) -> Self {
         CurvePoint {
             miniature_bytes: Some(m.mini_size_bytes),
+            sampling_rate: Some(m.rate),
+            realized_rate: Some(m.realized_rate),
+            sampled_pages: Some(m.sampled_pages),
             ..CurvePoint::estimated(m.size_bytes, m.miss_ratio, sample)
         }
     }
@@ -171,13 +176,23 @@ pub fn print(
     writeln!(out, "input: {input} | arrival {arrival}")?;
     for c in curves {
         let mut line = format!("{}: {}", c.policy.name(), c.method.describe());
-        if let Some(p) = c.points.first().filter(|p| p.sampling_rate.is_some()) {
+        // The largest size's rate is the curve's; smaller sizes may run
+        // at higher ones (miniatures of at least `--miniature-floor` pages).
+        if let Some(p) = c.points.last().filter(|p| p.sampling_rate.is_some()) {
             line += &format!(
                 ", R = {:.5} ({:.5} of the pages), {} sampled pages",
                 p.sampling_rate.unwrap_or(0.0),
                 p.realized_rate.unwrap_or(0.0),
                 p.sampled_pages.unwrap_or(0)
             );
+            let top = c
+                .points
+                .iter()
+                .filter_map(|p| p.sampling_rate)
+                .fold(0.0, f64::max);
+            if top > p.sampling_rate.unwrap_or(0.0) {
+                line += &format!("; up to R = {top:.5} at the smaller sizes");
+            }
         }
         writeln!(out, "{line}")?;
     }

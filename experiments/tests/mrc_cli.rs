@@ -253,3 +253,50 @@ fn a_binary_trace_and_its_csv_give_one_curve_and_a_truncated_one_is_named() {
         "{err}"
     );
 }
+
+/// `--miniature-floor`: a size whose miniature at R holds fewer pages runs
+/// at 2R, 4R, … (at most 1/2), the others at R; SHARDS' LRU curve stays at
+/// R; the table's header says so.
+#[test]
+fn a_miniature_floor_raises_the_rate_of_the_small_sizes() {
+    let args = [
+        "--sizes",
+        "64KiB,256KiB,1MiB,4MiB,16MiB",
+        "--policy",
+        "fifo,lru",
+        "--method",
+        "sampled",
+        "--sampling",
+        "0.015625",
+        "--miniature-floor",
+        "32",
+    ];
+    let curve = run("mrc", &args);
+    assert_eq!(curve.len(), 10);
+    let rates = |policy: &str| {
+        curve
+            .iter()
+            .filter(|p| p["policy"] == policy)
+            .map(|p| p["sampling_rate"].as_f64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    // 16 pages: 8 at the cap of 1/2; 64: 32 at 1/2; 256: 32 at 1/8;
+    // 1 024: 32 at 1/32; 4 096: 64 at R.
+    assert_eq!(rates("fifo"), [0.5, 0.5, 0.125, 0.03125, 0.015625]);
+    assert_eq!(rates("lru"), [0.015625; 5]);
+    let pages: Vec<u64> = curve
+        .iter()
+        .filter(|p| p["policy"] == "fifo")
+        .map(|p| p["sampled_pages"].as_u64().unwrap())
+        .collect();
+    assert!(pages.windows(2).all(|w| w[0] >= w[1]), "{pages:?}");
+    let mut text = vec!["mrc"];
+    text.extend(DEVICE);
+    text.extend(INPUT);
+    text.extend(args);
+    let table = String::from_utf8_lossy(&ok(&text)).into_owned();
+    assert!(
+        table.contains("up to R = 0.50000 at the smaller sizes"),
+        "{table}"
+    );
+}

@@ -3,11 +3,12 @@
 //! code) on a spatial sample at rate R, stands for a cache of `size`.
 
 use super::repeats::{trim, Trimmed};
-use super::shards::Sample;
+use super::shards::{threshold_of, Sample};
 use crate::config::DeviceConfig;
 use crate::replay::{ReplayError, HINT_IMMINENT, HINT_NEIGHBOURS, LOOKAHEAD};
 use crate::trace::Access;
 use crate::{Device, LoadConfigError, PAGE_SHIFT, PAGE_SIZE};
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// The fewest cache pages of a miniature whose replay gives the device
@@ -55,6 +56,12 @@ pub struct Miniature {
     pub page_accesses: u64,
     /// The estimate: [`Sample::estimate`] of its misses.
     pub miss_ratio: f64,
+    /// The rate of the sample it ran on ([`rate_for`]).
+    pub rate: f64,
+    /// That sample's realized rate ([`Sample::realized_rate`]).
+    pub realized_rate: f64,
+    /// That sample's distinct pages.
+    pub sampled_pages: u64,
 }
 
 /// Pages of the miniature of a `size_bytes` cache at `rate`: `size × rate`
@@ -67,6 +74,24 @@ pub fn miniature_pages(size_bytes: u64, rate: f64, ways: u32) -> u64 {
     }
 }
 
+/// The highest rate [`rate_for`] raises a size's to.
+pub const MAX_RAISED_RATE: f64 = 0.5;
+
+/// The rate a `size_bytes` cache is simulated at, `base` the curve's: the
+/// smallest power-of-two multiple of `base` at which its miniature holds
+/// `floor_pages`, at most [`MAX_RAISED_RATE`] (and never below `base`).
+/// A miniature of a few pages is a coarse stand-in for a cache of many,
+/// and a sampled hot page's own misses weigh 1/R times in it. The price is
+/// the higher rate's sample: on a small input the smallest sizes' come
+/// near the input itself (docs/device-model.md, "Small miniatures").
+pub fn rate_for(base: f64, size_bytes: u64, ways: u32, floor_pages: u64) -> f64 {
+    let mut rate = base;
+    while miniature_pages(size_bytes, rate, ways) < floor_pages && rate * 2.0 <= MAX_RAISED_RATE {
+        rate *= 2.0;
+    }
+    rate
+}
+
 /// The miniature's config: `base` with the scaled cache and the NAND model
 /// off (under closed arrival, what hits does not depend on NAND time; see
 /// [`super::limits::miniature`]).
@@ -77,17 +102,42 @@ pub fn miniature_config(base: &DeviceConfig, size_bytes: u64, rate: f64) -> Devi
     cfg
 }
 
+/// The rates [`Miniatures`] simulates each size at.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rates {
+    /// The curve's rate: the sizes whose miniatures hold `floor_pages` at
+    /// it run at it.
+    pub base: f64,
+    /// The fewest pages a miniature gets, by a higher rate ([`rate_for`];
+    /// 0 or 1: none raised).
+    pub floor_pages: u64,
+}
+
 /// The miniatures of one config on one sample: each size's replays the
-/// sample without the repeats its policy cannot tell apart
-/// ([`super::repeats`]), trimmed once per settling count and shared by the
-/// sizes (and threads) that have it.
+/// sample (or the part of it at the size's rate, [`rate_for`]) without the
+/// repeats its policy cannot tell apart ([`super::repeats`]), subsampled
+/// once per rate and trimmed once per rate and settling count, shared by
+/// the sizes (and threads) that have them.
 pub struct Miniatures<'a> {
     base: &'a DeviceConfig,
     sample: &'a Sample,
-    /// The sample's measured part: its first touches and page accesses.
+    rates: Rates,
+    /// The sample's measured part.
     measured: Measured,
-    /// The trimmed samples so far, by settling count.
-    trimmed: Mutex<Vec<(Option<u32>, Arc<Trimmed<'a>>)>>,
+    /// The samples at lower rates so far, by threshold.
+    lower: Mutex<Vec<(u64, Arc<Rated>)>>,
+    /// The trimmed samples so far, by threshold and settling count.
+    trimmed: Mutex<Vec<(TrimKey, Arc<Trimmed<'a>>)>>,
+}
+
+/// A trimmed sample's key: the sample's threshold (its rate) and the
+/// settling count it was trimmed for.
+type TrimKey = (u64, Option<u32>);
+
+/// A sample at a lower rate than the pass's, and its measured part.
+struct Rated {
+    sample: Sample,
+    measured: Measured,
 }
 
 /// What a sample's measured part (after its warm-up) holds.
@@ -123,70 +173,111 @@ impl Measured {
 }
 
 impl<'a> Miniatures<'a> {
-    /// Miniatures of `base` on `sample`.
-    pub fn new(base: &'a DeviceConfig, sample: &'a Sample) -> Self {
+    /// Miniatures of `base` on `sample`, each size at the rate `rates` give
+    /// it, at most the sample's own.
+    pub fn new(base: &'a DeviceConfig, sample: &'a Sample, rates: Rates) -> Self {
         Miniatures {
             base,
             sample,
+            rates,
             measured: Measured::of(sample),
+            lower: Mutex::new(Vec::new()),
             trimmed: Mutex::new(Vec::new()),
         }
     }
 
-    /// Runs the miniature of a `size_bytes` cache, scaled by the sample's
-    /// realized rate.
+    /// Runs the miniature of a `size_bytes` cache, scaled by the realized
+    /// rate of the sample at its rate.
     pub fn simulate(&self, size_bytes: u64) -> Result<Miniature, SimulateError> {
-        let cfg = miniature_config(self.base, size_bytes, self.sample.realized_rate);
+        let rate = rate_for(
+            self.rates.base,
+            size_bytes,
+            self.base.cache.ways,
+            self.rates.floor_pages,
+        );
+        let lower = (threshold_of(rate) < self.sample.threshold).then(|| self.lower_for(rate));
+        let (sample, measured) = match &lower {
+            Some(l) => (&l.sample, l.measured),
+            None => (self.sample, self.measured),
+        };
+        let cfg = miniature_config(self.base, size_bytes, sample.realized_rate);
         let mini_size_bytes = cfg.cache.size_bytes;
-        if let Some(m) = self.holds_every_page(&cfg, size_bytes) {
-            return Ok(m);
+        let point = |misses| Miniature {
+            size_bytes,
+            mini_size_bytes,
+            misses,
+            page_accesses: measured.page_accesses,
+            miss_ratio: sample.estimate(misses),
+            rate: sample.rate,
+            realized_rate: sample.realized_rate,
+            sampled_pages: sample.pages,
+        };
+        if holds_every_page(&cfg, sample) {
+            return Ok(point(measured.first_touches));
         }
         let mut device =
             Device::new(cfg).map_err(|source| SimulateError::Config { size_bytes, source })?;
-        let trimmed = self.trimmed_for(device.settling_hits());
+        let trimmed = self.trimmed_for(lower.as_deref(), device.settling_hits());
         let hints = mini_size_bytes / PAGE_SIZE >= HINTED_MINIATURE_PAGES;
         replay_closed(&mut device, &trimmed.accesses, trimmed.warmup, hints)
             .map_err(|source| SimulateError::Replay { size_bytes, source })?;
-        let stats = device.stats();
-        Ok(Miniature {
-            size_bytes,
-            mini_size_bytes,
-            misses: stats.misses,
-            page_accesses: self.measured.page_accesses,
-            miss_ratio: self.sample.estimate(stats.misses),
-        })
+        Ok(point(device.stats().misses))
     }
 
-    /// Where the miniature is fully associative and holds every sampled
-    /// page, nothing is ever evicted, and its misses are the first touches
-    /// of the pages the warm-up did not touch, whatever the policy: the
-    /// miniature without its replay.
-    fn holds_every_page(&self, cfg: &DeviceConfig, size_bytes: u64) -> Option<Miniature> {
-        if cfg.cache.ways != 0 || cfg.cache.size_bytes / PAGE_SIZE < self.sample.pages {
-            return None;
-        }
-        let misses = self.measured.first_touches;
-        Some(Miniature {
-            size_bytes,
-            mini_size_bytes: cfg.cache.size_bytes,
-            misses,
-            page_accesses: self.measured.page_accesses,
-            miss_ratio: self.sample.estimate(misses),
-        })
-    }
-
-    /// The sample trimmed for `settling`, trimming it on first use.
-    fn trimmed_for(&self, settling: Option<u32>) -> Arc<Trimmed<'a>> {
+    /// The sample at `rate` (lower than the pass's: else a copy of it),
+    /// taken on first use.
+    fn lower_for(&self, rate: f64) -> Arc<Rated> {
+        let threshold = threshold_of(rate);
         // A poisoned lock only means another miniature panicked after
         // pushing a complete entry: the list is still sound.
+        let mut list = self.lower.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, r)) = list.iter().find(|(t, _)| *t == threshold) {
+            return Arc::clone(r);
+        }
+        let sample = self
+            .sample
+            .subsample(rate)
+            .unwrap_or_else(|| self.sample.clone());
+        let measured = Measured::of(&sample);
+        let r = Arc::new(Rated { sample, measured });
+        list.push((threshold, Arc::clone(&r)));
+        r
+    }
+
+    /// The sample (`lower`, or the pass's) trimmed for `settling`, trimming
+    /// it on first use.
+    fn trimmed_for(&self, lower: Option<&Rated>, settling: Option<u32>) -> Arc<Trimmed<'a>> {
+        let key = (
+            lower.map_or(self.sample.threshold, |l| l.sample.threshold),
+            settling,
+        );
         let mut list = self.trimmed.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((_, t)) = list.iter().find(|(s, _)| *s == settling) {
+        if let Some((_, t)) = list.iter().find(|(k, _)| *k == key) {
             return Arc::clone(t);
         }
-        let t = Arc::new(trim(&self.sample.accesses, self.sample.warmup, settling));
-        list.push((settling, Arc::clone(&t)));
+        let t = Arc::new(match lower {
+            None => trim(&self.sample.accesses, self.sample.warmup, settling),
+            // A lower rate's sample lives in `self.lower`, not for `'a`:
+            // its trimmed accesses are copied out.
+            Some(l) => {
+                let t = trim(&l.sample.accesses, l.sample.warmup, settling);
+                Trimmed {
+                    accesses: Cow::Owned(t.accesses.into_owned()),
+                    warmup: t.warmup,
+                }
+            }
+        });
+        list.push((key, Arc::clone(&t)));
         t
     }
+}
+
+/// Whether the miniature `cfg` is fully associative and holds every page
+/// of `sample`: it evicts nothing, so its misses are the first touches of
+/// the pages the warm-up did not touch, whatever the policy, and it needs
+/// no replay.
+fn holds_every_page(cfg: &DeviceConfig, sample: &Sample) -> bool {
+    cfg.cache.ways == 0 && cfg.cache.size_bytes / PAGE_SIZE >= sample.pages
 }
 
 /// Replays `accesses` into `device` in a closed loop, as
@@ -243,14 +334,19 @@ fn hint_ahead(device: &Device, accesses: &[Access], index: u64) {
 }
 
 /// Runs the miniature of a `size_bytes` cache of `base` on `sample`,
-/// scaled by the sample's realized rate (one size: [`Miniatures`] shares
-/// the trimmed sample between sizes).
+/// scaled by the sample's realized rate, at the sample's rate (one size:
+/// [`Miniatures`] shares the trimmed sample between sizes, and can raise a
+/// small size's rate).
 pub fn simulate(
     base: &DeviceConfig,
     sample: &Sample,
     size_bytes: u64,
 ) -> Result<Miniature, SimulateError> {
-    Miniatures::new(base, sample).simulate(size_bytes)
+    let rates = Rates {
+        base: sample.rate,
+        floor_pages: 0,
+    };
+    Miniatures::new(base, sample, rates).simulate(size_bytes)
 }
 
 #[cfg(test)]
@@ -281,6 +377,9 @@ mod tests {
             .collect();
         Sample {
             pages: names.len() as u64,
+            // Every page's hash under the threshold.
+            page_hashes: (0..names.len() as u64).collect(),
+            distinct: (600, 0.0),
             accesses,
             warmup,
             rate: 0.5,
@@ -326,12 +425,19 @@ mod tests {
             base.cache.policy = policy;
             for warmup in [0, 40, 2_500, 6_000, 9_000] {
                 let s = sample(warmup);
-                let minis = Miniatures::new(&base, &s);
+                let minis = Miniatures::new(
+                    &base,
+                    &s,
+                    Rates {
+                        base: 0.5,
+                        floor_pages: 0,
+                    },
+                );
                 // At rate 1/2: 2 × the pages is a miniature of them all.
                 let size = 2 * s.pages * PAGE_SIZE;
                 let cfg = miniature_config(&base, size, s.realized_rate);
-                let quick = minis.holds_every_page(&cfg, size);
-                let quick = quick.unwrap_or_else(|| panic!("{policy:?}: no short cut"));
+                assert!(holds_every_page(&cfg, &s), "{policy:?}: no short cut");
+                let quick = minis.simulate(size).unwrap_or_else(|e| panic!("{e}"));
                 let mut device = Device::new(cfg).unwrap_or_else(|e| panic!("{e}"));
                 replay_closed(&mut device, &s.accesses, s.warmup, true)
                     .unwrap_or_else(|e| panic!("{e}"));
@@ -342,7 +448,7 @@ mod tests {
                     "{policy:?}, warm-up {warmup}"
                 );
                 let smaller = miniature_config(&base, size - 2 * PAGE_SIZE, s.realized_rate);
-                assert!(minis.holds_every_page(&smaller, size).is_none());
+                assert!(!holds_every_page(&smaller, &s));
             }
         }
     }

@@ -87,15 +87,20 @@ pub fn rate_of(threshold: u64) -> f64 {
 /// faults than in simulating). Only a page's identity matters to a
 /// policy; for a set-associative cache the sampled pages land in other
 /// sets, which hashed sampling had made arbitrary already. Renames in
-/// place; returns the distinct pages renamed.
-fn rename(kept: &mut [Access]) -> u64 {
+/// place; returns the sampling hash of each name's page, by name.
+fn rename(kept: &mut [Access], hash: PageHash) -> Vec<u64> {
     let mut names: FxHashMap<u64, u64> = FxHashMap::default();
+    let mut hashes = Vec::new();
     for k in kept.iter_mut() {
         let next = names.len() as u64;
-        let name = *names.entry(k.addr >> PAGE_SHIFT).or_insert(next);
+        let page = k.addr >> PAGE_SHIFT;
+        let name = *names.entry(page).or_insert_with(|| {
+            hashes.push(hash.of(page));
+            next
+        });
         k.addr = (name << PAGE_SHIFT) | (k.addr & (PAGE_SIZE - 1));
     }
-    names.len() as u64
+    hashes
 }
 
 /// One kept page access: the part of `access` that falls in `page`.
@@ -224,11 +229,69 @@ pub struct Sample {
     pub seed: u64,
     /// Distinct pages in the sample.
     pub pages: u64,
+    /// The sampling hash of each of the `pages` (by its name): what a
+    /// sample at a lower rate keeps ([`Sample::subsample`]).
+    pub page_hashes: Vec<u64>,
+    /// The registers' estimate of the input's distinct pages and its
+    /// relative variance ([`realized_rate`]).
+    pub distinct: (u64, f64),
     /// Measured page accesses of the whole input (sampled or not).
     pub measured_page_accesses: u64,
 }
 
 impl Sample {
+    /// The sample at `rate`, lower than this one's, as a pass sampling at
+    /// that rate with the same seed would have taken it: hashed sampling
+    /// nests, so it is the accesses of this sample's pages whose hash is
+    /// under the lower threshold, renamed again in the order of their first
+    /// access, its warm-up the warm accesses among them, its realized rate
+    /// taken over the same estimate of the input's distinct pages. `None`
+    /// where `rate` keeps every page of this sample.
+    pub fn subsample(&self, rate: f64) -> Option<Sample> {
+        let threshold = threshold_of(rate);
+        if threshold >= self.threshold {
+            return None;
+        }
+        let mut names = vec![u32::MAX; self.page_hashes.len()];
+        let mut page_hashes = Vec::new();
+        let mut accesses = Vec::new();
+        let mut warmup = 0u64;
+        for (i, a) in (0u64..).zip(&self.accesses) {
+            let old = usize::try_from(a.addr >> PAGE_SHIFT).unwrap_or(usize::MAX);
+            let Some(&hash) = self.page_hashes.get(old) else {
+                continue;
+            };
+            if hash >= threshold {
+                continue;
+            }
+            if names[old] == u32::MAX {
+                // At most `pages` names, which are u32 in a page table.
+                names[old] = page_hashes.len() as u32;
+                page_hashes.push(hash);
+            }
+            warmup += u64::from(i < self.warmup);
+            let name = u64::from(names[old]);
+            accesses.push(Access {
+                addr: (name << PAGE_SHIFT) | (a.addr & (PAGE_SIZE - 1)),
+                ..*a
+            });
+        }
+        let pages = page_hashes.len() as u64;
+        let rate = rate_of(threshold);
+        Some(Sample {
+            accesses,
+            warmup,
+            rate,
+            realized_rate: realized_rate(pages, self.distinct, rate),
+            threshold,
+            seed: self.seed,
+            pages,
+            page_hashes,
+            distinct: self.distinct,
+            measured_page_accesses: self.measured_page_accesses,
+        })
+    }
+
     /// The miss ratio that `sampled_misses` (measured misses of the sample)
     /// stand for: over the page lookups the sample stands for, the realized
     /// rate of the input's (SHARDS_adj: a sample whose pages bring more or
@@ -493,7 +556,8 @@ impl Sampler {
         let distinct = self.distinct.count_with_variance();
         self.filter();
         // The pages under the final threshold, counted as they are renamed.
-        let pages = rename(&mut self.kept);
+        let page_hashes = rename(&mut self.kept, self.hash);
+        let pages = page_hashes.len() as u64;
         Sample {
             warmup: self.warm_kept as u64,
             accesses: self.kept,
@@ -502,6 +566,8 @@ impl Sampler {
             threshold: self.threshold,
             seed: self.hash.seed(),
             pages,
+            page_hashes,
+            distinct,
             measured_page_accesses: self.measured_pages,
         }
     }
