@@ -359,6 +359,20 @@ impl Cache {
         self.policy.settling_hits()
     }
 
+    /// Whether [`Cache::record_hit`] on `slot` now would change nothing a
+    /// later decision depends on: a slot outside the policy's view (not
+    /// resident, or pinned) or one the policy calls settled
+    /// ([`EvictionPolicy::hit_settled`]).
+    #[inline]
+    pub fn hit_settled(&self, slot: SlotId) -> bool {
+        let flags = self.frames.get(slot as usize).map_or(0, |f| f.flags);
+        if flags & (F_RESIDENT | F_PINNED) != F_RESIDENT {
+            return true;
+        }
+        let set = self.set_of_slot(slot);
+        self.policy.hit_settled(&self.frames, set, slot)
+    }
+
     /// Places a non-resident page, evicting a victim chosen by the policy if the set is full.
     ///
     /// The new page enters the policy's view (unpinned). If `page` is

@@ -840,6 +840,28 @@ impl Device {
         }
     }
 
+    /// Whether an access to `page` arriving at `now_ns` would be a hit that
+    /// changes nothing a later miss, eviction or placement depends on: the
+    /// page resident and filled, with no unused prefetch mark, and its
+    /// policy state settled ([`Cache::hit_settled`]) or hits not seen.
+    /// (Such a hit may still set the page's dirty bit, which decides
+    /// write-backs, not victims.) Never with a write log, where a write is
+    /// no plain hit. A miniature's loop skips such an access.
+    #[inline]
+    pub fn repeat_settled(&self, now_ns: u64, page: u64) -> bool {
+        if self.log.is_some() {
+            return false;
+        }
+        let Some(slot) = self.cache.lookup(page) else {
+            return false;
+        };
+        let state = self.cache.state(slot);
+        if state.prefetched_unused || state.ready_at_ns > now_ns {
+            return false;
+        }
+        !self.cfg.cache.hits_visible || self.cache.hit_settled(slot)
+    }
+
     /// Counters and gauges.
     pub fn stats(&self) -> DeviceStats {
         let mut s = self.stats.clone();

@@ -170,3 +170,76 @@ fn a_settling_count_one_too_small_changes_the_misses() {
         );
     }
 }
+
+/// A closed loop that does not make an access to the page the access
+/// before it touched where the device calls it settled
+/// (`Device::repeat_settled`), as a miniature's loop: its outcome, its
+/// missed pages and how many accesses it skipped.
+fn skipping_settled(
+    cfg: &DeviceConfig,
+    accesses: &[Access],
+    warmup: u64,
+) -> ([u64; 3], Vec<u64>, usize) {
+    let mut dev = Device::new(cfg.clone()).unwrap();
+    let (mut now, mut previous, mut skipped) = (0, u64::MAX, 0);
+    let mut missed = Vec::new();
+    for (i, a) in (0u64..).zip(accesses) {
+        if i == warmup {
+            dev.reset_stats();
+        }
+        let (first, last) = (
+            a.addr / PAGE_SIZE,
+            (a.addr + u64::from(a.len) - 1) / PAGE_SIZE,
+        );
+        if first == last && first == previous && dev.repeat_settled(now, first) {
+            skipped += 1;
+            continue;
+        }
+        previous = if first == last { first } else { u64::MAX };
+        let o = dev.access(now, a.op, a.addr, a.len).unwrap();
+        if !o.hit {
+            missed.push(first);
+        }
+        now = o.completes_at_ns;
+    }
+    if warmup == accesses.len() as u64 {
+        dev.reset_stats();
+    }
+    let s = dev.stats();
+    ([s.misses, s.evictions, s.resident_pages], missed, skipped)
+}
+
+/// Skipping the repeats the device calls settled changes no miss, eviction
+/// or resident page, on the whole input and on the trimmed one, for every
+/// config; and for CLOCK, S3-FIFO and LFRU with hits seen it skips
+/// something on the trimmed input (repeats its count keeps but the page's
+/// state had settled), so the check is not idle.
+#[test]
+fn skipping_repeats_the_device_calls_settled_changes_no_miss_eviction_or_resident_page() {
+    let accesses = runs(5, 20_000);
+    let warmup = 2_500;
+    let mut skipping = std::collections::BTreeSet::new();
+    for cfg in configs() {
+        let what = format!(
+            "{:?} hits_visible={} ways={} size={} params={:?}",
+            cfg.cache.policy,
+            cfg.cache.hits_visible,
+            cfg.cache.ways,
+            cfg.cache.size_bytes,
+            cfg.cache.params,
+        );
+        let (got, missed, _) = skipping_settled(&cfg, &accesses, warmup);
+        assert_eq!(got, outcome(&cfg, &accesses, warmup), "{what}");
+        assert_eq!(missed, missed_pages(&cfg, &accesses), "{what}");
+        let settling = Device::new(cfg.clone()).unwrap().settling_hits();
+        let t = trim(&accesses, warmup, settling);
+        let (got, _, skipped) = skipping_settled(&cfg, &t.accesses, t.warmup);
+        assert_eq!(got, outcome(&cfg, &accesses, warmup), "{what}, trimmed");
+        if skipped > 0 && cfg.cache.hits_visible {
+            skipping.insert(format!("{:?}", cfg.cache.policy));
+        }
+    }
+    for p in ["Clock", "S3Fifo", "Lfru"] {
+        assert!(skipping.contains(p), "{p} never skipped: {skipping:?}");
+    }
+}

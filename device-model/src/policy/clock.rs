@@ -51,6 +51,11 @@ impl EvictionPolicy for Clock {
     fn settling_hits(&self) -> Option<u32> {
         Some(1)
     }
+    /// A hit sets the bit: nothing to change once it is set.
+    #[inline]
+    fn hit_settled(&self, frames: &[Frame], _set: u32, slot: SlotId) -> bool {
+        frames[slot as usize].policy_bits == REFERENCED
+    }
     #[inline]
     fn on_remove(&mut self, frames: &mut [Frame], set: u32, slot: SlotId) {
         self.lists.unlink(frames, set as usize, slot);

@@ -107,6 +107,19 @@ impl EvictionPolicy for Lfru {
         (self.privileged_target > 0).then_some(u32::from(FREQ_MAX - 1))
     }
 
+    /// A privileged slot at its list's front (a hit would move it where it
+    /// is), or an unprivileged one whose frequency a hit would neither
+    /// raise nor promote (at [`FREQ_MAX`], promotion above it).
+    #[inline]
+    fn hit_settled(&self, frames: &[Frame], set: u32, slot: SlotId) -> bool {
+        let f = frames[slot as usize].policy_bits;
+        if f == PRIVILEGED {
+            return self.lists.front(Self::list(set, PRIVILEGED)) == Some(slot);
+        }
+        let nf = (f + 1).min(FREQ_MAX);
+        nf == f && nf < self.promote_threshold
+    }
+
     #[inline]
     fn on_remove(&mut self, frames: &mut [Frame], set: u32, slot: SlotId) {
         let f = frames[slot as usize].policy_bits;

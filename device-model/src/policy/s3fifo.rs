@@ -159,6 +159,12 @@ impl EvictionPolicy for S3Fifo {
         Some(u32::from(self.threshold.max(3)))
     }
 
+    /// The frequency has reached both 3 and the threshold.
+    #[inline]
+    fn hit_settled(&self, frames: &[Frame], _set: u32, slot: SlotId) -> bool {
+        frames[slot as usize].policy_bits & FREQ_MASK >= self.threshold.max(3)
+    }
+
     #[inline]
     fn on_remove(&mut self, frames: &mut [Frame], set: u32, slot: SlotId) {
         let ring = Self::ring_of(frames, set, slot);
