@@ -404,6 +404,17 @@ mod tests {
         }
     }
 
+    /// A fully associative miniature's base config with hits seen.
+    fn visible_hits() -> DeviceConfig {
+        DeviceConfig::default()
+            .with_overrides(&[
+                "cache.ways=0",
+                "nand.enabled=false",
+                "cache.hits_visible=true",
+            ])
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// The loop that skips settled repeats against every access made, on
     /// runs of one page (1–40 long) over 60 pages: the same misses and
     /// evictions for every policy and size, hits visible, with a warm-up.
@@ -429,13 +440,7 @@ mod tests {
                 });
             }
         }
-        let mut base = DeviceConfig::default()
-            .with_overrides(&[
-                "cache.ways=0",
-                "nand.enabled=false",
-                "cache.hits_visible=true",
-            ])
-            .unwrap_or_else(|e| panic!("{e}"));
+        let mut base = visible_hits();
         for policy in PolicyKind::ALL {
             base.cache.policy = policy;
             for pages in [2, 5, 20, 50] {
@@ -465,13 +470,7 @@ mod tests {
 
     #[test]
     fn hints_ahead_change_no_miniature_s_counters() {
-        let mut base = DeviceConfig::default()
-            .with_overrides(&[
-                "cache.ways=0",
-                "nand.enabled=false",
-                "cache.hits_visible=true",
-            ])
-            .unwrap_or_else(|e| panic!("{e}"));
+        let mut base = visible_hits();
         let s = sample(1_000);
         for policy in PolicyKind::ALL {
             base.cache.policy = policy;
