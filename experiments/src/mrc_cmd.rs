@@ -118,9 +118,12 @@ pub fn run(args: &MrcArgs) -> Result<()> {
     // and the highest any miniature needs, which the pass samples at.
     let base_rate = base_rate_of(args, sizes[0])?;
     let miniatures = plans.contains(&Method::Sampled);
-    let top_rate = base_rate.map(|r| match miniatures {
-        true => minisim::rate_for(r, sizes[0], base.cache.ways, args.miniature_floor),
-        false => r,
+    let top_rate = base_rate.map(|r| {
+        if miniatures {
+            minisim::rate_for(r, sizes[0], base.cache.ways, args.miniature_floor)
+        } else {
+            r
+        }
     });
     let sampler = sampled.then(|| sampler_of(args, top_rate));
     let collected = if plans.iter().any(|m| *m != Method::Replay) {
