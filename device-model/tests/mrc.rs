@@ -256,10 +256,10 @@ fn a_sampled_pass_in_parts_joined_equals_one_pass() {
     assert_eq!(joined.realized_rate, whole.realized_rate);
     assert_eq!(joined.measured_page_accesses, whole.measured_page_accesses);
     assert!(
-        whole.warmup > 0 && whole.pages > 500,
+        whole.warmup > 0 && whole.pages() > 500,
         "{} {}",
         whole.warmup,
-        whole.pages
+        whole.pages()
     );
 }
 
@@ -322,7 +322,12 @@ fn undecoded_records_feed_a_pass_as_decoded_accesses_do() {
                 assert_eq!((r.warmup, r.threshold), (d.warmup, d.threshold));
                 assert_eq!(r.realized_rate, d.realized_rate);
                 assert_eq!(r.measured_page_accesses, d.measured_page_accesses);
-                assert!(r.warmup > 0 && r.pages > 100, "{} {}", r.warmup, r.pages);
+                assert!(
+                    r.warmup > 0 && r.pages() > 100,
+                    "{} {}",
+                    r.warmup,
+                    r.pages()
+                );
             }
             (None, None) => {
                 let (r, d) = (raw.stack.expect("stack"), decoded.stack.expect("stack"));
@@ -384,7 +389,7 @@ fn a_subsample_is_the_sample_a_pass_at_its_rate_takes() {
             let key = |s: &cxlfs_device_model::mrc::shards::Sample| {
                 (
                     s.warmup,
-                    s.pages,
+                    s.pages(),
                     s.page_hashes.clone(),
                     s.threshold,
                     s.rate,
@@ -396,7 +401,7 @@ fn a_subsample_is_the_sample_a_pass_at_its_rate_takes() {
                 sub.accesses, direct.accesses,
                 "rate {rate}, warm-up {warmup}"
             );
-            assert!(sub.pages < top.pages && sub.pages > 0);
+            assert!(sub.pages() < top.pages() && sub.pages() > 0);
         }
     }
 }

@@ -93,7 +93,6 @@ impl CurvePoint {
         }
     }
 
-    /// A point from a miniature simulation.
     /// A miniature's point: at the rate of the sample it ran on, a part of
     /// `sample` where its size's rate is lower.
     pub fn sampled(m: &Miniature, sample: &Sample) -> Self {
@@ -116,7 +115,7 @@ impl CurvePoint {
             sampling_rate: Some(sample.rate),
             sampling_seed: Some(sample.seed),
             realized_rate: Some(sample.realized_rate),
-            sampled_pages: Some(sample.pages),
+            sampled_pages: Some(sample.pages()),
             miniature_bytes: None,
         }
     }

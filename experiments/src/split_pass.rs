@@ -149,7 +149,7 @@ mod tests {
         one.feed_batch(&all).expect("in range");
         let one = one.finish();
         let o = one.sample.expect("sample");
-        assert!(o.warmup > 0 && o.pages > 100);
+        assert!(o.warmup > 0 && o.pages() > 100);
         // Three parts, and one part read in place (one CPU).
         for n in [3, 1] {
             let parts = in_n_parts(&f, 2_500, n).expect("read").finish();

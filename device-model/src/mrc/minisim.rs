@@ -166,7 +166,7 @@ impl Measured {
             .max()
             .unwrap_or(0);
         Measured {
-            first_touches: s.pages.saturating_sub(warm_pages),
+            first_touches: s.pages().saturating_sub(warm_pages),
             page_accesses: (s.accesses.len() - warm) as u64,
         }
     }
@@ -195,7 +195,7 @@ impl<'a> Miniatures<'a> {
             self.base.cache.ways,
             self.rates.floor_pages,
         );
-        let lower = (threshold_of(rate) < self.sample.threshold).then(|| self.lower_for(rate));
+        let lower = self.lower_for(rate);
         let (sample, measured) = match &lower {
             Some(l) => (&l.sample, l.measured),
             None => (self.sample, self.measured),
@@ -210,7 +210,7 @@ impl<'a> Miniatures<'a> {
             miss_ratio: sample.estimate(misses),
             rate: sample.rate,
             realized_rate: sample.realized_rate,
-            sampled_pages: sample.pages,
+            sampled_pages: sample.pages(),
         };
         if holds_every_page(&cfg, sample) {
             return Ok(point(measured.first_touches));
@@ -224,24 +224,24 @@ impl<'a> Miniatures<'a> {
         Ok(point(device.stats().misses))
     }
 
-    /// The sample at `rate` (lower than the pass's: else a copy of it),
-    /// taken on first use.
-    fn lower_for(&self, rate: f64) -> Arc<Rated> {
+    /// The sample at `rate`, taken on first use; `None` where that is the
+    /// pass's own.
+    fn lower_for(&self, rate: f64) -> Option<Arc<Rated>> {
         let threshold = threshold_of(rate);
+        if threshold >= self.sample.threshold {
+            return None;
+        }
         // A poisoned lock only means another miniature panicked after
         // pushing a complete entry: the list is still sound.
         let mut list = self.lower.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((_, r)) = list.iter().find(|(t, _)| *t == threshold) {
-            return Arc::clone(r);
+            return Some(Arc::clone(r));
         }
-        let sample = self
-            .sample
-            .subsample(rate)
-            .unwrap_or_else(|| self.sample.clone());
+        let sample = self.sample.subsample(rate)?;
         let measured = Measured::of(&sample);
         let r = Arc::new(Rated { sample, measured });
         list.push((threshold, Arc::clone(&r)));
-        r
+        Some(r)
     }
 
     /// The sample (`lower`, or the pass's) trimmed for `settling`, trimming
@@ -277,7 +277,7 @@ impl<'a> Miniatures<'a> {
 /// the pages the warm-up did not touch, whatever the policy, and it needs
 /// no replay.
 fn holds_every_page(cfg: &DeviceConfig, sample: &Sample) -> bool {
-    cfg.cache.ways == 0 && cfg.cache.size_bytes / PAGE_SIZE >= sample.pages
+    cfg.cache.ways == 0 && cfg.cache.size_bytes / PAGE_SIZE >= sample.pages()
 }
 
 /// Replays `accesses` into `device` in a closed loop, as
@@ -390,7 +390,6 @@ mod tests {
             })
             .collect();
         Sample {
-            pages: names.len() as u64,
             // Every page's hash under the threshold.
             page_hashes: (0..names.len() as u64).collect(),
             distinct: (600, 0.0),
@@ -506,7 +505,7 @@ mod tests {
                     },
                 );
                 // At rate 1/2: 2 × the pages is a miniature of them all.
-                let size = 2 * s.pages * PAGE_SIZE;
+                let size = 2 * s.pages() * PAGE_SIZE;
                 let cfg = miniature_config(&base, size, s.realized_rate);
                 assert!(holds_every_page(&cfg, &s), "{policy:?}: no short cut");
                 let quick = minis.simulate(size).unwrap_or_else(|e| panic!("{e}"));

@@ -227,10 +227,8 @@ pub struct Sample {
     pub threshold: u64,
     /// The sampling hash's seed ([`PageHash::seeded`]).
     pub seed: u64,
-    /// Distinct pages in the sample.
-    pub pages: u64,
-    /// The sampling hash of each of the `pages` (by its name): what a
-    /// sample at a lower rate keeps ([`Sample::subsample`]).
+    /// The sampling hash of each of the sample's distinct pages (by its
+    /// name): what a sample at a lower rate keeps ([`Sample::subsample`]).
     pub page_hashes: Vec<u64>,
     /// The registers' estimate of the input's distinct pages and its
     /// relative variance ([`realized_rate`]).
@@ -240,6 +238,11 @@ pub struct Sample {
 }
 
 impl Sample {
+    /// Distinct pages in the sample.
+    pub fn pages(&self) -> u64 {
+        self.page_hashes.len() as u64
+    }
+
     /// The sample at `rate`, lower than this one's, as a pass sampling at
     /// that rate with the same seed would have taken it: hashed sampling
     /// nests, so it is the accesses of this sample's pages whose hash is
@@ -285,7 +288,6 @@ impl Sample {
             realized_rate: realized_rate(pages, self.distinct, rate),
             threshold,
             seed: self.seed,
-            pages,
             page_hashes,
             distinct: self.distinct,
             measured_page_accesses: self.measured_page_accesses,
@@ -565,7 +567,6 @@ impl Sampler {
             realized_rate: realized_rate(pages, distinct, rate_of(self.threshold)),
             threshold: self.threshold,
             seed: self.hash.seed(),
-            pages,
             page_hashes,
             distinct,
             measured_page_accesses: self.measured_pages,
@@ -624,9 +625,13 @@ mod tests {
             }
         }
         let sample = s.finish();
-        assert!((9_000..11_000).contains(&sample.pages), "{}", sample.pages);
-        assert_eq!(sample.accesses.len() as u64, 3 * sample.pages);
-        assert_eq!(sample.warmup, sample.pages);
+        assert!(
+            (9_000..11_000).contains(&sample.pages()),
+            "{}",
+            sample.pages()
+        );
+        assert_eq!(sample.accesses.len() as u64, 3 * sample.pages());
+        assert_eq!(sample.warmup, sample.pages());
         assert_eq!(sample.measured_page_accesses, 200_000);
     }
 
@@ -639,7 +644,7 @@ mod tests {
             }
         }
         let sized = s.finish();
-        assert_eq!(sized.pages, 1000);
+        assert_eq!(sized.pages(), 1000);
         let mut r = Sampler::below(sized.threshold);
         for round in 0..2 {
             for p in (0..50_000).rev() {
@@ -671,7 +676,7 @@ mod tests {
         assert_eq!(joined.warmup, whole.warmup);
         assert_eq!(joined.realized_rate, whole.realized_rate);
         assert_eq!(joined.measured_page_accesses, whole.measured_page_accesses);
-        assert!(whole.pages > 500, "{}", whole.pages);
+        assert!(whole.pages() > 500, "{}", whole.pages());
     }
 
     #[test]
@@ -711,7 +716,7 @@ mod tests {
         );
         assert_eq!((a.seed, b.seed), (0, 1));
         for s in [&a, &b] {
-            assert!((4_500..5_500).contains(&s.pages), "{}", s.pages);
+            assert!((4_500..5_500).contains(&s.pages()), "{}", s.pages());
         }
         // Renamed pages hide which were kept: their offsets do not.
         let kept = |s: &Sample| {
@@ -734,7 +739,7 @@ mod tests {
             (0..8)
                 .map(|seed| {
                     let s = sample_of_range(n, rate, seed);
-                    (s.realized_rate * n as f64 / s.pages as f64 - 1.0).abs()
+                    (s.realized_rate * n as f64 / s.pages() as f64 - 1.0).abs()
                 })
                 .sum::<f64>()
                 / 8.0
