@@ -59,6 +59,15 @@
 #                     line is limited to 2048 bytes; put long scripts in the share
 #                     as .cxlfs/run.sh instead)
 #   --append ARGS     extra kernel command-line arguments
+#   --realtime-priority N
+#                     run every vCPU thread under SCHED_FIFO at priority N
+#                     (1..99; needs root or CAP_SYS_NICE), as libvirt's
+#                     vcpusched does: a vCPU woken by a trap's reply then runs
+#                     before the host's ordinary threads (QEMU's own included)
+#                     instead of queueing behind them. Keep N below cxlfsd's
+#                     --realtime-priority, whose threads answer the vCPU's
+#                     faults on its own CPU. Set once the vCPU threads exist;
+#                     the guest is stopped if that fails
 #   --cpu MODEL       QEMU -cpu (default: host under KVM, qemu64 under TCG, where
 #                     it runs syscall-heavy guest work about 2x faster than max)
 #   --accel MODE      auto (default), kvm or tcg. auto uses KVM only when a test
@@ -97,6 +106,7 @@ cache_root="${CXLFS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cxlfs}"
 image="" socket="" tag=cxlfs mountopts="" cache_size="" mem=1G smp=2 name=vm0 serial="" cmd=""
 append="" accel=auto tcg_thread="${CXLFS_TCG_THREAD:-auto}" cpu="" timeout_s=600 socket_wait=10 follow=0 print_only=0
 have_cmd=0 compat=0 cxl_mem="" cxl_fd="" cxl_path="" cxl_lat=250 cxl_bw=8G cxl_abits="" dax_abits=""
+rt_prio=""
 extra=()
 while (($#)); do
     case "$1" in
@@ -118,6 +128,7 @@ while (($#)); do
         --serial) serial="$2"; shift 2 ;;
         --cmd) cmd="$2"; have_cmd=1; shift 2 ;;
         --append) append="$2"; shift 2 ;;
+        --realtime-priority) rt_prio="$2"; shift 2 ;;
         --accel) accel="$2"; shift 2 ;;
         --tcg-thread) tcg_thread="$2"; shift 2 ;;
         --cpu) cpu="$2"; shift 2 ;;
@@ -135,6 +146,7 @@ done
 [[ "$tag" =~ ^[A-Za-z0-9_.-]+$ ]] || die "--tag must be [A-Za-z0-9_.-]+ (got '$tag')"
 [[ "$mountopts" != *[[:space:]]* ]] || die "--mountopts may not contain spaces"
 [[ "$timeout_s" =~ ^[0-9]+$ ]] || die "--timeout must be a number of seconds"
+[[ -z "$rt_prio" || "$rt_prio" =~ ^[1-9][0-9]?$ ]] || die "--realtime-priority must be 1..99 (got '$rt_prio')"
 
 # QEMU size (N with a K/M/G/T suffix, any case) -> MiB, integer arithmetic; fails
 # for anything else or for a size that is not a whole number of MiB.
@@ -309,7 +321,9 @@ else
         machine="$machine,max-ram-below-4g=${mem_mib}M"
     fi
 fi
-args=("$qemu" -name "$name" -machine "$machine" "${accel_args[@]}" -smp "$smp_arg" "${mem_args[@]}"
+# debug-threads: the vCPU threads are named "CPU N/TCG" or "CPU N/KVM" (what
+# --realtime-priority looks for, and what perf and ftrace then show).
+args=("$qemu" -name "$name,debug-threads=on" -machine "$machine" "${accel_args[@]}" -smp "$smp_arg" "${mem_args[@]}"
     -kernel "$kernel" -initrd "$initrd" -append "$kargs"
     -nodefaults -nographic -monitor none -serial "file:$serial" -no-reboot)
 # A QMP socket beside the vhost-user socket (NAME.qmp; not in a results
@@ -353,6 +367,44 @@ if [[ -n "$socket" ]]; then
     [[ -S "$socket" ]] || die "no vhost-user socket at $socket after ${socket_wait}s (is the daemon running?)"
 fi
 
+if [[ -n "$rt_prio" ]]; then
+    chrt -f "$rt_prio" true 2>/dev/null \
+        || die "--realtime-priority $rt_prio: cannot run under SCHED_FIFO here (needs root or CAP_SYS_NICE)"
+fi
+
+# The vCPU threads of the QEMU this shell (pid $1) starts through timeout,
+# under SCHED_FIFO at $2, once all $3 of them exist (at most 60 s). Run in
+# the background beside QEMU; on failure it says why and stops the guest.
+vcpus_realtime() {
+    local shell="$1" prio="$2" want="$3" tmo="" qemu_pid="" t comm tids=()
+    local deadline=$((SECONDS + 60))
+    while ((SECONDS < deadline)); do
+        sleep 0.05
+        [[ -n "$tmo" ]] || tmo="$(pgrep -P "$shell" -x timeout | head -n1)" || true
+        [[ -n "$tmo" ]] || continue
+        [[ -n "$qemu_pid" ]] || qemu_pid="$(pgrep -P "$tmo" | head -n1)" || true
+        [[ -n "$qemu_pid" ]] || continue
+        tids=()
+        for t in /proc/"$qemu_pid"/task/*; do
+            comm="$(cat "$t/comm" 2>/dev/null)" || continue
+            [[ "$comm" =~ ^CPU\ [0-9]+/(TCG|KVM)$ ]] && tids+=("${t##*/}")
+        done
+        ((${#tids[@]} >= want)) || continue
+        for t in "${tids[@]}"; do
+            if ! chrt -f -p "$prio" "$t" >/dev/null; then
+                log "$name: cannot put vCPU thread $t under SCHED_FIFO $prio; stopping the guest"
+                kill "$tmo"
+                return 1
+            fi
+        done
+        log "$name: ${#tids[@]} vCPU thread(s) under SCHED_FIFO $prio"
+        return 0
+    done
+    log "$name: found ${#tids[@]} of $want vCPU thread(s) in 60 s for SCHED_FIFO $prio; stopping the guest"
+    [[ -z "$tmo" ]] || kill "$tmo"
+    return 1
+}
+
 mkdir -p "$(dirname "$serial")"
 : >"$serial"
 follower=""
@@ -362,10 +414,21 @@ if ((follow)); then
 fi
 log "$name: $accel_desc, $smp vCPU, $mem${cxl_mem:+ + CXL node 1 $cxl_mem ($cxl_backing)}, serial $serial${socket:+, socket $socket}"
 start=$(date +%s.%N)
+rt_helper=""
+if [[ -n "$rt_prio" ]]; then
+    rt_want="${smp%%,*}"
+    [[ "$rt_want" =~ ^[1-9][0-9]*$ ]] || rt_want=1
+    vcpus_realtime "$$" "$rt_prio" "$rt_want" &
+    rt_helper=$!
+fi
 set +e
 timeout -k 10 "$timeout_s" "${args[@]}" </dev/null
 qrc=$?
 set -e
+if [[ -n "$rt_helper" ]]; then
+    kill "$rt_helper" 2>/dev/null || true
+    wait "$rt_helper" 2>/dev/null || true
+fi
 end=$(date +%s.%N)
 if [[ -n "$follower" ]]; then
     sleep 0.2

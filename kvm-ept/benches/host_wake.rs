@@ -7,13 +7,22 @@
 //!     round trip timed (two wake-ups);
 //! (b) a 50 µs sleep's overshoot (`thread::sleep`), at the host's default
 //!     policy and under `SCHED_FIFO` (as `cxlfsd --realtime-priority` runs
-//!     its threads; skipped without CAP_SYS_NICE).
+//!     its threads; skipped without CAP_SYS_NICE);
+//! (c) what a thread that never sleeps loses: pinned to each CPU in turn,
+//!     it reads the clock in a loop, and every gap over 2 µs between two
+//!     reads is time the host took the CPU away (its interrupts, its
+//!     hypervisor). Printed per CPU and policy: the share of time lost,
+//!     gaps a second of at least 10 / 20 / 50 / 100 µs, and the share of
+//!     40 µs windows (a 40 µs NAND read's miss) that overlap one gap of
+//!     at least 20 / 50 µs: a miss that meets one is slower by that much,
+//!     whatever the daemon does.
 //!
 //! Quantiles p50 / p90 / p99 / p99.9 / max in µs. The spread between p50
 //! and p99 of one wake-up is what a miss's p99 pays per hop on top of its
 //! median. Measures and prints; asserts nothing. Run: `cargo bench -p
 //! cxlfs-residency --bench host_wake` (`HOST_WAKE_ROUNDS=100000` sets the
-//! hand-offs, a fifth of that the sleeps).
+//! hand-offs, a fifth of that the sleeps; `HOST_WAKE_SPIN_S=2` the seconds
+//! of (c) per CPU and policy).
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use rustix::thread::{sched_setaffinity, CpuSet};
@@ -111,6 +120,70 @@ fn sleep_overshoot(rounds: usize) -> Vec<u64> {
         .collect()
 }
 
+/// The gaps over [`GAP_NS`] a thread pinned to `cpu` sees between two
+/// clock reads in `secs` seconds of reading, and the time it read for.
+fn spin_gaps(cpu: usize, secs: f64, fifo: bool) -> Option<(Vec<(u64, u64)>, u64)> {
+    thread::spawn(move || {
+        pin(cpu);
+        if fifo && !realtime() {
+            return None;
+        }
+        let start = Instant::now();
+        let end = (secs * 1e9) as u64;
+        let mut gaps = Vec::new();
+        let mut prev = 0u64;
+        while prev < end {
+            let t = start.elapsed().as_nanos() as u64;
+            if t - prev > GAP_NS {
+                gaps.push((prev, t - prev));
+            }
+            prev = t;
+        }
+        Some((gaps, prev))
+    })
+    .join()
+    .ok()
+    .flatten()
+}
+
+/// A gap between two clock reads longer than this is time lost.
+const GAP_NS: u64 = 2_000;
+
+/// The share of windows of `window_ns` in `total_ns` that overlap a gap
+/// of at least `min_ns` (`gaps` in time order, as (start, length)).
+fn windows_hit(gaps: &[(u64, u64)], window_ns: u64, min_ns: u64, total_ns: u64) -> f64 {
+    let mut covered = 0u64;
+    let mut reach = 0u64;
+    for &(start, len) in gaps.iter().filter(|g| g.1 >= min_ns) {
+        let (from, to) = (start.saturating_sub(window_ns).max(reach), start + len);
+        covered += to.saturating_sub(from);
+        reach = reach.max(to);
+    }
+    covered as f64 / total_ns.max(1) as f64
+}
+
+fn spin_line(cpu: usize, secs: f64, fifo: bool) {
+    let policy = if fifo { "SCHED_FIFO" } else { "default policy" };
+    let Some((gaps, total)) = spin_gaps(cpu, secs, fifo) else {
+        println!("(c) CPU {cpu}, {policy}: not permitted here");
+        return;
+    };
+    let lost: u64 = gaps.iter().map(|g| g.1).sum();
+    let per_s = |min: u64| gaps.iter().filter(|g| g.1 >= min).count() as f64 * 1e9 / total as f64;
+    let hit = |min: u64| 100.0 * windows_hit(&gaps, 40_000, min, total);
+    println!(
+        "(c) CPU {cpu}, {policy:<14} lost {:>5.2} %  gaps/s >= 10 µs {:>6.1}  >= 20 {:>6.1}  >= 50 {:>5.1}  >= 100 {:>5.1}  max {:>7.1} µs  40 µs windows hit by >= 20 µs {:>5.2} %, >= 50 µs {:>5.2} %",
+        100.0 * lost as f64 / total as f64,
+        per_s(10_000),
+        per_s(20_000),
+        per_s(50_000),
+        per_s(100_000),
+        gaps.iter().map(|g| g.1).max().unwrap_or(0) as f64 / 1e3,
+        hit(20_000),
+        hit(50_000),
+    );
+}
+
 fn main() {
     let rounds: usize = std::env::var("HOST_WAKE_ROUNDS")
         .ok()
@@ -145,5 +218,14 @@ fn main() {
     match fifo {
         Some(v) => line("(b) 50 µs sleep, overshoot, SCHED_FIFO", v),
         None => println!("(b) SCHED_FIFO: not permitted here"),
+    }
+    let secs: f64 = std::env::var("HOST_WAKE_SPIN_S")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2.0);
+    for cpu in 0..cpus.min(2) {
+        for fifo in [false, true] {
+            spin_line(cpu, secs, fifo);
+        }
     }
 }

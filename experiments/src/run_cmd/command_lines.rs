@@ -100,26 +100,33 @@ pub(super) fn vm_args(plan: &RunPlan, vm: &str, socket: &Path) -> Vec<String> {
     if let Some(m) = mountopts.filter(|m| !m.is_empty()) {
         a.extend(["--mountopts".to_string(), m]);
     }
+    if let Some(p) = v.realtime_priority {
+        a.extend(["--realtime-priority".to_string(), p.to_string()]);
+    }
     if plan.spec.daemon.dax {
         // The daemon's --dax-window (`daemon_args`): the same value.
         a.extend(["--cache-size".to_string(), v.dax_window.clone()]);
     }
     if plan.spec.daemon.cxl_memory.is_some() {
         // `cxlfs ctl memory-fd` fills in the region's size and descriptor.
-        a.extend(
-            [
-                "--cxl-memory",
-                "{size}",
-                "--cxl-memory-fd",
-                "{fd}",
-                "--append",
-                "movable_node",
-            ]
-            .map(String::from),
-        );
+        a.extend(["--cxl-memory", "{size}", "--cxl-memory-fd", "{fd}"].map(String::from));
         // The guest's HMAT: node 1 costs a CXL link plus the device's hit.
         let latency = CXL_LINK_NS.saturating_add(plan.device.cache.hit_latency_ns);
         a.extend(["--cxl-latency".to_string(), latency.to_string()]);
+    }
+    // One --append (run-vm.sh keeps the last): the CXL node's memory is
+    // movable, then the spec's own arguments.
+    let kernel_args: Vec<&str> = plan
+        .spec
+        .daemon
+        .cxl_memory
+        .is_some()
+        .then_some("movable_node")
+        .into_iter()
+        .chain(v.kernel_args.iter().map(String::as_str))
+        .collect();
+    if !kernel_args.is_empty() {
+        a.extend(["--append".to_string(), kernel_args.join(" ")]);
     }
     if plan.spec.daemon.access_bits().is_on() {
         // The areas `cxlfsd --access-bits on` made beside the socket.
@@ -275,5 +282,42 @@ mod tests {
         bound.spec.daemon.dax = false;
         let a = daemon_args(&bound, None, Path::new("m.jsonl"));
         assert!(!a.iter().any(|x| x == "--dax-eviction-backlog"), "{a:?}");
+    }
+
+    #[test]
+    fn kernel_args_and_vcpu_priority_reach_run_vm() {
+        let plans = load_str("t.toml", SPEC, &[])
+            .unwrap()
+            .expand(false)
+            .unwrap();
+        let mut p = plans[0].clone();
+        p.spec.vms.realtime_priority = Some(4);
+        p.spec.vms.kernel_args = vec!["nohz_full=1".into(), "rcu_nocbs=1".into()];
+        let v = vm_args(&p, "vm0", Path::new("w/vm0.sock"));
+        assert!(
+            v.windows(2).any(|w| w == ["--realtime-priority", "4"]),
+            "{v:?}"
+        );
+        assert!(
+            v.windows(2)
+                .any(|w| w == ["--append", "nohz_full=1 rcu_nocbs=1"]),
+            "{v:?}"
+        );
+        // Memory mode's movable_node and the spec's arguments share one
+        // --append: run-vm.sh keeps only the last.
+        p.spec.daemon.cxl_memory = Some("64MiB".into());
+        let v = vm_args(&p, "vm0", Path::new("w/vm0.sock"));
+        assert_eq!(v.iter().filter(|x| *x == "--append").count(), 1, "{v:?}");
+        assert!(
+            v.windows(2)
+                .any(|w| w == ["--append", "movable_node nohz_full=1 rcu_nocbs=1"]),
+            "{v:?}"
+        );
+        p.spec.vms.kernel_args.clear();
+        let v = vm_args(&p, "vm0", Path::new("w/vm0.sock"));
+        assert!(
+            v.windows(2).any(|w| w == ["--append", "movable_node"]),
+            "{v:?}"
+        );
     }
 }

@@ -107,6 +107,19 @@ fn check_counts(spec: &Spec) -> Result<(), KeyError> {
     if spec.vms.count == 0 || spec.vms.count > 16 {
         return Err(("vms.count".into(), format!("{} (1..=16)", spec.vms.count)));
     }
+    if let Some(p) = spec.vms.realtime_priority.filter(|p| !(1..=99).contains(p)) {
+        return Err(("vms.realtime_priority".into(), format!("{p} (1..=99)")));
+    }
+    if let Some(a) = spec.vms.kernel_args.iter().find(|a| {
+        a.is_empty()
+            || a.chars()
+                .any(|c| c.is_whitespace() || c == '"' || c == '\'')
+    }) {
+        return Err((
+            "vms.kernel_args".into(),
+            format!("`{a}`: one argument an entry, without spaces or quotes"),
+        ));
+    }
     if let Some(r) = spec.daemon.cxl_ratio {
         if r > 100 {
             return Err(("daemon.cxl_ratio".into(), format!("{r} (0..=100)")));
@@ -432,6 +445,26 @@ mod tests {
         // One job spelled out is one job.
         let one = REPLAYED.replace("rw = \"randread\"", "rw = \"randread\"\nnumjobs = 1");
         load_str("s.toml", &one, &[]).unwrap();
+    }
+
+    #[test]
+    fn a_vcpu_realtime_priority_is_1_to_99() {
+        let with =
+            |p: &str| SPEC.replace("count = 2", &format!("count = 2\nrealtime_priority = {p}"));
+        load_str("s.toml", &with("4"), &[]).unwrap();
+        let e = load_str("s.toml", &with("0"), &[]).unwrap_err().to_string();
+        assert!(e.contains("vms.realtime_priority"), "{e}");
+    }
+
+    #[test]
+    fn kernel_args_are_one_argument_an_entry() {
+        let with =
+            |args: &str| SPEC.replace("count = 2", &format!("count = 2\nkernel_args = {args}"));
+        load_str("s.toml", &with(r#"["nohz_full=1", "rcu_nocbs=1"]"#), &[]).unwrap();
+        for bad in [r#"["nohz_full=1 quiet"]"#, r#"[""]"#, r#"["a=\"b\""]"#] {
+            let e = load_str("s.toml", &with(bad), &[]).unwrap_err().to_string();
+            assert!(e.contains("vms.kernel_args"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -262,6 +262,15 @@ pub struct VmsSpec {
     /// Guest time limit per run (the guest is killed after it).
     #[serde(default = "default_vm_timeout")]
     pub timeout: String,
+    /// Every vCPU thread under `SCHED_FIFO` at this priority (run-vm.sh
+    /// `--realtime-priority`): a vCPU woken by a trap's reply runs before
+    /// the host's ordinary threads. Below `cxlfsd`'s own priority.
+    #[serde(default)]
+    pub realtime_priority: Option<u8>,
+    /// Extra guest kernel command-line arguments, such as
+    /// `nohz_full=1` to keep the timer tick off a measuring vCPU.
+    #[serde(default)]
+    pub kernel_args: Vec<String>,
 }
 
 fn default_memory() -> String {
@@ -285,6 +294,8 @@ impl Default for VmsSpec {
             mountopts: None,
             dax_window: default_dax_window(),
             timeout: default_vm_timeout(),
+            realtime_priority: None,
+            kernel_args: Vec::new(),
         }
     }
 }
