@@ -121,25 +121,34 @@ fn sleep_overshoot(rounds: usize) -> Vec<u64> {
 }
 
 /// The gaps over [`GAP_NS`] a thread pinned to `cpu` sees between two
-/// clock reads in `secs` seconds of reading, and the time it read for.
+/// clock reads in `secs` seconds of reading, and the time it read for
+/// (gap starts on that reading time's axis). It reads in slices of
+/// [`SLICE_NS`] with a 10 ms sleep between them: a `SCHED_FIFO` thread
+/// that never sleeps would meet the kernel's real-time throttling (50 ms a
+/// second), which no daemon thread does.
 fn spin_gaps(cpu: usize, secs: f64, fifo: bool) -> Option<(Vec<(u64, u64)>, u64)> {
     thread::spawn(move || {
         pin(cpu);
         if fifo && !realtime() {
             return None;
         }
-        let start = Instant::now();
         let end = (secs * 1e9) as u64;
         let mut gaps = Vec::new();
-        let mut prev = 0u64;
-        while prev < end {
-            let t = start.elapsed().as_nanos() as u64;
-            if t - prev > GAP_NS {
-                gaps.push((prev, t - prev));
+        let mut read = 0u64;
+        while read < end {
+            let start = Instant::now();
+            let mut prev = 0u64;
+            while prev < SLICE_NS {
+                let t = start.elapsed().as_nanos() as u64;
+                if t - prev > GAP_NS {
+                    gaps.push((read + prev, t - prev));
+                }
+                prev = t;
             }
-            prev = t;
+            read += prev;
+            thread::sleep(Duration::from_millis(10));
         }
-        Some((gaps, prev))
+        Some((gaps, read))
     })
     .join()
     .ok()
@@ -148,6 +157,9 @@ fn spin_gaps(cpu: usize, secs: f64, fifo: bool) -> Option<(Vec<(u64, u64)>, u64)
 
 /// A gap between two clock reads longer than this is time lost.
 const GAP_NS: u64 = 2_000;
+
+/// One slice of reading the clock.
+const SLICE_NS: u64 = 100_000_000;
 
 /// The share of windows of `window_ns` in `total_ns` that overlap a gap
 /// of at least `min_ns` (`gaps` in time order, as (start, length)).

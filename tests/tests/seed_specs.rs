@@ -28,7 +28,7 @@
 //!   the ~230 µs of a fault that waits for the eviction of its own page —
 //!   and the lap over twice the cache traps on about as many loads in
 //!   both modes (evictions reach the DAX window before its pages are
-//!   loaded again);
+//!   loaded again); the spec's vCPU ran under `SCHED_FIFO`;
 //! * `policy-full-system` (FIFO and LRU only): without access sampling the
 //!   full-system hit share is the hit-blind replay's; with it the policy
 //!   sees hits: LRU's device misses fall, FIFO's (which ignores hits) do
@@ -338,6 +338,14 @@ fn miss_latency_file_mode_misses_like_memory_mode() {
             .iter()
             .find(|r| r["vm"] == "vm0" && r["phase"] == "memory" && r["run"] == *run)
             .unwrap_or_else(|| panic!("no memory row of run {run}"));
+        // The spec's vms.realtime_priority reached the vCPU thread.
+        let log = out.join(format!("runs/{:03}/vm0.run.log", f(file, "run") as u64));
+        let log =
+            std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+        assert!(
+            log.contains("vCPU thread(s) under SCHED_FIFO 4"),
+            "run {run}: the vCPU was not put under SCHED_FIFO: {log}"
+        );
         let (file_p50, memory_p50) = (f(file, "miss_p50_ns"), f(memory, "miss_p50_ns"));
         let (file_traps, memory_traps) = (trapped(run, "file"), trapped(run, "memory"));
         eprintln!(
