@@ -788,10 +788,11 @@ impl Drop for Vm {
 
 /// The QEMU process of guest `vm` of the daemon whose work directory is
 /// `work` (argv[0] is QEMU, not `timeout` or a shell that names it; its
-/// arguments hold the directory and `-name VM`): for tests that signal it.
+/// arguments hold the directory and `-name VM` or `-name VM,OPTIONS`, as
+/// run-vm.sh's `VM,debug-threads=on`): for tests that signal it.
 pub fn qemu_pid(work: &Path, vm: &str) -> Option<u32> {
     let dir = work.to_string_lossy().to_string();
-    let name = format!("\0-name\0{vm}\0");
+    let names = [format!("\0-name\0{vm}\0"), format!("\0-name\0{vm},")];
     fs::read_dir("/proc").ok()?.find_map(|e| {
         let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
         let cmd = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
@@ -801,7 +802,8 @@ pub fn qemu_pid(work: &Path, vm: &str) -> Option<u32> {
         let qemu = Path::new(argv0)
             .file_name()
             .is_some_and(|n| n.to_string_lossy().starts_with("qemu-system"));
-        (qemu && cmd.contains(&dir) && cmd.contains(&name)).then_some(pid)
+        (qemu && cmd.contains(&dir) && names.iter().any(|n| cmd.contains(n.as_str())))
+            .then_some(pid)
     })
 }
 
