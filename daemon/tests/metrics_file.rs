@@ -55,9 +55,12 @@ fn prom(text: &str, sample: &str) -> f64 {
         .unwrap()
 }
 
+/// The file's whole lines: one the daemon is still writing (no newline
+/// yet; a sample can take more than one write) is left for the next read.
 fn lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let whole = text.rfind('\n').map_or("", |end| &text[..end]);
+    whole
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l}: {e}")))
         .collect()
