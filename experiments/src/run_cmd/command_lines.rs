@@ -116,15 +116,11 @@ pub(super) fn vm_args(plan: &RunPlan, vm: &str, socket: &Path) -> Vec<String> {
     }
     // One --append (run-vm.sh keeps the last): the CXL node's memory is
     // movable, then the spec's own arguments.
-    let kernel_args: Vec<&str> = plan
-        .spec
-        .daemon
-        .cxl_memory
-        .is_some()
-        .then_some("movable_node")
-        .into_iter()
-        .chain(v.kernel_args.iter().map(String::as_str))
-        .collect();
+    let mut kernel_args = Vec::new();
+    if plan.spec.daemon.cxl_memory.is_some() {
+        kernel_args.push("movable_node");
+    }
+    kernel_args.extend(v.kernel_args.iter().map(String::as_str));
     if !kernel_args.is_empty() {
         a.extend(["--append".to_string(), kernel_args.join(" ")]);
     }
